@@ -1,0 +1,265 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=ndc,categories=nodeset
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Driver",type=string,JSONPath=".spec.driver"
+// +kubebuilder:printcolumn:name="Tenancy",type=string,JSONPath=".spec.tenancy"
+// +kubebuilder:printcolumn:name="Valid",type=string,JSONPath=".status.conditions[?(@.type==\"Valid\")].status"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+
+// NodeClass is an admin's catalogue entry for nodes, as a StorageClass is for
+// volumes: which driver makes the machines, with which cloud settings, which
+// namespaces may use it and which settings tenants may change.
+type NodeClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is how machines of this class are made and who may use them.
+	Spec NodeClassSpec `json:"spec"`
+	// status is what the driver made of the spec.
+	// +optional
+	Status NodeClassStatus `json:"status,omitempty"`
+}
+
+// NodeClassSpec describes a class of nodes.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.simulated), has(self.dockerMachine), has(self.eksAutoscalingGroup), has(self.eksManagedNodeGroup), has(self.parameters)].filter(x, x).size() == 1",message="exactly one driver section (simulated, dockerMachine, eksAutoscalingGroup, eksManagedNodeGroup or parameters) must be set"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'simulated' || has(self.simulated)",message="spec.simulated must be set when spec.driver is simulated"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'docker-machine' || has(self.dockerMachine)",message="spec.dockerMachine must be set when spec.driver is docker-machine"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'eks-asg' || has(self.eksAutoscalingGroup)",message="spec.eksAutoscalingGroup must be set when spec.driver is eks-asg"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'eks-managed' || has(self.eksManagedNodeGroup)",message="spec.eksManagedNodeGroup must be set when spec.driver is eks-managed"
+// +kubebuilder:validation:XValidation:rule="!has(self.parameters) || !(self.driver in ['simulated', 'docker-machine', 'eks-asg', 'eks-managed'])",message="spec.parameters is only for out-of-tree drivers; built-in drivers use their typed section"
+// +kubebuilder:validation:XValidation:rule="!has(self.dockerMachine) || has(self.dockerMachine.driverName)",message="spec.dockerMachine.driverName is required"
+// +kubebuilder:validation:XValidation:rule="!has(self.eksAutoscalingGroup) || (has(self.eksAutoscalingGroup.clusterName) && has(self.eksAutoscalingGroup.region))",message="spec.eksAutoscalingGroup.clusterName and spec.eksAutoscalingGroup.region are required"
+// +kubebuilder:validation:XValidation:rule="!has(self.eksManagedNodeGroup) || (has(self.eksManagedNodeGroup.clusterName) && has(self.eksManagedNodeGroup.region) && has(self.eksManagedNodeGroup.nodeRole))",message="spec.eksManagedNodeGroup.clusterName, region and nodeRole are required"
+type NodeClassSpec struct {
+	// driver names the driver that provisions machines of this class: simulated,
+	// docker-machine, eks-asg, eks-managed, or the name an out-of-tree node
+	// controller serves. It must match the one driver section that is set.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Driver string `json:"driver"`
+
+	DriverSections `json:",inline"`
+
+	// parameters configures an out-of-tree driver. It is passed to that driver as is.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	Parameters *runtime.RawExtension `json:"parameters,omitempty"`
+
+	// credentialsSecretRef names the Secret that holds the driver's credentials.
+	// Only the node controller reads it; its contents never appear in a NodeSet,
+	// a Node, an event, a log line or a status.
+	// +optional
+	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
+
+	// nodeTemplate holds labels, annotations and taints stamped on every Node of this class.
+	// +optional
+	NodeTemplate NodeTemplate `json:"nodeTemplate,omitempty"`
+
+	// tenancy is Shared (the default: any allowed namespace's pods may run on the
+	// nodes) or Dedicated (each NodeSet's nodes carry the label and taint
+	// nodeset.dev/tenant=<namespace>:NoSchedule, so only that namespace's pods,
+	// which tolerate it, run there).
+	// +optional
+	// +kubebuilder:default=Shared
+	Tenancy Tenancy `json:"tenancy,omitempty"`
+
+	// allowedNamespaces says which namespaces may create NodeSets of this class.
+	// Absent means all namespaces.
+	// +optional
+	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+
+	// tenantOverrides lists the fields of the driver section, by their JSON name
+	// (for example instanceType or blockDevices), that a NodeSet may set. Every
+	// other field is restricted: the class's value always wins.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*)*$`
+	TenantOverrides []string `json:"tenantOverrides,omitempty"`
+
+	// limits caps how many nodes this class may have.
+	// +optional
+	Limits *NodeClassLimits `json:"limits,omitempty"`
+
+	// registrationTimeout is how long a machine may take from launch until its
+	// kubelet reports Ready before it is replaced. Defaults to 15m.
+	// +optional
+	// +kubebuilder:default="15m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.registrationTimeout must be a duration of at least 1s, such as 10m"
+	RegistrationTimeout *metav1.Duration `json:"registrationTimeout,omitempty"`
+
+	// drain says how nodes of this class are drained before their machines are removed.
+	// +optional
+	Drain *DrainPolicy `json:"drain,omitempty"`
+}
+
+// DriverSections are the typed configurations of the built-in drivers. A
+// NodeClass sets exactly one, matching spec.driver; a NodeSet may set fields of
+// the same section where its class allows it.
+type DriverSections struct {
+	// simulated configures the simulated driver: machines are simulated kubelets
+	// inside the node controller.
+	// +optional
+	Simulated *SimulatedMachine `json:"simulated,omitempty"`
+	// dockerMachine configures the docker-machine driver: machines are made by a
+	// docker-machine-driver-<name> plugin.
+	// +optional
+	DockerMachine *DockerMachine `json:"dockerMachine,omitempty"`
+	// eksAutoscalingGroup configures the eks-asg driver: each NodeSet is one EC2
+	// Auto Scaling group of self-managed EKS workers.
+	// +optional
+	EKSAutoscalingGroup *EKSAutoscalingGroup `json:"eksAutoscalingGroup,omitempty"`
+	// eksManagedNodeGroup configures the eks-managed driver: each NodeSet is one
+	// EKS managed node group.
+	// +optional
+	EKSManagedNodeGroup *EKSManagedNodeGroup `json:"eksManagedNodeGroup,omitempty"`
+}
+
+// SecretReference names a Secret in a namespace.
+type SecretReference struct {
+	// namespace of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// Tenancy says whether nodes of a class are shared between namespaces.
+// +kubebuilder:validation:Enum=Shared;Dedicated
+type Tenancy string
+
+const (
+	// TenancyShared nodes run any allowed namespace's pods.
+	TenancyShared Tenancy = "Shared"
+	// TenancyDedicated nodes are labelled and tainted for one namespace.
+	TenancyDedicated Tenancy = "Dedicated"
+)
+
+// NamespacesFrom says how AllowedNamespaces picks namespaces.
+// +kubebuilder:validation:Enum=All;List;Selector
+type NamespacesFrom string
+
+const (
+	// NamespacesFromAll allows every namespace.
+	NamespacesFromAll NamespacesFrom = "All"
+	// NamespacesFromList allows the namespaces named in the list.
+	NamespacesFromList NamespacesFrom = "List"
+	// NamespacesFromSelector allows the namespaces whose labels match the selector.
+	NamespacesFromSelector NamespacesFrom = "Selector"
+)
+
+// AllowedNamespaces says which namespaces may use a class, in the style of
+// Gateway API's allowedRoutes.
+//
+// +kubebuilder:validation:XValidation:rule="self.from != 'List' || (has(self.namespaces) && size(self.namespaces) > 0)",message="spec.allowedNamespaces.namespaces must list at least one namespace when from is List"
+// +kubebuilder:validation:XValidation:rule="self.from == 'List' || !has(self.namespaces)",message="spec.allowedNamespaces.namespaces may only be set when from is List"
+// +kubebuilder:validation:XValidation:rule="self.from != 'Selector' || has(self.selector)",message="spec.allowedNamespaces.selector is required when from is Selector"
+// +kubebuilder:validation:XValidation:rule="self.from == 'Selector' || !has(self.selector)",message="spec.allowedNamespaces.selector may only be set when from is Selector"
+type AllowedNamespaces struct {
+	// from is All (every namespace), List (the namespaces in namespaces) or
+	// Selector (the namespaces whose labels match selector).
+	// +optional
+	// +kubebuilder:default=All
+	From NamespacesFrom `json:"from,omitempty"`
+	// namespaces lists the allowed namespaces when from is List.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespaces []string `json:"namespaces,omitempty"`
+	// selector matches the labels of allowed namespaces when from is Selector.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// NodeClassLimits caps the number of nodes of a class.
+type NodeClassLimits struct {
+	// maxNodes is the most nodes the class may have across all namespaces.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxNodes *int32 `json:"maxNodes,omitempty"`
+	// maxNodesPerNamespace is the most nodes of the class one namespace may have.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxNodesPerNamespace *int32 `json:"maxNodesPerNamespace,omitempty"`
+}
+
+// DrainTimeoutAction says what happens to a node whose drain did not finish in time.
+// +kubebuilder:validation:Enum=Deprovision;Cordon
+type DrainTimeoutAction string
+
+const (
+	// DrainTimeoutDeprovision removes the machine anyway once the drain timed out.
+	DrainTimeoutDeprovision DrainTimeoutAction = "Deprovision"
+	// DrainTimeoutCordon leaves the node cordoned, with a condition, for a human.
+	DrainTimeoutCordon DrainTimeoutAction = "Cordon"
+)
+
+// DrainPolicy says how nodes are drained before their machines are removed.
+type DrainPolicy struct {
+	// timeout bounds the drain: evictions blocked by PodDisruptionBudgets are
+	// retried until then. Defaults to 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')",message="spec.drain.timeout must be a non-negative duration, such as 10m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// onTimeout is Deprovision (the default: remove the machine anyway) or Cordon
+	// (leave the node cordoned with a DrainTimedOut condition for a human).
+	// +optional
+	// +kubebuilder:default=Deprovision
+	OnTimeout DrainTimeoutAction `json:"onTimeout,omitempty"`
+	// waitForVolumeDetach waits, within the timeout, until no volume is attached
+	// to the node before its machine is removed.
+	// +optional
+	WaitForVolumeDetach bool `json:"waitForVolumeDetach,omitempty"`
+}
+
+// NodeClassStatus is what the driver made of a NodeClass.
+type NodeClassStatus struct {
+	// observedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Valid says whether the driver accepted the configuration, and why not.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+
+// NodeClassList is a list of NodeClasses.
+type NodeClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the NodeClasses.
+	Items []NodeClass `json:"items"`
+}

@@ -1,0 +1,278 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// +genclient
+// +genclient:method=GetScale,verb=get,subresource=scale,result=k8s.io/api/autoscaling/v1.Scale
+// +genclient:method=UpdateScale,verb=update,subresource=scale,input=k8s.io/api/autoscaling/v1.Scale,result=k8s.io/api/autoscaling/v1.Scale
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,shortName=nds,categories=nodeset
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=".spec.nodeClassName"
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=".spec.replicas"
+// +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=".status.replicas"
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=".status.readyReplicas"
+// +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=".status.updatedReplicas"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+
+// NodeSet is a tenant's request for nodes, as a PersistentVolumeClaim is for
+// storage: "N nodes of class X, with these labels and taints". The controllers
+// make one core v1 Node, and one machine, per replica.
+type NodeSet struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the nodes the tenant wants.
+	Spec NodeSetSpec `json:"spec"`
+	// status is the nodes the set has.
+	// +optional
+	Status NodeSetStatus `json:"status,omitempty"`
+}
+
+// NodeSetSpec is the nodes a tenant wants.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || (self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)",message="spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="[has(self.simulated), has(self.dockerMachine), has(self.eksAutoscalingGroup), has(self.eksManagedNodeGroup), has(self.parameters)].filter(x, x).size() <= 1",message="at most one driver section (simulated, dockerMachine, eksAutoscalingGroup, eksManagedNodeGroup or parameters) may be overridden"
+type NodeSetSpec struct {
+	// nodeClassName is the NodeClass the nodes are made from. It cannot be changed.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.nodeClassName is immutable; create a new NodeSet to change class"
+	NodeClassName string `json:"nodeClassName"`
+
+	// replicas is the number of nodes wanted. Defaults to 1. It is the /scale
+	// subresource's spec.replicas, so kubectl scale works.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// autoscaling, when present, lets cluster-autoscaler scale the set between
+	// minReplicas and maxReplicas.
+	// +optional
+	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
+
+	// template holds the labels, annotations and taints the tenant wants on its
+	// nodes, on top of the class's. Keys under nodeset.dev/ are reserved.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.labels) || self.labels.all(k, !k.startsWith('nodeset.dev/'))",message="spec.template.labels: keys under nodeset.dev/ are reserved for nodeset"
+	// +kubebuilder:validation:XValidation:rule="!has(self.annotations) || self.annotations.all(k, !k.startsWith('nodeset.dev/'))",message="spec.template.annotations: keys under nodeset.dev/ are reserved for nodeset"
+	// +kubebuilder:validation:XValidation:rule="!has(self.taints) || self.taints.all(t, !t.key.startsWith('nodeset.dev/'))",message="spec.template.taints: keys under nodeset.dev/ are reserved for nodeset"
+	Template NodeTemplate `json:"template,omitempty"`
+
+	// Driver-section overrides: fields of the class's driver section that the
+	// class lists in tenantOverrides. Every field is optional.
+	DriverSections `json:",inline"`
+
+	// parameters overrides an out-of-tree driver's parameters, where the class allows it.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	Parameters *runtime.RawExtension `json:"parameters,omitempty"`
+
+	// strategy says how nodes are replaced when the effective template changes.
+	// +optional
+	// +kubebuilder:default={type: RollingUpdate}
+	Strategy NodeSetStrategy `json:"strategy,omitempty"`
+
+	// deletePolicy says which node goes first on scale-down: Newest (the
+	// default), Oldest or Random. Nodes marked with the nodeset.dev/delete-node
+	// annotation, then unregistered and unhealthy nodes, always go first.
+	// +optional
+	// +kubebuilder:default=Newest
+	DeletePolicy DeletePolicy `json:"deletePolicy,omitempty"`
+
+	// minReadySeconds is how long a node must be Ready to count as available.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
+
+	// paused stops a rollout where it is; scaling still happens.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Autoscaling bounds cluster-autoscaler's scaling of a NodeSet.
+//
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas"
+type Autoscaling struct {
+	// minReplicas is the fewest nodes cluster-autoscaler may leave.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	MinReplicas int32 `json:"minReplicas"`
+	// maxReplicas is the most nodes cluster-autoscaler may make.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	MaxReplicas int32 `json:"maxReplicas"`
+}
+
+// NodeTemplate is the labels, annotations and taints put on Nodes.
+type NodeTemplate struct {
+	// labels put on every Node. Keys and values follow the rules of Kubernetes
+	// labels; a NodeSet whose labels break them is not Accepted.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Labels map[string]string `json:"labels,omitempty"`
+	// annotations put on every Node.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// taints put on every Node.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message="taints: each key and effect may appear only once"
+	Taints []Taint `json:"taints,omitempty"`
+}
+
+// Taint keeps pods that do not tolerate it off a Node.
+type Taint struct {
+	// key of the taint.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	Key string `json:"key"`
+	// value of the taint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`
+	Value string `json:"value,omitempty"`
+	// effect is NoSchedule, PreferNoSchedule or NoExecute.
+	// +required
+	// +kubebuilder:validation:Enum=NoSchedule;PreferNoSchedule;NoExecute
+	Effect string `json:"effect"`
+}
+
+// NodeSetStrategyType names how a NodeSet replaces nodes.
+// +kubebuilder:validation:Enum=RollingUpdate;OnDelete;Managed
+type NodeSetStrategyType string
+
+const (
+	// RollingUpdateStrategy replaces outdated nodes within maxSurge and maxUnavailable.
+	RollingUpdateStrategy NodeSetStrategyType = "RollingUpdate"
+	// OnDeleteStrategy gives new nodes the new template and leaves old ones until deleted.
+	OnDeleteStrategy NodeSetStrategyType = "OnDelete"
+	// ManagedStrategy lets the group driver roll (for example an EKS managed node group update).
+	ManagedStrategy NodeSetStrategyType = "Managed"
+)
+
+// NodeSetStrategy says how nodes are replaced when the effective template changes.
+//
+// +kubebuilder:validation:XValidation:rule="self.type == 'RollingUpdate' || !has(self.rollingUpdate)",message="spec.strategy.rollingUpdate may only be set when spec.strategy.type is RollingUpdate"
+type NodeSetStrategy struct {
+	// type is RollingUpdate (the default), OnDelete or Managed.
+	// +optional
+	// +kubebuilder:default=RollingUpdate
+	Type NodeSetStrategyType `json:"type,omitempty"`
+	// rollingUpdate bounds a RollingUpdate. Absent means maxSurge 1, maxUnavailable 0.
+	// +optional
+	RollingUpdate *RollingUpdateNodeSet `json:"rollingUpdate,omitempty"`
+}
+
+// RollingUpdateNodeSet bounds a rolling update, with Deployment semantics.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.maxSurge) && has(self.maxUnavailable) && (self.maxSurge == 0 || self.maxSurge == '0%') && (self.maxUnavailable == 0 || self.maxUnavailable == '0%'))",message="spec.strategy.rollingUpdate: maxSurge and maxUnavailable cannot both be zero"
+type RollingUpdateNodeSet struct {
+	// maxSurge is how many nodes, or what percentage of replicas (rounded up),
+	// may exist above replicas during a rollout. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.strategy.rollingUpdate.maxSurge must be a non-negative integer or a percentage from 0% to 100%"
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+	// maxUnavailable is how many nodes, or what percentage of replicas (rounded
+	// down), may be unavailable during a rollout. Defaults to 0.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.strategy.rollingUpdate.maxUnavailable must be a non-negative integer or a percentage from 0% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// DeletePolicy says which node goes first on scale-down.
+// +kubebuilder:validation:Enum=Random;Newest;Oldest
+type DeletePolicy string
+
+const (
+	// DeletePolicyRandom removes any node.
+	DeletePolicyRandom DeletePolicy = "Random"
+	// DeletePolicyNewest removes the most recently created node first.
+	DeletePolicyNewest DeletePolicy = "Newest"
+	// DeletePolicyOldest removes the oldest node first.
+	DeletePolicyOldest DeletePolicy = "Oldest"
+)
+
+// NodeSetStatus is the nodes a NodeSet has.
+type NodeSetStatus struct {
+	// observedGeneration is the generation this status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// replicas is the number of Nodes the set has, in any state but deleting.
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// readyReplicas is the number of Nodes whose kubelet reports Ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// availableReplicas is the number of Nodes Ready for at least minReadySeconds.
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+	// updatedReplicas is the number of Nodes made from the current template.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	// selector is the label selector of the set's Nodes, for the /scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// templateHash is the hash of the current effective template; Nodes labelled
+	// with another hash are outdated.
+	// +optional
+	TemplateHash string `json:"templateHash,omitempty"`
+	// group is the state of the cloud group behind the set, for group drivers.
+	// +optional
+	Group *GroupStatus `json:"group,omitempty"`
+	// conditions: Accepted, Available, Progressing and ReplicaFailure.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GroupStatus is the state of the cloud group behind a NodeSet.
+type GroupStatus struct {
+	// name of the group in the cloud.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// state of the group as the cloud reports it, such as ACTIVE or UPDATING.
+	// +optional
+	State string `json:"state,omitempty"`
+	// desiredSize of the group in the cloud.
+	// +optional
+	DesiredSize *int32 `json:"desiredSize,omitempty"`
+	// updateID is the cloud's id of the update in progress or last finished.
+	// +optional
+	UpdateID string `json:"updateID,omitempty"`
+	// updateStatus is the state of that update, such as InProgress or Successful.
+	// +optional
+	UpdateStatus string `json:"updateStatus,omitempty"`
+	// message explains the state, such as a degraded group's health issues.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+
+// NodeSetList is a list of NodeSets.
+type NodeSetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the NodeSets.
+	Items []NodeSet `json:"items"`
+}

@@ -1,0 +1,53 @@
+package v1alpha1
+
+// Labels, annotations, taints and finalizers that nodeset puts on core v1 Nodes.
+// Keys under the nodeset.dev/ prefix are reserved: tenants cannot set them.
+const (
+	// ReservedKeyPrefix is the prefix of every key nodeset owns.
+	ReservedKeyPrefix = "nodeset.dev/"
+
+	// LabelNodeSetNamespace is the namespace of the NodeSet a Node belongs to.
+	LabelNodeSetNamespace = "nodeset.dev/nodeset-namespace"
+	// LabelNodeSet is the name of the NodeSet a Node belongs to.
+	LabelNodeSet = "nodeset.dev/nodeset"
+	// LabelNodeClass is the NodeClass a Node's machine is made from. A Node that
+	// carries only this label is a static node: provisioned, but owned by no NodeSet.
+	LabelNodeClass = "nodeset.dev/nodeclass"
+	// LabelTemplateHash is the hash of the effective template a Node was made from.
+	LabelTemplateHash = "nodeset.dev/template-hash"
+	// LabelTenant marks and taints the Nodes of Dedicated classes with the tenant namespace.
+	LabelTenant = "nodeset.dev/tenant"
+
+	// FinalizerTermination holds a Node until its machine has been drained and deprovisioned.
+	FinalizerTermination = "nodeset.dev/termination"
+	// TaintUnregistered keeps pods off a Node until its kubelet reports Ready.
+	TaintUnregistered = "nodeset.dev/unregistered"
+
+	// AnnotationDeleteNode marks a Node to be removed first on the next scale-down.
+	AnnotationDeleteNode = "nodeset.dev/delete-node"
+)
+
+// Driver names served by this project. Any other name is an out-of-tree driver
+// configured through spec.parameters.
+const (
+	DriverSimulated     = "simulated"
+	DriverDockerMachine = "docker-machine"
+	DriverEKSASG        = "eks-asg"
+	DriverEKSManaged    = "eks-managed"
+)
+
+// Condition types.
+const (
+	// NodeClassValid: the driver accepted the class's configuration.
+	NodeClassValid = "Valid"
+
+	// NodeSetAccepted: the class exists, the namespace may use it, overrides stay
+	// within its boundary and its limits are respected.
+	NodeSetAccepted = "Accepted"
+	// NodeSetAvailable: at least replicas - maxUnavailable nodes are Ready.
+	NodeSetAvailable = "Available"
+	// NodeSetProgressing: nodes are being created, replaced or removed.
+	NodeSetProgressing = "Progressing"
+	// NodeSetReplicaFailure: a node could not be created or its machine not provisioned.
+	NodeSetReplicaFailure = "ReplicaFailure"
+)

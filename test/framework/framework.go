@@ -1,0 +1,213 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// Shared is the control plane of the running test binary, set by Run.
+var Shared *ControlPlane
+
+// TestUsers are the identities every test control plane authenticates, besides the admin.
+var TestUsers = []string{"nodeset-controller", "node-controller", "tenant-a", "tenant-b"}
+
+// Run is a TestMain body: it starts one control plane for the test binary,
+// installs the CRDs from deploy/crds, runs the tests and tears it all down.
+//
+//	func TestMain(m *testing.M) { os.Exit(framework.Run(m, framework.Options{})) }
+func Run(m *testing.M, opts Options) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	root, err := RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if opts.BinDir == "" {
+		if opts.BinDir, err = KubeBinaries(ctx, root); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	dir, err := os.MkdirTemp("", "nodeset-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	opts.Dir = dir
+	if opts.Users == nil {
+		opts.Users = TestUsers
+	}
+	start := time.Now()
+	cp, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		dumpLogs(dir)
+		return 1
+	}
+	if err := InstallCRDs(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "crds")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		cp.Stop()
+		dumpLogs(dir)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "framework: control plane at %s ready in %s\n", cp.Host, time.Since(start).Round(time.Millisecond))
+	Shared = cp
+	code := m.Run()
+	cp.Stop()
+	if code == 0 {
+		_ = os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(os.Stderr, "framework: control-plane state and logs kept in %s\n", dir)
+	}
+	return code
+}
+
+// RepoRoot finds the repository root: the directory of the go.mod of module
+// nodeset.dev/nodeset, from the working directory upwards.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		raw, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(raw, []byte("module nodeset.dev/nodeset\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("framework: no nodeset.dev/nodeset go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// KubeBinaries builds (or finds in the cache) the pinned control-plane
+// binaries with hack/kube-binaries.sh and returns their directory.
+func KubeBinaries(ctx context.Context, root string) (string, error) {
+	if dir := os.Getenv("NODESET_KUBE_BIN"); dir != "" {
+		return dir, nil
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "kube-binaries.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("framework: hack/kube-binaries.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// InstallCRDs creates or updates every CRD in dir and waits until each is Established.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("framework: no CRDs in %s", dir)
+	}
+	var names []string
+	for _, file := range files {
+		objs, err := ReadObjects(file)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			names = append(names, obj.GetName())
+			existing, err := client.Resource(crdGVR).Get(ctx, obj.GetName(), metav1.GetOptions{})
+			if err == nil {
+				obj.SetResourceVersion(existing.GetResourceVersion())
+				_, err = client.Resource(crdGVR).Update(ctx, obj, metav1.UpdateOptions{})
+			} else {
+				_, err = client.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{})
+			}
+			if err != nil {
+				return fmt.Errorf("framework: installing CRD %s: %w", obj.GetName(), err)
+			}
+		}
+	}
+	for _, name := range names {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			crd, err := client.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			conditions, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conditions {
+				cond, _ := c.(map[string]any)
+				if cond["type"] == "Established" && cond["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("framework: CRD %s not Established: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ReadObjects decodes every YAML document in file into an unstructured object.
+func ReadObjects(file string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	var objs []*unstructured.Unstructured
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal(doc, &obj.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		objs = append(objs, obj)
+	}
+}
+
+func dumpLogs(dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, log := range logs {
+		raw, _ := os.ReadFile(log)
+		if len(raw) > 3000 {
+			raw = raw[len(raw)-3000:]
+		}
+		fmt.Fprintf(os.Stderr, "==== %s (tail)\n%s\n", log, raw)
+	}
+}
