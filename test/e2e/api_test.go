@@ -16,8 +16,8 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -115,7 +115,9 @@ func TestClientsetListerInformerRoundTrip(t *testing.T) {
 	created, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, nodesetv1alpha1.TenancyShared, created.Spec.Tenancy, "tenancy defaults to Shared")
-	t.Cleanup(func() { _ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), "roundtrip", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), "roundtrip", metav1.DeleteOptions{})
+	})
 
 	nodeSet := &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "rt", Namespace: ns},

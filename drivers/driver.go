@@ -1,0 +1,230 @@
+// Package drivers holds the two contracts between the node controller and the
+// things that make machines: MachineDriver (one machine per Node, named by the
+// controller) and GroupDriver (a cloud group that owns and names its machines).
+//
+// Drivers never touch the Kubernetes API: they return errors, and the
+// controllers turn them into conditions, events and retries. Every call is
+// idempotent and keyed by a name the controller chose, so a crash at any point
+// neither leaks nor duplicates a machine.
+package drivers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// Owner identifies the NodeSet a machine or group belongs to. Drivers tag
+// every cloud resource with it so orphans can be found and attributed.
+type Owner struct {
+	// Cluster is the name of the cluster the node controller serves.
+	Cluster string
+	// Namespace and Name of the NodeSet; empty for a static node.
+	Namespace string
+	Name      string
+	// UID of the NodeSet; empty for a static node.
+	UID types.UID
+}
+
+// Class is the effective configuration of a machine: the NodeClass's driver
+// section with the NodeSet's permitted overrides merged in.
+type Class struct {
+	// Name of the NodeClass.
+	Name string
+	// Spec is the class spec with overrides applied to its driver section.
+	Spec nodesetv1alpha1.NodeClassSpec
+	// Credentials are the data of the class's credentials Secret, if any. A
+	// driver must never log, return or persist them anywhere but the cloud call.
+	Credentials map[string][]byte
+}
+
+// Machine is what a machine driver is asked to create: the Node is chosen
+// first, and the machine takes its name as hostname.
+type Machine struct {
+	// Name is the Node's name; the machine's hostname and the idempotency key.
+	Name string
+	// Owner of the machine.
+	Owner Owner
+	// Class is the effective configuration.
+	Class Class
+	// Labels and Taints are what the controller puts on the Node; drivers may
+	// pass them to the kubelet, but the controller applies them regardless.
+	Labels map[string]string
+	Taints []corev1.Taint
+}
+
+// MachineState is the lifecycle state of a machine as its driver sees it.
+type MachineState string
+
+const (
+	// MachinePending: being created or booting.
+	MachinePending MachineState = "Pending"
+	// MachineRunning: up; its kubelet may or may not have registered.
+	MachineRunning MachineState = "Running"
+	// MachineStopping: being shut down or deleted.
+	MachineStopping MachineState = "Stopping"
+	// MachineFailed: will not come up; the controller replaces it.
+	MachineFailed MachineState = "Failed"
+)
+
+// MachineStatus is what a driver knows about one machine.
+type MachineStatus struct {
+	// Name is the machine's name: the Node name for machine drivers, the name
+	// the cloud gave it for group drivers.
+	Name string
+	// ProviderID is the Node's spec.providerID for this machine.
+	ProviderID string
+	// State of the machine.
+	State MachineState
+	// Owner recorded on the machine (from its tags or its name).
+	Owner Owner
+	// CreatedAt is when the machine was created, as Unix seconds; 0 if unknown.
+	CreatedAt int64
+	// Message explains a Failed state.
+	Message string
+}
+
+// Capacity is what a node of a class offers, so cluster-autoscaler can scale a
+// NodeSet from zero.
+type Capacity struct {
+	// Resources are the node's capacity (cpu, memory, pods, ephemeral-storage, ...).
+	Resources corev1.ResourceList
+	// Allocatable is what pods can use; Resources when empty.
+	Allocatable corev1.ResourceList
+	// Labels the node will carry (instance type, zone, architecture, ...).
+	Labels map[string]string
+	// Taints the node will carry, besides the template's.
+	Taints []corev1.Taint
+}
+
+// Driver is what every driver implements.
+type Driver interface {
+	// Name is the value of NodeClass spec.driver this driver serves.
+	Name() string
+	// Validate checks a class's effective configuration without side effects.
+	// A non-nil error is reported as Valid=False (NodeClass) or Accepted=False
+	// (NodeSet) with its message. Required.
+	Validate(ctx context.Context, class Class) error
+	// Capacity reports what one node of the class offers. Required; may return
+	// ErrNotImplemented when the driver cannot know before a machine exists.
+	Capacity(ctx context.Context, class Class) (Capacity, error)
+}
+
+// MachineDriver makes one machine per Node. The controller picks the Node name
+// first; the machine takes it as hostname.
+type MachineDriver interface {
+	Driver
+	// Create makes the machine, or finds the one already made under this name,
+	// and returns its provider ID. Calling it again for a machine that exists
+	// returns the same provider ID and creates nothing. Required.
+	Create(ctx context.Context, machine Machine) (providerID string, err error)
+	// Delete removes the machine with this name. It returns nil once the
+	// machine is gone, including when it never existed, and ErrInProgress while
+	// a deletion it started has not finished. Required.
+	Delete(ctx context.Context, class Class, name string) error
+	// Get returns the machine with this name, or an error wrapping ErrNotFound. Required.
+	Get(ctx context.Context, class Class, name string) (MachineStatus, error)
+	// List returns every machine this driver made for the cluster, for orphan
+	// collection. It must fail, not return a partial list, when it cannot see
+	// everything. Required.
+	List(ctx context.Context) ([]MachineStatus, error)
+}
+
+// Group is the desired state of the cloud group behind one NodeSet.
+type Group struct {
+	// Name is the group's deterministic name, chosen by the controller.
+	Name string
+	// Owner of the group.
+	Owner Owner
+	// Class is the effective configuration.
+	Class Class
+	// Replicas is the size the group should have.
+	Replicas int32
+	// MinReplicas and MaxReplicas bound the group.
+	MinReplicas, MaxReplicas int32
+	// TemplateHash of the effective configuration; a change rolls the group.
+	TemplateHash string
+	// Labels and Taints of the NodeSet's nodes.
+	Labels map[string]string
+	Taints []corev1.Taint
+}
+
+// GroupStatus is what a group driver knows about one group.
+type GroupStatus struct {
+	// Name of the group.
+	Name string
+	// DesiredSize is the cloud's desired capacity.
+	DesiredSize int32
+	// State is the cloud's state of the group (ACTIVE, UPDATING, ...).
+	State string
+	// Message explains a degraded state.
+	Message string
+	// Machines are the group's instances.
+	Machines []MachineStatus
+	// UpdateID and UpdateStatus describe a driver-native rolling update.
+	UpdateID, UpdateStatus string
+}
+
+// GroupDriver runs a cloud group per NodeSet. The cloud names the machines;
+// the node controller creates a Node for each once it exists.
+type GroupDriver interface {
+	Driver
+	// EnsureGroup creates or updates the group. It raises the group's desired
+	// size to group.Replicas but never lowers it: lowering happens only in
+	// TerminateMachine, for a machine the controller chose and drained. Required.
+	EnsureGroup(ctx context.Context, group Group) (GroupStatus, error)
+	// DescribeGroup returns the group and its machines, or ErrNotFound. Required.
+	DescribeGroup(ctx context.Context, class Class, name string) (GroupStatus, error)
+	// TerminateMachine terminates one machine and lowers the group's desired
+	// size by one in the same cloud call, so the cloud never replaces it and
+	// never picks another victim. Terminating a machine already gone returns nil. Required.
+	TerminateMachine(ctx context.Context, class Class, group, providerID string) error
+	// DeleteGroup removes the group and everything the driver made for it;
+	// nil once gone, ErrInProgress while deleting. Required.
+	DeleteGroup(ctx context.Context, class Class, name string) error
+	// ListGroups returns every group this driver made for the cluster, for
+	// orphan collection; it fails rather than return a partial list. Required.
+	ListGroups(ctx context.Context) ([]GroupStatus, error)
+}
+
+// Errors drivers wrap so the controllers can react to them.
+var (
+	// ErrNotFound: the machine or group does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInProgress: the operation was started and has not finished; call again.
+	ErrInProgress = errors.New("in progress")
+	// ErrOutOfCapacity: the cloud has no capacity for the request; back off.
+	ErrOutOfCapacity = errors.New("out of capacity")
+	// ErrInvalidConfiguration: the class's configuration cannot work; retrying will not help.
+	ErrInvalidConfiguration = errors.New("invalid configuration")
+	// ErrThrottled: the cloud throttled the call; retry later.
+	ErrThrottled = errors.New("throttled")
+	// ErrNotImplemented: the driver does not offer this optional call.
+	ErrNotImplemented = errors.New("not implemented")
+)
+
+// InvalidConfiguration returns an error wrapping ErrInvalidConfiguration that
+// names the field and the rule.
+func InvalidConfiguration(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfiguration, field, fmt.Sprintf(format, args...))
+}
+
+// Registry holds the drivers a node controller serves, by name.
+type Registry map[string]Driver
+
+// Machine returns the machine driver serving name, if any.
+func (r Registry) Machine(name string) (MachineDriver, bool) {
+	d, ok := r[name].(MachineDriver)
+	return d, ok
+}
+
+// Group returns the group driver serving name, if any.
+func (r Registry) Group(name string) (GroupDriver, bool) {
+	d, ok := r[name].(GroupDriver)
+	return d, ok
+}

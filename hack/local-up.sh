@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Starts a real control plane on this machine: etcd, kube-apiserver (RBAC on,
+# token authentication) and kube-scheduler on loopback ports, built from their
+# Go modules by hack/kube-binaries.sh (cached), with the nodeset CRDs
+# installed. Running it again reuses the running control plane.
+# State, logs and kubeconfig: ${NODESET_LOCAL_DIR:-~/.cache/nodeset/local-up}.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+bin="$(hack/kube-binaries.sh)"
+go run ./hack/localup --bin-dir "${bin}" "$@"

@@ -1,0 +1,104 @@
+// Command localup starts or stops the local control plane (etcd,
+// kube-apiserver, kube-scheduler on loopback) for the demo and for manual use.
+// hack/local-up.sh and hack/local-down.sh call it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"nodeset.dev/nodeset/test/framework"
+)
+
+func main() {
+	down := flag.Bool("down", false, "stop the control plane and remove its state")
+	dir := flag.String("dir", defaultDir(), "directory for the control plane's state, logs and kubeconfig")
+	binDir := flag.String("bin-dir", "", "directory with etcd, kube-apiserver, kube-scheduler and kubectl")
+	flag.Parse()
+	if err := run(*down, *dir, *binDir); err != nil {
+		fmt.Fprintln(os.Stderr, "local-up:", err)
+		os.Exit(1)
+	}
+}
+
+func defaultDir() string {
+	if dir := os.Getenv("NODESET_LOCAL_DIR"); dir != "" {
+		return dir
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return filepath.Join(cache, "nodeset", "local-up")
+}
+
+func run(down bool, dir, binDir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if down {
+		cp, err := framework.Load(ctx, dir)
+		if cp != nil {
+			cp.Stop()
+		}
+		if err != nil && cp == nil {
+			fmt.Println("local-up: no control plane state in", dir)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		fmt.Println("local-up: stopped; removed", dir)
+		return nil
+	}
+
+	if cp, err := framework.Load(ctx, dir); err == nil {
+		fmt.Printf("local-up: reusing the running control plane at %s\n", cp.Host)
+		return printUsage(cp)
+	} else if cp != nil {
+		fmt.Println("local-up: the previous control plane is not healthy; starting a new one")
+		cp.Stop()
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if binDir == "" {
+		if binDir, err = framework.KubeBinaries(ctx, root); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	cp, err := framework.Start(ctx, framework.Options{
+		Dir:       dir,
+		BinDir:    binDir,
+		Scheduler: true,
+		Detach:    true,
+		Users:     framework.TestUsers,
+	})
+	if err != nil {
+		return err
+	}
+	if err := framework.InstallCRDs(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "crds")); err != nil {
+		return err
+	}
+	fmt.Printf("local-up: control plane at %s ready in %s; CRDs installed\n", cp.Host, time.Since(start).Round(time.Millisecond))
+	return printUsage(cp)
+}
+
+func printUsage(cp *framework.ControlPlane) error {
+	fmt.Printf(`
+  export KUBECONFIG=%s
+  export PATH=%s:$PATH    # the kubectl built with this control plane
+  kubectl get nodeclasses,nodesets,nodes
+
+  logs:  %s
+  stop:  hack/local-down.sh
+`, cp.KubeconfigPath, cp.BinDir, filepath.Join(cp.Dir, "logs"))
+	return nil
+}

@@ -1,0 +1,332 @@
+// Package resolve computes what a NodeSet means under its NodeClass: the
+// effective driver configuration (the class's section with the overrides the
+// class permits), the template hash that tells outdated Nodes apart, and the
+// labels and taints every Node of the set carries. It is pure: no API calls.
+package resolve
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// RestrictedFieldError says a NodeSet overrides a field its class does not let tenants set.
+type RestrictedFieldError struct {
+	// Class is the NodeClass's name.
+	Class string
+	// Fields are the overridden restricted fields, as spec paths.
+	Fields []string
+	// Allowed are the fields the class lets tenants override.
+	Allowed []string
+}
+
+func (e *RestrictedFieldError) Error() string {
+	allowed := "none"
+	if len(e.Allowed) > 0 {
+		allowed = strings.Join(e.Allowed, ", ")
+	}
+	return fmt.Sprintf("%s restricted by NodeClass %s; the fields tenants may override are: %s",
+		strings.Join(e.Fields, ", ")+pluralIs(len(e.Fields)), e.Class, allowed)
+}
+
+func pluralIs(n int) string {
+	if n == 1 {
+		return " is"
+	}
+	return " are"
+}
+
+// SectionName returns the JSON name of the driver section a class spec sets
+// ("simulated", "eksAutoscalingGroup", ..., or "parameters"), or "" if none.
+func SectionName(spec *nodesetv1alpha1.NodeClassSpec) string {
+	switch {
+	case spec.Simulated != nil:
+		return "simulated"
+	case spec.DockerMachine != nil:
+		return "dockerMachine"
+	case spec.EKSAutoscalingGroup != nil:
+		return "eksAutoscalingGroup"
+	case spec.EKSManagedNodeGroup != nil:
+		return "eksManagedNodeGroup"
+	case spec.Parameters != nil:
+		return "parameters"
+	}
+	return ""
+}
+
+func nodeSetSection(set *nodesetv1alpha1.NodeSet) (string, any) {
+	switch {
+	case set.Spec.Simulated != nil:
+		return "simulated", set.Spec.Simulated
+	case set.Spec.DockerMachine != nil:
+		return "dockerMachine", set.Spec.DockerMachine
+	case set.Spec.EKSAutoscalingGroup != nil:
+		return "eksAutoscalingGroup", set.Spec.EKSAutoscalingGroup
+	case set.Spec.EKSManagedNodeGroup != nil:
+		return "eksManagedNodeGroup", set.Spec.EKSManagedNodeGroup
+	case set.Spec.Parameters != nil:
+		return "parameters", set.Spec.Parameters
+	}
+	return "", nil
+}
+
+// EffectiveSpec returns the class's spec with the NodeSet's driver-section
+// overrides merged in, where the class's tenantOverrides allow them. Merge
+// rules: scalars and lists replace; maps merge, the class's keys winning
+// unless "field.key" is itself listed; objects merge field by field when only
+// some of their fields are listed. A NodeSet of nil yields the class's spec.
+func EffectiveSpec(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
+	spec := *class.Spec.DeepCopy()
+	if set == nil {
+		return spec, nil
+	}
+	name, override := nodeSetSection(set)
+	if name == "" {
+		return spec, nil
+	}
+	classSection := SectionName(&spec)
+	if name != classSection {
+		return spec, fmt.Errorf("spec.%s does not match NodeClass %s, whose driver %s is configured in spec.%s",
+			name, class.Name, spec.Driver, classSection)
+	}
+	base, err := toMap(sectionValue(&spec))
+	if err != nil {
+		return spec, err
+	}
+	patch, err := toMap(override)
+	if err != nil {
+		return spec, err
+	}
+	allowed := map[string]bool{}
+	for _, field := range spec.TenantOverrides {
+		allowed[field] = true
+	}
+	var restricted []string
+	merged := mergeOverrides(base, patch, "", allowed, func(path string) {
+		restricted = append(restricted, "spec."+name+"."+path)
+	})
+	if len(restricted) > 0 {
+		sort.Strings(restricted)
+		return spec, &RestrictedFieldError{Class: class.Name, Fields: restricted, Allowed: spec.TenantOverrides}
+	}
+	if err := setSection(&spec, name, merged); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+func mergeOverrides(base, patch map[string]any, prefix string, allowed map[string]bool, restricted func(string)) map[string]any {
+	if base == nil {
+		base = map[string]any{}
+	}
+	for key, value := range patch {
+		path := prefix + key
+		baseValue := base[key]
+		switch {
+		case allowed[path]:
+			if patchMap, ok := value.(map[string]any); ok {
+				if baseMap, ok := baseValue.(map[string]any); ok {
+					base[key] = mergeMap(baseMap, patchMap, path, allowed)
+					continue
+				}
+			}
+			base[key] = value
+		case hasAllowedBelow(allowed, path):
+			patchMap, ok := value.(map[string]any)
+			if !ok {
+				restricted(path)
+				continue
+			}
+			baseMap, _ := baseValue.(map[string]any)
+			base[key] = mergeOverrides(baseMap, patchMap, path+".", allowed, restricted)
+		default:
+			restricted(path)
+		}
+	}
+	return base
+}
+
+// mergeMap merges an overridable map: the tenant adds keys; the class's keys
+// win unless the key itself is listed as overridable.
+func mergeMap(base, patch map[string]any, path string, allowed map[string]bool) map[string]any {
+	out := make(map[string]any, len(base)+len(patch))
+	for k, v := range patch {
+		out[k] = v
+	}
+	for k, v := range base {
+		if _, tenantSet := patch[k]; tenantSet && allowed[path+"."+k] {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func hasAllowedBelow(allowed map[string]bool, path string) bool {
+	for field := range allowed {
+		if strings.HasPrefix(field, path+".") {
+			return true
+		}
+	}
+	return false
+}
+
+func sectionValue(spec *nodesetv1alpha1.NodeClassSpec) any {
+	switch SectionName(spec) {
+	case "simulated":
+		return spec.Simulated
+	case "dockerMachine":
+		return spec.DockerMachine
+	case "eksAutoscalingGroup":
+		return spec.EKSAutoscalingGroup
+	case "eksManagedNodeGroup":
+		return spec.EKSManagedNodeGroup
+	case "parameters":
+		return spec.Parameters
+	}
+	return nil
+}
+
+func setSection(spec *nodesetv1alpha1.NodeClassSpec, name string, value map[string]any) error {
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return err
+	}
+	var target any
+	switch name {
+	case "simulated":
+		spec.Simulated = &nodesetv1alpha1.SimulatedMachine{}
+		target = spec.Simulated
+	case "dockerMachine":
+		spec.DockerMachine = &nodesetv1alpha1.DockerMachine{}
+		target = spec.DockerMachine
+	case "eksAutoscalingGroup":
+		spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{}
+		target = spec.EKSAutoscalingGroup
+	case "eksManagedNodeGroup":
+		spec.EKSManagedNodeGroup = &nodesetv1alpha1.EKSManagedNodeGroup{}
+		target = spec.EKSManagedNodeGroup
+	case "parameters":
+		spec.Parameters = &runtime.RawExtension{Raw: raw}
+		return nil
+	}
+	return json.Unmarshal(raw, target)
+}
+
+func toMap(v any) (map[string]any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if string(raw) == "null" {
+		return out, nil
+	}
+	return out, json.Unmarshal(raw, &out)
+}
+
+// TemplateHash hashes everything that shapes a Node of the set: the effective
+// driver configuration, the class's and the set's templates and the tenancy.
+// Nodes labelled with another hash are outdated.
+func TemplateHash(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.NodeSet) string {
+	shape := struct {
+		Driver   string                         `json:"driver"`
+		Sections nodesetv1alpha1.DriverSections `json:"sections"`
+		Params   *runtime.RawExtension          `json:"parameters,omitempty"`
+		Class    nodesetv1alpha1.NodeTemplate   `json:"class"`
+		Set      nodesetv1alpha1.NodeTemplate   `json:"set"`
+		Tenancy  nodesetv1alpha1.Tenancy        `json:"tenancy"`
+	}{effective.Driver, effective.DriverSections, effective.Parameters, effective.NodeTemplate, set.Spec.Template, effective.Tenancy}
+	raw, _ := json.Marshal(shape)
+	h := fnv.New32a()
+	_, _ = h.Write(raw)
+	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
+}
+
+// SelectorLabels are the labels that select a NodeSet's Nodes.
+func SelectorLabels(set *nodesetv1alpha1.NodeSet) map[string]string {
+	return map[string]string{
+		nodesetv1alpha1.LabelNodeSetNamespace: set.Namespace,
+		nodesetv1alpha1.LabelNodeSet:          set.Name,
+	}
+}
+
+// Selector selects a NodeSet's Nodes.
+func Selector(set *nodesetv1alpha1.NodeSet) labels.Selector {
+	return labels.SelectorFromSet(SelectorLabels(set))
+}
+
+// NodeLabels are the labels of a Node of the set: the class's template, then
+// the set's, then the reserved nodeset labels, which always win.
+func NodeLabels(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodesetv1alpha1.NodeSet, templateHash string) map[string]string {
+	out := map[string]string{}
+	for k, v := range effective.NodeTemplate.Labels {
+		out[k] = v
+	}
+	for k, v := range set.Spec.Template.Labels {
+		out[k] = v
+	}
+	for k, v := range SelectorLabels(set) {
+		out[k] = v
+	}
+	out[nodesetv1alpha1.LabelNodeClass] = class
+	out[nodesetv1alpha1.LabelTemplateHash] = templateHash
+	if effective.Tenancy == nodesetv1alpha1.TenancyDedicated {
+		out[nodesetv1alpha1.LabelTenant] = set.Namespace
+	}
+	return out
+}
+
+// NodeAnnotations are the annotations of a Node of the set: the class's, then the set's.
+func NodeAnnotations(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.NodeSet) map[string]string {
+	out := map[string]string{}
+	for k, v := range effective.NodeTemplate.Annotations {
+		out[k] = v
+	}
+	for k, v := range set.Spec.Template.Annotations {
+		out[k] = v
+	}
+	return out
+}
+
+// NodeTaints are the taints of a registered Node of the set: the class's, the
+// set's (a set's taint replaces the class's with the same key and effect),
+// and the tenant taint of Dedicated classes.
+func NodeTaints(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.NodeSet) []corev1.Taint {
+	var out []corev1.Taint
+	add := func(t corev1.Taint) {
+		for i := range out {
+			if out[i].Key == t.Key && out[i].Effect == t.Effect {
+				out[i] = t
+				return
+			}
+		}
+		out = append(out, t)
+	}
+	for _, t := range effective.NodeTemplate.Taints {
+		add(corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	if set != nil {
+		for _, t := range set.Spec.Template.Taints {
+			add(corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+		}
+		if effective.Tenancy == nodesetv1alpha1.TenancyDedicated {
+			add(corev1.Taint{Key: nodesetv1alpha1.LabelTenant, Value: set.Namespace, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+	return out
+}
+
+// StartupTaint keeps pods off a Node until its kubelet reports Ready.
+func StartupTaint() corev1.Taint {
+	return corev1.Taint{Key: nodesetv1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoExecute}
+}
