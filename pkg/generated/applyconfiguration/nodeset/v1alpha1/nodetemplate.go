@@ -12,7 +12,8 @@ package v1alpha1
 //
 // NodeTemplate is the labels, annotations and taints put on Nodes.
 type NodeTemplateApplyConfiguration struct {
-	// labels put on every Node.
+	// labels put on every Node. Keys and values follow the rules of Kubernetes
+	// labels; a NodeSet whose labels break them is not Accepted.
 	Labels map[string]string `json:"labels,omitempty"`
 	// annotations put on every Node.
 	Annotations map[string]string `json:"annotations,omitempty"`
