@@ -1,0 +1,207 @@
+package resolve
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+func asgClass(overrides ...string) *nodesetv1alpha1.NodeClass {
+	return &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "asg"},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver: nodesetv1alpha1.DriverEKSASG,
+			DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+				ClusterName:  "prod",
+				Region:       "eu-west-1",
+				ImageID:      "ami-0123456789abcdef0",
+				InstanceType: "m5.large",
+				SubnetIDs:    []string{"subnet-0a1b2c3d"},
+				Tags:         map[string]string{"team": "platform", "cost-center": "42"},
+				MixedInstances: &nodesetv1alpha1.MixedInstancesPolicy{
+					InstanceTypes: []string{"m5.large"}, OnDemandBaseCapacity: ptr.To[int32](1),
+				},
+			}},
+			TenantOverrides: overrides,
+		},
+	}
+}
+
+func asgSet(section *nodesetv1alpha1.EKSAutoscalingGroup) *nodesetv1alpha1.NodeSet {
+	return &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{
+			NodeClassName:  "asg",
+			DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: section},
+		},
+	}
+}
+
+func TestEffectiveSpec(t *testing.T) {
+	tests := []struct {
+		name       string
+		class      *nodesetv1alpha1.NodeClass
+		set        *nodesetv1alpha1.NodeSet
+		restricted []string
+		check      func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup)
+	}{
+		{
+			name:  "no override keeps the class",
+			class: asgClass(),
+			set:   asgSet(nil),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, "m5.large", got.InstanceType)
+			},
+		},
+		{
+			name:  "allowed scalar replaces",
+			class: asgClass("instanceType"),
+			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{InstanceType: "m6i.xlarge"}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, "m6i.xlarge", got.InstanceType)
+				assert.Equal(t, "ami-0123456789abcdef0", got.ImageID, "restricted fields keep the class value")
+			},
+		},
+		{
+			name:       "restricted scalar is refused",
+			class:      asgClass("instanceType"),
+			set:        asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{ImageID: "ami-0fedcba9876543210"}),
+			restricted: []string{"spec.eksAutoscalingGroup.imageID"},
+		},
+		{
+			name:  "allowed list replaces",
+			class: asgClass("subnetIDs"),
+			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{SubnetIDs: []string{"subnet-0e1f2a3b", "subnet-0f0f0f0f"}}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, []string{"subnet-0e1f2a3b", "subnet-0f0f0f0f"}, got.SubnetIDs)
+			},
+		},
+		{
+			name:  "allowed map merges and the class's keys win",
+			class: asgClass("tags"),
+			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"team": "web", "app": "shop"}}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, map[string]string{"team": "platform", "cost-center": "42", "app": "shop"}, got.Tags)
+			},
+		},
+		{
+			name:  "a listed map key may be replaced",
+			class: asgClass("tags", "tags.team"),
+			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"team": "web"}}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, "web", got.Tags["team"])
+				assert.Equal(t, "42", got.Tags["cost-center"])
+			},
+		},
+		{
+			name:  "nested field allowed, its siblings kept",
+			class: asgClass("mixedInstances.instanceTypes"),
+			set: asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{MixedInstances: &nodesetv1alpha1.MixedInstancesPolicy{
+				InstanceTypes: []string{"c6i.large"}}}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, []string{"c6i.large"}, got.MixedInstances.InstanceTypes)
+				assert.Equal(t, ptr.To[int32](1), got.MixedInstances.OnDemandBaseCapacity)
+			},
+		},
+		{
+			name:  "nested restricted field is refused",
+			class: asgClass("mixedInstances.instanceTypes"),
+			set: asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{MixedInstances: &nodesetv1alpha1.MixedInstancesPolicy{
+				OnDemandBaseCapacity: ptr.To[int32](0)}}),
+			restricted: []string{"spec.eksAutoscalingGroup.mixedInstances.onDemandBaseCapacity"},
+		},
+		{
+			name:       "every restricted field is named",
+			class:      asgClass(),
+			set:        asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Region: "us-east-1", KeyName: "mine"}),
+			restricted: []string{"spec.eksAutoscalingGroup.keyName", "spec.eksAutoscalingGroup.region"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.class.DeepCopy()
+			got, err := EffectiveSpec(tt.class, tt.set)
+			assert.Equal(t, before, tt.class, "the class must not be mutated")
+			if tt.restricted != nil {
+				var restrictedErr *RestrictedFieldError
+				require.True(t, errors.As(err, &restrictedErr), "want RestrictedFieldError, got %v", err)
+				assert.Equal(t, tt.restricted, restrictedErr.Fields)
+				assert.Contains(t, err.Error(), "restricted by NodeClass asg")
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, got.EKSAutoscalingGroup)
+		})
+	}
+}
+
+func TestEffectiveSpecWrongSection(t *testing.T) {
+	set := asgSet(nil)
+	set.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{InstanceType: "x"}
+	_, err := EffectiveSpec(asgClass("instanceType"), set)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.simulated does not match NodeClass asg")
+}
+
+func TestTemplateHash(t *testing.T) {
+	class := asgClass("instanceType")
+	set := asgSet(nil)
+	spec, err := EffectiveSpec(class, set)
+	require.NoError(t, err)
+	base := TemplateHash(&spec, set)
+	assert.Equal(t, base, TemplateHash(&spec, set.DeepCopy()), "hash is deterministic")
+
+	// A restricted class value (a new AMI) changes every set's hash.
+	newAMI := class.DeepCopy()
+	newAMI.Spec.EKSAutoscalingGroup.ImageID = "ami-0fedcba9876543210"
+	spec2, err := EffectiveSpec(newAMI, set)
+	require.NoError(t, err)
+	assert.NotEqual(t, base, TemplateHash(&spec2, set))
+
+	// So does the tenant's template; scaling does not.
+	labelled := set.DeepCopy()
+	labelled.Spec.Template.Labels = map[string]string{"tier": "web"}
+	assert.NotEqual(t, base, TemplateHash(&spec, labelled))
+	scaled := set.DeepCopy()
+	scaled.Spec.Replicas = ptr.To[int32](7)
+	assert.Equal(t, base, TemplateHash(&spec, scaled))
+}
+
+func TestNodeLabelsAndTaints(t *testing.T) {
+	spec := nodesetv1alpha1.NodeClassSpec{
+		Driver:  nodesetv1alpha1.DriverSimulated,
+		Tenancy: nodesetv1alpha1.TenancyDedicated,
+		NodeTemplate: nodesetv1alpha1.NodeTemplate{
+			Labels: map[string]string{"pool": "general", "tier": "class"},
+			Taints: []nodesetv1alpha1.Taint{{Key: "gpu", Value: "class", Effect: "NoSchedule"}},
+		},
+	}
+	set := &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{Template: nodesetv1alpha1.NodeTemplate{
+			Labels: map[string]string{"tier": "web"},
+			Taints: []nodesetv1alpha1.Taint{{Key: "gpu", Value: "set", Effect: "NoSchedule"}},
+		}},
+	}
+	labels := NodeLabels(&spec, "sim", set, "abc")
+	assert.Equal(t, map[string]string{
+		"pool": "general", "tier": "web",
+		nodesetv1alpha1.LabelNodeSetNamespace: "team-a", nodesetv1alpha1.LabelNodeSet: "web",
+		nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: "abc",
+		nodesetv1alpha1.LabelTenant: "team-a",
+	}, labels)
+	assert.True(t, Selector(set).Matches(labelsSet(labels)))
+	assert.Equal(t, []corev1.Taint{
+		{Key: "gpu", Value: "set", Effect: corev1.TaintEffectNoSchedule},
+		{Key: nodesetv1alpha1.LabelTenant, Value: "team-a", Effect: corev1.TaintEffectNoSchedule},
+	}, NodeTaints(&spec, set))
+}
+func labelsSet(m map[string]string) labels.Set { return labels.Set(m) }
