@@ -1,0 +1,144 @@
+package nodeset
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// Reasons of the Accepted condition.
+const (
+	ReasonAccepted            = "Accepted"
+	ReasonNodeClassNotFound   = "NodeClassNotFound"
+	ReasonNodeClassInvalid    = "NodeClassInvalid"
+	ReasonDriverNotServed     = "DriverNotServed"
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	ReasonOverrideNotAllowed  = "OverrideNotAllowed"
+	ReasonInvalidTemplate     = "InvalidTemplate"
+	ReasonLimitExceeded       = "LimitExceeded"
+)
+
+var everything = labels.Everything()
+
+// resolution is a NodeSet understood under its class.
+type resolution struct {
+	class        *nodesetv1alpha1.NodeClass
+	effective    nodesetv1alpha1.NodeClassSpec
+	templateHash string
+	// accepted is the Accepted condition; Status False stops creations and deletions.
+	accepted metav1.Condition
+}
+
+func notAccepted(reason, format string, args ...any) metav1.Condition {
+	return metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse,
+		Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// resolve checks a NodeSet against its class: the class exists and is served
+// and valid, the namespace may use it, the overrides stay inside its boundary
+// and the template is well-formed. Limits are checked when scaling.
+func (c *Controller) resolve(set *nodesetv1alpha1.NodeSet) resolution {
+	class, err := c.nodeClassLister.Get(set.Spec.NodeClassName)
+	if err != nil {
+		return resolution{accepted: notAccepted(ReasonNodeClassNotFound,
+			"NodeClass %q does not exist", set.Spec.NodeClassName)}
+	}
+	res := resolution{class: class}
+	valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+	switch {
+	case valid == nil || valid.ObservedGeneration != class.Generation:
+		res.accepted = notAccepted(ReasonDriverNotServed,
+			"no node controller serving driver %q has validated NodeClass %q yet", class.Spec.Driver, class.Name)
+		return res
+	case valid.Status != metav1.ConditionTrue:
+		res.accepted = notAccepted(ReasonNodeClassInvalid, "NodeClass %q is not valid: %s", class.Name, valid.Message)
+		return res
+	}
+	if ok, why := c.namespaceAllowed(class, set.Namespace); !ok {
+		res.accepted = notAccepted(ReasonNamespaceNotAllowed,
+			"namespace %q may not use NodeClass %q: %s", set.Namespace, class.Name, why)
+		return res
+	}
+	res.effective, err = resolve.EffectiveSpec(class, set)
+	if err != nil {
+		// A restricted field or a section of another driver: both are
+		// overrides the class does not allow.
+		res.accepted = notAccepted(ReasonOverrideNotAllowed, "%s", err)
+		return res
+	}
+	if msg := templateErrors(&set.Spec.Template); msg != "" {
+		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", msg)
+		return res
+	}
+	res.templateHash = resolve.TemplateHash(&res.effective, set)
+	res.accepted = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
+		Reason: ReasonAccepted, Message: fmt.Sprintf("NodeClass %q (driver %s) accepts this NodeSet", class.Name, class.Spec.Driver)}
+	return res
+}
+
+func (c *Controller) namespaceAllowed(class *nodesetv1alpha1.NodeClass, namespace string) (bool, string) {
+	allowed := class.Spec.AllowedNamespaces
+	if allowed == nil || allowed.From == "" || allowed.From == nodesetv1alpha1.NamespacesFromAll {
+		return true, ""
+	}
+	switch allowed.From {
+	case nodesetv1alpha1.NamespacesFromList:
+		for _, ns := range allowed.Namespaces {
+			if ns == namespace {
+				return true, ""
+			}
+		}
+		return false, "it is not in spec.allowedNamespaces.namespaces"
+	case nodesetv1alpha1.NamespacesFromSelector:
+		selector, err := metav1.LabelSelectorAsSelector(allowed.Selector)
+		if err != nil {
+			return false, fmt.Sprintf("the class's namespace selector is invalid: %v", err)
+		}
+		ns, err := c.namespaceLister.Get(namespace)
+		if err != nil {
+			return false, fmt.Sprintf("cannot read the namespace: %v", err)
+		}
+		if !selector.Matches(labels.Set(ns.Labels)) {
+			return false, fmt.Sprintf("its labels do not match spec.allowedNamespaces.selector (%s)", selector)
+		}
+		return true, ""
+	}
+	return false, fmt.Sprintf("unknown spec.allowedNamespaces.from %q", allowed.From)
+}
+
+// templateErrors checks label keys and values, annotation keys and taint keys
+// with Kubernetes's own rules (the schema cannot afford to), naming each bad one.
+func templateErrors(template *nodesetv1alpha1.NodeTemplate) string {
+	var problems []string
+	for k, v := range template.Labels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			problems = append(problems, fmt.Sprintf("spec.template.labels key %q: %s", k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			problems = append(problems, fmt.Sprintf("spec.template.labels[%q] value %q: %s", k, v, msg))
+		}
+	}
+	for k := range template.Annotations {
+		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
+			problems = append(problems, fmt.Sprintf("spec.template.annotations key %q: %s", k, msg))
+		}
+	}
+	sort.Strings(problems)
+	return strings.Join(problems, "; ")
+}
+
+func findCondition(conditions []metav1.Condition, conditionType string) *metav1.Condition {
+	for i := range conditions {
+		if conditions[i].Type == conditionType {
+			return &conditions[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+// Package nodeset is the NodeSetController: it resolves each NodeSet against
+// its NodeClass, creates and deletes the set's core v1 Node objects, and
+// writes the set's status. It never talks to a cloud.
+package nodeset
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
+	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+)
+
+// Event reasons.
+const (
+	ReasonSuccessfulCreate = "SuccessfulCreate"
+	ReasonFailedCreate     = "FailedCreate"
+	ReasonSuccessfulDelete = "SuccessfulDelete"
+	ReasonFailedDelete     = "FailedDelete"
+	ReasonNotAccepted      = "NotAccepted"
+)
+
+// FinalizerNodes holds a NodeSet until all its Nodes (and so their machines) are gone.
+const FinalizerNodes = "nodeset.dev/nodes"
+
+const byClassIndex = "byNodeClass"
+
+// Options tunes the controller.
+type Options struct {
+	// BurstReplicas caps the Node creations or deletions of one sync. Default 500.
+	BurstReplicas int
+	// GroupDrivers are the drivers whose Nodes the node controller creates
+	// from the cloud group's instances; the NodeSetController creates Nodes
+	// only for the other (machine) drivers.
+	GroupDrivers []string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Controller turns NodeSets into Nodes.
+type Controller struct {
+	kubeClient    kubernetes.Interface
+	nodesetClient versioned.Interface
+	recorder      record.EventRecorder
+
+	nodeLister      corelisters.NodeLister
+	namespaceLister corelisters.NamespaceLister
+	nodeSetLister   listers.NodeSetLister
+	nodeClassLister listers.NodeClassLister
+	nodeSetIndexer  cache.Indexer
+	synced          []cache.InformerSynced
+
+	queue        workqueue.TypedRateLimitingInterface[string]
+	expectations *expectations
+	burst        int
+	groupDrivers map[string]bool
+	now          func() time.Time
+}
+
+// NewController returns a NodeSetController wired to the given informers.
+func NewController(
+	ctx context.Context,
+	kubeClient kubernetes.Interface,
+	nodesetClient versioned.Interface,
+	recorder record.EventRecorder,
+	nodeInformer coreinformers.NodeInformer,
+	namespaceInformer coreinformers.NamespaceInformer,
+	nodeSetInformer informers.NodeSetInformer,
+	nodeClassInformer informers.NodeClassInformer,
+	opts Options,
+) (*Controller, error) {
+	logger := klog.FromContext(ctx)
+	if opts.BurstReplicas <= 0 {
+		opts.BurstReplicas = 500
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c := &Controller{
+		kubeClient:      kubeClient,
+		nodesetClient:   nodesetClient,
+		recorder:        recorder,
+		nodeLister:      nodeInformer.Lister(),
+		namespaceLister: namespaceInformer.Lister(),
+		nodeSetLister:   nodeSetInformer.Lister(),
+		nodeClassLister: nodeClassInformer.Lister(),
+		nodeSetIndexer:  nodeSetInformer.Informer().GetIndexer(),
+		synced: []cache.InformerSynced{
+			nodeInformer.Informer().HasSynced, namespaceInformer.Informer().HasSynced,
+			nodeSetInformer.Informer().HasSynced, nodeClassInformer.Informer().HasSynced,
+		},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeset"}),
+		expectations: newExpectations(opts.Now),
+		burst:        opts.BurstReplicas,
+		groupDrivers: map[string]bool{},
+		now:          opts.Now,
+	}
+	for _, d := range opts.GroupDrivers {
+		c.groupDrivers[d] = true
+	}
+	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{byClassIndex: func(obj any) ([]string, error) {
+		set, ok := obj.(*nodesetv1alpha1.NodeSet)
+		if !ok {
+			return nil, nil
+		}
+		return []string{set.Spec.NodeClassName}, nil
+	}}); err != nil {
+		return nil, err
+	}
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		{nodeSetInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueue,
+			UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+			DeleteFunc: c.enqueue,
+		}},
+		{nodeClassInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueClass,
+			UpdateFunc: func(_, obj any) { c.enqueueClass(obj) },
+			DeleteFunc: c.enqueueClass,
+		}},
+		{namespaceInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			UpdateFunc: c.namespaceUpdated,
+		}},
+		{nodeInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.nodeAdded,
+			UpdateFunc: c.nodeUpdated,
+			DeleteFunc: c.nodeDeleted,
+		}},
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
+			return nil, err
+		}
+	}
+	logger.V(4).Info("NodeSetController wired")
+	return c, nil
+}
+
+// Run starts workers and blocks until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting NodeSetController")
+	if !cache.WaitForNamedCacheSync("nodeset", ctx.Done(), c.synced...) {
+		return fmt.Errorf("caches did not sync")
+	}
+	for range workers {
+		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
+	}
+	logger.Info("Started workers", "count", workers)
+	<-ctx.Done()
+	logger.Info("Shutting down NodeSetController")
+	return nil
+}
+
+// HasSynced reports whether the controller's caches have synced.
+func (c *Controller) HasSynced() bool {
+	for _, synced := range c.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.syncNodeSet(ctx, key)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	utilruntime.HandleErrorWithContext(ctx, err, "Error syncing NodeSet; requeuing", "key", key)
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueueClass(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	class, ok := obj.(*nodesetv1alpha1.NodeClass)
+	if !ok {
+		return
+	}
+	sets, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, set := range sets {
+		c.enqueue(set)
+	}
+}
+
+func (c *Controller) namespaceUpdated(oldObj, newObj any) {
+	oldNS, newNS := oldObj.(*corev1.Namespace), newObj.(*corev1.Namespace)
+	if fmt.Sprint(oldNS.Labels) == fmt.Sprint(newNS.Labels) {
+		return
+	}
+	sets, err := c.nodeSetLister.NodeSets(newNS.Name).List(everything)
+	if err != nil {
+		return
+	}
+	for _, set := range sets {
+		c.enqueue(set)
+	}
+}
+
+// nodeSetKey returns the key of the NodeSet a Node belongs to, from its labels.
+func nodeSetKey(node *corev1.Node) (string, bool) {
+	namespace, name := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]
+	if namespace == "" || name == "" {
+		return "", false
+	}
+	return namespace + "/" + name, true
+}
+
+func (c *Controller) nodeAdded(obj any) {
+	node := obj.(*corev1.Node)
+	key, ok := nodeSetKey(node)
+	if !ok {
+		return
+	}
+	if node.DeletionTimestamp != nil {
+		c.expectations.deletionObserved(key, node.Name)
+	} else {
+		c.expectations.creationObserved(key)
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) nodeUpdated(oldObj, newObj any) {
+	oldNode, newNode := oldObj.(*corev1.Node), newObj.(*corev1.Node)
+	if oldNode.ResourceVersion == newNode.ResourceVersion {
+		return
+	}
+	newKey, ok := nodeSetKey(newNode)
+	if ok {
+		if newNode.DeletionTimestamp != nil && oldNode.DeletionTimestamp == nil {
+			c.expectations.deletionObserved(newKey, newNode.Name)
+		}
+		c.queue.Add(newKey)
+	}
+	if oldKey, ok := nodeSetKey(oldNode); ok && oldKey != newKey {
+		c.queue.Add(oldKey)
+	}
+}
+
+func (c *Controller) nodeDeleted(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	if key, ok := nodeSetKey(node); ok {
+		c.expectations.deletionObserved(key, node.Name)
+		c.queue.Add(key)
+	}
+}
+
+// isNotFound is apierrors.IsNotFound, named for the listers' errors too.
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

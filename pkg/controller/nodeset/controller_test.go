@@ -1,0 +1,395 @@
+package nodeset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
+	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+var testNow = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	t          *testing.T
+	kube       *kubefake.Clientset
+	nodesets   *nodesetfake.Clientset
+	controller *Controller
+	recorder   *record.FakeRecorder
+}
+
+func validClass(name string) *nodesetv1alpha1.NodeClass {
+	return &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver:         nodesetv1alpha1.DriverSimulated,
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
+			Tenancy:        nodesetv1alpha1.TenancyShared,
+		},
+		Status: nodesetv1alpha1.NodeClassStatus{Conditions: []metav1.Condition{{
+			Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue, ObservedGeneration: 1, Reason: "Valid"}}},
+	}
+}
+
+func newSet(replicas int32) *nodesetv1alpha1.NodeSet {
+	return &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a", UID: "set-uid", Generation: 2,
+			Finalizers: []string{FinalizerNodes}},
+		Spec: nodesetv1alpha1.NodeSetSpec{
+			NodeClassName: "sim",
+			Replicas:      ptr.To(replicas),
+			Template: nodesetv1alpha1.NodeTemplate{
+				Labels: map[string]string{"tier": "web"},
+				Taints: []nodesetv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}},
+			},
+			Strategy:     nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.RollingUpdateStrategy},
+			DeletePolicy: nodesetv1alpha1.DeletePolicyNewest,
+		},
+	}
+}
+
+// setNode is a Node of set as the controller would have made it.
+func setNode(t *testing.T, set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.NodeClass, name string, age time.Duration, ready bool) *corev1.Node {
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: name, UID: types.UID(name + "-uid"),
+		CreationTimestamp: metav1.NewTime(testNow.Add(-age)),
+		Labels:            resolve.NodeLabels(&spec, class.Name, set, resolve.TemplateHash(&spec, set)),
+	}}
+	if ready {
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.NewTime(testNow.Add(-age / 2))}}
+	}
+	return node
+}
+
+func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, nodes ...*corev1.Node) *fixture {
+	f := &fixture{t: t, recorder: record.NewFakeRecorder(100)}
+	var kubeObjects []runtime.Object
+	for _, n := range nodes {
+		kubeObjects = append(kubeObjects, n)
+	}
+	kubeObjects = append(kubeObjects, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	var nodesetObjects []runtime.Object
+	if class != nil {
+		nodesetObjects = append(nodesetObjects, class)
+	}
+	nodesetObjects = append(nodesetObjects, set)
+	f.kube = kubefake.NewClientset(kubeObjects...)
+	f.nodesets = nodesetfake.NewClientset(nodesetObjects...)
+	generated := 0
+	f.kube.PrependReactor("create", "nodes", func(action core.Action) (bool, runtime.Object, error) {
+		node := action.(core.CreateAction).GetObject().(*corev1.Node)
+		if node.Name == "" {
+			generated++
+			node.Name = fmt.Sprintf("%s%05d", node.GenerateName, generated)
+		}
+		return false, nil, nil
+	})
+
+	kubeFactory := kubeinformers.NewSharedInformerFactory(f.kube, 0)
+	nodesetFactory := externalversions.NewSharedInformerFactory(f.nodesets, 0)
+	c, err := NewController(context.Background(), f.kube, f.nodesets, f.recorder,
+		kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
+		nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
+		Options{Now: func() time.Time { return testNow }, GroupDrivers: []string{nodesetv1alpha1.DriverEKSASG}})
+	require.NoError(t, err)
+	for _, n := range nodes {
+		require.NoError(t, kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
+	}
+	require.NoError(t, kubeFactory.Core().V1().Namespaces().Informer().GetIndexer().Add(kubeObjects[len(kubeObjects)-1]))
+	if class != nil {
+		require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(class))
+	}
+	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer().Add(set))
+	f.controller = c
+	return f
+}
+
+func (f *fixture) sync() error {
+	return f.controller.syncNodeSet(context.Background(), "team-a/web")
+}
+
+func (f *fixture) nodeCreates() []*corev1.Node {
+	var out []*corev1.Node
+	for _, a := range f.kube.Actions() {
+		if a.Matches("create", "nodes") {
+			out = append(out, a.(core.CreateAction).GetObject().(*corev1.Node))
+		}
+	}
+	return out
+}
+
+func (f *fixture) nodeDeletes() []string {
+	var out []string
+	for _, a := range f.kube.Actions() {
+		if a.Matches("delete", "nodes") {
+			out = append(out, a.(core.DeleteAction).GetName())
+		}
+	}
+	return out
+}
+
+func (f *fixture) status() nodesetv1alpha1.NodeSetStatus {
+	set, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(f.t, err)
+	return set.Status
+}
+
+func TestScaleUpCreatesCompleteNodesOnce(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	f := newFixture(t, class, set)
+	require.NoError(t, f.sync())
+
+	created := f.nodeCreates()
+	require.Len(t, created, 3)
+	for _, node := range created {
+		assert.Equal(t, "web-", node.GenerateName)
+		assert.Equal(t, "team-a", node.Labels[nodesetv1alpha1.LabelNodeSetNamespace])
+		assert.Equal(t, "web", node.Labels[nodesetv1alpha1.LabelNodeSet])
+		assert.Equal(t, "sim", node.Labels[nodesetv1alpha1.LabelNodeClass])
+		assert.NotEmpty(t, node.Labels[nodesetv1alpha1.LabelTemplateHash])
+		assert.Equal(t, "web", node.Labels["tier"])
+		assert.Equal(t, []string{nodesetv1alpha1.FinalizerTermination}, node.Finalizers)
+		assert.Contains(t, node.Spec.Taints, corev1.Taint{Key: nodesetv1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoExecute})
+		assert.Contains(t, node.Spec.Taints, corev1.Taint{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule})
+	}
+
+	// The informer has not seen the new Nodes: a second sync must not create more.
+	require.NoError(t, f.sync())
+	assert.Len(t, f.nodeCreates(), 3, "a lagging cache must not create Nodes twice")
+
+	status := f.status()
+	assert.Equal(t, "nodeset.dev/nodeset=web,nodeset.dev/nodeset-namespace=team-a", status.Selector)
+	assert.Equal(t, int64(2), status.ObservedGeneration)
+	accepted := findCondition(status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, metav1.ConditionTrue, accepted.Status)
+}
+
+func TestScaleDownPicksVictims(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	nodes := []*corev1.Node{
+		setNode(t, set, class, "web-old", 3*time.Hour, true),
+		setNode(t, set, class, "web-mid", 2*time.Hour, true),
+		setNode(t, set, class, "web-new", time.Hour, true),
+		setNode(t, set, class, "web-sick", 4*time.Hour, false),
+		setNode(t, set, class, "web-marked", 5*time.Hour, true),
+	}
+	nodes[4].Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNode: "true"}
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"web-marked", "web-sick", "web-new"}, f.nodeDeletes())
+	assert.Empty(t, f.nodeCreates())
+	// Deletions not yet observed: nothing more is deleted.
+	require.NoError(t, f.sync())
+	assert.Len(t, f.nodeDeletes(), 3)
+}
+
+func TestChooseVictims(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(1)
+	old := setNode(t, set, class, "a-old", 3*time.Hour, true)
+	mid := setNode(t, set, class, "b-mid", 2*time.Hour, true)
+	young := setNode(t, set, class, "c-new", time.Hour, true)
+	outdated := setNode(t, set, class, "d-outdated", 30*time.Minute, true)
+	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "stale"
+	hash := old.Labels[nodesetv1alpha1.LabelTemplateHash]
+	tests := []struct {
+		name   string
+		policy nodesetv1alpha1.DeletePolicy
+		nodes  []*corev1.Node
+		count  int
+		want   []string
+	}{
+		{"newest first", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old, mid, young}, 2, []string{"c-new", "b-mid"}},
+		{"oldest first", nodesetv1alpha1.DeletePolicyOldest, []*corev1.Node{young, mid, old}, 2, []string{"a-old", "b-mid"}},
+		{"outdated before up-to-date", nodesetv1alpha1.DeletePolicyOldest, []*corev1.Node{old, outdated}, 1, []string{"d-outdated"}},
+		{"random takes count", nodesetv1alpha1.DeletePolicyRandom, []*corev1.Node{old, mid, young}, 2, nil},
+		{"count above size", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old}, 3, []string{"a-old"}},
+		{"zero", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old}, 0, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := chooseVictims(tt.nodes, tt.count, tt.policy, hash)
+			names := []string{}
+			for _, n := range got {
+				names = append(names, n.Name)
+			}
+			if tt.want == nil {
+				assert.Len(t, names, tt.count)
+				return
+			}
+			assert.Equal(t, tt.want, names)
+		})
+	}
+}
+
+func TestNotAcceptedCreatesNothing(t *testing.T) {
+	unserved := validClass("sim")
+	unserved.Status.Conditions = nil
+	invalid := validClass("sim")
+	invalid.Status.Conditions[0].Status = metav1.ConditionFalse
+	invalid.Status.Conditions[0].Message = "capacity.cpu must not be negative"
+	listed := validClass("sim")
+	listed.Spec.AllowedNamespaces = &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"team-b"}}
+	restricted := newSet(2)
+	restricted.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.huge"}
+	badLabel := newSet(2)
+	badLabel.Spec.Template.Labels = map[string]string{"tier": "not a value!"}
+	tests := []struct {
+		name    string
+		class   *nodesetv1alpha1.NodeClass
+		set     *nodesetv1alpha1.NodeSet
+		reason  string
+		message string
+	}{
+		{"class missing", nil, newSet(2), ReasonNodeClassNotFound, `NodeClass "sim" does not exist`},
+		{"driver not served", unserved, newSet(2), ReasonDriverNotServed, `no node controller serving driver "simulated"`},
+		{"class invalid", invalid, newSet(2), ReasonNodeClassInvalid, "capacity.cpu must not be negative"},
+		{"namespace not allowed", listed, newSet(2), ReasonNamespaceNotAllowed, `namespace "team-a" may not use NodeClass "sim"`},
+		{"restricted override", validClass("sim"), restricted, ReasonOverrideNotAllowed, "spec.simulated.instanceType is restricted by NodeClass sim"},
+		{"bad label value", validClass("sim"), badLabel, ReasonInvalidTemplate, `spec.template.labels["tier"] value "not a value!"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.class, tt.set)
+			require.NoError(t, f.sync())
+			assert.Empty(t, f.nodeCreates())
+			accepted := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+			require.NotNil(t, accepted)
+			assert.Equal(t, metav1.ConditionFalse, accepted.Status)
+			assert.Equal(t, tt.reason, accepted.Reason)
+			assert.Contains(t, accepted.Message, tt.message)
+			assert.Contains(t, <-f.recorder.Events, ReasonNotAccepted)
+		})
+	}
+}
+
+func TestLimitsCapCreations(t *testing.T) {
+	class := validClass("sim")
+	class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](3)}
+	set := newSet(5)
+	f := newFixture(t, class, set, setNode(t, set, class, "web-a", time.Hour, true))
+	require.NoError(t, f.sync())
+	assert.Len(t, f.nodeCreates(), 2)
+	accepted := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonLimitExceeded, accepted.Reason)
+	assert.Contains(t, accepted.Message, "at most 3 nodes per namespace")
+}
+
+func TestGroupDriverNodesAreLeftToTheNodeController(t *testing.T) {
+	class := validClass("sim")
+	class.Spec.Driver = nodesetv1alpha1.DriverEKSASG
+	class.Spec.Simulated = nil
+	class.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Region: "eu-west-1"}
+	f := newFixture(t, class, newSet(3))
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates())
+}
+
+func TestCreateFailureLowersExpectationsAndReports(t *testing.T) {
+	f := newFixture(t, validClass("sim"), newSet(4))
+	f.kube.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver says no")
+	})
+	err := f.sync()
+	require.Error(t, err)
+	assert.Len(t, f.nodeCreates(), 1, "slow start: one failed call, not a storm")
+	assert.True(t, f.controller.expectations.satisfied("team-a/web"), "failed creations are not expected")
+	failure := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+	require.NotNil(t, failure)
+	assert.Contains(t, failure.Message, "apiserver says no")
+}
+
+func TestDeletedNodeSetRemovesNodesThenFinalizer(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"web-a", "web-b"}, f.nodeDeletes())
+
+	g := newFixture(t, class, set)
+	require.NoError(t, g.sync())
+	got, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, got.Finalizers, FinalizerNodes)
+}
+
+func TestComputeStatus(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	set.Spec.MinReadySeconds = 3600
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	longReady := setNode(t, set, class, "a", 4*time.Hour, true)    // ready 2h
+	freshReady := setNode(t, set, class, "b", 20*time.Minute, true) // ready 10m
+	notReady := setNode(t, set, class, "c", time.Minute, false)
+	outdated := setNode(t, set, class, "d", 5*time.Hour, true)
+	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
+	terminating := setNode(t, set, class, "e", 5*time.Hour, true)
+	terminating.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+
+	status := computeStatus(set, res, []*corev1.Node{longReady, freshReady, notReady, outdated, terminating}, nil, testNow)
+	assert.Equal(t, int32(4), status.Replicas, "terminating nodes do not count")
+	assert.Equal(t, int32(3), status.ReadyReplicas)
+	assert.Equal(t, int32(2), status.AvailableReplicas, "minReadySeconds holds back the fresh node")
+	assert.Equal(t, int32(3), status.UpdatedReplicas)
+	progressing := findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, progressing)
+	assert.Equal(t, ReasonScalingDown, progressing.Reason)
+	available := findCondition(status.Conditions, nodesetv1alpha1.NodeSetAvailable)
+	require.NotNil(t, available)
+	assert.Equal(t, metav1.ConditionFalse, available.Status)
+
+	set.Spec.Replicas = ptr.To[int32](2)
+	status = computeStatus(set, res, []*corev1.Node{longReady, outdated}, nil, testNow)
+	progressing = findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	assert.Equal(t, ReasonComplete, progressing.Reason)
+	assert.Equal(t, metav1.ConditionTrue, findCondition(status.Conditions, nodesetv1alpha1.NodeSetAvailable).Status)
+}
+
+func TestSlowStartBatch(t *testing.T) {
+	calls := 0
+	ok, err := slowStartBatch(10, 1, func() error { calls++; return nil })
+	require.NoError(t, err)
+	assert.Equal(t, 10, ok)
+	assert.Equal(t, 10, calls)
+
+	calls = 0
+	ok, err = slowStartBatch(10, 1, func() error {
+		calls++
+		if calls > 3 {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	require.Error(t, err)
+	assert.Equal(t, 3, ok)
+	assert.LessOrEqual(t, calls, 7, "batches 1, 2, 4: the failing batch is the last")
+}

@@ -1,0 +1,87 @@
+package nodeset
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// expectationsTTL bounds how long a controller waits for its informer to
+// observe its own writes before it acts again regardless.
+const expectationsTTL = 5 * time.Minute
+
+// expectations remembers, per NodeSet, the Node creations and deletions the
+// controller issued but its informer has not observed yet, so a lagging cache
+// never makes it create a Node twice or delete one again (the ReplicaSet
+// controller's pattern).
+type expectations struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	items map[string]*expectation
+}
+
+type expectation struct {
+	creations int
+	deletions sets.Set[string]
+	timestamp time.Time
+}
+
+func newExpectations(now func() time.Time) *expectations {
+	return &expectations{now: now, items: map[string]*expectation{}}
+}
+
+// satisfied reports whether every write issued for key has been observed, or
+// the expectation expired, or none was ever recorded.
+func (e *expectations) satisfied(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	if !ok {
+		return true
+	}
+	if exp.creations <= 0 && exp.deletions.Len() == 0 {
+		return true
+	}
+	return e.now().Sub(exp.timestamp) > expectationsTTL
+}
+
+// expectCreations records that count Node creations were issued for key.
+func (e *expectations) expectCreations(key string, count int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.items[key] = &expectation{creations: count, deletions: sets.New[string](), timestamp: e.now()}
+}
+
+// expectDeletions records that the named Nodes' deletions were issued for key.
+func (e *expectations) expectDeletions(key string, names []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.items[key] = &expectation{deletions: sets.New(names...), timestamp: e.now()}
+}
+
+// creationObserved lowers the pending creations of key by one: the informer
+// saw a new Node, or a create call failed.
+func (e *expectations) creationObserved(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok && exp.creations > 0 {
+		exp.creations--
+	}
+}
+
+// deletionObserved marks the named Node's deletion as observed (or failed).
+func (e *expectations) deletionObserved(key, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok {
+		exp.deletions.Delete(name)
+	}
+}
+
+// forget drops key's expectations, when its NodeSet is gone.
+func (e *expectations) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.items, key)
+}

@@ -1,0 +1,140 @@
+package nodeset
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// Reasons of the Available, Progressing and ReplicaFailure conditions.
+const (
+	ReasonMinimumReplicasAvailable   = "MinimumReplicasAvailable"
+	ReasonMinimumReplicasUnavailable = "MinimumReplicasUnavailable"
+	ReasonScalingUp                  = "ScalingUp"
+	ReasonScalingDown                = "ScalingDown"
+	ReasonWaitingForReady            = "WaitingForReady"
+	ReasonComplete                   = "Complete"
+	ReasonPaused                     = "Paused"
+	ReasonReplicaFailure             = "ReplicaFailure"
+)
+
+// computeStatus is the status a NodeSet should have given its Nodes. It is pure.
+func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node, manageErr error, now time.Time) nodesetv1alpha1.NodeSetStatus {
+	status := *set.Status.DeepCopy()
+	status.ObservedGeneration = set.Generation
+	status.Selector = resolve.Selector(set).String()
+	status.TemplateHash = res.templateHash
+
+	active := activeNodes(nodes)
+	status.Replicas = int32(len(active))
+	status.ReadyReplicas, status.AvailableReplicas, status.UpdatedReplicas = 0, 0, 0
+	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
+	for _, node := range active {
+		if readySince, ready := readyTransition(node); ready {
+			status.ReadyReplicas++
+			if minReady == 0 || !readySince.Add(minReady).After(now) {
+				status.AvailableReplicas++
+			}
+		}
+		if res.templateHash != "" && node.Labels[nodesetv1alpha1.LabelTemplateHash] == res.templateHash {
+			status.UpdatedReplicas++
+		}
+	}
+
+	setCondition := func(c metav1.Condition) {
+		c.ObservedGeneration = set.Generation
+		meta.SetStatusCondition(&status.Conditions, c)
+	}
+	setCondition(res.accepted)
+
+	desired := ptrValue(set.Spec.Replicas)
+	minAvailable := desired - maxUnavailable(set, desired)
+	if status.AvailableReplicas >= minAvailable {
+		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetAvailable, Status: metav1.ConditionTrue,
+			Reason: ReasonMinimumReplicasAvailable, Message: fmt.Sprintf("%d of %d nodes available", status.AvailableReplicas, desired)})
+	} else {
+		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetAvailable, Status: metav1.ConditionFalse,
+			Reason: ReasonMinimumReplicasUnavailable, Message: fmt.Sprintf("%d of %d nodes available, %d required", status.AvailableReplicas, desired, minAvailable)})
+	}
+
+	progressing := metav1.Condition{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue}
+	switch {
+	case res.accepted.Status != metav1.ConditionTrue:
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonNotAccepted, res.accepted.Message
+	case status.Replicas < desired:
+		progressing.Reason, progressing.Message = ReasonScalingUp, fmt.Sprintf("%d of %d nodes created", status.Replicas, desired)
+	case status.Replicas > desired:
+		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes, scaling down to %d", status.Replicas, desired)
+	case int32(len(nodes)) > desired:
+		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes terminating", int32(len(nodes))-status.Replicas)
+	case set.Spec.Paused:
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused, "the NodeSet is paused"
+	case status.ReadyReplicas < desired:
+		progressing.Reason, progressing.Message = ReasonWaitingForReady, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
+	default:
+		progressing.Reason, progressing.Message = ReasonComplete, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
+	}
+	setCondition(progressing)
+
+	if manageErr != nil {
+		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
+			Reason: ReasonReplicaFailure, Message: manageErr.Error()})
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+	}
+	return status
+}
+
+// maxUnavailable is the rolling update's maxUnavailable resolved against
+// replicas (rounded down), 0 when unset.
+func maxUnavailable(set *nodesetv1alpha1.NodeSet, replicas int32) int32 {
+	ru := set.Spec.Strategy.RollingUpdate
+	if set.Spec.Strategy.Type != nodesetv1alpha1.RollingUpdateStrategy || ru == nil || ru.MaxUnavailable == nil {
+		return 0
+	}
+	v, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, int(replicas), false)
+	if err != nil {
+		return 0
+	}
+	return min(int32(v), replicas)
+}
+
+func readyTransition(node *corev1.Node) (time.Time, bool) {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
+		}
+	}
+	return time.Time{}, false
+}
+
+// updateStatus writes status when it differs from what the set has.
+func (c *Controller) updateStatus(ctx context.Context, set *nodesetv1alpha1.NodeSet, status nodesetv1alpha1.NodeSetStatus) error {
+	if equality.Semantic.DeepEqual(set.Status, status) {
+		return nil
+	}
+	set = set.DeepCopy()
+	set.Status = status
+	_, err := c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).UpdateStatus(ctx, set, metav1.UpdateOptions{})
+	if isNotFound(err) {
+		return nil
+	}
+	if err == nil && set.Spec.MinReadySeconds > 0 && status.ReadyReplicas > status.AvailableReplicas {
+		c.queue.AddAfter(set.Namespace+"/"+set.Name, time.Duration(set.Spec.MinReadySeconds)*time.Second)
+	}
+	return err
+}
+
+func labelsFor(key, value string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{key: value})
+}

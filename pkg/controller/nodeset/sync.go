@@ -1,0 +1,364 @@
+package nodeset
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// slowStartInitialBatchSize is the first batch of creations; each successful
+// batch doubles the next, so a failing API server sees one failed call, not a storm.
+const slowStartInitialBatchSize = 1
+
+func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "nodeset", key)
+	ctx = klog.NewContext(ctx, logger)
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	cached, err := c.nodeSetLister.NodeSets(namespace).Get(name)
+	if isNotFound(err) {
+		c.expectations.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	set := cached.DeepCopy()
+	nodes, err := c.nodeLister.List(resolve.Selector(set))
+	if err != nil {
+		return err
+	}
+
+	if set.DeletionTimestamp != nil {
+		return c.finalize(ctx, set, nodes)
+	}
+	if !hasString(set.Finalizers, FinalizerNodes) {
+		set.Finalizers = append(set.Finalizers, FinalizerNodes)
+		updated, err := c.nodesetClient.NodesetV1alpha1().NodeSets(namespace).Update(ctx, set, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		set = updated
+	}
+
+	res := c.resolve(set)
+	var manageErr error
+	if res.accepted.Status == metav1.ConditionTrue && c.expectations.satisfied(key) && !c.groupDrivers[res.class.Spec.Driver] {
+		manageErr = c.manageReplicas(ctx, set, &res, activeNodes(nodes))
+	}
+	if res.accepted.Status != metav1.ConditionTrue {
+		old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+		if old == nil || old.Reason != res.accepted.Reason || old.Message != res.accepted.Message {
+			c.recorder.Event(set, corev1.EventTypeWarning, ReasonNotAccepted, res.accepted.Message)
+		}
+	}
+	status := computeStatus(set, &res, nodes, manageErr, c.now())
+	if err := c.updateStatus(ctx, set, status); err != nil {
+		return err
+	}
+	return manageErr
+}
+
+// manageReplicas creates or deletes Nodes so the set has spec.replicas of them.
+func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, active []*corev1.Node) error {
+	key := set.Namespace + "/" + set.Name
+	replicas := int(ptrValue(set.Spec.Replicas))
+	diff := len(active) - replicas
+	switch {
+	case diff < 0:
+		want := min(-diff, c.burst)
+		if limit, why := c.creationLimit(res, set); limit < want {
+			res.accepted = notAccepted(ReasonLimitExceeded, "%s", why)
+			want = limit
+		}
+		if want <= 0 {
+			return nil
+		}
+		return c.createNodes(ctx, set, res, key, want)
+	case diff > 0:
+		victims := chooseVictims(active, min(diff, c.burst), set.Spec.DeletePolicy, res.templateHash)
+		return c.deleteNodes(ctx, set, key, victims)
+	}
+	return nil
+}
+
+// creationLimit is how many more Nodes the class's limits allow this set.
+func (c *Controller) creationLimit(res *resolution, set *nodesetv1alpha1.NodeSet) (int, string) {
+	limits := res.class.Spec.Limits
+	if limits == nil || (limits.MaxNodes == nil && limits.MaxNodesPerNamespace == nil) {
+		return int(^uint(0) >> 1), ""
+	}
+	classNodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, res.class.Name))
+	if err != nil {
+		return 0, fmt.Sprintf("cannot count the nodes of NodeClass %q: %v", res.class.Name, err)
+	}
+	inNamespace := 0
+	for _, node := range classNodes {
+		if node.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace {
+			inNamespace++
+		}
+	}
+	limit := int(^uint(0) >> 1)
+	why := ""
+	if limits.MaxNodes != nil && int(*limits.MaxNodes)-len(classNodes) < limit {
+		limit = int(*limits.MaxNodes) - len(classNodes)
+		why = fmt.Sprintf("NodeClass %q allows at most %d nodes (spec.limits.maxNodes) and has %d", res.class.Name, *limits.MaxNodes, len(classNodes))
+	}
+	if limits.MaxNodesPerNamespace != nil && int(*limits.MaxNodesPerNamespace)-inNamespace < limit {
+		limit = int(*limits.MaxNodesPerNamespace) - inNamespace
+		why = fmt.Sprintf("NodeClass %q allows at most %d nodes per namespace (spec.limits.maxNodesPerNamespace) and namespace %q has %d",
+			res.class.Name, *limits.MaxNodesPerNamespace, set.Namespace, inNamespace)
+	}
+	return max(limit, 0), why
+}
+
+// createNodes creates count Nodes in slow-start batches, with the expectations
+// raised first so a lagging informer never leads to a second round.
+func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, key string, count int) error {
+	logger := klog.FromContext(ctx)
+	c.expectations.expectCreations(key, count)
+	template := c.nodeTemplate(set, res)
+	created, err := slowStartBatch(count, slowStartInitialBatchSize, func() error {
+		node := template.DeepCopy()
+		newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		logger.V(2).Info("Created Node", "node", klog.KObj(newNode))
+		return nil
+	})
+	// Creations never attempted or failed will not be observed.
+	for range count - created {
+		c.expectations.creationObserved(key)
+	}
+	if created > 0 {
+		c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created %d node(s)", created)
+	}
+	if err != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating node: %v", err)
+		return fmt.Errorf("creating nodes for %s: %w", key, err)
+	}
+	return nil
+}
+
+// nodeTemplate is a Node of the set as it is created: its name is
+// <nodeset>-<5 random characters>, it carries the set's labels, annotations
+// and taints, the startup taint and the termination finalizer, in one call.
+func (c *Controller) nodeTemplate(set *nodesetv1alpha1.NodeSet, res *resolution) *corev1.Node {
+	taints := append(resolve.NodeTaints(&res.effective, set), resolve.StartupTaint())
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: set.Name + "-",
+			Labels:       resolve.NodeLabels(&res.effective, res.class.Name, set, res.templateHash),
+			Annotations:  resolve.NodeAnnotations(&res.effective, set),
+			Finalizers:   []string{nodesetv1alpha1.FinalizerTermination},
+		},
+		Spec: corev1.NodeSpec{Taints: taints},
+	}
+}
+
+func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, key string, victims []*corev1.Node) error {
+	logger := klog.FromContext(ctx)
+	names := make([]string, 0, len(victims))
+	for _, v := range victims {
+		names = append(names, v.Name)
+	}
+	c.expectations.expectDeletions(key, names)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		deleted  int
+	)
+	for _, victim := range victims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid := victim.UID
+			err := c.kubeClient.CoreV1().Nodes().Delete(ctx, victim.Name, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &uid},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && !apierrors.IsNotFound(err) {
+				c.expectations.deletionObserved(key, victim.Name)
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			deleted++
+			logger.V(2).Info("Deleted Node", "node", klog.KObj(victim))
+		}()
+	}
+	wg.Wait()
+	if deleted > 0 {
+		c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted %d node(s): %v", deleted, names)
+	}
+	if firstErr != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting node: %v", firstErr)
+		return fmt.Errorf("deleting nodes of %s: %w", key, firstErr)
+	}
+	return nil
+}
+
+// finalize deletes every Node of a deleted NodeSet and removes the set's
+// finalizer once they are all gone, machines included.
+func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) error {
+	if !hasString(set.Finalizers, FinalizerNodes) {
+		return nil
+	}
+	key := set.Namespace + "/" + set.Name
+	if active := activeNodes(nodes); len(active) > 0 {
+		if !c.expectations.satisfied(key) {
+			return nil
+		}
+		return c.deleteNodes(ctx, set, key, active)
+	}
+	if len(nodes) > 0 {
+		// Terminating: the node controller is draining and deprovisioning them.
+		return nil
+	}
+	set.Finalizers = removeString(set.Finalizers, FinalizerNodes)
+	_, err := c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// chooseVictims picks count Nodes to remove: those marked with the
+// delete-node annotation first, then those not Ready (unregistered or
+// unhealthy), then outdated ones, then by the delete policy.
+func chooseVictims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.DeletePolicy, templateHash string) []*corev1.Node {
+	if count <= 0 {
+		return nil
+	}
+	ranked := append([]*corev1.Node(nil), nodes...)
+	tiebreak := map[types.UID]uint64{}
+	if policy == nodesetv1alpha1.DeletePolicyRandom {
+		for _, n := range ranked {
+			tiebreak[n.UID] = rand.Uint64()
+		}
+	}
+	rank := func(n *corev1.Node) int {
+		switch {
+		case n.Annotations[nodesetv1alpha1.AnnotationDeleteNode] != "":
+			return 0
+		case !isReady(n):
+			return 1
+		case n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash:
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(ranked, func(i, j int) bool {
+		a, b := ranked[i], ranked[j]
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra < rb
+		}
+		ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
+		switch policy {
+		case nodesetv1alpha1.DeletePolicyOldest:
+			if !ta.Equal(tb) {
+				return ta.Before(tb)
+			}
+		case nodesetv1alpha1.DeletePolicyRandom:
+			return tiebreak[a.UID] < tiebreak[b.UID]
+		default: // Newest
+			if !ta.Equal(tb) {
+				return ta.After(tb)
+			}
+		}
+		return a.Name > b.Name
+	})
+	return ranked[:min(count, len(ranked))]
+}
+
+// slowStartBatch calls fn count times in batches that start at initial and
+// double after each fully successful batch; it stops at the first batch with
+// an error and returns how many calls succeeded.
+func slowStartBatch(count, initial int, fn func() error) (int, error) {
+	remaining := count
+	successes := 0
+	for batch := min(remaining, initial); batch > 0; batch = min(2*batch, remaining) {
+		errs := make(chan error, batch)
+		var wg sync.WaitGroup
+		for range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := fn(); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		successes += batch - len(errs)
+		if err, failed := <-errs; failed {
+			return successes, err
+		}
+		remaining -= batch
+	}
+	return successes, nil
+}
+
+func activeNodes(nodes []*corev1.Node) []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func isReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasString(list []string, s string) bool {
+	for _, item := range list {
+		if item == s {
+			return true
+		}
+	}
+	return false
+}
+
+func removeString(list []string, s string) []string {
+	out := list[:0:0]
+	for _, item := range list {
+		if item != s {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
