@@ -1,0 +1,130 @@
+// Package nodeclass is the NodeClassController: in the node controller, it
+// asks each served driver whether a NodeClass's configuration can work and
+// writes the answer as the class's Valid condition.
+package nodeclass
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
+	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+)
+
+// Reasons of the Valid condition.
+const (
+	ReasonValid                = "Valid"
+	ReasonInvalidConfiguration = "InvalidConfiguration"
+	ReasonValidationFailed     = "ValidationFailed"
+)
+
+// Controller writes the Valid condition of the NodeClasses whose driver is served.
+type Controller struct {
+	client   versioned.Interface
+	lister   listers.NodeClassLister
+	synced   cache.InformerSynced
+	registry drivers.Registry
+	queue    workqueue.TypedRateLimitingInterface[string]
+}
+
+// NewController returns a NodeClassController for the drivers in registry.
+func NewController(client versioned.Interface, informer informers.NodeClassInformer, registry drivers.Registry) (*Controller, error) {
+	c := &Controller{
+		client:   client,
+		lister:   informer.Lister(),
+		synced:   informer.Informer().HasSynced,
+		registry: registry,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass"}),
+	}
+	enqueue := func(obj any) {
+		if class, ok := obj.(*nodesetv1alpha1.NodeClass); ok && registry[class.Spec.Driver] != nil {
+			c.queue.Add(class.Name)
+		}
+	}
+	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	})
+	return c, err
+}
+
+// Run validates classes until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	if !cache.WaitForNamedCacheSync("nodeclass", ctx.Done(), c.synced) {
+		return fmt.Errorf("caches did not sync")
+	}
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNextWorkItem(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	name, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.sync(ctx, name); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Error validating NodeClass; requeuing", "nodeclass", name)
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	cached, err := c.lister.Get(name)
+	if err != nil {
+		return nil // deleted
+	}
+	driver := c.registry[cached.Spec.Driver]
+	if driver == nil {
+		return nil
+	}
+	class := cached.DeepCopy()
+	condition := metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, ObservedGeneration: class.Generation}
+	problem := TenantOverrideErrors(&class.Spec)
+	if problem == nil {
+		problem = driver.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec})
+	}
+	switch {
+	case problem == nil:
+		condition.Status, condition.Reason = metav1.ConditionTrue, ReasonValid
+		condition.Message = fmt.Sprintf("driver %s accepts the configuration", class.Spec.Driver)
+	default:
+		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, problem.Error()
+	}
+	status := *class.Status.DeepCopy()
+	status.ObservedGeneration = class.Generation
+	meta.SetStatusCondition(&status.Conditions, condition)
+	if equality.Semantic.DeepEqual(status, class.Status) {
+		return nil
+	}
+	class.Status = status
+	klog.FromContext(ctx).V(2).Info("Validated NodeClass", "nodeclass", name, "valid", condition.Status, "message", condition.Message)
+	_, err = c.client.NodesetV1alpha1().NodeClasses().UpdateStatus(ctx, class, metav1.UpdateOptions{})
+	return err
+}
