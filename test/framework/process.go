@@ -1,0 +1,139 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// BuildCommands compiles the named packages of the repository (for example
+// ./cmd/nodeset-controller) into dir and returns the binaries' paths by name.
+func BuildCommands(ctx context.Context, dir string, pkgs ...string) (map[string]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("framework: go build %v: %w\n%s", pkgs, err, out)
+	}
+	bins := map[string]string{}
+	for _, pkg := range pkgs {
+		bins[filepath.Base(pkg)] = filepath.Join(dir, filepath.Base(pkg))
+	}
+	return bins, nil
+}
+
+// WriteKubeconfig writes a kubeconfig for one user of the control plane and returns its path.
+func (cp *ControlPlane) WriteKubeconfig(user string) (string, error) {
+	cfg := cp.Config(user)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthorityData: cp.caData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts[user] = &clientcmdapi.Context{Cluster: "local", AuthInfo: user}
+	kc.CurrentContext = user
+	path := filepath.Join(cp.Dir, "kubeconfig-"+user)
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// Process is a controller binary run by a test; it can be killed and restarted.
+type Process struct {
+	Name string
+	Path string
+	Args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	output *bytes.Buffer
+	logs   bytes.Buffer
+	done   chan struct{}
+}
+
+// Start runs the process; its output is kept for Logs.
+func (p *Process) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(p.Path, p.Args...)
+	p.output = &bytes.Buffer{}
+	cmd.Stdout = &lockedWriter{mu: &p.mu, buf: p.output}
+	cmd.Stderr = cmd.Stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", p.Name, err)
+	}
+	p.cmd = cmd
+	done := make(chan struct{})
+	p.done = done
+	go func() { _ = cmd.Wait(); close(done) }()
+	return nil
+}
+
+// Kill sends sig (SIGKILL for a crash, SIGTERM for a shutdown) and waits for the process to exit.
+func (p *Process) Kill(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	p.mu.Lock()
+	p.logs.WriteString(fmt.Sprintf("---- %s stopped with %v ----\n", p.Name, sig))
+	p.logs.Write(p.output.Bytes())
+	p.cmd = nil
+	p.mu.Unlock()
+}
+
+// Running reports whether the process is running.
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Logs returns everything the process (and its earlier runs) printed.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.logs.String()
+	if p.output != nil && p.cmd != nil {
+		out += p.output.String()
+	}
+	return out
+}
+
+type lockedWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(b)
+}
