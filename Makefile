@@ -35,6 +35,13 @@ test: kube-binaries
 test-unit:
 	$(GO) test $(TEST_FLAGS) -short ./...
 
+## demo: control plane + both controllers + examples, scaled 3 -> 5 -> 2; left running
+demo:
+	hack/demo.sh
+## demo-down: stop the demo's controllers and control plane
+demo-down:
+	hack/demo.sh down
+
 ## local-up / local-down: a control plane on this machine for manual use
 local-up:
 	hack/local-up.sh

@@ -18,7 +18,20 @@ func main() {
 	down := flag.Bool("down", false, "stop the control plane and remove its state")
 	dir := flag.String("dir", defaultDir(), "directory for the control plane's state, logs and kubeconfig")
 	binDir := flag.String("bin-dir", "", "directory with etcd, kube-apiserver, kube-scheduler and kubectl")
+	kubeconfigFor := flag.String("kubeconfig-for", "", "write a kubeconfig for this user of the running control plane and print its path")
 	flag.Parse()
+	if *kubeconfigFor != "" {
+		cp, err := framework.Load(context.Background(), *dir)
+		if err == nil {
+			var path string
+			if path, err = cp.WriteKubeconfig(*kubeconfigFor); err == nil {
+				fmt.Println(path)
+				return
+			}
+		}
+		fmt.Fprintln(os.Stderr, "local-up:", err)
+		os.Exit(1)
+	}
 	if err := run(*down, *dir, *binDir); err != nil {
 		fmt.Fprintln(os.Stderr, "local-up:", err)
 		os.Exit(1)
