@@ -1,0 +1,254 @@
+// Package simulated is the embedded default driver: its machines are
+// simulated kubelets inside the node controller (see pkg/kubeletsim), so the
+// whole system runs on one machine with no cloud. The driver itself only
+// keeps the registry of machines; it never touches the Kubernetes API.
+package simulated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// ProviderIDPrefix starts the spec.providerID of every simulated machine.
+const ProviderIDPrefix = "simulated:///"
+
+// ProviderID is the spec.providerID of the simulated machine named name.
+func ProviderID(name string) string { return ProviderIDPrefix + name }
+
+// Machine is a simulated machine as the simulated kubelet sees it.
+type Machine struct {
+	// Name is the Node's name.
+	Name string
+	// BootAt is when the machine's kubelet comes up.
+	BootAt time.Time
+	// Fails is true for a machine that never registers.
+	Fails bool
+	// Capacity is what the kubelet reports.
+	Capacity drivers.Capacity
+	// CreatedAt is when the machine was created.
+	CreatedAt time.Time
+	// Owner of the machine.
+	Owner drivers.Owner
+}
+
+// Driver keeps the simulated machines of one node controller.
+type Driver struct {
+	now      func() time.Time
+	mu       sync.Mutex
+	machines map[string]*Machine
+	changed  chan struct{}
+}
+
+var _ drivers.MachineDriver = (*Driver)(nil)
+
+// New returns an empty simulated driver. now is the clock; time.Now when nil.
+func New(now func() time.Time) *Driver {
+	if now == nil {
+		now = time.Now
+	}
+	return &Driver{now: now, machines: map[string]*Machine{}, changed: make(chan struct{}, 1)}
+}
+
+// Name is "simulated".
+func (d *Driver) Name() string { return nodesetv1alpha1.DriverSimulated }
+
+// Validate checks the simulated section.
+func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
+	spec := class.Spec.Simulated
+	if spec == nil {
+		return drivers.InvalidConfiguration("spec.simulated", "is required for driver simulated")
+	}
+	for name, q := range spec.Capacity {
+		if q.Sign() < 0 {
+			return drivers.InvalidConfiguration("spec.simulated.capacity."+string(name), "must not be negative, got %s", q.String())
+		}
+	}
+	if p := spec.FailurePercent; p != nil && (*p < 0 || *p > 100) {
+		return drivers.InvalidConfiguration("spec.simulated.failurePercent", "must be between 0 and 100, got %d", *p)
+	}
+	return nil
+}
+
+// Capacity is the declared capacity with defaults filled in.
+func (d *Driver) Capacity(_ context.Context, class drivers.Class) (drivers.Capacity, error) {
+	if class.Spec.Simulated == nil {
+		return drivers.Capacity{}, drivers.InvalidConfiguration("spec.simulated", "is required for driver simulated")
+	}
+	return EffectiveCapacity(class.Spec.Simulated), nil
+}
+
+// EffectiveCapacity is what a machine of this section reports: the declared
+// capacity over the defaults (2 cpu, 8Gi memory, 110 pods, 100Gi
+// ephemeral-storage), and the well-known labels a kubelet sets.
+func EffectiveCapacity(spec *nodesetv1alpha1.SimulatedMachine) drivers.Capacity {
+	resources := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("2"),
+		corev1.ResourceMemory:           resource.MustParse("8Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+	instanceType := "simulated"
+	labels := map[string]string{}
+	if spec != nil {
+		for name, q := range spec.Capacity {
+			resources[name] = q.DeepCopy()
+		}
+		if spec.InstanceType != "" {
+			instanceType = spec.InstanceType
+		}
+		for k, v := range spec.Labels {
+			labels[k] = v
+		}
+	}
+	labels[corev1.LabelInstanceTypeStable] = instanceType
+	labels[corev1.LabelOSStable] = "linux"
+	labels[corev1.LabelArchStable] = "amd64"
+	return drivers.Capacity{Resources: resources, Allocatable: resources.DeepCopy(), Labels: labels}
+}
+
+// fails decides, from the machine's name, whether it never registers: a
+// replacement with another name draws again.
+func fails(name string, percent *int32) bool {
+	if percent == nil || *percent <= 0 {
+		return false
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return int32(h.Sum32()%100) < *percent
+}
+
+// Create starts a simulated machine named after the Node; idempotent.
+func (d *Driver) Create(_ context.Context, m drivers.Machine) (string, error) {
+	if m.Class.Spec.Simulated == nil {
+		return "", drivers.InvalidConfiguration("spec.simulated", "is required for driver simulated")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.machines[m.Name]; !ok {
+		now := d.now()
+		var delay time.Duration
+		if bd := m.Class.Spec.Simulated.BootDelay; bd != nil {
+			delay = bd.Duration
+		}
+		d.machines[m.Name] = &Machine{
+			Name:      m.Name,
+			BootAt:    now.Add(delay),
+			Fails:     fails(m.Name, m.Class.Spec.Simulated.FailurePercent),
+			Capacity:  EffectiveCapacity(m.Class.Spec.Simulated),
+			CreatedAt: now,
+			Owner:     m.Owner,
+		}
+		d.notify()
+	}
+	return ProviderID(m.Name), nil
+}
+
+// Adopt registers a machine that existed before the node controller
+// restarted (rebuilt from its Node); it is up at once unless it fails.
+func (d *Driver) Adopt(name string, createdAt time.Time, class drivers.Class) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.machines[name]; ok {
+		return
+	}
+	var failurePercent *int32
+	if class.Spec.Simulated != nil {
+		failurePercent = class.Spec.Simulated.FailurePercent
+	}
+	d.machines[name] = &Machine{
+		Name:      name,
+		BootAt:    createdAt,
+		Fails:     fails(name, failurePercent),
+		Capacity:  EffectiveCapacity(class.Spec.Simulated),
+		CreatedAt: createdAt,
+	}
+	d.notify()
+}
+
+// Delete stops the machine; nil when it is gone or never existed.
+func (d *Driver) Delete(_ context.Context, _ drivers.Class, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.machines[name]; ok {
+		delete(d.machines, name)
+		d.notify()
+	}
+	return nil
+}
+
+// Get returns the machine's status or an error wrapping drivers.ErrNotFound.
+func (d *Driver) Get(_ context.Context, _ drivers.Class, name string) (drivers.MachineStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.machines[name]
+	if !ok {
+		return drivers.MachineStatus{}, fmt.Errorf("simulated machine %q: %w", name, drivers.ErrNotFound)
+	}
+	return d.status(m), nil
+}
+
+// List returns every simulated machine, sorted by name.
+func (d *Driver) List(context.Context) ([]drivers.MachineStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]drivers.MachineStatus, 0, len(d.machines))
+	for _, m := range d.machines {
+		out = append(out, d.status(m))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (d *Driver) status(m *Machine) drivers.MachineStatus {
+	s := drivers.MachineStatus{Name: m.Name, ProviderID: ProviderID(m.Name), State: drivers.MachineRunning,
+		Owner: m.Owner, CreatedAt: m.CreatedAt.Unix()}
+	switch {
+	case m.Fails:
+		s.State, s.Message = drivers.MachinePending, "simulated registration failure: this machine never registers"
+	case d.now().Before(m.BootAt):
+		s.State = drivers.MachinePending
+	}
+	return s
+}
+
+// Machines returns a copy of every machine, for the simulated kubelet.
+func (d *Driver) Machines() []Machine {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]Machine, 0, len(d.machines))
+	for _, m := range d.machines {
+		out = append(out, *m)
+	}
+	return out
+}
+
+// Changed is signalled (without blocking) whenever a machine is added or removed.
+func (d *Driver) Changed() <-chan struct{} { return d.changed }
+
+func (d *Driver) notify() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+// NameFromProviderID returns the machine name of a simulated provider ID.
+func NameFromProviderID(providerID string) (string, error) {
+	name, ok := strings.CutPrefix(providerID, ProviderIDPrefix)
+	if !ok || name == "" {
+		return "", errors.New("not a simulated provider ID: " + providerID)
+	}
+	return name, nil
+}

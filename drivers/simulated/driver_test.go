@@ -1,0 +1,123 @@
+package simulated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+func class(mutate func(*nodesetv1alpha1.SimulatedMachine)) drivers.Class {
+	spec := &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: 5 * time.Second}}
+	if mutate != nil {
+		mutate(spec)
+	}
+	return drivers.Class{Name: "sim", Spec: nodesetv1alpha1.NodeClassSpec{Driver: "simulated",
+		DriverSections: nodesetv1alpha1.DriverSections{Simulated: spec}}}
+}
+
+func TestCreateIsIdempotentAndBoots(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := New(func() time.Time { return now })
+	ctx := context.Background()
+	id, err := d.Create(ctx, drivers.Machine{Name: "web-abcde", Class: class(nil)})
+	require.NoError(t, err)
+	assert.Equal(t, "simulated:///web-abcde", id)
+	again, err := d.Create(ctx, drivers.Machine{Name: "web-abcde", Class: class(nil)})
+	require.NoError(t, err)
+	assert.Equal(t, id, again)
+	list, err := d.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1, "a second Create must not make a second machine")
+	assert.Equal(t, drivers.MachinePending, list[0].State, "booting")
+
+	now = now.Add(5 * time.Second)
+	status, err := d.Get(ctx, class(nil), "web-abcde")
+	require.NoError(t, err)
+	assert.Equal(t, drivers.MachineRunning, status.State)
+
+	require.NoError(t, d.Delete(ctx, class(nil), "web-abcde"))
+	require.NoError(t, d.Delete(ctx, class(nil), "web-abcde"), "deleting a gone machine is fine")
+	_, err = d.Get(ctx, class(nil), "web-abcde")
+	assert.True(t, errors.Is(err, drivers.ErrNotFound))
+}
+
+func TestFailurePercent(t *testing.T) {
+	tests := []struct {
+		percent   int32
+		wantFails func(n int) bool
+	}{
+		{0, func(n int) bool { return n == 0 }},
+		{100, func(n int) bool { return n == 200 }},
+		{50, func(n int) bool { return n > 50 && n < 150 }},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.percent), func(t *testing.T) {
+			d := New(nil)
+			c := class(func(s *nodesetv1alpha1.SimulatedMachine) { s.FailurePercent = ptr.To(tt.percent) })
+			for i := range 200 {
+				_, err := d.Create(context.Background(), drivers.Machine{Name: fmt.Sprintf("m-%d", i), Class: c})
+				require.NoError(t, err)
+			}
+			failing := 0
+			for _, m := range d.Machines() {
+				if m.Fails {
+					failing++
+				}
+			}
+			assert.True(t, tt.wantFails(failing), "%d of 200 fail", failing)
+			// Deterministic: the same name decides the same way.
+			assert.Equal(t, fails("m-7", ptr.To(tt.percent)), fails("m-7", ptr.To(tt.percent)))
+		})
+	}
+}
+
+func TestAdoptIsUpAtOnce(t *testing.T) {
+	d := New(nil)
+	d.Adopt("old-node", time.Now().Add(-time.Hour), class(nil))
+	d.Adopt("old-node", time.Now(), class(nil))
+	list, err := d.List(context.Background())
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, drivers.MachineRunning, list[0].State)
+}
+
+func TestValidateAndCapacity(t *testing.T) {
+	d := New(nil)
+	err := d.Validate(context.Background(), class(func(s *nodesetv1alpha1.SimulatedMachine) {
+		s.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
+	}))
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
+	assert.Contains(t, err.Error(), "spec.simulated.capacity.cpu")
+	assert.Error(t, d.Validate(context.Background(), drivers.Class{}))
+
+	capacity, err := d.Capacity(context.Background(), class(func(s *nodesetv1alpha1.SimulatedMachine) {
+		s.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+		s.Labels = map[string]string{"example.com/gpu": "none"}
+	}))
+	require.NoError(t, err)
+	assert.Equal(t, "16", capacity.Resources.Cpu().String())
+	assert.Equal(t, "8Gi", capacity.Resources.Memory().String(), "defaults fill what is not declared")
+	assert.Equal(t, "sim.small", capacity.Labels[corev1.LabelInstanceTypeStable])
+	assert.Equal(t, "none", capacity.Labels["example.com/gpu"])
+}
+
+func TestNameFromProviderID(t *testing.T) {
+	name, err := NameFromProviderID(ProviderID("x-1"))
+	require.NoError(t, err)
+	assert.Equal(t, "x-1", name)
+	_, err = NameFromProviderID("aws:///eu-west-1a/i-123")
+	assert.Error(t, err)
+}
