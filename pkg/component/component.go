@@ -1,0 +1,246 @@
+// Package component is the process wiring shared by the nodeset binaries:
+// Kubernetes-style flags, clients, leader election on a Lease, Prometheus
+// metrics, /healthz and /readyz, events and graceful shutdown.
+package component
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	nodesetscheme "nodeset.dev/nodeset/pkg/generated/clientset/versioned/scheme"
+)
+
+// Options are the flags every nodeset controller binary has.
+type Options struct {
+	Kubeconfig              string
+	LeaderElect             bool
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+	LeaderElectionNamespace string
+	MetricsBindAddress      string
+	HealthProbeBindAddress  string
+	KubeAPIQPS              float32
+	KubeAPIBurst            int
+	Workers                 int
+	EnablePprof             bool
+}
+
+// AddFlags registers the options, and klog's flags, on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet, defaultWorkers int) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty means in-cluster configuration.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader on a Lease so that only one replica acts.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader tries to renew before it gives up leading.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How long to wait between tries to acquire or renew the lease.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "nodeset-system", "Namespace of the leader-election Lease.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 turns it off.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns them off.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.IntVar(&o.Workers, "workers", defaultWorkers, "Concurrent reconciles.")
+	fs.BoolVar(&o.EnablePprof, "pprof", false, "Serve /debug/pprof/ on the metrics address.")
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+}
+
+// Clients are what a controller needs to talk to the API server.
+type Clients struct {
+	Config  *rest.Config
+	Kube    kubernetes.Interface
+	Nodeset versioned.Interface
+	// Recorder records Events as the named component.
+	Recorder record.EventRecorder
+}
+
+// Process describes one binary for Run.
+type Process struct {
+	// Name is the component name: user agent, event source, lease name.
+	Name string
+	// Registry is where the binary's own metrics are registered; Run adds
+	// the Go, process and workqueue collectors.
+	Registry *prometheus.Registry
+	// Ready reports, once leading, whether the controller's caches are synced.
+	Ready func() bool
+	// DebugHandlers are served on the health-probe address (e.g. /debug/machines).
+	DebugHandlers map[string]http.Handler
+	// Start runs the controllers of the leader until ctx is done.
+	Start func(ctx context.Context, clients Clients) error
+}
+
+// Run builds clients, serves metrics and probes, and runs p.Start under
+// leader election until SIGTERM or SIGINT.
+func Run(o Options, p Process) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := klog.FromContext(ctx).WithName(p.Name)
+	ctx = klog.NewContext(ctx, logger)
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg = rest.AddUserAgent(cfg, p.Name)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	nodesetClient, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	utilRuntimeScheme()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	clients := Clients{Config: cfg, Kube: kube, Nodeset: nodesetClient,
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name})}
+
+	if p.Registry == nil {
+		p.Registry = prometheus.NewRegistry()
+	}
+	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerWorkqueueMetrics(p.Registry)
+
+	var leading, standby atomic.Bool
+	ready := func() bool {
+		if standby.Load() {
+			return true // a standby is healthy and ready to take over
+		}
+		return leading.Load() && (p.Ready == nil || p.Ready())
+	}
+	servers := []*http.Server{}
+	if addr := o.MetricsBindAddress; addr != "" && addr != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
+		if o.EnablePprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
+		servers = append(servers, &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	}
+	if addr := o.HealthProbeBindAddress; addr != "" && addr != "0" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ready() {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		for path, h := range p.DebugHandlers {
+			mux.Handle(path, h)
+		}
+		servers = append(servers, &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	}
+	for _, srv := range servers {
+		listener, err := net.Listen("tcp", srv.Addr)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", srv.Addr, err)
+		}
+		go func() {
+			if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "HTTP server failed", "address", srv.Addr)
+			}
+		}()
+		defer func() {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdownCtx)
+		}()
+	}
+
+	run := func(ctx context.Context) {
+		leading.Store(true)
+		standby.Store(false)
+		if err := p.Start(ctx, clients); err != nil {
+			logger.Error(err, "Controllers stopped with an error")
+			os.Exit(1)
+		}
+	}
+	if !o.LeaderElect {
+		run(ctx)
+		return nil
+	}
+
+	if _, err := kube.CoreV1().Namespaces().Get(ctx, o.LeaderElectionNamespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.LeaderElectionNamespace}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			logger.Error(err, "Cannot create the leader-election namespace", "namespace", o.LeaderElectionNamespace)
+		}
+	}
+	hostname, _ := os.Hostname()
+	identity := hostname + "_" + utilrand.String(8)
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.LeaderElectionNamespace, p.Name,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: clients.Recorder})
+	if err != nil {
+		return err
+	}
+	standby.Store(true)
+	logger.Info("Waiting to become the leader", "lease", o.LeaderElectionNamespace+"/"+p.Name, "identity", identity)
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.LeaseDuration,
+		RenewDeadline:   o.RenewDeadline,
+		RetryPeriod:     o.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            p.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: run,
+			OnStoppedLeading: func() {
+				if ctx.Err() != nil {
+					logger.Info("Stopped leading on shutdown")
+					return
+				}
+				// Another replica may be acting now: stop at once.
+				logger.Error(nil, "Lost the leader lease; exiting")
+				os.Exit(1)
+			},
+			OnNewLeader: func(current string) {
+				if current != identity {
+					logger.Info("Another replica leads", "leader", current)
+				}
+			},
+		},
+	})
+	return nil
+}
+
+// utilRuntimeScheme lets Events refer to NodeSets and NodeClasses.
+func utilRuntimeScheme() {
+	_ = nodesetscheme.AddToScheme(scheme.Scheme)
+}

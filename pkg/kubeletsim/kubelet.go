@@ -1,0 +1,316 @@
+// Package kubeletsim runs the simulated kubelets of the simulated driver's
+// machines: once a machine has booted and its Node exists, its kubelet posts
+// the Node's Ready status and capacity and renews its Lease in
+// kube-node-lease, as a real kubelet does. One loop and a small worker pool
+// serve every machine, so thousands of them stay cheap.
+package kubeletsim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"nodeset.dev/nodeset/drivers/simulated"
+)
+
+// LeaseNamespace holds the node Leases.
+const LeaseNamespace = corev1.NamespaceNodeLease
+
+// KubeletVersion is what simulated kubelets report.
+const KubeletVersion = "v1.37.2-simulated"
+
+// Options tunes the simulated kubelets.
+type Options struct {
+	// LeaseDuration of the node Leases. Default 40s.
+	LeaseDuration time.Duration
+	// RenewInterval between Lease renewals. Default 10s.
+	RenewInterval time.Duration
+	// StatusInterval between Ready heartbeats in the Node status. Default 1m.
+	StatusInterval time.Duration
+	// Workers make the API calls. Default 8.
+	Workers int
+}
+
+// Fleet is the set of simulated kubelets of one simulated driver.
+type Fleet struct {
+	client kubernetes.Interface
+	nodes  corelisters.NodeLister
+	driver *simulated.Driver
+	opts   Options
+
+	mu    sync.Mutex
+	state map[string]*kubelet
+	work  chan func(context.Context)
+}
+
+// kubelet is the state of one simulated kubelet.
+type kubelet struct {
+	statusAt  time.Time
+	nextRenew time.Time
+	lease     *coordinationv1.Lease
+	busy      bool
+}
+
+// New returns the simulated kubelets of driver's machines; nodes is a lister of the cluster's Nodes.
+func New(client kubernetes.Interface, nodes corelisters.NodeLister, driver *simulated.Driver, opts Options) *Fleet {
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = 40 * time.Second
+	}
+	if opts.RenewInterval <= 0 {
+		opts.RenewInterval = 10 * time.Second
+	}
+	if opts.StatusInterval <= 0 {
+		opts.StatusInterval = time.Minute
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	return &Fleet{client: client, nodes: nodes, driver: driver, opts: opts,
+		state: map[string]*kubelet{}, work: make(chan func(context.Context), opts.Workers)}
+}
+
+// Run serves the kubelets until ctx is done.
+func (f *Fleet) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("kubeletsim")
+	ctx = klog.NewContext(ctx, logger)
+	if _, err := f.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		logger.Error(err, "Cannot create the node lease namespace; Lease renewals will fail until it exists")
+	}
+	var wg sync.WaitGroup
+	for range f.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case fn := <-f.work:
+					fn(ctx)
+				}
+			}
+		}()
+	}
+	tick := time.NewTicker(min(f.opts.RenewInterval/4, 500*time.Millisecond))
+	defer tick.Stop()
+	for {
+		f.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-tick.C:
+		case <-f.driver.Changed():
+		}
+	}
+}
+
+// reconcile schedules the status posts, Lease renewals and Lease deletions that are due.
+func (f *Fleet) reconcile(ctx context.Context) {
+	now := time.Now()
+	machines := f.driver.Machines()
+	present := make(map[string]bool, len(machines))
+	var due []func(context.Context)
+	f.mu.Lock()
+	for i := range machines {
+		m := machines[i]
+		present[m.Name] = true
+		if m.Fails || now.Before(m.BootAt) {
+			continue
+		}
+		node, err := f.nodes.Get(m.Name)
+		if err != nil {
+			continue // the Node does not exist (yet): nothing to register with
+		}
+		k := f.state[m.Name]
+		if k == nil {
+			k = &kubelet{}
+			f.state[m.Name] = k
+		}
+		if k.busy {
+			continue
+		}
+		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || !isReady(node)
+		renew := !now.Before(k.nextRenew)
+		if !postStatus && !renew {
+			continue
+		}
+		k.busy = true
+		due = append(due, func(ctx context.Context) { f.serve(ctx, m, k, postStatus, renew) })
+	}
+	for name, k := range f.state {
+		if present[name] || k.busy {
+			continue
+		}
+		k.busy = true
+		due = append(due, func(ctx context.Context) { f.forget(ctx, name) })
+	}
+	f.mu.Unlock()
+	for _, fn := range due {
+		select {
+		case f.work <- fn:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (f *Fleet) serve(ctx context.Context, m simulated.Machine, k *kubelet, postStatus, renew bool) {
+	logger := klog.FromContext(ctx)
+	now := time.Now()
+	statusAt, nextRenew, lease := k.statusAt, k.nextRenew, k.lease
+	if postStatus {
+		if err := f.postStatus(ctx, m, now); err != nil {
+			logger.V(2).Info("Posting simulated node status failed; will retry", "node", m.Name, "err", err)
+		} else {
+			statusAt = now
+		}
+	}
+	if renew {
+		var err error
+		if lease, err = f.renewLease(ctx, m.Name, lease, now); err != nil {
+			logger.V(2).Info("Renewing simulated node lease failed; will retry", "node", m.Name, "err", err)
+			lease, nextRenew = nil, now.Add(time.Second)
+		} else {
+			nextRenew = now.Add(f.opts.RenewInterval)
+		}
+	}
+	f.mu.Lock()
+	k.statusAt, k.nextRenew, k.lease, k.busy = statusAt, nextRenew, lease, false
+	f.mu.Unlock()
+}
+
+// forget deletes the Lease of a machine that is gone.
+func (f *Fleet) forget(ctx context.Context, name string) {
+	err := f.client.CoordinationV1().Leases(LeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).V(2).Info("Deleting simulated node lease failed; will retry", "node", name, "err", err)
+		f.state[name].busy = false
+		return
+	}
+	delete(f.state, name)
+}
+
+func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Time) error {
+	node, err := f.nodes.Get(m.Name)
+	if err != nil {
+		return err
+	}
+	// The kubelet keeps its well-known labels on an existing Node.
+	labels := map[string]string{corev1.LabelHostname: m.Name}
+	for k, v := range m.Capacity.Labels {
+		labels[k] = v
+	}
+	missing := map[string]string{}
+	for k, v := range labels {
+		if node.Labels[k] != v {
+			missing[k] = v
+		}
+	}
+	if len(missing) > 0 {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
+		if _, err := f.client.CoreV1().Nodes().Patch(ctx, m.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	readySince := metav1.NewTime(now)
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			readySince = c.LastTransitionTime
+		}
+	}
+	heartbeat := metav1.NewTime(now)
+	condition := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message,
+			LastHeartbeatTime: heartbeat, LastTransitionTime: readySince}
+	}
+	status := corev1.NodeStatus{
+		Capacity:    m.Capacity.Resources,
+		Allocatable: m.Capacity.Allocatable,
+		Conditions: []corev1.NodeCondition{
+			condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+			condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+			condition(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+			condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "simulated kubelet is posting ready status"),
+		},
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: internalIP(m.Name)},
+			{Type: corev1.NodeHostName, Address: m.Name},
+		},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+		NodeInfo: corev1.NodeSystemInfo{
+			KubeletVersion: KubeletVersion, OperatingSystem: "linux", Architecture: "amd64",
+			OSImage: "nodeset simulated machine", ContainerRuntimeVersion: "simulated://1.0",
+			MachineID: m.Name, SystemUUID: m.Name, BootID: fmt.Sprint(m.CreatedAt.Unix()),
+		},
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	_, err = f.client.CoreV1().Nodes().Patch(ctx, m.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+func (f *Fleet) renewLease(ctx context.Context, name string, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
+	leases := f.client.CoordinationV1().Leases(LeaseNamespace)
+	renew := metav1.NewMicroTime(now)
+	if lease == nil {
+		node, err := f.nodes.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		created, err := leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(name),
+				LeaseDurationSeconds: ptr.To(int32(f.opts.LeaseDuration / time.Second)),
+				RenewTime:            &renew,
+			},
+		}, metav1.CreateOptions{})
+		if err == nil || !apierrors.IsAlreadyExists(err) {
+			return created, err
+		}
+		if lease, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	lease = lease.DeepCopy()
+	lease.Spec.RenewTime = &renew
+	lease.Spec.HolderIdentity = ptr.To(name)
+	return leases.Update(ctx, lease, metav1.UpdateOptions{})
+}
+
+func isReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// internalIP derives a stable address in 10.128.0.0/9 from the node's name.
+func internalIP(name string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	v := h.Sum32()&0x7fffff | 0x800000
+	return net.IPv4(10, byte(v>>16), byte(v>>8), byte(v)).String()
+}
