@@ -25,6 +25,14 @@ const (
 
 	// AnnotationDeleteNode marks a Node to be removed first on the next scale-down.
 	AnnotationDeleteNode = "nodeset.dev/delete-node"
+	// AnnotationDriver records the driver that provisioned a Node's machine, so
+	// the machine can be deprovisioned even after its NodeClass is gone.
+	AnnotationDriver = "nodeset.dev/driver"
+	// AnnotationMachineCreated is when the driver first reported the machine
+	// created (RFC 3339); the registration timeout counts from it.
+	AnnotationMachineCreated = "nodeset.dev/machine-created"
+	// AnnotationDrainStarted is when the Node's drain started (RFC 3339).
+	AnnotationDrainStarted = "nodeset.dev/drain-started"
 )
 
 // Driver names served by this project. Any other name is an out-of-tree driver

@@ -1,0 +1,196 @@
+// Command node-controller provisions, drains and deprovisions the machines
+// behind Nodes through the drivers it serves, and validates their NodeClasses.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+	kubeinformers "k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/simulated"
+	"nodeset.dev/nodeset/pkg/component"
+	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
+	"nodeset.dev/nodeset/pkg/controller/nodeclass"
+	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/kubeletsim"
+)
+
+// knownDrivers are the drivers this binary can serve.
+var knownDrivers = []string{nodesetv1alpha1.DriverSimulated}
+
+func main() {
+	var (
+		opts        component.Options
+		driverNames []string
+		cluster     string
+		resync      time.Duration
+		kubelets    kubeletsim.Options
+	)
+	fs := pflag.NewFlagSet("node-controller", pflag.ExitOnError)
+	opts.AddFlags(fs, 8)
+	fs.StringSliceVar(&driverNames, "drivers", []string{nodesetv1alpha1.DriverSimulated}, "Drivers to serve, comma-separated. Known: "+strings.Join(knownDrivers, ", ")+".")
+	fs.StringVar(&cluster, "cluster-name", "nodeset", "Cluster name drivers put in the owner tags of machines.")
+	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every Node is reconciled even without changes.")
+	fs.DurationVar(&kubelets.RenewInterval, "simulated-lease-renew-interval", 10*time.Second, "How often simulated kubelets renew their node Lease.")
+	fs.DurationVar(&kubelets.LeaseDuration, "simulated-lease-duration", 40*time.Second, "The node Lease duration simulated kubelets declare.")
+	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	_ = fs.Parse(os.Args[1:])
+
+	registry, sim, err := buildRegistry(driverNames)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-controller:", err)
+		os.Exit(2)
+	}
+	var nodeLister atomic.Pointer[corelisters.NodeLister]
+	var controller atomic.Pointer[nodecontroller.Controller]
+	metricsRegistry := prometheus.NewRegistry()
+	metrics := nodecontroller.NewMetrics(metricsRegistry, func() corelisters.NodeLister {
+		if l := nodeLister.Load(); l != nil {
+			return *l
+		}
+		return nil
+	})
+
+	err = component.Run(opts, component.Process{
+		Name:     "node-controller",
+		Registry: metricsRegistry,
+		Ready: func() bool {
+			c := controller.Load()
+			return c != nil && c.HasSynced()
+		},
+		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registry)},
+		Start: func(ctx context.Context, clients component.Clients) error {
+			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
+			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
+			nodes := kubeFactory.Core().V1().Nodes()
+			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
+			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
+				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster})
+			if err != nil {
+				return err
+			}
+			classController, err := nodeclass.NewController(clients.Nodeset, classes, registry)
+			if err != nil {
+				return err
+			}
+			lister := nodes.Lister()
+			nodeLister.Store(&lister)
+			kubeFactory.Start(ctx.Done())
+			nodesetFactory.Start(ctx.Done())
+			defer kubeFactory.Shutdown()
+			defer nodesetFactory.Shutdown()
+			if !c.WaitForCacheSync(ctx) {
+				return ctx.Err()
+			}
+			if sim != nil {
+				adoptSimulatedMachines(ctx, sim, lister, classes.Lister().Get)
+				fleet := kubeletsim.New(clients.Kube, lister, sim, kubelets)
+				go fleet.Run(ctx)
+			}
+			go func() {
+				if err := classController.Run(ctx, 2); err != nil {
+					klog.FromContext(ctx).Error(err, "NodeClassController stopped")
+				}
+			}()
+			controller.Store(c)
+			return c.Run(ctx, opts.Workers)
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func buildRegistry(names []string) (drivers.Registry, *simulated.Driver, error) {
+	registry := drivers.Registry{}
+	var sim *simulated.Driver
+	for _, name := range names {
+		switch strings.TrimSpace(name) {
+		case nodesetv1alpha1.DriverSimulated:
+			sim = simulated.New(nil)
+			registry[name] = sim
+		default:
+			return nil, nil, fmt.Errorf("unknown driver %q in --drivers; known drivers: %s", name, strings.Join(knownDrivers, ", "))
+		}
+	}
+	if len(registry) == 0 {
+		return nil, nil, fmt.Errorf("--drivers is empty; known drivers: %s", strings.Join(knownDrivers, ", "))
+	}
+	return registry, sim, nil
+}
+
+// adoptSimulatedMachines rebuilds the simulated machines of a restarted node
+// controller from the Nodes that carry a simulated providerID.
+func adoptSimulatedMachines(ctx context.Context, sim *simulated.Driver, nodes corelisters.NodeLister, class func(string) (*nodesetv1alpha1.NodeClass, error)) {
+	all, err := nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	adopted := 0
+	for _, n := range all {
+		name, err := simulated.NameFromProviderID(n.Spec.ProviderID)
+		if err != nil || name != n.Name {
+			continue
+		}
+		machineClass := drivers.Class{Name: n.Labels[nodesetv1alpha1.LabelNodeClass]}
+		if c, err := class(machineClass.Name); err == nil {
+			machineClass.Spec = c.Spec
+		}
+		created := n.CreationTimestamp.Time
+		if t, err := time.Parse(time.RFC3339, n.Annotations[nodesetv1alpha1.AnnotationMachineCreated]); err == nil {
+			created = t
+		}
+		sim.Adopt(name, created, machineClass)
+		adopted++
+	}
+	klog.FromContext(ctx).Info("Adopted simulated machines from their Nodes", "count", adopted)
+}
+
+// machineEntry is one line of /debug/machines.
+type machineEntry struct {
+	Driver     string `json:"driver"`
+	Name       string `json:"name"`
+	ProviderID string `json:"providerID"`
+	State      string `json:"state"`
+}
+
+// machinesHandler lists every machine of the served machine drivers, for
+// operators and tests.
+func machinesHandler(registry drivers.Registry) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := []machineEntry{}
+		for name := range registry {
+			driver, ok := registry.Machine(name)
+			if !ok {
+				continue
+			}
+			machines, err := driver.List(r.Context())
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			for _, m := range machines {
+				out = append(out, machineEntry{Driver: name, Name: m.Name, ProviderID: m.ProviderID, State: string(m.State)})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}

@@ -1,0 +1,64 @@
+// Command nodeset-controller turns NodeSets into Node objects. It never talks
+// to a cloud and never reads credentials.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/pflag"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/component"
+	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
+	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+)
+
+func main() {
+	var opts component.Options
+	var groupDrivers []string
+	var resync time.Duration
+	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
+	opts.AddFlags(fs, 4)
+	fs.StringSliceVar(&groupDrivers, "group-drivers", []string{nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged},
+		"Drivers whose Nodes the node controller creates from cloud-group instances; for every other driver this controller creates the Nodes.")
+	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every NodeSet is reconciled even without changes.")
+	_ = fs.Parse(os.Args[1:])
+
+	var controller atomic.Pointer[nodesetcontroller.Controller]
+	err := component.Run(opts, component.Process{
+		Name:  "nodeset-controller",
+		Ready: func() bool {
+			c := controller.Load()
+			return c != nil && c.HasSynced()
+		},
+		Start: func(ctx context.Context, clients component.Clients) error {
+			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
+			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
+			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
+				kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
+				nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
+				nodesetcontroller.Options{GroupDrivers: groupDrivers})
+			if err != nil {
+				return err
+			}
+			controller.Store(c)
+			kubeFactory.Start(ctx.Done())
+			nodesetFactory.Start(ctx.Done())
+			defer kubeFactory.Shutdown()
+			defer nodesetFactory.Shutdown()
+			return c.Run(ctx, opts.Workers)
+		},
+	})
+	if err != nil {
+		klog.Background().Error(err, "nodeset-controller failed")
+		fmt.Fprintln(os.Stderr, strings.TrimSpace(err.Error()))
+		os.Exit(1)
+	}
+}

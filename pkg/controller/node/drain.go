@@ -1,0 +1,176 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// defaultDrainTimeout applies when a class has none (the schema defaults it).
+const defaultDrainTimeout = 10 * time.Minute
+
+// mirrorPodAnnotation marks the API copy of a kubelet's static pod.
+const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// terminate takes a deleted Node through cordon, drain and deprovision, and
+// removes its finalizer only once the driver confirmed the machine is gone.
+// Each step is one short call; waiting is done by requeueing, never by
+// blocking a worker.
+func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
+	if !hasString(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	now := c.opts.Now()
+	timeout, onTimeout := defaultDrainTimeout, nodesetv1alpha1.DrainTimeoutDeprovision
+	if class != nil && class.Spec.Drain != nil {
+		if class.Spec.Drain.Timeout != nil {
+			timeout = class.Spec.Drain.Timeout.Duration
+		}
+		if class.Spec.Drain.OnTimeout != "" {
+			onTimeout = class.Spec.Drain.OnTimeout
+		}
+	}
+
+	// Cordon, and record when the drain started.
+	started, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
+	if err != nil || !node.Spec.Unschedulable {
+		if err != nil {
+			started = now
+			if node.Annotations == nil {
+				node.Annotations = map[string]string{}
+			}
+			node.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = now.UTC().Format(time.RFC3339)
+		}
+		node.Spec.Unschedulable = true
+		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; draining with a timeout of %s", timeout)
+		return nil // the update brings us back
+	}
+
+	drained := node.Annotations[drainedAnnotation] != ""
+	if !drained {
+		remaining, blocked, err := c.evictPods(ctx, node.Name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case remaining == 0:
+			c.metrics.drains.WithLabelValues("drained").Observe(now.Sub(started).Seconds())
+			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
+		case now.Sub(started) < timeout:
+			if blocked > 0 {
+				logger.V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
+			}
+			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
+			return nil
+		case onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
+			c.metrics.drains.WithLabelValues("timed-out-left-cordoned").Observe(now.Sub(started).Seconds())
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDrainTimedOut,
+				"%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon)", remaining, timeout)
+			return nil
+		default:
+			c.metrics.drains.WithLabelValues("timed-out").Observe(now.Sub(started).Seconds())
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDrainTimedOut,
+				"%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, timeout)
+		}
+		node.Annotations[drainedAnnotation] = now.UTC().Format(time.RFC3339)
+		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		return nil
+	}
+
+	// Deprovision. Even a Node that never got a providerID may have a machine
+	// (a crash between create and record): the delete is keyed by the name.
+	machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
+	if class != nil {
+		machineClass.Spec = class.Spec
+	}
+	start := c.opts.Now()
+	err = driver.Delete(ctx, machineClass, node.Name)
+	c.metrics.driverCall(driver.Name(), "delete", start, err)
+	if errors.Is(err, drivers.ErrInProgress) {
+		c.queue.AddAfter(node.Name, c.opts.DrainRecheck)
+		return nil
+	}
+	if err != nil {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed, "Driver %s could not delete the machine: %v", driver.Name(), err)
+		return err
+	}
+	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDeprovisioned, "Driver %s deleted the machine", driver.Name())
+	node.Finalizers = removeString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	logger.V(2).Info("Machine deprovisioned; finalizer removed")
+	return err
+}
+
+// drainedAnnotation records that the drain finished (or gave up) so a
+// restart goes straight to deprovisioning.
+const drainedAnnotation = "nodeset.dev/drain-finished"
+
+// evictPods asks the Eviction API to evict every pod on the node that a
+// drain should move (not mirror pods, not DaemonSet pods, not finished
+// pods). It returns how many such pods are still on the node and how many
+// evictions a PodDisruptionBudget refused.
+func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining, blocked int, err error) {
+	pods, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String(),
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing pods on %s: %w", nodeName, err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !shouldEvict(pod) {
+			continue
+		}
+		remaining++
+		if pod.DeletionTimestamp != nil {
+			continue // already going
+		}
+		err := c.kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+		case apierrors.IsTooManyRequests(err):
+			blocked++
+		default:
+			klog.FromContext(ctx).V(2).Info("Eviction failed; will retry", "pod", klog.KObj(pod), "err", err)
+		}
+	}
+	return remaining, blocked, nil
+}
+
+// shouldEvict says whether a drain moves this pod.
+func shouldEvict(pod *corev1.Pod) bool {
+	if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror {
+		return false
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, ref := range pod.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "DaemonSet" {
+			return false
+		}
+	}
+	return true
+}

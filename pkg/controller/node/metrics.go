@@ -1,0 +1,89 @@
+package node
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// Metrics are the node controller's Prometheus metrics.
+type Metrics struct {
+	provisioning *prometheus.HistogramVec
+	registration *prometheus.HistogramVec
+	drains       *prometheus.HistogramVec
+	driverCalls  *prometheus.HistogramVec
+	phases       *phaseCollector
+}
+
+// NewMetrics registers the node controller's metrics on registry; nodes feeds
+// the nodes-by-phase gauge at scrape time.
+func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLister) *Metrics {
+	buckets := prometheus.ExponentialBuckets(0.1, 2, 14) // 0.1s .. ~27min
+	m := &Metrics{
+		provisioning: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeset", Name: "node_provisioning_duration_seconds",
+			Help: "From Node creation until the driver reported the machine created."}, []string{"driver"}),
+		registration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeset", Name: "node_registration_duration_seconds",
+			Help: "From machine creation until the kubelet reported Ready.", Buckets: buckets}, []string{"driver"}),
+		drains: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeset", Name: "node_drain_duration_seconds",
+			Help: "How long drains took, by outcome (drained, timed-out, timed-out-left-cordoned).", Buckets: buckets}, []string{"outcome"}),
+		driverCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeset", Name: "driver_call_duration_seconds",
+			Help: "Driver calls by driver, operation and outcome (success or error)."}, []string{"driver", "operation", "outcome"}),
+		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
+			"Nodes managed by nodeset, by NodeClass and phase (provisioning, registering, ready, draining).", []string{"nodeclass", "phase"}, nil)},
+	}
+	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.phases)
+	return m
+}
+
+func (m *Metrics) driverCall(driver, operation string, start time.Time, err error) {
+	outcome := "success"
+	if err != nil {
+		outcome = "error"
+	}
+	m.driverCalls.WithLabelValues(driver, operation, outcome).Observe(time.Since(start).Seconds())
+}
+
+// phaseCollector counts Nodes by class and phase from the informer cache when scraped.
+type phaseCollector struct {
+	nodes func() corelisters.NodeLister
+	desc  *prometheus.Desc
+}
+
+func (p *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+
+func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
+	lister := p.nodes()
+	if lister == nil {
+		return
+	}
+	selector, _ := labels.Parse(nodesetv1alpha1.LabelNodeClass)
+	nodes, err := lister.List(selector)
+	if err != nil {
+		return
+	}
+	counts := map[[2]string]int{}
+	for _, n := range nodes {
+		counts[[2]string{n.Labels[nodesetv1alpha1.LabelNodeClass], phase(n)}]++
+	}
+	for k, v := range counts {
+		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(v), k[0], k[1])
+	}
+}
+
+// Phase is a Node's place in its lifecycle: provisioning, registering, ready or draining.
+func phase(n *corev1.Node) string {
+	switch {
+	case n.DeletionTimestamp != nil:
+		return "draining"
+	case n.Spec.ProviderID == "":
+		return "provisioning"
+	case !isReady(n) || hasStartupTaint(n):
+		return "registering"
+	}
+	return "ready"
+}

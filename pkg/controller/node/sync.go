@@ -1,0 +1,261 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// defaultRegistrationTimeout applies when a class has none (the schema defaults it).
+const defaultRegistrationTimeout = 15 * time.Minute
+
+func (c *Controller) syncNode(ctx context.Context, name string) error {
+	cached, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	className := cached.Labels[nodesetv1alpha1.LabelNodeClass]
+	if className == "" {
+		return nil // not a nodeset Node
+	}
+	class, err := c.classes.Get(className)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if apierrors.IsNotFound(err) {
+		class = nil
+	}
+	driverName := cached.Annotations[nodesetv1alpha1.AnnotationDriver]
+	if class != nil {
+		driverName = class.Spec.Driver
+	}
+	driver, served := c.registry.Machine(driverName)
+	if !served {
+		return nil // another node controller's, or a group driver's
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", name, "driver", driverName)
+	ctx = klog.NewContext(ctx, logger)
+	node := cached.DeepCopy()
+	if node.DeletionTimestamp != nil {
+		return c.terminate(ctx, node, class, driver)
+	}
+	if class == nil {
+		return nil // provisioned when the class appears
+	}
+	machineClass, err := c.machineClass(ctx, node, class)
+	if err != nil {
+		c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
+		return err
+	}
+	if node.Spec.ProviderID == "" || !hasString(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		return c.provision(ctx, node, machineClass, driver)
+	}
+	return c.register(ctx, node, class, driver)
+}
+
+// machineClass is the effective configuration of the Node's machine: the
+// class with its NodeSet's permitted overrides, and the class's credentials.
+func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) (drivers.Class, error) {
+	var set *nodesetv1alpha1.NodeSet
+	if ns, name := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]; ns != "" && name != "" {
+		if s, err := c.sets.NodeSets(ns).Get(name); err == nil {
+			set = s
+		}
+	}
+	spec, err := resolve.EffectiveSpec(class, set)
+	if err != nil {
+		return drivers.Class{}, err
+	}
+	machineClass := drivers.Class{Name: class.Name, Spec: spec}
+	if ref := class.Spec.CredentialsSecretRef; ref != nil {
+		secret, err := c.kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			// The error names the Secret, never its contents.
+			return drivers.Class{}, fmt.Errorf("reading credentials Secret %s/%s of NodeClass %s: %w", ref.Namespace, ref.Name, class.Name, err)
+		}
+		machineClass.Credentials = secret.Data
+	}
+	return machineClass, nil
+}
+
+func owner(node *corev1.Node, sets func(namespace, name string) (*nodesetv1alpha1.NodeSet, error), cluster string) drivers.Owner {
+	o := drivers.Owner{Cluster: cluster, Namespace: node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], Name: node.Labels[nodesetv1alpha1.LabelNodeSet]}
+	if o.Namespace != "" && o.Name != "" {
+		if set, err := sets(o.Namespace, o.Name); err == nil {
+			o.UID = set.UID
+		}
+	}
+	return o
+}
+
+// provision makes the Node's machine (idempotently, keyed by the Node's
+// name) and records its providerID, the driver and the creation time.
+func (c *Controller) provision(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) error {
+	logger := klog.FromContext(ctx)
+	if !hasString(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		// A static node made by an admin: hold it until its machine is gone.
+		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	}
+	if node.Spec.ProviderID == "" {
+		start := c.opts.Now()
+		providerID, err := driver.Create(ctx, drivers.Machine{
+			Name:   node.Name,
+			Owner:  owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
+			Class:  class,
+			Labels: node.Labels,
+			Taints: node.Spec.Taints,
+		})
+		c.metrics.driverCall(driver.Name(), "create", start, err)
+		if err != nil {
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
+			if errors.Is(err, drivers.ErrInvalidConfiguration) {
+				c.queue.AddAfter(node.Name, time.Minute)
+				return nil
+			}
+			return err
+		}
+		c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(c.opts.Now().Sub(node.CreationTimestamp.Time).Seconds())
+		node.Spec.ProviderID = providerID
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[nodesetv1alpha1.AnnotationDriver] = driver.Name()
+		if node.Annotations[nodesetv1alpha1.AnnotationMachineCreated] == "" {
+			node.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = c.opts.Now().UTC().Format(time.RFC3339)
+		}
+		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonProvisioned, "Driver %s created machine %s", driver.Name(), providerID)
+		logger.V(2).Info("Provisioned machine", "providerID", providerID)
+	}
+	_, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
+// register lifts the startup taint once the kubelet reports Ready, and
+// replaces a machine that did not register in time.
+func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
+	if isReady(node) {
+		if !hasStartupTaint(node) {
+			return nil
+		}
+		node.Spec.Taints = withoutStartupTaint(node.Spec.Taints)
+		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		if created, ok := machineCreated(node); ok {
+			c.metrics.registration.WithLabelValues(driver.Name()).Observe(c.opts.Now().Sub(created).Seconds())
+		}
+		c.recorder.Event(node, corev1.EventTypeNormal, ReasonRegistered, "The kubelet reports Ready; startup taint removed")
+		return nil
+	}
+	timeout := defaultRegistrationTimeout
+	if class.Spec.RegistrationTimeout != nil {
+		timeout = class.Spec.RegistrationTimeout.Duration
+	}
+	created, ok := machineCreated(node)
+	if !ok {
+		created = node.CreationTimestamp.Time
+	}
+	if wait := created.Add(timeout).Sub(c.opts.Now()); wait > 0 {
+		c.queue.AddAfter(node.Name, wait)
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	msg := fmt.Sprintf("The machine did not register within %s; replacing it", timeout)
+	c.recorder.Event(node, corev1.EventTypeWarning, ReasonRegistrationTimeout, msg)
+	logger.Info("Registration timed out; replacing", "timeout", timeout)
+	if node.Labels[nodesetv1alpha1.LabelNodeSet] != "" {
+		// The NodeSetController makes the replacement; the deletion path
+		// deprovisions this machine.
+		uid := node.UID
+		err := c.kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	// A static node stays: remove its machine and provision a new one.
+	start := c.opts.Now()
+	err := driver.Delete(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}, node.Name)
+	c.metrics.driverCall(driver.Name(), "delete", start, err)
+	if err != nil {
+		if errors.Is(err, drivers.ErrInProgress) {
+			c.queue.AddAfter(node.Name, c.opts.DrainRecheck)
+			return nil
+		}
+		return err
+	}
+	node.Spec.ProviderID = ""
+	delete(node.Annotations, nodesetv1alpha1.AnnotationMachineCreated)
+	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
+func machineCreated(node *corev1.Node) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationMachineCreated])
+	return t, err == nil
+}
+
+func isReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasStartupTaint(node *corev1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == nodesetv1alpha1.TaintUnregistered {
+			return true
+		}
+	}
+	return false
+}
+
+func withoutStartupTaint(taints []corev1.Taint) []corev1.Taint {
+	out := make([]corev1.Taint, 0, len(taints))
+	for _, t := range taints {
+		if t.Key != nodesetv1alpha1.TaintUnregistered {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func hasString(list []string, s string) bool {
+	for _, item := range list {
+		if item == s {
+			return true
+		}
+	}
+	return false
+}
+
+func removeString(list []string, s string) []string {
+	out := make([]string, 0, len(list))
+	for _, item := range list {
+		if item != s {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func labelsFor(key, value string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{key: value})
+}
