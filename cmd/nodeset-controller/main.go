@@ -33,7 +33,7 @@ func main() {
 
 	var controller atomic.Pointer[nodesetcontroller.Controller]
 	err := component.Run(opts, component.Process{
-		Name:  "nodeset-controller",
+		Name: "nodeset-controller",
 		Ready: func() bool {
 			c := controller.Load()
 			return c != nil && c.HasSynced()
