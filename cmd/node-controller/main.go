@@ -90,6 +90,13 @@ func main() {
 			}
 			lister := nodes.Lister()
 			nodeLister.Store(&lister)
+			var fleet *kubeletsim.Fleet
+			if sim != nil {
+				fleet = kubeletsim.New(clients.Kube, lister, sim, kubelets)
+				if err := fleet.FinishPods(kubeFactory.Core().V1().Pods()); err != nil {
+					return err
+				}
+			}
 			kubeFactory.Start(ctx.Done())
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()
@@ -99,7 +106,6 @@ func main() {
 			}
 			if sim != nil {
 				adoptSimulatedMachines(ctx, sim, lister, classes.Lister().Get)
-				fleet := kubeletsim.New(clients.Kube, lister, sim, kubelets)
 				go fleet.Run(ctx)
 			}
 			go func() {

@@ -234,6 +234,17 @@ func (d *Driver) Machines() []Machine {
 	return out
 }
 
+// Machine returns a copy of one machine.
+func (d *Driver) Machine(name string) (Machine, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.machines[name]
+	if !ok {
+		return Machine{}, false
+	}
+	return *m, true
+}
+
 // Changed is signalled (without blocking) whenever a machine is added or removed.
 func (d *Driver) Changed() <-chan struct{} { return d.changed }
 

@@ -1,7 +1,9 @@
 // Package kubeletsim runs the simulated kubelets of the simulated driver's
 // machines: once a machine has booted and its Node exists, its kubelet posts
 // the Node's Ready status and capacity and renews its Lease in
-// kube-node-lease, as a real kubelet does. One loop and a small worker pool
+// kube-node-lease, and finishes the deletion of pods bound to it that are
+// terminating, as a real kubelet does once their containers stopped (a
+// simulated machine runs no containers, so that is at once). One loop and a small worker pool
 // serve every machine, so thousands of them stay cheap.
 package kubeletsim
 
@@ -19,8 +21,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -55,6 +60,9 @@ type Fleet struct {
 	mu    sync.Mutex
 	state map[string]*kubelet
 	work  chan func(context.Context)
+
+	pods       corelisters.PodLister
+	terminated workqueue.TypedRateLimitingInterface[types.NamespacedName]
 }
 
 // kubelet is the state of one simulated kubelet.
@@ -83,6 +91,26 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, driver *simu
 		state: map[string]*kubelet{}, work: make(chan func(context.Context), opts.Workers)}
 }
 
+// FinishPods makes the kubelets remove their terminating pods, which
+// otherwise stay in the API until their grace period is waited out by a
+// kubelet that never comes. Call it before Run, before the informer starts.
+func (f *Fleet) FinishPods(pods coreinformers.PodInformer) error {
+	f.pods = pods.Lister()
+	f.terminated = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "kubeletsim_pods"})
+	enqueue := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.DeletionTimestamp != nil && pod.Spec.NodeName != "" {
+			f.terminated.Add(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
+		}
+	}
+	_, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	})
+	return err
+}
+
 // Run serves the kubelets until ctx is done.
 func (f *Fleet) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("kubeletsim")
@@ -105,12 +133,24 @@ func (f *Fleet) Run(ctx context.Context) {
 			}
 		}()
 	}
+	if f.terminated != nil {
+		defer f.terminated.ShutDown()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f.finishPod(ctx) {
+			}
+		}()
+	}
 	tick := time.NewTicker(min(f.opts.RenewInterval/4, 500*time.Millisecond))
 	defer tick.Stop()
 	for {
 		f.reconcile(ctx)
 		select {
 		case <-ctx.Done():
+			if f.terminated != nil {
+				f.terminated.ShutDown()
+			}
 			wg.Wait()
 			return
 		case <-tick.C:
@@ -167,6 +207,39 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// finishPod deletes one terminating pod whose node is a running simulated
+// machine; it returns false once the queue is shut down.
+func (f *Fleet) finishPod(ctx context.Context) bool {
+	key, quit := f.terminated.Get()
+	if quit {
+		return false
+	}
+	defer f.terminated.Done(key)
+	pod, err := f.pods.Pods(key.Namespace).Get(key.Name)
+	if err != nil || pod.DeletionTimestamp == nil || !f.running(pod.Spec.NodeName) {
+		f.terminated.Forget(key)
+		return true
+	}
+	err = f.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		klog.FromContext(ctx).V(2).Info("Finishing a terminating pod failed; will retry", "pod", klog.KObj(pod), "err", err)
+		f.terminated.AddRateLimited(key)
+		return true
+	}
+	f.terminated.Forget(key)
+	return true
+}
+
+// running says whether name is a booted, healthy simulated machine: only
+// those have a kubelet.
+func (f *Fleet) running(name string) bool {
+	m, ok := f.driver.Machine(name)
+	return ok && !m.Fails && !time.Now().Before(m.BootAt)
 }
 
 func (f *Fleet) serve(ctx context.Context, m simulated.Machine, k *kubelet, postStatus, renew bool) {

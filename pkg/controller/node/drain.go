@@ -74,6 +74,8 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		case now.Sub(started) < timeout:
 			if blocked > 0 {
 				logger.V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
+				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionBlocked,
+					"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", blocked, timeout)
 			}
 			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
 			return nil
@@ -145,9 +147,7 @@ func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining,
 		if pod.DeletionTimestamp != nil {
 			continue // already going
 		}
-		err := c.kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
-			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		})
+		err := c.evict(ctx, pod)
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
@@ -157,6 +157,18 @@ func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining,
 		}
 	}
 	return remaining, blocked, nil
+}
+
+// evict posts one eviction. A budget that refuses answers 429 with a
+// Retry-After, which client-go would wait out and retry up to ten times in
+// the call, blocking a worker: retries are turned off and the drain requeues.
+func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
+	eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+	return c.kube.CoreV1().RESTClient().Post().
+		Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
+		MaxRetries(0).
+		Body(eviction).
+		Do(ctx).Error()
 }
 
 // shouldEvict says whether a drain moves this pod.

@@ -19,9 +19,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -69,36 +66,8 @@ func setup() (*controllers, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cp := framework.Shared
-	root, err := framework.RepoRoot()
-	if err != nil {
+	if err := framework.InstallRBAC(ctx, cp); err != nil {
 		return nil, err
-	}
-	if err := framework.Apply(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "rbac")); err != nil {
-		return nil, err
-	}
-	// The controllers run as the users the control plane's token file knows,
-	// bound to the same ClusterRoles their ServiceAccounts get in a cluster.
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	for _, user := range []string{"nodeset-controller", "node-controller"} {
-		for _, binding := range []struct{ kind, name, namespace string }{
-			{"ClusterRole", "nodeset:" + user, ""},
-			{"Role", "nodeset:" + user + ":leader-election", "nodeset-system"},
-		} {
-			if binding.kind == "Role" && user == "node-controller" {
-				continue
-			}
-			subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
-			ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: binding.kind, Name: binding.name}
-			meta := metav1.ObjectMeta{Name: binding.name + ":test-user", Namespace: binding.namespace}
-			if binding.kind == "ClusterRole" {
-				_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
-			} else {
-				_, err = kube.RbacV1().RoleBindings(binding.namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
-			}
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return nil, err
-			}
-		}
 	}
 	bins, err := framework.BuildCommands(ctx, filepath.Join(cp.Dir, "bin"), "./cmd/nodeset-controller", "./cmd/node-controller")
 	if err != nil {
@@ -187,7 +156,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, why := cond(ctx)
-		last = why
+		if ctx.Err() == nil && !strings.Contains(why, "context deadline") && !strings.Contains(why, "rate limiter") {
+			last = why
+		}
 		return ok, nil
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,9 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
 )
@@ -74,10 +77,16 @@ func createSet(t *testing.T, namespace, name, class string, replicas int32) *nod
 func scale(t *testing.T, namespace, name string, replicas int32) {
 	t.Helper()
 	_, cs := clients(t)
-	scale, err := cs.NodesetV1alpha1().NodeSets(namespace).GetScale(context.Background(), name, metav1.GetOptions{})
-	require.NoError(t, err)
-	scale.Spec.Replicas = replicas
-	_, err = cs.NodesetV1alpha1().NodeSets(namespace).UpdateScale(context.Background(), name, scale, metav1.UpdateOptions{})
+	// The controllers write status meanwhile: retry on conflicts, as kubectl scale does.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := cs.NodesetV1alpha1().NodeSets(namespace).GetScale(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = replicas
+		_, err = cs.NodesetV1alpha1().NodeSets(namespace).UpdateScale(context.Background(), name, scale, metav1.UpdateOptions{})
+		return err
+	})
 	require.NoError(t, err)
 }
 
@@ -224,8 +233,12 @@ func TestDeletedNodeIsDrainedDeprovisionedAndReplaced(t *testing.T) {
 		}
 		return true, ""
 	})
+	// The drain evicted the pod and waited for it to be gone before the
+	// machine went: it is gone by now, not merely terminating.
 	_, err = kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "the pod on the node was evicted: %v", err)
+	reasons := eventuallyEvent(t, victim, nodecontroller.ReasonDrained)
+	assert.NotContains(t, reasons, nodecontroller.ReasonDrainTimedOut, "the drain finished without waiting out its timeout")
 	eventually(t, 2*time.Minute, "replaced", converged(c, t, ns, "replacer", 2))
 	nodes, err = setNodes(ctx, t, ns, "replacer")
 	require.NoError(t, err)
@@ -308,13 +321,26 @@ func TestDrainBlockedByPDBGivesUpAtTimeout(t *testing.T) {
 	require.NoError(t, err)
 	node := nodes[0].Name
 	pod := runPod(t, ns, "guarded-pod", node, map[string]string{"app": "guarded"})
-	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+	// The Eviction API lets Pending pods go regardless of budgets: make this
+	// one Running and Ready, as a kubelet would.
+	running, err := kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	require.NoError(t, err)
+	running.Status.Phase = corev1.PodRunning
+	running.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	_, err = kube.CoreV1().Pods(ns).UpdateStatus(ctx, running, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt32(1)),
 			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}},
 		},
 	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// What the disruption controller would compute: no disruption allowed.
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
+		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1, DisruptionsAllowed: 0}
+	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
 	require.NoError(t, err)
 
 	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}))
@@ -336,14 +362,17 @@ func TestDrainBlockedByPDBGivesUpAtTimeout(t *testing.T) {
 	require.NoError(t, err, "the PDB must keep the pod from being evicted")
 
 	eventually(t, time.Minute, "node deprovisioned after the drain timeout", func(ctx context.Context) (bool, string) {
-		_, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), "node still exists"
+		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil {
+			return false, fmt.Sprintf("node still exists: annotations %v, finalizers %v", n.Annotations, n.Finalizers)
+		}
+		return apierrors.IsNotFound(err), err.Error()
 	})
 	// RFC3339 has second precision: allow one second.
 	assert.GreaterOrEqual(t, time.Since(drainStarted), drainTimeout-time.Second, "the node went before its drain timeout")
-	events, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=DrainTimedOut,involvedObject.name=" + node})
-	require.NoError(t, err)
-	assert.NotEmpty(t, events.Items, "a DrainTimedOut event")
+	eventuallyEvent(t, node, nodecontroller.ReasonDrainTimedOut)
+	// The budget, not an error, held the pod.
+	eventuallyEvent(t, node, nodecontroller.ReasonEvictionBlocked)
 	eventually(t, 2*time.Minute, "replacement ready", converged(c, t, ns, "guarded", 1))
 }
 
@@ -461,6 +490,26 @@ func TestRestartDuringScaleUp(t *testing.T) {
 }
 
 // runPod creates a pod bound to node (no scheduler involved) and returns its name.
+// eventuallyEvent waits for an Event with reason about the named object and
+// returns the reasons of all its Events.
+func eventuallyEvent(t *testing.T, name, reason string) []string {
+	t.Helper()
+	kube, _ := clients(t)
+	var reasons []string
+	eventually(t, time.Minute, "a "+reason+" event for "+name, func(ctx context.Context) (bool, string) {
+		events, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		reasons = reasons[:0]
+		for _, e := range events.Items {
+			reasons = append(reasons, e.Reason)
+		}
+		return slices.Contains(reasons, reason), fmt.Sprintf("events %v", reasons)
+	})
+	return reasons
+}
+
 func runPod(t *testing.T, namespace, name, node string, labels map[string]string) string {
 	t.Helper()
 	kube, _ := clients(t)
@@ -468,7 +517,7 @@ func runPod(t *testing.T, namespace, name, node string, labels map[string]string
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		},

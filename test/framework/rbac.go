@@ -1,0 +1,54 @@
+package framework
+
+import (
+	"context"
+	"path/filepath"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// InstallRBAC applies deploy/rbac and binds the test users nodeset-controller
+// and node-controller to the roles their ServiceAccounts get in a cluster, so
+// that components under test run with exactly the permissions they ship with.
+func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	if err := Apply(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "rbac")); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	type binding struct{ kind, name, namespace string }
+	bindings := map[string][]binding{
+		"nodeset-controller": {
+			{"ClusterRole", "nodeset:nodeset-controller", ""},
+			{"Role", "nodeset:nodeset-controller:leader-election", "nodeset-system"},
+		},
+		"node-controller": {
+			{"ClusterRole", "nodeset:node-controller", ""},
+		},
+	}
+	for user, roles := range bindings {
+		subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+		for _, b := range roles {
+			ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: b.kind, Name: b.name}
+			meta := metav1.ObjectMeta{Name: b.name + ":test-user", Namespace: b.namespace}
+			if b.kind == "ClusterRole" {
+				_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+			} else {
+				_, err = kube.RbacV1().RoleBindings(b.namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+			}
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+		}
+	}
+	return nil
+}
