@@ -49,6 +49,9 @@ type Options struct {
 	DrainRecheck time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Evict posts one pod eviction; when nil, a POST to the eviction
+	// subresource that returns a refusal at once instead of retrying it.
+	Evict func(ctx context.Context, pod *corev1.Pod) error
 }
 
 // Controller provisions, registers, drains and deprovisions the machines behind Nodes.
@@ -83,6 +86,9 @@ func NewController(
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Evict == nil {
+		opts.Evict = evictWithoutRetries(kube)
 	}
 	c := &Controller{
 		kube: kube, recorder: recorder, registry: registry, metrics: metrics, opts: opts,

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -147,7 +148,7 @@ func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining,
 		if pod.DeletionTimestamp != nil {
 			continue // already going
 		}
-		err := c.evict(ctx, pod)
+		err := c.opts.Evict(ctx, pod)
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
@@ -159,16 +160,19 @@ func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining,
 	return remaining, blocked, nil
 }
 
-// evict posts one eviction. A budget that refuses answers 429 with a
-// Retry-After, which client-go would wait out and retry up to ten times in
-// the call, blocking a worker: retries are turned off and the drain requeues.
-func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
-	eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
-	return c.kube.CoreV1().RESTClient().Post().
-		Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
-		MaxRetries(0).
-		Body(eviction).
-		Do(ctx).Error()
+// evictWithoutRetries posts one eviction. A budget that refuses answers 429
+// with a Retry-After, which the typed client would wait out and retry up to
+// ten times inside the call, blocking a worker: here retries are off and the
+// drain requeues instead.
+func evictWithoutRetries(kube kubernetes.Interface) func(context.Context, *corev1.Pod) error {
+	return func(ctx context.Context, pod *corev1.Pod) error {
+		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+		return kube.CoreV1().RESTClient().Post().
+			Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
+			MaxRetries(0).
+			Body(eviction).
+			Do(ctx).Error()
+	}
 }
 
 // shouldEvict says whether a drain moves this pod.

@@ -1,0 +1,401 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
+	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+)
+
+var testNow = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+// recordingDriver is a MachineDriver that records its calls; the real
+// drivers are tested against their real backends elsewhere.
+type recordingDriver struct {
+	mu        sync.Mutex
+	name      string
+	machines  map[string]string // name -> providerID
+	creates   int
+	deletes   []string
+	createErr error
+	deleteErr error
+}
+
+func newRecordingDriver(name string) *recordingDriver {
+	return &recordingDriver{name: name, machines: map[string]string{}}
+}
+
+func (d *recordingDriver) Name() string                                  { return d.name }
+func (d *recordingDriver) Validate(context.Context, drivers.Class) error { return nil }
+func (d *recordingDriver) Capacity(context.Context, drivers.Class) (drivers.Capacity, error) {
+	return drivers.Capacity{}, drivers.ErrNotImplemented
+}
+
+func (d *recordingDriver) Create(_ context.Context, m drivers.Machine) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.creates++
+	if d.createErr != nil {
+		return "", d.createErr
+	}
+	if id, ok := d.machines[m.Name]; ok {
+		return id, nil
+	}
+	d.machines[m.Name] = "test:///" + m.Name
+	return d.machines[m.Name], nil
+}
+
+func (d *recordingDriver) Delete(_ context.Context, _ drivers.Class, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deletes = append(d.deletes, name)
+	if d.deleteErr != nil {
+		return d.deleteErr
+	}
+	delete(d.machines, name)
+	return nil
+}
+
+func (d *recordingDriver) Get(_ context.Context, _ drivers.Class, name string) (drivers.MachineStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id, ok := d.machines[name]
+	if !ok {
+		return drivers.MachineStatus{}, drivers.ErrNotFound
+	}
+	return drivers.MachineStatus{Name: name, ProviderID: id, State: drivers.MachineRunning}, nil
+}
+
+func (d *recordingDriver) List(context.Context) ([]drivers.MachineStatus, error) { return nil, nil }
+
+type fixture struct {
+	t           *testing.T
+	kube        *kubefake.Clientset
+	driver      *recordingDriver
+	controller  *Controller
+	recorder    *record.FakeRecorder
+	nodes       corelisters.NodeLister
+	nodeIndexer cache.Indexer
+	now         time.Time
+}
+
+func testClass(name string) *nodesetv1alpha1.NodeClass {
+	return &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver:              nodesetv1alpha1.DriverSimulated,
+			DriverSections:      nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
+			RegistrationTimeout: &metav1.Duration{Duration: 10 * time.Minute},
+			Drain:               &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 5 * time.Minute}},
+		},
+	}
+}
+
+// setNode is a Node as the NodeSetController creates it.
+func setNode(name, class string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(testNow.Add(-time.Minute)),
+			Labels: map[string]string{
+				nodesetv1alpha1.LabelNodeClass:        class,
+				nodesetv1alpha1.LabelNodeSet:          "web",
+				nodesetv1alpha1.LabelNodeSetNamespace: "team-a",
+			},
+			Finalizers: []string{nodesetv1alpha1.FinalizerTermination},
+		},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: nodesetv1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoSchedule},
+			{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule},
+		}},
+	}
+}
+
+func newFixture(t *testing.T, classes []*nodesetv1alpha1.NodeClass, objects ...runtime.Object) *fixture {
+	f := &fixture{t: t, recorder: record.NewFakeRecorder(100), driver: newRecordingDriver(nodesetv1alpha1.DriverSimulated), now: testNow}
+	f.kube = kubefake.NewClientset(objects...)
+	var nodesetObjects []runtime.Object
+	for _, c := range classes {
+		nodesetObjects = append(nodesetObjects, c)
+	}
+	nodesets := nodesetfake.NewClientset(nodesetObjects...)
+	kubeFactory := kubeinformers.NewSharedInformerFactory(f.kube, 0)
+	nodesetFactory := externalversions.NewSharedInformerFactory(nodesets, 0)
+	nodeInformer := kubeFactory.Core().V1().Nodes()
+	f.nodes = nodeInformer.Lister()
+	f.nodeIndexer = nodeInformer.Informer().GetIndexer()
+	c, err := NewController(f.kube, f.recorder, nodeInformer,
+		nodesetFactory.Nodeset().V1alpha1().NodeClasses(), nodesetFactory.Nodeset().V1alpha1().NodeSets(),
+		drivers.Registry{f.driver.Name(): f.driver},
+		NewMetrics(prometheus.NewRegistry(), func() corelisters.NodeLister { return f.nodes }),
+		Options{Cluster: "test", Now: func() time.Time { return f.now },
+			// The fake clientset has no REST client: evict through the typed client.
+			Evict: func(ctx context.Context, pod *corev1.Pod) error {
+				return f.kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+					ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}})
+			}})
+	require.NoError(t, err)
+	for _, o := range objects {
+		if n, ok := o.(*corev1.Node); ok {
+			require.NoError(t, nodeInformer.Informer().GetIndexer().Add(n))
+		}
+	}
+	for _, cl := range classes {
+		require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(cl))
+	}
+	f.controller = c
+	t.Cleanup(c.queue.ShutDown)
+	return f
+}
+
+// sync runs one reconcile of the named Node, then copies the API's version
+// of it into the informer cache, as the watch would.
+func (f *fixture) sync(name string) error {
+	err := f.controller.syncNode(context.Background(), name)
+	node, getErr := f.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if getErr == nil {
+		f.updateCache(node)
+	} else if apierrors.IsNotFound(getErr) {
+		f.deleteCache(name)
+	}
+	return err
+}
+
+func (f *fixture) updateCache(node *corev1.Node) {
+	require.NoError(f.t, f.nodeIndexer.Update(node))
+}
+
+func (f *fixture) deleteCache(name string) {
+	if obj, ok, _ := f.nodeIndexer.GetByKey(name); ok {
+		require.NoError(f.t, f.nodeIndexer.Delete(obj))
+	}
+}
+
+func (f *fixture) get(name string) *corev1.Node {
+	node, err := f.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(f.t, err)
+	return node
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func markReady(node *corev1.Node) *corev1.Node {
+	node = node.DeepCopy()
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	return node
+}
+
+func TestProvisionRecordsProviderIDAndIsIdempotent(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	require.NoError(t, f.sync("web-a"))
+	node := f.get("web-a")
+	assert.Equal(t, "test:///web-a", node.Spec.ProviderID)
+	assert.Equal(t, nodesetv1alpha1.DriverSimulated, node.Annotations[nodesetv1alpha1.AnnotationDriver])
+	assert.Equal(t, testNow.Format(time.RFC3339), node.Annotations[nodesetv1alpha1.AnnotationMachineCreated])
+	assert.True(t, hasStartupTaint(node), "the startup taint stays until the kubelet is Ready")
+
+	// A crash after Create but before the Node update: the next sync finds
+	// the same machine by name and makes no second one.
+	f.updateCache(setNode("web-a", "sim"))
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, 2, f.driver.creates)
+	assert.Len(t, f.driver.machines, 1, "one machine per Node name")
+	assert.Equal(t, "test:///web-a", f.get("web-a").Spec.ProviderID)
+
+	// With the providerID recorded, nothing is created again.
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, 2, f.driver.creates)
+}
+
+func TestStartupTaintLiftedOnlyWhenReady(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	require.NoError(t, f.sync("web-a"))
+	require.NoError(t, f.sync("web-a"))
+	assert.True(t, hasStartupTaint(f.get("web-a")), "not Ready: taint stays")
+
+	ready, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), markReady(f.get("web-a")), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.updateCache(ready)
+	require.NoError(t, f.sync("web-a"))
+	node := f.get("web-a")
+	assert.False(t, hasStartupTaint(node))
+	require.Len(t, node.Spec.Taints, 1, "the template's taints stay")
+	assert.Equal(t, "dedicated", node.Spec.Taints[0].Key)
+	assert.Contains(t, f.events(), "Normal Registered The kubelet reports Ready; startup taint removed")
+}
+
+func TestRegistrationTimeoutDeletesTheSetNode(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	require.NoError(t, f.sync("web-a"))
+	f.now = testNow.Add(9 * time.Minute)
+	require.NoError(t, f.sync("web-a"))
+	_, err := f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
+	require.NoError(t, err, "still within the registration timeout")
+
+	f.now = testNow.Add(10*time.Minute + time.Second)
+	require.NoError(t, f.sync("web-a"))
+	var deleted bool
+	for _, a := range f.kube.Actions() {
+		if a.Matches("delete", "nodes") {
+			deleted = true
+			assert.NotNil(t, a.(core.DeleteAction).GetDeleteOptions().Preconditions, "deleted with a UID precondition")
+		}
+	}
+	assert.True(t, deleted, "a Node that did not register in time is deleted for its NodeSet to replace")
+	assert.Empty(t, f.driver.deletes, "its machine goes through the deletion path (drain, then deprovision)")
+}
+
+func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
+	node := setNode("web-a", "sim")
+	node.Spec.ProviderID = "test:///web-a"
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static", Namespace: "kube-system",
+		Annotations: map[string]string{mirrorPodAnnotation: "x"}}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node, pod, mirror)
+	f.driver.machines["web-a"] = "test:///web-a"
+	evictions := 0
+	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		evictions++
+		// The eviction deletes the pod, as the API server would.
+		return true, nil, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
+	})
+
+	// 1. cordon and record the start
+	require.NoError(t, f.sync("web-a"))
+	got := f.get("web-a")
+	assert.True(t, got.Spec.Unschedulable)
+	assert.Equal(t, testNow.Format(time.RFC3339), got.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
+	assert.Empty(t, f.driver.deletes, "no deprovisioning before the drain")
+
+	// 2. evict; the mirror pod is left alone; the drain waits for the pod
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, 1, evictions)
+	assert.Empty(t, f.get("web-a").Annotations[drainedAnnotation], "the pod was still there when listed")
+	assert.Empty(t, f.driver.deletes)
+
+	// 3. the pod is gone: drained
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, 1, evictions)
+	assert.NotEmpty(t, f.get("web-a").Annotations[drainedAnnotation])
+	assert.Empty(t, f.driver.deletes)
+	assert.Contains(t, f.events(), "Normal Drained All evictable pods are gone")
+
+	// 4. deprovision, then release the finalizer
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+}
+
+func TestDeprovisionInProgressKeepsTheFinalizer(t *testing.T) {
+	node := setNode("web-a", "sim")
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	node.Spec.Unschedulable = true
+	node.Annotations = map[string]string{
+		nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339),
+		drainedAnnotation:                      testNow.Format(time.RFC3339),
+	}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
+	f.driver.deleteErr = drivers.ErrInProgress
+	require.NoError(t, f.sync("web-a"))
+	assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination, "the machine is not gone yet")
+
+	f.driver.deleteErr = errors.New("cloud says no")
+	require.Error(t, f.sync("web-a"), "a failed delete is retried with backoff")
+	assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination, "a Node is never released while its machine may exist")
+
+	f.driver.deleteErr = nil
+	require.NoError(t, f.sync("web-a"))
+	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+}
+
+func TestDrainTimeoutWithCordonLeavesTheNode(t *testing.T) {
+	class := testClass("sim")
+	class.Spec.Drain.OnTimeout = nodesetv1alpha1.DrainTimeoutCordon
+	node := setNode("web-a", "sim")
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	node.Spec.Unschedulable = true
+	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: testNow.Add(-6 * time.Minute).Format(time.RFC3339)}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, node, pod)
+	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	})
+	require.NoError(t, f.sync("web-a"))
+	require.NoError(t, f.sync("web-a"))
+	assert.Empty(t, f.driver.deletes, "onTimeout: Cordon never deprovisions")
+	assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+	var timedOut bool
+	for _, e := range f.events() {
+		timedOut = timedOut || strings.Contains(e, ReasonDrainTimedOut)
+	}
+	assert.True(t, timedOut, "a DrainTimedOut event tells the admin why the Node stays")
+}
+
+func TestNodesOfUnservedDriversAreLeftAlone(t *testing.T) {
+	eks := testClass("eks")
+	eks.Spec.Driver = nodesetv1alpha1.DriverEKSASG
+	eks.Spec.Simulated = nil
+	unserved := setNode("eks-a", "eks")
+	unserved.DeletionTimestamp = &metav1.Time{Time: testNow}
+	foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-made"}}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{eks}, unserved, foreign)
+	require.NoError(t, f.sync("eks-a"))
+	require.NoError(t, f.sync("kubelet-made"))
+	for _, a := range f.kube.Actions() {
+		assert.False(t, a.GetVerb() == "update" || a.GetVerb() == "delete" || a.GetVerb() == "patch",
+			"unexpected %s %s", a.GetVerb(), a.GetResource().Resource)
+	}
+	assert.Zero(t, f.driver.creates)
+	assert.Empty(t, f.driver.deletes)
+}
+
+func TestDeletedNodeOfAGoneClassIsStillDeprovisioned(t *testing.T) {
+	// The class was deleted: the driver annotation still names who owns the machine.
+	node := setNode("web-a", "gone")
+	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDriver: nodesetv1alpha1.DriverSimulated,
+		nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339), drainedAnnotation: testNow.Format(time.RFC3339)}
+	node.Spec.Unschedulable = true
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	f := newFixture(t, nil, node)
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+}
