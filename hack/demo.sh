@@ -53,7 +53,7 @@ kubectl apply -f deploy/examples/
 wait_ready() {
   local want=$1
   for _ in $(seq 1 300); do
-    ready="$(kubectl get nodeset web -n team-a -o jsonpath='{.status.readyReplicas}')"
+    ready="$(kubectl get nodesets web -n team-a -o jsonpath='{.status.readyReplicas}')"
     nodes="$(kubectl get nodes -l nodeset.dev/nodeset=web --no-headers 2>/dev/null | wc -l)"
     if [[ "${ready:-0}" == "${want}" && "${nodes}" == "${want}" ]]; then return 0; fi
     sleep 0.5

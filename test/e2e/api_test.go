@@ -243,6 +243,16 @@ func TestKubectl(t *testing.T) {
 	out = kubectl(t, "get", "nodeset", "-n", ns)
 	assert.Contains(t, out, "nodeset.nodeset.dev/db")
 	assert.Contains(t, out, "nodeclass.nodeset.dev/printer-class")
+
+	// The category shadows the singular name when a name follows it (kubectl
+	// expands categories first): these are the forms that address one
+	// NodeSet, and the ones the docs use.
+	for _, args := range [][]string{{"nodeset/db"}, {"nds", "db"}, {"nodesets", "db"}} {
+		out = kubectl(t, append([]string{"get", "-n", ns, "-o", "name"}, args...)...)
+		assert.Equal(t, "nodeset.nodeset.dev/db\n", out, "kubectl get %v", args)
+	}
+	out = kubectl(t, "scale", "-n", ns, "nds", "db", "--replicas=4")
+	assert.Contains(t, out, "scaled")
 }
 
 func kubectl(t *testing.T, args ...string) string {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
 
@@ -132,6 +133,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
 		return fmt.Errorf("framework: no CRDs in %s", dir)
 	}
 	var names []string
+	published := map[string][]string{} // OpenAPI v3 path -> kinds it must describe
 	for _, file := range files {
 		objs, err := ReadObjects(file)
 		if err != nil {
@@ -139,6 +141,15 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
 		}
 		for _, obj := range objs {
 			names = append(names, obj.GetName())
+			group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+			versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
+			for _, v := range versions {
+				if name, ok := v.(map[string]any)["name"].(string); ok {
+					path := "/openapi/v3/apis/" + group + "/" + name
+					published[path] = append(published[path], kind)
+				}
+			}
 			existing, err := client.Resource(crdGVR).Get(ctx, obj.GetName(), metav1.GetOptions{})
 			if err == nil {
 				obj.SetResourceVersion(existing.GetResourceVersion())
@@ -170,7 +181,38 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
 			return fmt.Errorf("framework: CRD %s not Established: %w", name, err)
 		}
 	}
+	// kubectl explain and client-side validation read OpenAPI v3, which the
+	// API server publishes a moment after the CRDs are Established.
+	rc, err := rest.RESTClientFor(restConfigForRaw(cfg))
+	if err != nil {
+		return err
+	}
+	for path, kinds := range published {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			body, err := rc.Get().AbsPath(path).DoRaw(ctx)
+			if err != nil {
+				return false, nil
+			}
+			for _, kind := range kinds {
+				if !bytes.Contains(body, []byte("."+kind+`"`)) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("framework: OpenAPI %s does not describe %v: %w", path, kinds, err)
+		}
+	}
 	return nil
+}
+
+// restConfigForRaw is cfg set up for raw GETs of non-resource paths.
+func restConfigForRaw(cfg *rest.Config) *rest.Config {
+	raw := rest.CopyConfig(cfg)
+	raw.GroupVersion = &schema.GroupVersion{}
+	raw.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion()
+	return raw
 }
 
 // ReadObjects decodes every YAML document in file into an unstructured object.
