@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"nodeset.dev/nodeset/drivers/simulated"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // LeaseNamespace holds the node Leases.
@@ -184,7 +185,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		if k.busy {
 			continue
 		}
-		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || !isReady(node)
+		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || !nodeutil.IsReady(node)
 		renew := !now.Before(k.nextRenew)
 		if !postStatus && !renew {
 			continue
@@ -369,15 +370,6 @@ func (f *Fleet) renewLease(ctx context.Context, name string, lease *coordination
 	lease.Spec.RenewTime = &renew
 	lease.Spec.HolderIdentity = ptr.To(name)
 	return leases.Update(ctx, lease, metav1.UpdateOptions{})
-}
-
-func isReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // internalIP derives a stable address in 10.128.0.0/9 from the node's name.

@@ -22,6 +22,7 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/kubeletsim"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -92,15 +93,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	}
 }
 
-func ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func TestBootedMachineRegistersReadyAndRenewsItsLease(t *testing.T) {
 	driver, kube := fleet(t)
 	ctx := context.Background()
@@ -111,7 +103,7 @@ func TestBootedMachineRegistersReadyAndRenewsItsLease(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return ready(node), fmt.Sprintf("conditions %v", node.Status.Conditions)
+		return nodeutil.IsReady(node), fmt.Sprintf("conditions %v", node.Status.Conditions)
 	})
 	node, err := kube.CoreV1().Nodes().Get(ctx, "kl-ready", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -160,7 +152,7 @@ func TestKubeletWaitsForBootAndNode(t *testing.T) {
 	created := time.Now()
 	eventually(t, 30*time.Second, "slow machine Ready", func(ctx context.Context) (bool, string) {
 		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-slow", metav1.GetOptions{})
-		return err == nil && ready(node), "not ready"
+		return err == nil && nodeutil.IsReady(node), "not ready"
 	})
 	assert.GreaterOrEqual(t, time.Since(created), 2*time.Second, "Ready before the boot delay passed")
 	_, err = kube.CoreV1().Nodes().Get(ctx, "kl-nonode", metav1.GetOptions{})
@@ -179,12 +171,12 @@ func TestFailingMachineNeverBecomesReady(t *testing.T) {
 	// Once the healthy one is Ready the fleet has had its chance with both.
 	eventually(t, 30*time.Second, "healthy machine Ready", func(ctx context.Context) (bool, string) {
 		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-healthy", metav1.GetOptions{})
-		return err == nil && ready(node), "not ready"
+		return err == nil && nodeutil.IsReady(node), "not ready"
 	})
 	time.Sleep(time.Second) // several reconcile rounds
 	node, err := kube.CoreV1().Nodes().Get(ctx, "kl-broken", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.False(t, ready(node), "a machine with failurePercent 100 must never report Ready")
+	assert.False(t, nodeutil.IsReady(node), "a machine with failurePercent 100 must never report Ready")
 	assert.Empty(t, node.Status.Conditions)
 	_, err = kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-broken", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no Lease for a failed machine: %v", err)
@@ -200,7 +192,7 @@ func TestTerminatingPodsAreFinished(t *testing.T) {
 	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), "kl-foreign", metav1.DeleteOptions{}) })
 	eventually(t, 30*time.Second, "node Ready", func(ctx context.Context) (bool, string) {
 		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-pods", metav1.GetOptions{})
-		return err == nil && ready(node), "not ready"
+		return err == nil && nodeutil.IsReady(node), "not ready"
 	})
 
 	pod := func(name, node string) {
@@ -250,7 +242,7 @@ func TestManyMachines(t *testing.T) {
 		}
 		readyCount := 0
 		for i := range nodes.Items {
-			if ready(&nodes.Items[i]) && len(nodes.Items[i].Name) > 8 && nodes.Items[i].Name[:8] == "kl-many-" {
+			if nodeutil.IsReady(&nodes.Items[i]) && len(nodes.Items[i].Name) > 8 && nodes.Items[i].Name[:8] == "kl-many-" {
 				readyCount++
 			}
 		}

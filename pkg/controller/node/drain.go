@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // defaultDrainTimeout applies when a class has none (the schema defaults it).
@@ -29,7 +31,7 @@ const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 // Each step is one short call; waiting is done by requeueing, never by
 // blocking a worker.
 func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
-	if !hasString(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
@@ -115,7 +117,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		return err
 	}
 	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDeprovisioned, "Driver %s deleted the machine", driver.Name())
-	node.Finalizers = removeString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	node.Finalizers = nodeutil.WithoutString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -9,6 +9,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // Metrics are the node controller's Prometheus metrics.
@@ -82,7 +83,7 @@ func phase(n *corev1.Node) string {
 		return "draining"
 	case n.Spec.ProviderID == "":
 		return "provisioning"
-	case !isReady(n) || hasStartupTaint(n):
+	case !nodeutil.IsReady(n) || hasStartupTaint(n):
 		return "registering"
 	}
 	return "ready"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -61,7 +63,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
 		return err
 	}
-	if node.Spec.ProviderID == "" || !hasString(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+	if node.Spec.ProviderID == "" || !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return c.provision(ctx, node, machineClass, driver)
 	}
 	return c.register(ctx, node, class, driver)
@@ -106,7 +108,7 @@ func owner(node *corev1.Node, sets func(namespace, name string) (*nodesetv1alpha
 // name) and records its providerID, the driver and the creation time.
 func (c *Controller) provision(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) error {
 	logger := klog.FromContext(ctx)
-	if !hasString(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		// A static node made by an admin: hold it until its machine is gone.
 		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	}
@@ -147,7 +149,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 // register lifts the startup taint once the kubelet reports Ready, and
 // replaces a machine that did not register in time.
 func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
-	if isReady(node) {
+	if nodeutil.IsReady(node) {
 		if !hasStartupTaint(node) {
 			return nil
 		}
@@ -209,15 +211,6 @@ func machineCreated(node *corev1.Node) (time.Time, bool) {
 	return t, err == nil
 }
 
-func isReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func hasStartupTaint(node *corev1.Node) bool {
 	for _, t := range node.Spec.Taints {
 		if t.Key == nodesetv1alpha1.TaintUnregistered {
@@ -232,25 +225,6 @@ func withoutStartupTaint(taints []corev1.Taint) []corev1.Taint {
 	for _, t := range taints {
 		if t.Key != nodesetv1alpha1.TaintUnregistered {
 			out = append(out, t)
-		}
-	}
-	return out
-}
-
-func hasString(list []string, s string) bool {
-	for _, item := range list {
-		if item == s {
-			return true
-		}
-	}
-	return false
-}
-
-func removeString(list []string, s string) []string {
-	out := make([]string, 0, len(list))
-	for _, item := range list {
-		if item != s {
-			out = append(out, item)
 		}
 	}
 	return out

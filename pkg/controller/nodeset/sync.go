@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -46,7 +48,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	if set.DeletionTimestamp != nil {
 		return c.finalize(ctx, set, nodes)
 	}
-	if !hasString(set.Finalizers, FinalizerNodes) {
+	if !slices.Contains(set.Finalizers, FinalizerNodes) {
 		set.Finalizers = append(set.Finalizers, FinalizerNodes)
 		updated, err := c.nodesetClient.NodesetV1alpha1().NodeSets(namespace).Update(ctx, set, metav1.UpdateOptions{})
 		if err != nil {
@@ -219,7 +221,7 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 // finalize deletes every Node of a deleted NodeSet and removes the set's
 // finalizer once they are all gone, machines included.
 func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) error {
-	if !hasString(set.Finalizers, FinalizerNodes) {
+	if !slices.Contains(set.Finalizers, FinalizerNodes) {
 		return nil
 	}
 	key := set.Namespace + "/" + set.Name
@@ -233,7 +235,7 @@ func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 		// Terminating: the node controller is draining and deprovisioning them.
 		return nil
 	}
-	set.Finalizers = removeString(set.Finalizers, FinalizerNodes)
+	set.Finalizers = nodeutil.WithoutString(set.Finalizers, FinalizerNodes)
 	_, err := c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -259,7 +261,7 @@ func chooseVictims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.Delet
 		switch {
 		case n.Annotations[nodesetv1alpha1.AnnotationDeleteNode] != "":
 			return 0
-		case !isReady(n):
+		case !nodeutil.IsReady(n):
 			return 1
 		case n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash:
 			return 2
@@ -323,34 +325,6 @@ func activeNodes(nodes []*corev1.Node) []*corev1.Node {
 	for _, n := range nodes {
 		if n.DeletionTimestamp == nil {
 			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func isReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func hasString(list []string, s string) bool {
-	for _, item := range list {
-		if item == s {
-			return true
-		}
-	}
-	return false
-}
-
-func removeString(list []string, s string) []string {
-	out := list[:0:0]
-	for _, item := range list {
-		if item != s {
-			out = append(out, item)
 		}
 	}
 	return out

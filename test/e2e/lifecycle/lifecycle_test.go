@@ -25,6 +25,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
 )
@@ -100,15 +101,6 @@ func setNodes(ctx context.Context, t *testing.T, namespace, name string) ([]core
 	return list.Items, nil
 }
 
-func isReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func hasStartupTaint(node *corev1.Node) bool {
 	for _, taint := range node.Spec.Taints {
 		if taint.Key == nodesetv1alpha1.TaintUnregistered {
@@ -155,7 +147,7 @@ func converged(c *controllers, t *testing.T, namespace, name string, n int) func
 				return false, node.Name + " has no machine"
 			case node.Spec.ProviderID == "" || node.Spec.ProviderID != m.ProviderID:
 				return false, fmt.Sprintf("%s providerID %q, machine %q", node.Name, node.Spec.ProviderID, m.ProviderID)
-			case !isReady(node):
+			case !nodeutil.IsReady(node):
 				return false, node.Name + " not Ready"
 			case hasStartupTaint(node):
 				return false, node.Name + " still has the startup taint"
@@ -289,7 +281,7 @@ func TestUnregisteredMachineIsReplaced(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, n := range nodes {
-			assert.False(t, isReady(&n), "a failing machine never registers")
+			assert.False(t, nodeutil.IsReady(&n), "a failing machine never registers")
 			seen[n.Name] = true
 		}
 		if all, ok := c.machines(ctx); ok {
@@ -400,8 +392,8 @@ func TestStaticAndForeignNodes(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		if n.Spec.ProviderID == "" || !isReady(n) || hasStartupTaint(n) {
-			return false, fmt.Sprintf("providerID=%q ready=%v", n.Spec.ProviderID, isReady(n))
+		if n.Spec.ProviderID == "" || !nodeutil.IsReady(n) || hasStartupTaint(n) {
+			return false, fmt.Sprintf("providerID=%q ready=%v", n.Spec.ProviderID, nodeutil.IsReady(n))
 		}
 		all, ok := c.machines(ctx)
 		if !ok {
