@@ -35,6 +35,10 @@ test: kube-binaries
 test-unit:
 	$(GO) test $(TEST_FLAGS) -short ./...
 
+## bench: scale a simulated NodeSet 0 -> N -> 0 (N=100 and NODESET_BENCH_NODES, default 2000) and print the figures
+bench: kube-binaries
+	NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -run '^$$' -bench . -benchtime=1x ./test/bench/
+
 ## demo: control plane + both controllers + examples, scaled 3 -> 5 -> 2; left running
 demo:
 	hack/demo.sh

@@ -17,7 +17,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -35,11 +37,13 @@ var knownDrivers = []string{nodesetv1alpha1.DriverSimulated}
 
 func main() {
 	var (
-		opts        component.Options
-		driverNames []string
-		cluster     string
-		resync      time.Duration
-		kubelets    kubeletsim.Options
+		opts         component.Options
+		driverNames  []string
+		cluster      string
+		resync       time.Duration
+		kubelets     kubeletsim.Options
+		kubeletQPS   float32
+		kubeletBurst int
 	)
 	fs := pflag.NewFlagSet("node-controller", pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
@@ -48,6 +52,8 @@ func main() {
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every Node is reconciled even without changes.")
 	fs.DurationVar(&kubelets.RenewInterval, "simulated-lease-renew-interval", 10*time.Second, "How often simulated kubelets renew their node Lease.")
 	fs.DurationVar(&kubelets.LeaseDuration, "simulated-lease-duration", 40*time.Second, "The node Lease duration simulated kubelets declare.")
+	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
+	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
 	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
 	_ = fs.Parse(os.Args[1:])
 
@@ -92,7 +98,14 @@ func main() {
 			nodeLister.Store(&lister)
 			var fleet *kubeletsim.Fleet
 			if sim != nil {
-				fleet = kubeletsim.New(clients.Kube, lister, sim, kubelets)
+				kubeletConfig := rest.CopyConfig(clients.Config)
+				kubeletConfig.QPS, kubeletConfig.Burst = kubeletQPS, kubeletBurst
+				kubeletConfig.UserAgent = "nodeset-simulated-kubelet"
+				kubeletClient, err := kubernetes.NewForConfig(kubeletConfig)
+				if err != nil {
+					return err
+				}
+				fleet = kubeletsim.New(kubeletClient, lister, sim, kubelets)
 				if err := fleet.FinishPods(kubeFactory.Core().V1().Pods()); err != nil {
 					return err
 				}

@@ -101,6 +101,19 @@ func (p *Process) Kill(sig syscall.Signal) {
 	p.mu.Unlock()
 }
 
+// sigterm asks a process to shut down gracefully.
+const sigterm = syscall.SIGTERM
+
+// Pid is the running process's id, 0 when it is not running.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Running reports whether the process is running.
 func (p *Process) Running() bool {
 	p.mu.Lock()

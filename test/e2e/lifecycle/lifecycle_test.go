@@ -111,8 +111,8 @@ func hasStartupTaint(node *corev1.Node) bool {
 }
 
 // setMachines are the simulated machines whose names belong to the set (<name>-xxxxx).
-func setMachines(all []machine, setName string) map[string]machine {
-	out := map[string]machine{}
+func setMachines(all []framework.Machine, setName string) map[string]framework.Machine {
+	out := map[string]framework.Machine{}
 	for _, m := range all {
 		if strings.HasPrefix(m.Name, setName+"-") && len(m.Name) == len(setName)+6 {
 			out[m.Name] = m
