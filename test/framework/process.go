@@ -79,18 +79,21 @@ func (p *Process) Start() error {
 	return nil
 }
 
-// Kill sends sig (SIGKILL for a crash, SIGTERM for a shutdown) and waits for the process to exit.
-func (p *Process) Kill(sig syscall.Signal) {
+// Kill sends sig (SIGKILL for a crash, SIGTERM for a shutdown), waits for
+// the process to exit (killing it after 30s) and returns how it exited, or
+// nil when it was not running. Forced says the 30s ran out.
+func (p *Process) Kill(sig syscall.Signal) (state *os.ProcessState, forced bool) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
 	if cmd == nil {
-		return
+		return nil, false
 	}
 	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
+		forced = true
 		_ = cmd.Process.Kill()
 		<-done
 	}
@@ -99,6 +102,7 @@ func (p *Process) Kill(sig syscall.Signal) {
 	p.logs.Write(p.output.Bytes())
 	p.cmd = nil
 	p.mu.Unlock()
+	return cmd.ProcessState, forced
 }
 
 // sigterm asks a process to shut down gracefully.
