@@ -33,6 +33,10 @@ const (
 	AnnotationMachineCreated = "nodeset.dev/machine-created"
 	// AnnotationDrainStarted is when the Node's drain started (RFC 3339).
 	AnnotationDrainStarted = "nodeset.dev/drain-started"
+	// AnnotationSkipDrain on a pod, set to "true", makes drains neither evict
+	// it nor wait for it: it ends with its node's machine. For pods that must
+	// not be evicted and can be lost (a node-local cache, a test probe).
+	AnnotationSkipDrain = "nodeset.dev/skip-drain"
 )
 
 // Driver names served by this project. Any other name is an out-of-tree driver

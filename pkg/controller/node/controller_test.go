@@ -284,7 +284,9 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static", Namespace: "kube-system",
 		Annotations: map[string]string{mirrorPodAnnotation: "x"}}, Spec: corev1.PodSpec{NodeName: "web-a"}}
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node, pod, mirror)
+	skipped := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "team-a",
+		Annotations: map[string]string{nodesetv1alpha1.AnnotationSkipDrain: "true"}}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node, pod, mirror, skipped)
 	f.driver.machines["web-a"] = "test:///web-a"
 	evictions := 0
 	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
@@ -308,6 +310,10 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 	assert.Equal(t, 1, evictions)
 	assert.Empty(t, f.get("web-a").Annotations[drainedAnnotation], "the pod was still there when listed")
 	assert.Empty(t, f.driver.deletes)
+	condition := drainCondition(f.get("web-a"))
+	require.NotNil(t, condition, "the drain's progress is in the Node's conditions")
+	assert.Equal(t, ReasonDraining, condition.Reason)
+	assert.Contains(t, condition.Message, "1 pod(s) left to evict", "the mirror pod and the skip-drain pod are not waited for")
 
 	// 3. the pod is gone: drained
 	require.NoError(t, f.sync("web-a"))
@@ -315,6 +321,7 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 	assert.NotEmpty(t, f.get("web-a").Annotations[drainedAnnotation])
 	assert.Empty(t, f.driver.deletes)
 	assert.Contains(t, f.events(), "Normal Drained All evictable pods are gone")
+	assert.Equal(t, ReasonDrained, drainCondition(f.get("web-a")).Reason)
 
 	// 4. deprovision, then release the finalizer
 	require.NoError(t, f.sync("web-a"))

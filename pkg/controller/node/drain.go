@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -74,23 +76,44 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		case remaining == 0:
 			c.metrics.drains.WithLabelValues("drained").Observe(now.Sub(started).Seconds())
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
+			if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
+				return err
+			}
 		case now.Sub(started) < timeout:
+			msg := fmt.Sprintf("%d pod(s) left to evict, drain timeout at %s", remaining, started.Add(timeout).UTC().Format(time.RFC3339))
 			if blocked > 0 {
 				logger.V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
 				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionBlocked,
 					"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", blocked, timeout)
+				msg = fmt.Sprintf("%d pod(s) left to evict, %d held by a PodDisruptionBudget; drain timeout at %s",
+					remaining, blocked, started.Add(timeout).UTC().Format(time.RFC3339))
+			}
+			if err := c.setDrainCondition(ctx, node, ReasonDraining, msg); err != nil {
+				return err
 			}
 			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
 			return nil
 		case onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
-			c.metrics.drains.WithLabelValues("timed-out-left-cordoned").Observe(now.Sub(started).Seconds())
-			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDrainTimedOut,
-				"%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon)", remaining, timeout)
+			msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
+				"The machine is deprovisioned once they are gone.", remaining, timeout)
+			if drainCondition(node) == nil || drainCondition(node).Reason != ReasonDrainTimedOut {
+				c.metrics.drains.WithLabelValues("timed-out-left-cordoned").Observe(now.Sub(started).Seconds())
+				c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
+			}
+			if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
+				return err
+			}
+			// Keep looking, slowly: once a human has moved the pods, the drain ends.
+			c.queue.AddAfter(node.Name, time.Minute)
 			return nil
 		default:
 			c.metrics.drains.WithLabelValues("timed-out").Observe(now.Sub(started).Seconds())
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDrainTimedOut,
 				"%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, timeout)
+			if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut,
+				fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, timeout)); err != nil {
+				return err
+			}
 		}
 		node.Annotations[drainedAnnotation] = now.UTC().Format(time.RFC3339)
 		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
@@ -124,6 +147,47 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	}
 	logger.V(2).Info("Machine deprovisioned; finalizer removed")
 	return err
+}
+
+// DrainCondition is the Node condition that shows a drain's progress.
+const DrainCondition corev1.NodeConditionType = "Draining"
+
+// Reason of the Draining condition while pods are being evicted.
+const ReasonDraining = "Draining"
+
+func drainCondition(node *corev1.Node) *corev1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == DrainCondition {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// setDrainCondition records the drain's progress in the Node's status when
+// it changed. The kubelet patches only its own condition types, so this one
+// stays. node is updated in place.
+func (c *Controller) setDrainCondition(ctx context.Context, node *corev1.Node, reason, message string) error {
+	if old := drainCondition(node); old != nil && old.Reason == reason && old.Message == message {
+		return nil
+	}
+	now := metav1.NewTime(c.opts.Now())
+	condition := corev1.NodeCondition{Type: DrainCondition, Status: corev1.ConditionTrue, Reason: reason, Message: message,
+		LastHeartbeatTime: now, LastTransitionTime: now}
+	if old := drainCondition(node); old != nil {
+		condition.LastTransitionTime = old.LastTransitionTime
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{condition}}})
+	if err != nil {
+		return err
+	}
+	updated, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return err
+	}
+	node.ResourceVersion = updated.ResourceVersion
+	node.Status = updated.Status
+	return nil
 }
 
 // drainedAnnotation records that the drain finished (or gave up) so a
@@ -177,9 +241,12 @@ func evictWithoutRetries(kube kubernetes.Interface) func(context.Context, *corev
 	}
 }
 
-// shouldEvict says whether a drain moves this pod.
+// shouldEvict says whether a drain moves this pod (and waits for it).
 func shouldEvict(pod *corev1.Pod) bool {
 	if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror {
+		return false
+	}
+	if pod.Annotations[nodesetv1alpha1.AnnotationSkipDrain] == "true" {
 		return false
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {

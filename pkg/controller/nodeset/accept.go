@@ -15,14 +15,15 @@ import (
 
 // Reasons of the Accepted condition.
 const (
-	ReasonAccepted            = "Accepted"
-	ReasonNodeClassNotFound   = "NodeClassNotFound"
-	ReasonNodeClassInvalid    = "NodeClassInvalid"
-	ReasonDriverNotServed     = "DriverNotServed"
-	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
-	ReasonOverrideNotAllowed  = "OverrideNotAllowed"
-	ReasonInvalidTemplate     = "InvalidTemplate"
-	ReasonLimitExceeded       = "LimitExceeded"
+	ReasonAccepted             = "Accepted"
+	ReasonNodeClassNotFound    = "NodeClassNotFound"
+	ReasonNodeClassInvalid     = "NodeClassInvalid"
+	ReasonDriverNotServed      = "DriverNotServed"
+	ReasonNamespaceNotAllowed  = "NamespaceNotAllowed"
+	ReasonOverrideNotAllowed   = "OverrideNotAllowed"
+	ReasonInvalidTemplate      = "InvalidTemplate"
+	ReasonLimitExceeded        = "LimitExceeded"
+	ReasonStrategyNotSupported = "StrategyNotSupported"
 )
 
 var everything = labels.Everything()
@@ -75,6 +76,12 @@ func (c *Controller) resolve(set *nodesetv1alpha1.NodeSet) resolution {
 	}
 	if msg := templateErrors(&set.Spec.Template); msg != "" {
 		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", msg)
+		return res
+	}
+	if set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && !c.groupDrivers[class.Spec.Driver] {
+		res.accepted = notAccepted(ReasonStrategyNotSupported,
+			"spec.strategy.type Managed lets a group driver roll the nodes, and NodeClass %q uses driver %q, which rolls nothing itself: use RollingUpdate or OnDelete",
+			class.Name, class.Spec.Driver)
 		return res
 	}
 	res.templateHash = resolve.TemplateHash(&res.effective, set)

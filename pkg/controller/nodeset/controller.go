@@ -33,6 +33,7 @@ const (
 	ReasonSuccessfulDelete = "SuccessfulDelete"
 	ReasonFailedDelete     = "FailedDelete"
 	ReasonNotAccepted      = "NotAccepted"
+	ReasonReplacingNode    = "ReplacingOutdatedNode"
 )
 
 // FinalizerNodes holds a NodeSet until all its Nodes (and so their machines) are gone.

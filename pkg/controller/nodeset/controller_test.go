@@ -257,6 +257,8 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 	restricted.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.huge"}
 	badLabel := newSet(2)
 	badLabel.Spec.Template.Labels = map[string]string{"tier": "not a value!"}
+	managed := newSet(2)
+	managed.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.ManagedStrategy}
 	tests := []struct {
 		name    string
 		class   *nodesetv1alpha1.NodeClass
@@ -270,6 +272,7 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 		{"namespace not allowed", listed, newSet(2), ReasonNamespaceNotAllowed, `namespace "team-a" may not use NodeClass "sim"`},
 		{"restricted override", validClass("sim"), restricted, ReasonOverrideNotAllowed, "spec.simulated.instanceType is restricted by NodeClass sim"},
 		{"bad label value", validClass("sim"), badLabel, ReasonInvalidTemplate, `spec.template.labels["tier"] value "not a value!"`},
+		{"Managed on a machine driver", validClass("sim"), managed, ReasonStrategyNotSupported, `spec.strategy.type Managed lets a group driver roll the nodes, and NodeClass "sim" uses driver "simulated"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -362,15 +365,34 @@ func TestComputeStatus(t *testing.T) {
 	assert.Equal(t, int32(3), status.UpdatedReplicas)
 	progressing := findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
 	require.NotNil(t, progressing)
-	assert.Equal(t, ReasonScalingDown, progressing.Reason)
+	assert.Equal(t, ReasonRollingUpdate, progressing.Reason, "an outdated node under RollingUpdate")
+	assert.Equal(t, "3 of 3 nodes updated, 1 outdated, 2 available", progressing.Message)
 	available := findCondition(status.Conditions, nodesetv1alpha1.NodeSetAvailable)
 	require.NotNil(t, available)
 	assert.Equal(t, metav1.ConditionFalse, available.Status)
 
+	status = computeStatus(set, res, []*corev1.Node{longReady, freshReady, notReady, outdated}, errors.New("quota"), testNow)
+	progressing = findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	assert.Equal(t, ReasonStalled, progressing.Reason)
+	assert.Equal(t, metav1.ConditionFalse, progressing.Status)
+	assert.Contains(t, progressing.Message, "quota")
+
+	status = computeStatus(set, res, []*corev1.Node{longReady, freshReady, notReady, longReady.DeepCopy(), terminating}, nil, testNow)
+	assert.Equal(t, ReasonScalingDown, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
+
+	set.Spec.Paused = true
+	status = computeStatus(set, res, []*corev1.Node{longReady, outdated}, nil, testNow)
+	progressing = findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	assert.Equal(t, ReasonPaused, progressing.Reason)
+	assert.Equal(t, metav1.ConditionUnknown, progressing.Status)
+	set.Spec.Paused = false
+
 	set.Spec.Replicas = ptr.To[int32](2)
+	set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
 	status = computeStatus(set, res, []*corev1.Node{longReady, outdated}, nil, testNow)
 	progressing = findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
 	assert.Equal(t, ReasonComplete, progressing.Reason)
+	assert.Contains(t, progressing.Message, "1 outdated, replaced when deleted (strategy OnDelete)")
 	assert.Equal(t, metav1.ConditionTrue, findCondition(status.Conditions, nodesetv1alpha1.NodeSetAvailable).Status)
 }
 

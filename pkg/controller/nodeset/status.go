@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/resolve"
@@ -25,6 +24,8 @@ const (
 	ReasonWaitingForReady            = "WaitingForReady"
 	ReasonComplete                   = "Complete"
 	ReasonPaused                     = "Paused"
+	ReasonRollingUpdate              = "RollingUpdate"
+	ReasonStalled                    = "Stalled"
 	ReasonReplicaFailure             = "ReplicaFailure"
 )
 
@@ -68,9 +69,19 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	}
 
 	progressing := metav1.Condition{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue}
+	outdated := status.Replicas - status.UpdatedReplicas
 	switch {
 	case res.accepted.Status != metav1.ConditionTrue:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonNotAccepted, res.accepted.Message
+	case set.Spec.Paused && outdated > 0:
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused,
+			fmt.Sprintf("the NodeSet is paused with %d of %d nodes updated", status.UpdatedReplicas, status.Replicas)
+	case rolling(set, res.templateHash, active) && manageErr != nil:
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonStalled,
+			fmt.Sprintf("rolling update stalled with %d of %d nodes updated: %v", status.UpdatedReplicas, desired, manageErr)
+	case rolling(set, res.templateHash, active):
+		progressing.Reason, progressing.Message = ReasonRollingUpdate,
+			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
 	case status.Replicas < desired:
 		progressing.Reason, progressing.Message = ReasonScalingUp, fmt.Sprintf("%d of %d nodes created", status.Replicas, desired)
 	case status.Replicas > desired:
@@ -81,6 +92,10 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused, "the NodeSet is paused"
 	case status.ReadyReplicas < desired:
 		progressing.Reason, progressing.Message = ReasonWaitingForReady, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
+	case outdated > 0:
+		// OnDelete (or Managed): outdated nodes stay until deleted.
+		progressing.Reason, progressing.Message = ReasonComplete,
+			fmt.Sprintf("%d of %d nodes ready; %d outdated, replaced when deleted (strategy %s)", status.ReadyReplicas, desired, outdated, set.Spec.Strategy.Type)
 	default:
 		progressing.Reason, progressing.Message = ReasonComplete, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
 	}
@@ -95,18 +110,14 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	return status
 }
 
-// maxUnavailable is the rolling update's maxUnavailable resolved against
-// replicas (rounded down), 0 when unset.
+// maxUnavailable is how many nodes may be unavailable: the rolling update's
+// bound, 0 for the other strategies.
 func maxUnavailable(set *nodesetv1alpha1.NodeSet, replicas int32) int32 {
-	ru := set.Spec.Strategy.RollingUpdate
-	if set.Spec.Strategy.Type != nodesetv1alpha1.RollingUpdateStrategy || ru == nil || ru.MaxUnavailable == nil {
+	if !isRollingUpdate(set) {
 		return 0
 	}
-	v, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, int(replicas), false)
-	if err != nil {
-		return 0
-	}
-	return min(int32(v), replicas)
+	_, unavailable := rollingBounds(set, int(replicas))
+	return int32(unavailable)
 }
 
 func readyTransition(node *corev1.Node) (time.Time, bool) {

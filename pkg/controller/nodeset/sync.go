@@ -2,6 +2,7 @@ package nodeset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -60,7 +61,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	res := c.resolve(set)
 	var manageErr error
 	if res.accepted.Status == metav1.ConditionTrue && c.expectations.satisfied(key) && !c.groupDrivers[res.class.Spec.Driver] {
-		manageErr = c.manageReplicas(ctx, set, &res, activeNodes(nodes))
+		manageErr = c.manageReplicas(ctx, set, &res, nodes)
 	}
 	if res.accepted.Status != metav1.ConditionTrue {
 		old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
@@ -75,27 +76,32 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	return manageErr
 }
 
-// manageReplicas creates or deletes Nodes so the set has spec.replicas of them.
-func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, active []*corev1.Node) error {
+// manageReplicas creates and deletes Nodes so the set has spec.replicas
+// Nodes of its current template, within its rollout strategy.
+func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node) error {
 	key := set.Namespace + "/" + set.Name
-	replicas := int(ptrValue(set.Spec.Replicas))
-	diff := len(active) - replicas
-	switch {
-	case diff < 0:
-		want := min(-diff, c.burst)
+	p := planReplicas(set, res.templateHash, nodes, c.now())
+	var errs []error
+	if want := min(p.create, c.burst); want > 0 {
 		if limit, why := c.creationLimit(res, set); limit < want {
 			res.accepted = notAccepted(ReasonLimitExceeded, "%s", why)
 			want = limit
 		}
-		if want <= 0 {
-			return nil
+		if want > 0 {
+			errs = append(errs, c.createNodes(ctx, set, res, key, want))
 		}
-		return c.createNodes(ctx, set, res, key, want)
-	case diff > 0:
-		victims := chooseVictims(active, min(diff, c.burst), set.Spec.DeletePolicy, res.templateHash)
-		return c.deleteNodes(ctx, set, key, victims)
 	}
-	return nil
+	if len(p.remove) > 0 {
+		victims := p.remove[:min(len(p.remove), c.burst)]
+		if p.replacing {
+			for _, v := range victims {
+				c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonReplacingNode,
+					"Replacing outdated node %s (template %s, current %s)", v.Name, v.Labels[nodesetv1alpha1.LabelTemplateHash], res.templateHash)
+			}
+		}
+		errs = append(errs, c.deleteNodes(ctx, set, key, victims))
+	}
+	return errors.Join(errs...)
 }
 
 // creationLimit is how many more Nodes the class's limits allow this set.
