@@ -406,3 +406,33 @@ func TestDeletedNodeOfAGoneClassIsStillDeprovisioned(t *testing.T) {
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
 }
+
+func TestDrainWaitsForVolumeDetach(t *testing.T) {
+	class := testClass("sim")
+	class.Spec.Drain.WaitForVolumeDetach = true
+	node := setNode("web-a", "sim")
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	node.Spec.Unschedulable = true
+	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339)}
+	node.Status.VolumesAttached = []corev1.AttachedVolume{{Name: "kubernetes.io/csi/ebs^vol-1", DevicePath: "/dev/xvdb"}}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, node)
+	require.NoError(t, f.sync("web-a"))
+	got := f.get("web-a")
+	assert.Empty(t, got.Annotations[drainedAnnotation], "no pods, but a volume is still attached")
+	assert.Contains(t, drainCondition(got).Message, "waiting for 1 volume(s) to detach")
+
+	got.Status.VolumesAttached = nil
+	_, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), got, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.updateCache(f.get("web-a"))
+	require.NoError(t, f.sync("web-a"))
+	assert.NotEmpty(t, f.get("web-a").Annotations[drainedAnnotation], "detached: the drain is done")
+
+	// Past the timeout a volume that never detaches does not hold the machine.
+	node2 := node.DeepCopy()
+	node2.Name = "web-b"
+	node2.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = testNow.Add(-time.Hour).Format(time.RFC3339)
+	f2 := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, node2)
+	require.NoError(t, f2.sync("web-b"))
+	assert.NotEmpty(t, f2.get("web-b").Annotations[drainedAnnotation])
+}

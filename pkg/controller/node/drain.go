@@ -72,7 +72,20 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		if err != nil {
 			return err
 		}
+		attached := 0
+		if class != nil && class.Spec.Drain != nil && class.Spec.Drain.WaitForVolumeDetach {
+			// The attach/detach controller lists what is still attached.
+			attached = len(node.Status.VolumesAttached)
+		}
 		switch {
+		case remaining == 0 && attached > 0 && now.Sub(started) < timeout:
+			if err := c.setDrainCondition(ctx, node, ReasonDraining, fmt.Sprintf(
+				"all evictable pods are gone; waiting for %d volume(s) to detach (drain.waitForVolumeDetach), drain timeout at %s",
+				attached, started.Add(timeout).UTC().Format(time.RFC3339))); err != nil {
+				return err
+			}
+			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
+			return nil
 		case remaining == 0:
 			c.metrics.drains.WithLabelValues("drained").Observe(now.Sub(started).Seconds())
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
