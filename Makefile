@@ -16,10 +16,12 @@ build:
 generate:
 	hack/update-codegen.sh
 	hack/update-crds.sh
+	hack/update-proto.sh
 
 ## verify: fail when generated code is stale, code is unformatted or go.mod untidy; go vet
 verify:
 	hack/verify-codegen.sh
+	hack/verify-proto.sh
 	hack/verify-gofmt.sh
 	$(GO) vet ./...
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/autoscaler"
 	"nodeset.dev/nodeset/pkg/component"
 	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
@@ -24,11 +25,13 @@ func main() {
 	var opts component.Options
 	var groupDrivers []string
 	var resync time.Duration
+	var serving autoscaler.ServingOptions
 	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
 	opts.AddFlags(fs, 4)
 	fs.StringSliceVar(&groupDrivers, "group-drivers", []string{nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged},
 		"Drivers whose Nodes the node controller creates from cloud-group instances; for every other driver this controller creates the Nodes.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every NodeSet is reconciled even without changes.")
+	serving.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	var controller atomic.Pointer[nodesetcontroller.Controller]
@@ -49,10 +52,21 @@ func main() {
 				return err
 			}
 			controller.Store(c)
+			server := autoscaler.NewServer(clients.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
+				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister())
 			kubeFactory.Start(ctx.Done())
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()
 			defer nodesetFactory.Shutdown()
+			if serving.BindAddress != "" {
+				if !c.WaitForCacheSync(ctx) {
+					return ctx.Err()
+				}
+				errs := make(chan error, 2)
+				go func() { errs <- serving.Serve(ctx, server) }()
+				go func() { errs <- c.Run(ctx, opts.Workers) }()
+				return <-errs
+			}
 			return c.Run(ctx, opts.Workers)
 		},
 	})

@@ -17,6 +17,8 @@ type Controllers struct {
 	// Ports on 127.0.0.1: metrics and health of each controller.
 	NodeSetMetricsPort, NodeSetHealthPort int
 	NodeMetricsPort, NodeHealthPort       int
+	// AutoscalerPort serves cluster-autoscaler's externalgrpc API (plaintext).
+	AutoscalerPort int
 }
 
 // ControllerOptions add flags to the defaults (later flags win).
@@ -42,17 +44,19 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controllers{NodeSetMetricsPort: ports[0], NodeSetHealthPort: ports[1], NodeMetricsPort: ports[2], NodeHealthPort: ports[3]}
+	c := &Controllers{NodeSetMetricsPort: ports[0], NodeSetHealthPort: ports[1], NodeMetricsPort: ports[2], NodeHealthPort: ports[3],
+		AutoscalerPort: ports[4]}
 	leaderElection := []string{"--leader-elect=true",
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
 	c.NodeSet = &Process{Name: "nodeset-controller", Path: bins["nodeset-controller"], Args: append(append([]string{
 		"--kubeconfig=" + nodesetKubeconfig,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetHealthPort),
+		"--autoscaler-bind-address=127.0.0.1:" + strconv.Itoa(c.AutoscalerPort),
 		"--workers=4", "-v=2",
 	}, leaderElection...), opts.NodeSetArgs...)}
 	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Args: append(append([]string{

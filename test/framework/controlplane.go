@@ -129,8 +129,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		"--service-account-signing-key-file=" + filepath.Join(opts.Dir, "sa.key"),
 		"--service-cluster-ip-range=10.0.0.0/24",
 		// No kube-controller-manager runs, so nothing would create the default
-		// ServiceAccount that this admission plugin insists on.
-		"--disable-admission-plugins=ServiceAccount",
+		// ServiceAccount that ServiceAccount insists on, and nothing would
+		// lift the node.kubernetes.io/not-ready taint TaintNodesByCondition
+		// puts on every new Node. nodeset's own startup taint keeps pods off
+		// a Node until its kubelet is Ready.
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true",
 		// The loopback advertise address cannot back the kubernetes Service endpoints.
 		"--endpoint-reconciler-type=none",

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -251,6 +252,28 @@ type NodeClassStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// capacity is what one node of the class offers, as its driver reports it
+	// (absent when the driver cannot know before a machine exists).
+	// cluster-autoscaler uses it to scale a NodeSet of the class up from zero.
+	// +optional
+	Capacity *NodeCapacity `json:"capacity,omitempty"`
+}
+
+// NodeCapacity is what one node offers.
+type NodeCapacity struct {
+	// resources is the node's capacity: cpu, memory, pods, ephemeral-storage and any extended resource.
+	// +optional
+	Resources corev1.ResourceList `json:"resources,omitempty"`
+	// allocatable is what pods can use of it.
+	// +optional
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// labels the node will carry from its machine (instance type, zone, architecture, ...).
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// taints the node will carry from its machine, besides the class's and the NodeSet's.
+	// +optional
+	// +listType=atomic
+	Taints []corev1.Taint `json:"taints,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -25,6 +25,16 @@ const (
 
 	// AnnotationDeleteNode marks a Node to be removed first on the next scale-down.
 	AnnotationDeleteNode = "nodeset.dev/delete-node"
+	// AnnotationDeleteNodes on a NodeSet lists, comma-separated, Nodes of the
+	// set to remove first. cluster-autoscaler's DeleteNodes writes it together
+	// with the lowered spec.replicas in one update, so the count and the
+	// victims can never be applied apart. Names leave the list once their
+	// Nodes are gone.
+	AnnotationDeleteNodes = "nodeset.dev/delete-nodes"
+	// AnnotationProvisioningError on a Node is the last error its driver gave
+	// creating the machine, as "<code>: <message>"; code OutOfCapacity means
+	// the cloud has no capacity of that kind. Removed once the machine exists.
+	AnnotationProvisioningError = "nodeset.dev/provisioning-error"
 	// AnnotationDriver records the driver that provisioned a Node's machine, so
 	// the machine can be deprovisioned even after its NodeClass is gone.
 	AnnotationDriver = "nodeset.dev/driver"

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -124,12 +126,21 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		c.metrics.driverCall(driver.Name(), "create", start, err)
 		if err != nil {
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
+			// Recorded on the Node, for cluster-autoscaler's view of the group.
+			code := "ProvisioningFailed"
+			if errors.Is(err, drivers.ErrOutOfCapacity) {
+				code = "OutOfCapacity"
+			}
+			if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
+				logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
+			}
 			if errors.Is(err, drivers.ErrInvalidConfiguration) {
 				c.queue.AddAfter(node.Name, time.Minute)
 				return nil
 			}
 			return err
 		}
+		delete(node.Annotations, nodesetv1alpha1.AnnotationProvisioningError)
 		c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(c.opts.Now().Sub(node.CreationTimestamp.Time).Seconds())
 		node.Spec.ProviderID = providerID
 		if node.Annotations == nil {
@@ -143,6 +154,25 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		logger.V(2).Info("Provisioned machine", "providerID", providerID)
 	}
 	_, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
+// recordProvisioningError sets the Node's provisioning-error annotation
+// (with a patch, so the finalizer the caller added in memory is not written
+// half-way).
+func (c *Controller) recordProvisioningError(ctx context.Context, node *corev1.Node, message string) error {
+	if len(message) > 1024 {
+		message = message[:1024]
+	}
+	if node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == message {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		nodesetv1alpha1.AnnotationProvisioningError: message}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	return err
 }
 

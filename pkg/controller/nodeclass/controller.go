@@ -5,6 +5,7 @@ package nodeclass
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,6 +121,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	status := *class.Status.DeepCopy()
 	status.ObservedGeneration = class.Generation
 	meta.SetStatusCondition(&status.Conditions, condition)
+	status.Capacity = nil
+	if problem == nil {
+		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: class.Spec})
+		switch {
+		case err == nil:
+			status.Capacity = &nodesetv1alpha1.NodeCapacity{Resources: capacity.Resources, Allocatable: capacity.Allocatable,
+				Labels: capacity.Labels, Taints: capacity.Taints}
+		case errors.Is(err, drivers.ErrNotImplemented):
+		default:
+			return fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err)
+		}
+	}
 	if equality.Semantic.DeepEqual(status, class.Status) {
 		return nil
 	}

@@ -175,6 +175,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
+// WaitForCacheSync blocks until the caches synced or ctx is done.
+func (c *Controller) WaitForCacheSync(ctx context.Context) bool {
+	return cache.WaitForNamedCacheSync("nodeset", ctx.Done(), c.synced...)
+}
+
 // HasSynced reports whether the controller's caches have synced.
 func (c *Controller) HasSynced() bool {
 	for _, synced := range c.synced {

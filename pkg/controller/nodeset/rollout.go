@@ -1,6 +1,7 @@
 package nodeset
 
 import (
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,43 @@ func isRollingUpdate(set *nodesetv1alpha1.NodeSet) bool {
 // Nodes (a terminating Node counts, its machine still exists) and never fewer
 // than replicas - maxUnavailable available Nodes that are not terminating.
 func planReplicas(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node, now time.Time) plan {
+	// Nodes listed for deletion (cluster-autoscaler's DeleteNodes) go
+	// whatever else happens; the rest is planned without them.
+	listed := DeleteList(set)
+	var forced, rest []*corev1.Node
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil && listed[n.Name] {
+			forced = append(forced, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	p := planRest(set, templateHash, rest, now)
+	if len(forced) > 0 {
+		p.remove = append(forced, p.remove...)
+	}
+	return p
+}
+
+// DeleteList is the set of Node names in the NodeSet's delete-nodes annotation.
+func DeleteList(set *nodesetv1alpha1.NodeSet) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range strings.Split(set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes], ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// RollingOut reports whether a rolling update of the set is under way, by
+// the template hash its status last recorded: some Node not being deleted
+// has another one.
+func RollingOut(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) bool {
+	return set.Status.TemplateHash != "" && rolling(set, set.Status.TemplateHash, activeNodes(nodes))
+}
+
+func planRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node, now time.Time) plan {
 	replicas := int(ptrValue(set.Spec.Replicas))
 	active := activeNodes(nodes)
 	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second

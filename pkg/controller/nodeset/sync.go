@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,9 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 			c.recorder.Event(set, corev1.EventTypeWarning, ReasonNotAccepted, res.accepted.Message)
 		}
 	}
+	if err := c.pruneDeleteList(ctx, set, nodes); err != nil {
+		return err
+	}
 	status := computeStatus(set, &res, nodes, manageErr, c.now())
 	if err := c.updateStatus(ctx, set, status); err != nil {
 		return err
@@ -102,6 +106,41 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 		errs = append(errs, c.deleteNodes(ctx, set, key, victims))
 	}
 	return errors.Join(errs...)
+}
+
+// pruneDeleteList drops from the set's delete-nodes annotation the names of
+// Nodes that are gone.
+func (c *Controller) pruneDeleteList(ctx context.Context, set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) error {
+	listed := DeleteList(set)
+	if len(listed) == 0 {
+		return nil
+	}
+	present := map[string]bool{}
+	for _, n := range nodes {
+		present[n.Name] = true
+	}
+	var keep []string
+	for name := range listed {
+		if present[name] {
+			keep = append(keep, name)
+		}
+	}
+	if len(keep) == len(listed) {
+		return nil
+	}
+	sort.Strings(keep)
+	updated := set.DeepCopy()
+	if len(keep) == 0 {
+		delete(updated.Annotations, nodesetv1alpha1.AnnotationDeleteNodes)
+	} else {
+		updated.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] = strings.Join(keep, ",")
+	}
+	result, err := c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	*set = *result
+	return nil
 }
 
 // creationLimit is how many more Nodes the class's limits allow this set.

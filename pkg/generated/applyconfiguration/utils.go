@@ -53,6 +53,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodesetv1alpha1.ManagedUpdateConfigApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MixedInstancesPolicy"):
 		return &nodesetv1alpha1.MixedInstancesPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NodeCapacity"):
+		return &nodesetv1alpha1.NodeCapacityApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeClass"):
 		return &nodesetv1alpha1.NodeClassApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeClassLimits"):

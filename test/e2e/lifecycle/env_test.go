@@ -22,7 +22,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Run(m, framework.Options{}))
+	// kube-scheduler places pods on the simulated nodes in the autoscaler tests.
+	os.Exit(framework.Run(m, framework.Options{Scheduler: true}))
 }
 
 // controllers are the two controller processes shared by the package's tests.

@@ -20,6 +20,10 @@ type NodeClassStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// conditions: Valid says whether the driver accepted the configuration, and why not.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// capacity is what one node of the class offers, as its driver reports it
+	// (absent when the driver cannot know before a machine exists).
+	// cluster-autoscaler uses it to scale a NodeSet of the class up from zero.
+	Capacity *NodeCapacityApplyConfiguration `json:"capacity,omitempty"`
 }
 
 // NodeClassStatusApplyConfiguration constructs a declarative configuration of the NodeClassStatus type for use with
@@ -46,5 +50,13 @@ func (b *NodeClassStatusApplyConfiguration) WithConditions(values ...*v1.Conditi
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithCapacity sets the Capacity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Capacity field is set to the value of the last call.
+func (b *NodeClassStatusApplyConfiguration) WithCapacity(value *NodeCapacityApplyConfiguration) *NodeClassStatusApplyConfiguration {
+	b.Capacity = value
 	return b
 }

@@ -1,0 +1,610 @@
+// Package autoscaler serves cluster-autoscaler's externalgrpc cloud-provider
+// protocol: every NodeSet with spec.autoscaling is a node group, scaled by
+// writing the NodeSet. The NodeSetController and the node controller do the
+// rest, as for any other change of replicas.
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers/simulated"
+	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// GPULabel is the node label the protocol's GPULabel call names.
+const GPULabel = "nodeset.dev/accelerator"
+
+// Instance error classes of the protocol.
+const (
+	errorClassOutOfResources = 1
+	errorClassOther          = 99
+)
+
+// Annotations on a NodeSet that override cluster-autoscaler's defaults for it.
+const (
+	OptionPrefix                        = "cluster-autoscaler.nodeset.dev/"
+	OptionScaleDownUtilizationThreshold = OptionPrefix + "scale-down-utilization-threshold"
+	OptionScaleDownGPUThreshold         = OptionPrefix + "scale-down-gpu-utilization-threshold"
+	OptionScaleDownUnneededTime         = OptionPrefix + "scale-down-unneeded-time"
+	OptionScaleDownUnreadyTime          = OptionPrefix + "scale-down-unready-time"
+	OptionMaxNodeProvisionTime          = OptionPrefix + "max-node-provision-time"
+	OptionMaxNodeStartupTime            = OptionPrefix + "max-node-startup-time"
+	OptionZeroOrMaxNodeScaling          = OptionPrefix + "zero-or-max-node-scaling"
+	OptionIgnoreDaemonSetsUtilization   = OptionPrefix + "ignore-daemonsets-utilization"
+)
+
+// unregisteredPrefix names the instance of a Node whose machine has no
+// provider ID yet; cluster-autoscaler sends it back as a "fake" node's name
+// and provider ID when it gives up on the instance.
+const unregisteredPrefix = "nodeset-unregistered://"
+
+// Server implements the CloudProvider service over NodeSets.
+type Server struct {
+	protos.UnimplementedCloudProviderServer
+
+	client  versioned.Interface
+	sets    listers.NodeSetLister
+	classes listers.NodeClassLister
+	nodes   corelisters.NodeLister
+}
+
+// NewServer returns a Server that reads from the listers and writes NodeSets through client.
+func NewServer(client versioned.Interface, sets listers.NodeSetLister, classes listers.NodeClassLister, nodes corelisters.NodeLister) *Server {
+	return &Server{client: client, sets: sets, classes: classes, nodes: nodes}
+}
+
+// GroupID is a NodeSet's node-group id.
+func GroupID(set *nodesetv1alpha1.NodeSet) string { return set.Namespace + "/" + set.Name }
+
+// InstanceID is the id a Node's instance has in the protocol: its provider ID,
+// or a placeholder before the machine has one.
+func InstanceID(node *corev1.Node) string {
+	if node.Spec.ProviderID != "" {
+		return node.Spec.ProviderID
+	}
+	return unregisteredPrefix + node.Name
+}
+
+func (s *Server) group(id string) (*nodesetv1alpha1.NodeSet, error) {
+	namespace, name, ok := strings.Cut(id, "/")
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "node group id %q is not <namespace>/<nodeset>", id)
+	}
+	set, err := s.sets.NodeSets(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, status.Errorf(codes.NotFound, "node group %s: no NodeSet %s in namespace %s", id, name, namespace)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "node group %s: %v", id, err)
+	}
+	if set.Spec.Autoscaling == nil {
+		return nil, status.Errorf(codes.NotFound, "node group %s: NodeSet has no spec.autoscaling", id)
+	}
+	return set, nil
+}
+
+func protoGroup(set *nodesetv1alpha1.NodeSet) *protos.NodeGroup {
+	return &protos.NodeGroup{
+		Id:      GroupID(set),
+		MinSize: set.Spec.Autoscaling.MinReplicas,
+		MaxSize: set.Spec.Autoscaling.MaxReplicas,
+		Debug: fmt.Sprintf("NodeSet %s/%s (NodeClass %s): replicas %d, ready %d, min %d, max %d",
+			set.Namespace, set.Name, set.Spec.NodeClassName, replicas(set), set.Status.ReadyReplicas,
+			set.Spec.Autoscaling.MinReplicas, set.Spec.Autoscaling.MaxReplicas),
+	}
+}
+
+func replicas(set *nodesetv1alpha1.NodeSet) int32 {
+	if set.Spec.Replicas == nil {
+		return 1
+	}
+	return *set.Spec.Replicas
+}
+
+func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) {
+	nodes, err := s.nodes.List(resolve.Selector(set))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing the Nodes of %s: %v", GroupID(set), err)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes, nil
+}
+
+// NodeGroups lists the NodeSets with spec.autoscaling.
+func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
+	sets, err := s.sets.List(labels.Everything())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing NodeSets: %v", err)
+	}
+	sort.Slice(sets, func(i, j int) bool { return GroupID(sets[i]) < GroupID(sets[j]) })
+	resp := &protos.NodeGroupsResponse{}
+	for _, set := range sets {
+		if set.Spec.Autoscaling != nil && set.DeletionTimestamp == nil {
+			resp.NodeGroups = append(resp.NodeGroups, protoGroup(set))
+		}
+	}
+	return resp, nil
+}
+
+// NodeGroupForNode finds a Node's NodeSet by its nodeset labels; a Node of
+// no autoscaled NodeSet gets the empty id.
+func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNodeRequest) (*protos.NodeGroupForNodeResponse, error) {
+	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
+	if req.GetNode() == nil {
+		return none, nil
+	}
+	nodeLabels := req.GetNode().GetLabels()
+	if nodeLabels[nodesetv1alpha1.LabelNodeSet] == "" {
+		// The caller's copy may lack labels: look the Node up.
+		if node, err := s.nodes.Get(req.GetNode().GetName()); err == nil {
+			nodeLabels = node.Labels
+		}
+	}
+	namespace, name := nodeLabels[nodesetv1alpha1.LabelNodeSetNamespace], nodeLabels[nodesetv1alpha1.LabelNodeSet]
+	if namespace == "" || name == "" {
+		return none, nil
+	}
+	set, err := s.sets.NodeSets(namespace).Get(name)
+	if err != nil || set.Spec.Autoscaling == nil {
+		return none, nil
+	}
+	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
+}
+
+// NodeGroupTargetSize is the NodeSet's spec.replicas.
+func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTargetSizeRequest) (*protos.NodeGroupTargetSizeResponse, error) {
+	set, err := s.group(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &protos.NodeGroupTargetSizeResponse{TargetSize: replicas(set)}, nil
+}
+
+// NodeGroupIncreaseSize raises spec.replicas within maxReplicas and the class's limits.
+func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGroupIncreaseSizeRequest) (*protos.NodeGroupIncreaseSizeResponse, error) {
+	if req.GetDelta() <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "size increase must be positive, got %d", req.GetDelta())
+	}
+	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+		target := replicas(set) + req.GetDelta()
+		if target > set.Spec.Autoscaling.MaxReplicas {
+			return status.Errorf(codes.InvalidArgument, "size increase too large: %s would have %d nodes, spec.autoscaling.maxReplicas is %d",
+				GroupID(set), target, set.Spec.Autoscaling.MaxReplicas)
+		}
+		if err := s.checkLimits(set, req.GetDelta()); err != nil {
+			return err
+		}
+		set.Spec.Replicas = &target
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("cluster-autoscaler increased a NodeSet", "nodeset", req.GetId(), "delta", req.GetDelta())
+	return &protos.NodeGroupIncreaseSizeResponse{}, nil
+}
+
+// checkLimits refuses growth past the class's maxNodes or maxNodesPerNamespace.
+func (s *Server) checkLimits(set *nodesetv1alpha1.NodeSet, delta int32) error {
+	class, err := s.classes.Get(set.Spec.NodeClassName)
+	if err != nil || class.Spec.Limits == nil {
+		return nil
+	}
+	classNodes, err := s.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "counting the Nodes of NodeClass %s: %v", class.Name, err)
+	}
+	active, inNamespace := 0, 0
+	for _, n := range classNodes {
+		if n.DeletionTimestamp != nil {
+			continue
+		}
+		active++
+		if n.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace {
+			inNamespace++
+		}
+	}
+	// Nodes the set will create but has not yet count too.
+	pending := max(int(replicas(set))-s.activeCount(set), 0)
+	if l := class.Spec.Limits.MaxNodes; l != nil && active+pending+int(delta) > int(*l) {
+		return status.Errorf(codes.ResourceExhausted, "NodeClass %s allows at most %d nodes (spec.limits.maxNodes); it has %d and %d more are coming",
+			class.Name, *l, active, pending)
+	}
+	if l := class.Spec.Limits.MaxNodesPerNamespace; l != nil && inNamespace+pending+int(delta) > int(*l) {
+		return status.Errorf(codes.ResourceExhausted, "NodeClass %s allows at most %d nodes per namespace (spec.limits.maxNodesPerNamespace); namespace %s has %d and %d more are coming",
+			class.Name, *l, set.Namespace, inNamespace, pending)
+	}
+	return nil
+}
+
+func (s *Server) activeCount(set *nodesetv1alpha1.NodeSet) int {
+	nodes, _ := s.nodes.List(resolve.Selector(set))
+	n := 0
+	for _, node := range nodes {
+		if node.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// NodeGroupDeleteNodes removes exactly the named Nodes: the lowered replicas
+// and the victims are written in one update of the NodeSet.
+func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
+	var victims []string
+	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+		nodes, err := s.setNodes(set)
+		if err != nil {
+			return err
+		}
+		if nodesetcontroller.RollingOut(set, nodes) {
+			return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
+		}
+		byName, byInstance := map[string]*corev1.Node{}, map[string]*corev1.Node{}
+		for _, n := range nodes {
+			byName[n.Name] = n
+			byInstance[InstanceID(n)] = n
+		}
+		listed := nodesetcontroller.DeleteList(set)
+		victims = victims[:0]
+		for _, want := range req.GetNodes() {
+			node := byName[want.GetName()]
+			if node == nil || (want.GetProviderID() != "" && InstanceID(node) != want.GetProviderID() && node.Spec.ProviderID != want.GetProviderID()) {
+				node = byInstance[want.GetProviderID()]
+			}
+			if node == nil {
+				return status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s",
+					want.GetName(), want.GetProviderID(), GroupID(set))
+			}
+			if node.DeletionTimestamp != nil || listed[node.Name] {
+				continue // already going: no second decrement
+			}
+			listed[node.Name] = true
+			victims = append(victims, node.Name)
+		}
+		if len(victims) == 0 {
+			return nil
+		}
+		target := replicas(set) - int32(len(victims))
+		if target < set.Spec.Autoscaling.MinReplicas {
+			return status.Errorf(codes.FailedPrecondition, "deleting %d node(s) would take %s to %d nodes, below spec.autoscaling.minReplicas %d",
+				len(victims), GroupID(set), target, set.Spec.Autoscaling.MinReplicas)
+		}
+		names := make([]string, 0, len(listed))
+		for name := range listed {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		if set.Annotations == nil {
+			set.Annotations = map[string]string{}
+		}
+		set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] = strings.Join(names, ",")
+		set.Spec.Replicas = &target
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("cluster-autoscaler deleted nodes", "nodeset", req.GetId(), "nodes", victims)
+	return &protos.NodeGroupDeleteNodesResponse{}, nil
+}
+
+// NodeGroupDecreaseTargetSize lowers spec.replicas by nodes not yet
+// registered only; it never takes a Ready node.
+func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.NodeGroupDecreaseTargetSizeRequest) (*protos.NodeGroupDecreaseTargetSizeResponse, error) {
+	if req.GetDelta() >= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "size decrease must be negative, got %d", req.GetDelta())
+	}
+	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+		nodes, err := s.setNodes(set)
+		if err != nil {
+			return err
+		}
+		registered := 0
+		for _, n := range nodes {
+			if n.DeletionTimestamp == nil && nodeutil.IsReady(n) {
+				registered++
+			}
+		}
+		target := replicas(set) + req.GetDelta()
+		if target < int32(registered) {
+			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d registered nodes, target size %d + %d would be %d",
+				GroupID(set), registered, replicas(set), req.GetDelta(), target)
+		}
+		set.Spec.Replicas = &target
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &protos.NodeGroupDecreaseTargetSizeResponse{}, nil
+}
+
+// update applies mutate to the latest NodeSet of group id and writes it in
+// one update, retrying on conflicts with a fresh read.
+func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1alpha1.NodeSet) error) error {
+	cached, err := s.group(id)
+	if err != nil {
+		return err
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		set, err := s.client.NodesetV1alpha1().NodeSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if set.Spec.Autoscaling == nil {
+			return status.Errorf(codes.NotFound, "node group %s: NodeSet has no spec.autoscaling", id)
+		}
+		before := set.DeepCopy()
+		if err := mutate(set); err != nil {
+			return err
+		}
+		if replicas(before) == replicas(set) && before.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] == set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] {
+			return nil
+		}
+		_, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+		return err
+	})
+	var st interface{ GRPCStatus() *status.Status }
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &st):
+		return err
+	case apierrors.IsNotFound(err):
+		return status.Errorf(codes.NotFound, "node group %s: %v", id, err)
+	default:
+		return status.Errorf(codes.Unavailable, "node group %s: %v", id, err)
+	}
+}
+
+// NodeGroupNodes lists every Node of the set as an instance, with its state
+// and, for a machine that could not be made, the driver's error.
+func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesRequest) (*protos.NodeGroupNodesResponse, error) {
+	set, err := s.group(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.setNodes(set)
+	if err != nil {
+		return nil, err
+	}
+	resp := &protos.NodeGroupNodesResponse{}
+	for _, node := range nodes {
+		state := protos.InstanceStatus_instanceRunning
+		switch {
+		case node.DeletionTimestamp != nil:
+			state = protos.InstanceStatus_instanceDeleting
+		case node.Spec.ProviderID == "" || !nodeutil.IsReady(node):
+			state = protos.InstanceStatus_instanceCreating
+		}
+		instance := &protos.Instance{Id: InstanceID(node), Status: &protos.InstanceStatus{InstanceState: state}}
+		if msg := node.Annotations[nodesetv1alpha1.AnnotationProvisioningError]; msg != "" && state == protos.InstanceStatus_instanceCreating {
+			code, _, _ := strings.Cut(msg, ":")
+			class := int32(errorClassOther)
+			if code == "OutOfCapacity" {
+				class = errorClassOutOfResources
+			}
+			instance.Status.ErrorInfo = &protos.InstanceErrorInfo{ErrorCode: code, ErrorMessage: msg, InstanceErrorClass: class}
+		}
+		resp.Instances = append(resp.Instances, instance)
+	}
+	return resp, nil
+}
+
+// NodeGroupTemplateNodeInfo is the Node a new member of the set would be,
+// so that a NodeSet at zero can be scaled up. The Node goes in both the
+// field older releases read and the one newer releases read.
+func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGroupTemplateNodeInfoRequest) (*protos.NodeGroupTemplateNodeInfoResponse, error) {
+	set, err := s.group(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	node, err := s.TemplateNode(set)
+	if err != nil {
+		return nil, err
+	}
+	data, err := node.Marshal()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "marshaling the template node of %s: %v", GroupID(set), err)
+	}
+	return &protos.NodeGroupTemplateNodeInfoResponse{NodeInfo: data, NodeBytes: data}, nil
+}
+
+// TemplateNode builds the Node a new member of set would be: its labels,
+// taints, capacity and allocatable, Ready.
+func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error) {
+	class, err := s.classes.Get(set.Spec.NodeClassName)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node group %s: NodeClass %s: %v", GroupID(set), set.Spec.NodeClassName, err)
+	}
+	effective, err := resolve.EffectiveSpec(class, set)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node group %s: %v", GroupID(set), err)
+	}
+	var capacity *nodesetv1alpha1.NodeCapacity
+	if effective.Simulated != nil {
+		// The simulated driver's capacity is a pure function of the effective spec.
+		c := simulated.EffectiveCapacity(effective.Simulated)
+		capacity = &nodesetv1alpha1.NodeCapacity{Resources: c.Resources, Allocatable: c.Allocatable, Labels: c.Labels, Taints: c.Taints}
+	} else {
+		capacity = class.Status.Capacity
+	}
+	if capacity == nil || len(capacity.Resources) == 0 {
+		return nil, status.Errorf(codes.Unimplemented, "node group %s: the driver of NodeClass %s has not reported a node's capacity (status.capacity)",
+			GroupID(set), class.Name)
+	}
+	name := fmt.Sprintf("template-node-for-%s-%s", set.Namespace, set.Name)
+	nodeLabels := map[string]string{
+		corev1.LabelHostname:   name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+	}
+	for k, v := range capacity.Labels {
+		nodeLabels[k] = v
+	}
+	for k, v := range resolve.NodeLabels(&effective, class.Name, set, set.Status.TemplateHash) {
+		nodeLabels[k] = v
+	}
+	allocatable := capacity.Allocatable
+	if len(allocatable) == 0 {
+		allocatable = capacity.Resources
+	}
+	taints := append(append([]corev1.Taint(nil), capacity.Taints...), resolve.NodeTaints(&effective, set)...)
+	now := metav1.NewTime(time.Now())
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels, Annotations: resolve.NodeAnnotations(&effective, set)},
+		Spec:       corev1.NodeSpec{Taints: taints, ProviderID: unregisteredPrefix + name},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity.Resources.DeepCopy(),
+			Allocatable: allocatable.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+		},
+	}, nil
+}
+
+// NodeGroupGetOptions returns the caller's defaults with the NodeSet's
+// cluster-autoscaler.nodeset.dev/ annotations applied, in both generations of
+// duration fields.
+func (s *Server) NodeGroupGetOptions(_ context.Context, req *protos.NodeGroupAutoscalingOptionsRequest) (*protos.NodeGroupAutoscalingOptionsResponse, error) {
+	set, err := s.group(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	opts, err := Options(req.GetDefaults(), set.Annotations)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "node group %s: %v", GroupID(set), err)
+	}
+	return &protos.NodeGroupAutoscalingOptionsResponse{NodeGroupAutoscalingOptions: opts}, nil
+}
+
+// Options merges a NodeSet's option annotations into defaults.
+func Options(defaults *protos.NodeGroupAutoscalingOptions, annotations map[string]string) (*protos.NodeGroupAutoscalingOptions, error) {
+	opts := &protos.NodeGroupAutoscalingOptions{}
+	if defaults != nil {
+		opts.ScaleDownUtilizationThreshold = defaults.GetScaleDownUtilizationThreshold()
+		opts.ScaleDownGpuUtilizationThreshold = defaults.GetScaleDownGpuUtilizationThreshold()
+		opts.ZeroOrMaxNodeScaling = defaults.GetZeroOrMaxNodeScaling()
+		opts.IgnoreDaemonSetsUtilization = defaults.GetIgnoreDaemonSetsUtilization()
+		opts.AllowNonAtomicScaleUpToMax = defaults.GetAllowNonAtomicScaleUpToMax()
+	}
+	durations := map[string]time.Duration{
+		OptionScaleDownUnneededTime: pick(defaults.GetScaleDownUnneededDuration(), defaults.GetScaleDownUnneededTime()),
+		OptionScaleDownUnreadyTime:  pick(defaults.GetScaleDownUnreadyDuration(), defaults.GetScaleDownUnreadyTime()),
+		OptionMaxNodeProvisionTime:  pick(defaults.GetMaxNodeProvisionDuration(), defaults.GetMaxNodeProvisionTime()),
+		OptionMaxNodeStartupTime:    pick(defaults.GetMaxNodeStartupDuration(), nil),
+	}
+	for key, value := range annotations {
+		if !strings.HasPrefix(key, OptionPrefix) {
+			continue
+		}
+		var err error
+		switch key {
+		case OptionScaleDownUtilizationThreshold:
+			opts.ScaleDownUtilizationThreshold, err = fraction(value)
+		case OptionScaleDownGPUThreshold:
+			opts.ScaleDownGpuUtilizationThreshold, err = fraction(value)
+		case OptionZeroOrMaxNodeScaling:
+			opts.ZeroOrMaxNodeScaling, err = strconv.ParseBool(value)
+		case OptionIgnoreDaemonSetsUtilization:
+			opts.IgnoreDaemonSetsUtilization, err = strconv.ParseBool(value)
+		case OptionScaleDownUnneededTime, OptionScaleDownUnreadyTime, OptionMaxNodeProvisionTime, OptionMaxNodeStartupTime:
+			var d time.Duration
+			if d, err = time.ParseDuration(value); err == nil && d < 0 {
+				err = errors.New("must not be negative")
+			}
+			durations[key] = d
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s=%q: %w", key, value, err)
+		}
+	}
+	set := func(key string, old **protos.K8SDuration, new **durationpb.Duration) {
+		if d := durations[key]; d > 0 {
+			*old, *new = &protos.K8SDuration{Duration: int64(d)}, durationpb.New(d)
+		}
+	}
+	set(OptionScaleDownUnneededTime, &opts.ScaleDownUnneededTime, &opts.ScaleDownUnneededDuration)
+	set(OptionScaleDownUnreadyTime, &opts.ScaleDownUnreadyTime, &opts.ScaleDownUnreadyDuration)
+	set(OptionMaxNodeProvisionTime, &opts.MaxNodeProvisionTime, &opts.MaxNodeProvisionDuration)
+	if d := durations[OptionMaxNodeStartupTime]; d > 0 {
+		opts.MaxNodeStartupDuration = durationpb.New(d)
+	}
+	return opts, nil
+}
+
+func pick(newer *durationpb.Duration, older *protos.K8SDuration) time.Duration {
+	if newer != nil {
+		return newer.AsDuration()
+	}
+	if older != nil {
+		return time.Duration(older.GetDuration())
+	}
+	return 0
+}
+
+func fraction(value string) (float64, error) {
+	f, err := strconv.ParseFloat(value, 64)
+	if err == nil && (f < 0 || f > 1) {
+		err = errors.New("must be between 0 and 1")
+	}
+	return f, err
+}
+
+// Refresh never fails: the listers are kept current by their informers.
+func (s *Server) Refresh(context.Context, *protos.RefreshRequest) (*protos.RefreshResponse, error) {
+	return &protos.RefreshResponse{}, nil
+}
+
+// Cleanup has nothing to release.
+func (s *Server) Cleanup(context.Context, *protos.CleanupRequest) (*protos.CleanupResponse, error) {
+	return &protos.CleanupResponse{}, nil
+}
+
+// GPULabel names the label nodeset puts on nodes with accelerators.
+func (s *Server) GPULabel(context.Context, *protos.GPULabelRequest) (*protos.GPULabelResponse, error) {
+	return &protos.GPULabelResponse{Label: GPULabel}, nil
+}
+
+// GetAvailableGPUTypes: nodeset offers no GPU types of its own.
+func (s *Server) GetAvailableGPUTypes(context.Context, *protos.GetAvailableGPUTypesRequest) (*protos.GetAvailableGPUTypesResponse, error) {
+	return &protos.GetAvailableGPUTypesResponse{GpuTypes: map[string]*anypb.Any{}}, nil
+}
+
+// PricingNodePrice is not offered: the protocol's answer is Unimplemented,
+// and cluster-autoscaler then uses an expander that needs no prices.
+func (s *Server) PricingNodePrice(context.Context, *protos.PricingNodePriceRequest) (*protos.PricingNodePriceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "nodeset does not price nodes")
+}
+
+// PricingPodPrice is not offered either.
+func (s *Server) PricingPodPrice(context.Context, *protos.PricingPodPriceRequest) (*protos.PricingPodPriceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "nodeset does not price pods")
+}

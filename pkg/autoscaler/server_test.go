@@ -1,0 +1,358 @@
+package autoscaler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
+	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+func testClass() *nodesetv1alpha1.NodeClass {
+	return &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "sim"},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver: nodesetv1alpha1.DriverSimulated,
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small",
+				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}}},
+			NodeTemplate: nodesetv1alpha1.NodeTemplate{Taints: []nodesetv1alpha1.Taint{{Key: "class", Value: "sim", Effect: "NoSchedule"}}},
+			Limits:       &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](8)},
+		},
+	}
+}
+
+func testSet(replicas int32) *nodesetv1alpha1.NodeSet {
+	return &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a", ResourceVersion: "1"},
+		Spec: nodesetv1alpha1.NodeSetSpec{
+			NodeClassName: "sim",
+			Replicas:      ptr.To(replicas),
+			Autoscaling:   &nodesetv1alpha1.Autoscaling{MinReplicas: 1, MaxReplicas: 6},
+			Template:      nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "web"}},
+		},
+		Status: nodesetv1alpha1.NodeSetStatus{TemplateHash: "h1"},
+	}
+}
+
+func setNode(set *nodesetv1alpha1.NodeSet, name, providerID string, ready bool) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: "h1"}},
+		Spec: corev1.NodeSpec{ProviderID: providerID}}
+	for k, v := range resolve.SelectorLabels(set) {
+		n.Labels[k] = v
+	}
+	if ready {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	}
+	return n
+}
+
+type fixture struct {
+	server   *Server
+	nodesets *nodesetfake.Clientset
+}
+
+func newFixture(t *testing.T, objects []runtime.Object, set *nodesetv1alpha1.NodeSet, nodes ...*corev1.Node) *fixture {
+	t.Helper()
+	class := testClass()
+	nodesets := nodesetfake.NewSimpleClientset(append([]runtime.Object{class, set}, objects...)...)
+	var kubeObjects []runtime.Object
+	for _, n := range nodes {
+		kubeObjects = append(kubeObjects, n)
+	}
+	kube := kubefake.NewClientset(kubeObjects...)
+	kubeFactory := kubeinformers.NewSharedInformerFactory(kube, 0)
+	nodesetFactory := externalversions.NewSharedInformerFactory(nodesets, 0)
+	for _, n := range nodes {
+		require.NoError(t, kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
+	}
+	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(class))
+	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer().Add(set))
+	return &fixture{nodesets: nodesets, server: NewServer(nodesets, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
+		nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister())}
+}
+
+func (f *fixture) set(t *testing.T) *nodesetv1alpha1.NodeSet {
+	set, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	return set
+}
+
+func (f *fixture) writes() int {
+	n := 0
+	for _, a := range f.nodesets.Actions() {
+		if a.Matches("update", "nodesets") {
+			n++
+		}
+	}
+	return n
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+func TestGroupsAndNodeGroupForNode(t *testing.T) {
+	set := testSet(2)
+	f := newFixture(t, []runtime.Object{&nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "fixed", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim"}}}, set, setNode(set, "web-a", "simulated:///web-a", true))
+	ctx := context.Background()
+	groups, err := f.server.NodeGroups(ctx, &protos.NodeGroupsRequest{})
+	require.NoError(t, err)
+	require.Len(t, groups.NodeGroups, 1, "only NodeSets with spec.autoscaling")
+	assert.Equal(t, "team-a/web", groups.NodeGroups[0].Id)
+	assert.Equal(t, [2]int32{1, 6}, [2]int32{groups.NodeGroups[0].MinSize, groups.NodeGroups[0].MaxSize})
+
+	resp, err := f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{
+		Name: "web-a", ProviderID: "simulated:///web-a", Labels: setNode(set, "x", "", false).Labels}})
+	require.NoError(t, err)
+	assert.Equal(t, "team-a/web", resp.NodeGroup.Id)
+	resp, err = f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: "web-a"}})
+	require.NoError(t, err)
+	assert.Equal(t, "team-a/web", resp.NodeGroup.Id, "found by name when the caller sends no labels")
+	resp, err = f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: "control-plane-1",
+		Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}})
+	require.NoError(t, err)
+	assert.Empty(t, resp.NodeGroup.Id, "a node of no NodeSet")
+}
+
+func TestIncreaseSize(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil, testSet(2))
+	_, err := f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 3})
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), *f.set(t).Spec.Replicas)
+
+	_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 2})
+	assert.Equal(t, codes.InvalidArgument, code(err), "past maxReplicas: %v", err)
+	_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 0})
+	assert.Equal(t, codes.InvalidArgument, code(err))
+	_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/nope", Delta: 1})
+	assert.Equal(t, codes.NotFound, code(err))
+	assert.Equal(t, int32(5), *f.set(t).Spec.Replicas)
+}
+
+func TestIncreaseSizeRespectsClassLimits(t *testing.T) {
+	set := testSet(2)
+	set.Spec.Autoscaling.MaxReplicas = 20
+	var nodes []*corev1.Node
+	other := testSet(6)
+	other.Name = "other"
+	for _, name := range []string{"o1", "o2", "o3", "o4", "o5", "o6"} {
+		nodes = append(nodes, setNode(other, name, "simulated:///"+name, true))
+	}
+	f := newFixture(t, nil, set, nodes...)
+	// 6 nodes of the class exist and the set will create 2: maxNodes 8 allows nothing more.
+	_, err := f.server.NodeGroupIncreaseSize(context.Background(), &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 1})
+	assert.Equal(t, codes.ResourceExhausted, code(err), "%v", err)
+	assert.Contains(t, err.Error(), "spec.limits.maxNodes")
+}
+
+func TestDeleteNodesIsOneWrite(t *testing.T) {
+	set := testSet(4)
+	nodes := []*corev1.Node{
+		setNode(set, "web-a", "simulated:///web-a", true),
+		setNode(set, "web-b", "simulated:///web-b", true),
+		setNode(set, "web-c", "", false), // never got a machine
+		setNode(set, "web-d", "simulated:///web-d", true),
+	}
+	f := newFixture(t, nil, set, nodes...)
+	ctx := context.Background()
+	_, err := f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: "web-b", ProviderID: "simulated:///web-b"},
+		// cluster-autoscaler's fake node for an instance that never registered
+		{Name: unregisteredPrefix + "web-c", ProviderID: unregisteredPrefix + "web-c"},
+	}})
+	require.NoError(t, err)
+	got := f.set(t)
+	assert.Equal(t, int32(2), *got.Spec.Replicas)
+	assert.Equal(t, "web-b,web-c", got.Annotations[nodesetv1alpha1.AnnotationDeleteNodes])
+	assert.Equal(t, 1, f.writes(), "replicas and victims in one update")
+
+	// The same request again (a retry) changes nothing.
+	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: "web-b", ProviderID: "simulated:///web-b"}}})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *f.set(t).Spec.Replicas)
+
+	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: "elsewhere", ProviderID: "aws:///eu-west-1a/i-0123"}}})
+	assert.Equal(t, codes.InvalidArgument, code(err), "a node outside the group is refused")
+	assert.Contains(t, err.Error(), "does not belong to node group team-a/web")
+}
+
+func TestDeleteNodesRefusals(t *testing.T) {
+	set := testSet(2)
+	outdated := setNode(set, "web-b", "simulated:///web-b", true)
+	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "h0"
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), outdated)
+	_, err := f.server.NodeGroupDeleteNodes(context.Background(), &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
+	assert.Equal(t, codes.FailedPrecondition, code(err), "no scale-down while rolling out: %v", err)
+	assert.Contains(t, err.Error(), "rolling out")
+
+	set = testSet(1)
+	f = newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true))
+	_, err = f.server.NodeGroupDeleteNodes(context.Background(), &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
+	assert.Equal(t, codes.FailedPrecondition, code(err), "below minReplicas")
+	assert.Zero(t, f.writes())
+}
+
+func TestDecreaseTargetSizeOnlyForUnregistered(t *testing.T) {
+	set := testSet(4)
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", true),
+		setNode(set, "web-c", "", false), setNode(set, "web-d", "simulated:///web-d", false))
+	ctx := context.Background()
+	_, err := f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web", Delta: -3})
+	assert.Equal(t, codes.FailedPrecondition, code(err), "would take a registered node")
+	_, err = f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web", Delta: -2})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *f.set(t).Spec.Replicas)
+}
+
+func TestNodeGroupNodesStatesAndErrors(t *testing.T) {
+	set := testSet(4)
+	creating := setNode(set, "web-c", "", false)
+	creating.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "OutOfCapacity: out of capacity: no sim.small in zone a"}
+	failing := setNode(set, "web-e", "", false)
+	failing.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: quota"}
+	deleting := setNode(set, "web-d", "simulated:///web-d", true)
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", false),
+		creating, deleting, failing)
+	resp, err := f.server.NodeGroupNodes(context.Background(), &protos.NodeGroupNodesRequest{Id: "team-a/web"})
+	require.NoError(t, err)
+	got := map[string]*protos.Instance{}
+	for _, i := range resp.Instances {
+		got[i.Id] = i
+	}
+	require.Len(t, got, 5)
+	assert.Equal(t, protos.InstanceStatus_instanceRunning, got["simulated:///web-a"].Status.InstanceState)
+	assert.Equal(t, protos.InstanceStatus_instanceCreating, got["simulated:///web-b"].Status.InstanceState, "not Ready yet")
+	assert.Equal(t, protos.InstanceStatus_instanceDeleting, got["simulated:///web-d"].Status.InstanceState)
+	c := got[unregisteredPrefix+"web-c"]
+	require.NotNil(t, c.Status.ErrorInfo)
+	assert.Equal(t, int32(errorClassOutOfResources), c.Status.ErrorInfo.InstanceErrorClass, "capacity errors make cluster-autoscaler back off")
+	assert.Equal(t, "OutOfCapacity", c.Status.ErrorInfo.ErrorCode)
+	assert.Equal(t, int32(errorClassOther), got[unregisteredPrefix+"web-e"].Status.ErrorInfo.InstanceErrorClass)
+}
+
+// TestTemplateNodeWireCompatibility checks the bytes on the wire: the Node
+// is in field 1 (read by releases before 1.35 as an embedded message) and
+// field 2 (read by later releases as bytes), identical, and decodes.
+func TestTemplateNodeWireCompatibility(t *testing.T) {
+	f := newFixture(t, nil, testSet(0))
+	resp, err := f.server.NodeGroupTemplateNodeInfo(context.Background(), &protos.NodeGroupTemplateNodeInfoRequest{Id: "team-a/web"})
+	require.NoError(t, err)
+	wire, err := proto.Marshal(resp)
+	require.NoError(t, err)
+
+	fields := map[protowire.Number][]byte{}
+	for b := wire; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		require.GreaterOrEqual(t, n, 0)
+		b = b[n:]
+		require.Equal(t, protowire.BytesType, typ, "field %d is length-delimited", num)
+		value, m := protowire.ConsumeBytes(b)
+		require.GreaterOrEqual(t, m, 0)
+		fields[num] = value
+		b = b[m:]
+	}
+	require.Contains(t, fields, protowire.Number(1))
+	require.Contains(t, fields, protowire.Number(2))
+	assert.Equal(t, fields[1], fields[2])
+
+	node := &corev1.Node{}
+	require.NoError(t, node.Unmarshal(fields[1]), "field 1 is a core/v1 Node")
+	assert.Equal(t, "4", ptr.To(node.Status.Capacity[corev1.ResourceCPU]).String())
+	assert.Equal(t, "16Gi", ptr.To(node.Status.Capacity[corev1.ResourceMemory]).String())
+	assert.Equal(t, "web", node.Labels["tier"], "the NodeSet's template labels")
+	assert.Equal(t, "sim.small", node.Labels[corev1.LabelInstanceTypeStable])
+	assert.Equal(t, "web", node.Labels[nodesetv1alpha1.LabelNodeSet])
+	var taintKeys []string
+	for _, taint := range node.Spec.Taints {
+		taintKeys = append(taintKeys, taint.Key)
+	}
+	assert.Contains(t, taintKeys, "class", "the class's taints")
+	assert.NotContains(t, taintKeys, nodesetv1alpha1.TaintUnregistered, "a template node is a registered one")
+	require.Len(t, node.Status.Conditions, 1)
+	assert.Equal(t, corev1.NodeReady, node.Status.Conditions[0].Type)
+}
+
+func TestOptionsFillBothDurationGenerations(t *testing.T) {
+	defaults := &protos.NodeGroupAutoscalingOptions{ScaleDownUtilizationThreshold: 0.5,
+		ScaleDownUnneededDuration: durationpb.New(10 * time.Minute), // a newer caller
+		ScaleDownUnreadyTime:      &protos.K8SDuration{Duration: int64(20 * time.Minute)}, // an older caller
+	}
+	opts, err := Options(defaults, map[string]string{
+		OptionScaleDownUnneededTime:         "2m",
+		OptionScaleDownUtilizationThreshold: "0.3",
+		OptionZeroOrMaxNodeScaling:          "true",
+		"unrelated.example.com/x":           "y",
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 0.3, opts.ScaleDownUtilizationThreshold)
+	assert.True(t, opts.ZeroOrMaxNodeScaling)
+	assert.Equal(t, int64(2*time.Minute), opts.ScaleDownUnneededTime.GetDuration())
+	assert.Equal(t, 2*time.Minute, opts.ScaleDownUnneededDuration.AsDuration())
+	assert.Equal(t, int64(20*time.Minute), opts.ScaleDownUnreadyTime.GetDuration())
+	assert.Equal(t, 20*time.Minute, opts.ScaleDownUnreadyDuration.AsDuration())
+
+	wire, err := proto.Marshal(opts)
+	require.NoError(t, err)
+	seen := map[protowire.Number]bool{}
+	for b := wire; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		require.GreaterOrEqual(t, n, 0)
+		seen[num] = true
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		require.GreaterOrEqual(t, m, 0)
+		b = b[n+m:]
+	}
+	for _, num := range []protowire.Number{1, 3, 4, 6, 8, 9} {
+		assert.True(t, seen[num], "field %d on the wire", num)
+	}
+
+	_, err = Options(nil, map[string]string{OptionScaleDownUtilizationThreshold: "2"})
+	assert.ErrorContains(t, err, "scale-down-utilization-threshold")
+	_, err = Options(nil, map[string]string{OptionPrefix + "typo": "1"})
+	assert.ErrorContains(t, err, "unknown option")
+}
+
+func TestProtocolAnswers(t *testing.T) {
+	f := newFixture(t, nil, testSet(1))
+	ctx := context.Background()
+	_, err := f.server.Refresh(ctx, &protos.RefreshRequest{})
+	assert.NoError(t, err)
+	label, err := f.server.GPULabel(ctx, &protos.GPULabelRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, GPULabel, label.Label)
+	types, err := f.server.GetAvailableGPUTypes(ctx, &protos.GetAvailableGPUTypesRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, types.GpuTypes)
+	_, err = f.server.PricingNodePrice(ctx, &protos.PricingNodePriceRequest{})
+	assert.Equal(t, codes.Unimplemented, code(err), "the protocol's answer for no pricing")
+	_, err = f.server.PricingPodPrice(ctx, &protos.PricingPodPriceRequest{})
+	assert.Equal(t, codes.Unimplemented, code(err))
+	size, err := f.server.NodeGroupTargetSize(ctx, &protos.NodeGroupTargetSizeRequest{Id: "team-a/web"})
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), size.TargetSize)
+}

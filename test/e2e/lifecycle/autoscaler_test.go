@@ -1,0 +1,339 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+)
+
+// autoscalerClient connects to the nodeset-controller's externalgrpc API, as
+// cluster-autoscaler does.
+func autoscalerClient(t *testing.T, c *controllers) protos.CloudProviderClient {
+	t.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", c.AutoscalerPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return protos.NewCloudProviderClient(conn)
+}
+
+// rpcLog records the calls a test makes, for its log.
+type rpcLog struct {
+	t     *testing.T
+	start time.Time
+	lines []string
+}
+
+func (l *rpcLog) add(format string, args ...any) {
+	l.lines = append(l.lines, fmt.Sprintf("[%6.2fs] ", time.Since(l.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (l *rpcLog) print() { l.t.Logf("RPC sequence:\n  %s", strings.Join(l.lines, "\n  ")) }
+
+func createAutoscaledSet(t *testing.T, namespace, name, class string, max int32) {
+	t.Helper()
+	_, cs := clients(t)
+	_, err := cs.NodesetV1alpha1().NodeSets(namespace).Create(context.Background(), &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: nodesetv1alpha1.NodeSetSpec{
+			NodeClassName: class,
+			Replicas:      ptr.To[int32](0),
+			Autoscaling:   &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: max},
+			Template:      nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"example.com/pool": name}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// twoCPUs gives a class's simulated machines 2 CPUs and 8Gi.
+func twoCPUs(class *nodesetv1alpha1.NodeClass) {
+	class.Spec.Simulated.Capacity = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+}
+
+// TestAutoscalerProtocol drives the server in the order cluster-autoscaler
+// calls it, against both controllers and the real API server.
+func TestAutoscalerProtocol(t *testing.T) {
+	c := startControllers(t)
+	kube, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca")
+	createClass(t, "ca-sim", twoCPUs)
+	createAutoscaledSet(t, ns, "pool", "ca-sim", 5)
+	createSet(t, ns, "fixed", "ca-sim", 1) // no spec.autoscaling: not a node group
+	eventually(t, 2*time.Minute, "fixed node", converged(c, t, ns, "fixed", 1))
+	ca := autoscalerClient(t, c)
+	id := ns + "/pool"
+	log := &rpcLog{t: t, start: time.Now()}
+	defer log.print()
+
+	_, err := ca.Refresh(ctx, &protos.RefreshRequest{})
+	require.NoError(t, err)
+	log.add("Refresh -> ok")
+	eventually(t, time.Minute, "node group listed", func(ctx context.Context) (bool, string) {
+		groups, err := ca.NodeGroups(ctx, &protos.NodeGroupsRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, g := range groups.NodeGroups {
+			if g.Id == id {
+				return g.MinSize == 0 && g.MaxSize == 5, g.String()
+			}
+			if strings.HasSuffix(g.Id, "/fixed") {
+				return false, "a NodeSet without spec.autoscaling is listed"
+			}
+		}
+		return false, fmt.Sprintf("%v", groups.NodeGroups)
+	})
+	log.add("NodeGroups -> %s {min 0, max 5}", id)
+	fixed, err := setNodes(ctx, t, ns, "fixed")
+	require.NoError(t, err)
+	forNode, err := ca.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{
+		Name: fixed[0].Name, ProviderID: fixed[0].Spec.ProviderID, Labels: fixed[0].Labels}})
+	require.NoError(t, err)
+	assert.Empty(t, forNode.NodeGroup.Id, "a node of a NodeSet without autoscaling")
+	log.add("NodeGroupForNode(%s) -> %q", fixed[0].Name, forNode.NodeGroup.Id)
+	size, err := ca.NodeGroupTargetSize(ctx, &protos.NodeGroupTargetSizeRequest{Id: id})
+	require.NoError(t, err)
+	assert.Zero(t, size.TargetSize)
+	instances, err := ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
+	require.NoError(t, err)
+	assert.Empty(t, instances.Instances)
+	log.add("NodeGroupTargetSize -> 0; NodeGroupNodes -> []")
+
+	template, err := ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: id})
+	require.NoError(t, err)
+	node := &corev1.Node{}
+	require.NoError(t, node.Unmarshal(template.NodeBytes))
+	assert.Equal(t, template.NodeInfo, template.NodeBytes)
+	assert.Equal(t, "2", ptr.To(node.Status.Allocatable[corev1.ResourceCPU]).String())
+	assert.Equal(t, "pool", node.Labels["example.com/pool"])
+	log.add("NodeGroupTemplateNodeInfo -> cpu %s, memory %s, labels %d", ptr.To(node.Status.Capacity[corev1.ResourceCPU]).String(),
+		ptr.To(node.Status.Capacity[corev1.ResourceMemory]).String(), len(node.Labels))
+
+	increased := time.Now()
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 2})
+	require.NoError(t, err)
+	log.add("NodeGroupIncreaseSize(+2) -> ok")
+	var firstNode, ready time.Duration
+	eventually(t, 2*time.Minute, "2 nodes", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "pool")
+		if err == nil && len(nodes) > 0 && firstNode == 0 {
+			firstNode = time.Since(increased)
+		}
+		return converged(c, t, ns, "pool", 2)(ctx)
+	})
+	ready = time.Since(increased)
+	log.add("2 Nodes Ready: first Node object %s after IncreaseSize, all Ready %s after", firstNode.Round(time.Millisecond), ready.Round(time.Millisecond))
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 4})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "past maxReplicas")
+	log.add("NodeGroupIncreaseSize(+4) -> %s", status.Code(err))
+
+	instances, err = ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
+	require.NoError(t, err)
+	require.Len(t, instances.Instances, 2)
+	for _, i := range instances.Instances {
+		assert.True(t, strings.HasPrefix(i.Id, "simulated:///"), i.Id)
+		assert.Equal(t, protos.InstanceStatus_instanceRunning, i.Status.InstanceState)
+	}
+	log.add("NodeGroupNodes -> %s, %s (running)", instances.Instances[0].Id, instances.Instances[1].Id)
+
+	// Provisioning stalls (the node controller is down): new Nodes have no
+	// machine, and cluster-autoscaler, giving up on them, sends "fake" nodes
+	// named by their instance ids.
+	c.node.Kill(syscall.SIGTERM)
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 2})
+	require.NoError(t, err)
+	var unregistered []string
+	eventually(t, time.Minute, "2 unregistered instances", func(ctx context.Context) (bool, string) {
+		instances, err := ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
+		if err != nil {
+			return false, err.Error()
+		}
+		unregistered = unregistered[:0]
+		for _, i := range instances.Instances {
+			if !strings.HasPrefix(i.Id, "simulated:///") && i.Status.InstanceState == protos.InstanceStatus_instanceCreating {
+				unregistered = append(unregistered, i.Id)
+			}
+		}
+		return len(unregistered) == 2, fmt.Sprintf("%v", instances.Instances)
+	})
+	log.add("NodeGroupIncreaseSize(+2) with provisioning stalled -> NodeGroupNodes shows %v (creating)", unregistered)
+
+	pool, err := setNodes(ctx, t, ns, "pool")
+	require.NoError(t, err)
+	var registered corev1.Node
+	for _, n := range pool {
+		if n.Spec.ProviderID != "" {
+			registered = n
+		}
+	}
+	_, err = ca.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: id, Nodes: []*protos.ExternalGrpcNode{
+		{Name: registered.Name, ProviderID: registered.Spec.ProviderID, Labels: registered.Labels},
+		{Name: unregistered[0], ProviderID: unregistered[0]},
+	}})
+	require.NoError(t, err)
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "pool", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *set.Spec.Replicas, "4 - 2 deleted")
+	log.add("NodeGroupDeleteNodes(%s, fake %s) -> ok; replicas 2, delete-nodes %q", registered.Name, unregistered[0],
+		set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes])
+
+	_, err = ca.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: id, Delta: -2})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "would take a registered node")
+	_, err = ca.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: id, Delta: -1})
+	require.NoError(t, err)
+	log.add("NodeGroupDecreaseTargetSize(-2) -> FailedPrecondition; (-1) -> ok")
+
+	require.NoError(t, c.node.Start())
+	eventually(t, 2*time.Minute, "1 node left", converged(c, t, ns, "pool", 1))
+	left, err := setNodes(ctx, t, ns, "pool")
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.NotEqual(t, registered.Name, left[0].Name, "the named node went")
+	assert.NotEmpty(t, left[0].Spec.ProviderID)
+	for _, u := range unregistered {
+		_, err := kube.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(u, "nodeset-unregistered://"), metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "unregistered node %s removed", u)
+	}
+	eventually(t, time.Minute, "delete list emptied", func(ctx context.Context) (bool, string) {
+		set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "pool", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		v := set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes]
+		return v == "", v
+	})
+	log.add("node controller back: 1 Node left (%s), the named and the fake node gone", left[0].Name)
+}
+
+// TestAutoscalerScaleUpForPendingPods: pods that do not fit stay Pending; the
+// test, acting as cluster-autoscaler, sizes the NodeSet from its template
+// node; simulated nodes join and kube-scheduler places the pods. Then the
+// idle nodes are deleted by name and exactly those go.
+func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
+	c := startControllers(t)
+	kube, _ := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca-pods")
+	createClass(t, "ca-pods-sim", twoCPUs)
+	createAutoscaledSet(t, ns, "workers", "ca-pods-sim", 6)
+	ca := autoscalerClient(t, c)
+	id := ns + "/workers"
+	log := &rpcLog{t: t, start: time.Now()}
+	defer log.print()
+
+	// Three pods of 1.5 CPU: one per 2-CPU node.
+	var pods []string
+	for i := range 3 {
+		name := fmt.Sprintf("job-%d", i)
+		_, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{"example.com/pool": "workers"},
+				Containers: []corev1.Container{{Name: "work", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		pods = append(pods, name)
+	}
+	time.Sleep(2 * time.Second)
+	for _, name := range pods {
+		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Empty(t, pod.Spec.NodeName, "no node fits %s yet", name)
+	}
+	log.add("3 pods of 1500m Pending")
+
+	// What cluster-autoscaler's binpacking estimate does, with the template.
+	template, err := ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: id})
+	require.NoError(t, err)
+	node := &corev1.Node{}
+	require.NoError(t, node.Unmarshal(template.NodeBytes))
+	perNode := node.Status.Allocatable.Cpu().MilliValue() / 1500
+	require.Positive(t, perNode, "a template node fits a pod")
+	needed := int32((int64(len(pods)) + perNode - 1) / perNode)
+	increased := time.Now()
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: needed})
+	require.NoError(t, err)
+	log.add("TemplateNodeInfo: %d pod(s) per node -> NodeGroupIncreaseSize(+%d)", perNode, needed)
+
+	var firstNode time.Duration
+	eventually(t, 2*time.Minute, "nodes Ready", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "workers")
+		if err == nil && len(nodes) > 0 && firstNode == 0 {
+			firstNode = time.Since(increased)
+		}
+		return converged(c, t, ns, "workers", int(needed))(ctx)
+	})
+	readyAfter := time.Since(increased)
+	eventually(t, 2*time.Minute, "pods scheduled", func(ctx context.Context) (bool, string) {
+		scheduled := 0
+		for _, name := range pods {
+			pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && pod.Spec.NodeName != "" {
+				scheduled++
+			}
+		}
+		return scheduled == len(pods), fmt.Sprintf("%d of %d scheduled", scheduled, len(pods))
+	})
+	scheduledAfter := time.Since(increased)
+	log.add("first Node object %s after IncreaseSize, %d Ready at %s, pods scheduled at %s", firstNode.Round(time.Millisecond),
+		needed, readyAfter.Round(time.Millisecond), scheduledAfter.Round(time.Millisecond))
+	busy := map[string]bool{}
+	for _, name := range pods {
+		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		busy[pod.Spec.NodeName] = true
+	}
+	assert.Len(t, busy, 3, "one pod per node")
+
+	// Two more nodes, idle; cluster-autoscaler removes exactly those.
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 2})
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, "5 nodes", converged(c, t, ns, "workers", 5))
+	nodes, err := setNodes(ctx, t, ns, "workers")
+	require.NoError(t, err)
+	var idle []*protos.ExternalGrpcNode
+	for _, n := range nodes {
+		require.True(t, nodeutil.IsReady(&n))
+		if !busy[n.Name] {
+			idle = append(idle, &protos.ExternalGrpcNode{Name: n.Name, ProviderID: n.Spec.ProviderID, Labels: n.Labels})
+		}
+	}
+	require.Len(t, idle, 2)
+	_, err = ca.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: id, Nodes: idle})
+	require.NoError(t, err)
+	log.add("NodeGroupDeleteNodes(%s, %s) -> ok", idle[0].Name, idle[1].Name)
+	eventually(t, 2*time.Minute, "3 nodes", converged(c, t, ns, "workers", 3))
+	nodes, err = setNodes(ctx, t, ns, "workers")
+	require.NoError(t, err)
+	for _, n := range nodes {
+		assert.True(t, busy[n.Name], "%s: only the idle nodes went", n.Name)
+	}
+	for _, name := range pods {
+		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.True(t, busy[pod.Spec.NodeName], "pod %s undisturbed", name)
+	}
+	log.add("3 nodes left, each with its pod")
+}
