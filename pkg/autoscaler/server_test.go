@@ -299,7 +299,7 @@ func TestTemplateNodeWireCompatibility(t *testing.T) {
 
 func TestOptionsFillBothDurationGenerations(t *testing.T) {
 	defaults := &protos.NodeGroupAutoscalingOptions{ScaleDownUtilizationThreshold: 0.5,
-		ScaleDownUnneededDuration: durationpb.New(10 * time.Minute), // a newer caller
+		ScaleDownUnneededDuration: durationpb.New(10 * time.Minute),                       // a newer caller
 		ScaleDownUnreadyTime:      &protos.K8SDuration{Duration: int64(20 * time.Minute)}, // an older caller
 	}
 	opts, err := Options(defaults, map[string]string{
