@@ -13,69 +13,102 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
-// writeCerts writes a CA, a serving certificate for 127.0.0.1 and localhost
-// signed by it, and a service-account signing key into dir. It returns the CA
-// certificate in PEM form.
-func writeCerts(dir string) ([]byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// CA is a certificate authority for tests: it issues serving and client
+// certificates for loopback servers.
+type CA struct {
+	// PEM is the CA certificate.
+	PEM  []byte
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+var serial atomic.Int64
+
+// NewCA makes a CA valid for ten years.
+func NewCA(name string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	caTemplate := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "nodeset-local-ca"},
+	template := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial.Add(1)),
+		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
 	}
+	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}, nil
+}
 
-	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// Issue signs a certificate for commonName with the given usage (server or
+// client auth); a server certificate is valid for 127.0.0.1, localhost and
+// the extra DNS names. It returns the certificate and its key in PEM form.
+func (ca *CA) Issue(commonName string, usage x509.ExtKeyUsage, dnsNames ...string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	servingTemplate := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+	now := time.Now()
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: commonName},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
-	servingDER, err := x509.CreateCertificate(rand.Reader, servingTemplate, caCert, &servingKey.PublicKey, caKey)
+	if usage == x509.ExtKeyUsageServerAuth {
+		template.DNSNames = append([]string{"localhost"}, dnsNames...)
+		template.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// writeCerts writes a CA, a serving certificate for the API server signed by
+// it, and a service-account signing key into dir. It returns the CA
+// certificate in PEM form.
+func writeCerts(dir string) ([]byte, error) {
+	ca, err := NewCA("nodeset-local-ca")
 	if err != nil {
 		return nil, err
 	}
-
+	servingCert, servingKey, err := ca.Issue("kube-apiserver", x509.ExtKeyUsageServerAuth,
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc")
+	if err != nil {
+		return nil, err
+	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
 	}
-
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	servingKeyDER, err := x509.MarshalECPrivateKey(servingKey)
-	if err != nil {
-		return nil, err
-	}
 	files := map[string][]byte{
-		"ca.crt":      caPEM,
-		"serving.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: servingDER}),
-		"serving.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: servingKeyDER}),
+		"ca.crt":      ca.PEM,
+		"serving.crt": servingCert,
+		"serving.key": servingKey,
 		"sa.key":      pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}),
 	}
 	for name, content := range files {
@@ -83,5 +116,5 @@ func writeCerts(dir string) ([]byte, error) {
 			return nil, fmt.Errorf("writing %s: %w", name, err)
 		}
 	}
-	return caPEM, nil
+	return ca.PEM, nil
 }
