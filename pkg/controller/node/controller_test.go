@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -435,4 +436,19 @@ func TestDrainWaitsForVolumeDetach(t *testing.T) {
 	f2 := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, node2)
 	require.NoError(t, f2.sync("web-b"))
 	assert.NotEmpty(t, f2.get("web-b").Annotations[drainedAnnotation])
+}
+
+func TestProvisioningErrorsAreRecordedOnTheNode(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	f.driver.createErr = fmt.Errorf("no sim.small left in zone a: %w", drivers.ErrOutOfCapacity)
+	require.Error(t, f.sync("web-a"))
+	got := f.get("web-a")
+	assert.Equal(t, "OutOfCapacity: no sim.small left in zone a: out of capacity", got.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
+	assert.Empty(t, got.Spec.ProviderID)
+
+	f.driver.createErr = nil
+	require.NoError(t, f.sync("web-a"))
+	got = f.get("web-a")
+	assert.NotEmpty(t, got.Spec.ProviderID)
+	assert.NotContains(t, got.Annotations, nodesetv1alpha1.AnnotationProvisioningError, "cleared once the machine exists")
 }

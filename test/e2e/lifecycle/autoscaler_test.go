@@ -79,6 +79,13 @@ func TestAutoscalerProtocol(t *testing.T) {
 	createClass(t, "ca-sim", twoCPUs)
 	createAutoscaledSet(t, ns, "pool", "ca-sim", 5)
 	createSet(t, ns, "fixed", "ca-sim", 1) // no spec.autoscaling: not a node group
+	eventually(t, time.Minute, "the node controller publishes the class's capacity", func(ctx context.Context) (bool, string) {
+		class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "ca-sim", metav1.GetOptions{})
+		if err != nil || class.Status.Capacity == nil {
+			return false, fmt.Sprint(err)
+		}
+		return class.Status.Capacity.Resources.Cpu().String() == "2", class.Status.Capacity.Resources.Cpu().String()
+	})
 	eventually(t, 2*time.Minute, "fixed node", converged(c, t, ns, "fixed", 1))
 	ca := autoscalerClient(t, c)
 	id := ns + "/pool"
