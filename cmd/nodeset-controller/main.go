@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/admission"
 	"nodeset.dev/nodeset/pkg/autoscaler"
 	"nodeset.dev/nodeset/pkg/component"
 	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
@@ -26,12 +27,14 @@ func main() {
 	var groupDrivers []string
 	var resync time.Duration
 	var serving autoscaler.ServingOptions
+	var webhook admission.ServingOptions
 	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
 	opts.AddFlags(fs, 4)
 	fs.StringSliceVar(&groupDrivers, "group-drivers", []string{nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged},
 		"Drivers whose Nodes the node controller creates from cloud-group instances; for every other driver this controller creates the Nodes.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every NodeSet is reconciled even without changes.")
 	serving.AddFlags(fs)
+	webhook.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	var controller atomic.Pointer[nodesetcontroller.Controller]
@@ -58,16 +61,19 @@ func main() {
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()
 			defer nodesetFactory.Shutdown()
-			if serving.BindAddress != "" {
-				if !c.WaitForCacheSync(ctx) {
-					return ctx.Err()
-				}
-				errs := make(chan error, 2)
-				go func() { errs <- serving.Serve(ctx, server) }()
-				go func() { errs <- c.Run(ctx, opts.Workers) }()
-				return <-errs
+			if !c.WaitForCacheSync(ctx) {
+				return ctx.Err()
 			}
-			return c.Run(ctx, opts.Workers)
+			// The controller and the servers run together; the first to stop stops the process.
+			errs := make(chan error, 3)
+			go func() { errs <- c.Run(ctx, opts.Workers) }()
+			if serving.BindAddress != "" {
+				go func() { errs <- serving.Serve(ctx, server) }()
+			}
+			if webhook.BindAddress != "" {
+				go func() { errs <- webhook.Serve(ctx, c) }()
+			}
+			return <-errs
 		},
 	})
 	if err != nil {

@@ -2,11 +2,19 @@ package framework
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 )
 
 // Controllers are nodeset-controller and node-controller (simulated driver)
@@ -19,6 +27,9 @@ type Controllers struct {
 	NodeMetricsPort, NodeHealthPort       int
 	// AutoscalerPort serves cluster-autoscaler's externalgrpc API (plaintext).
 	AutoscalerPort int
+	// WebhookPort serves the NodeSet validating webhook (HTTPS), registered
+	// with the API server from deploy/webhook.
+	WebhookPort int
 }
 
 // ControllerOptions add flags to the defaults (later flags win).
@@ -44,12 +55,16 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(5)
+	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
 	}
 	c := &Controllers{NodeSetMetricsPort: ports[0], NodeSetHealthPort: ports[1], NodeMetricsPort: ports[2], NodeHealthPort: ports[3],
-		AutoscalerPort: ports[4]}
+		AutoscalerPort: ports[4], WebhookPort: ports[5]}
+	webhookArgs, err := installWebhook(ctx, cp, c.WebhookPort)
+	if err != nil {
+		return nil, err
+	}
 	leaderElection := []string{"--leader-elect=true",
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
 	c.NodeSet = &Process{Name: "nodeset-controller", Path: bins["nodeset-controller"], Args: append(append([]string{
@@ -58,7 +73,7 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetHealthPort),
 		"--autoscaler-bind-address=127.0.0.1:" + strconv.Itoa(c.AutoscalerPort),
 		"--workers=4", "-v=2",
-	}, leaderElection...), opts.NodeSetArgs...)}
+	}, append(leaderElection, webhookArgs...)...), opts.NodeSetArgs...)}
 	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Args: append(append([]string{
 		"--kubeconfig=" + nodeKubeconfig,
 		"--drivers=simulated",
@@ -68,6 +83,63 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		"--workers=8", "-v=2",
 	}, leaderElection...), opts.NodeArgs...)}
 	return c, nil
+}
+
+// installWebhook issues the webhook's serving certificate and registers
+// deploy/webhook's ValidatingWebhookConfiguration with the API server, aimed
+// at 127.0.0.1:port instead of the in-cluster Service. It returns the
+// nodeset-controller flags that serve it.
+func installWebhook(ctx context.Context, cp *ControlPlane, port int) ([]string, error) {
+	ca, err := NewCA("nodeset-webhook-ca")
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := ca.Issue("nodeset-webhook", x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	certFile, keyFile := filepath.Join(cp.Dir, "webhook.crt"), filepath.Join(cp.Dir, "webhook.key")
+	if err := os.WriteFile(certFile, cert, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		return nil, err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	objs, err := ReadObjects(filepath.Join(root, "deploy", "webhook", "nodeset-webhook.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	client, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return nil, err
+	}
+	gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}
+	for _, obj := range objs {
+		if obj.GetKind() != "ValidatingWebhookConfiguration" {
+			continue
+		}
+		webhooks, _, _ := unstructured.NestedSlice(obj.Object, "webhooks")
+		for i := range webhooks {
+			hook := webhooks[i].(map[string]any)
+			hook["clientConfig"] = map[string]any{
+				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", port, "/validate-nodeset"),
+				"caBundle": base64.StdEncoding.EncodeToString(ca.PEM),
+			}
+		}
+		if err := unstructured.SetNestedSlice(obj.Object, webhooks, "webhooks"); err != nil {
+			return nil, err
+		}
+		_ = client.Resource(gvr).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+		if _, err := client.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("registering the webhook: %w", err)
+		}
+	}
+	return []string{"--webhook-bind-address=127.0.0.1:" + strconv.Itoa(port),
+		"--webhook-cert-file=" + certFile, "--webhook-key-file=" + keyFile}, nil
 }
 
 // Start starts whichever of the two is not running.

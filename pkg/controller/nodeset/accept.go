@@ -1,7 +1,10 @@
 package nodeset
 
 import (
+	"context"
+
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sort"
 	"strings"
 
@@ -51,6 +54,12 @@ func (c *Controller) resolve(set *nodesetv1alpha1.NodeSet) resolution {
 		return resolution{accepted: notAccepted(ReasonNodeClassNotFound,
 			"NodeClass %q does not exist", set.Spec.NodeClassName)}
 	}
+	return c.resolveWith(set, class)
+}
+
+// resolveWith is resolve with the class already read.
+func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.NodeClass) resolution {
+	var err error
 	res := resolution{class: class}
 	valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
 	switch {
@@ -109,6 +118,10 @@ func (c *Controller) namespaceAllowed(class *nodesetv1alpha1.NodeClass, namespac
 			return false, fmt.Sprintf("the class's namespace selector is invalid: %v", err)
 		}
 		ns, err := c.namespaceLister.Get(namespace)
+		if apierrors.IsNotFound(err) {
+			// Just created, maybe, and not in the cache yet.
+			ns, err = c.kubeClient.CoreV1().Namespaces().Get(context.TODO(), namespace, metav1.GetOptions{})
+		}
 		if err != nil {
 			return false, fmt.Sprintf("cannot read the namespace: %v", err)
 		}

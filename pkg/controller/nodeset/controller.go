@@ -6,6 +6,7 @@ package nodeset
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,7 @@ type Controller struct {
 	expectations *expectations
 	burst        int
 	groupDrivers map[string]bool
+	classLocks   sync.Map // NodeClass name -> *sync.Mutex
 	now          func() time.Time
 }
 

@@ -46,18 +46,43 @@ func (e *expectations) satisfied(key string) bool {
 	return e.now().Sub(exp.timestamp) > expectationsTTL
 }
 
-// expectCreations records that count Node creations were issued for key.
+// expectCreations records that count more Node creations were issued for key.
 func (e *expectations) expectCreations(key string, count int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.items[key] = &expectation{creations: count, deletions: sets.New[string](), timestamp: e.now()}
+	e.current(key).creations += count
 }
 
 // expectDeletions records that the named Nodes' deletions were issued for key.
 func (e *expectations) expectDeletions(key string, names []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.items[key] = &expectation{deletions: sets.New(names...), timestamp: e.now()}
+	e.current(key).deletions.Insert(names...)
+}
+
+// current is key's unexpired expectation, a fresh one when it has none; it
+// restarts the clock. Callers hold mu.
+func (e *expectations) current(key string) *expectation {
+	exp, ok := e.items[key]
+	if !ok || e.now().Sub(exp.timestamp) > expectationsTTL {
+		exp = &expectation{deletions: sets.New[string]()}
+		e.items[key] = exp
+	}
+	exp.timestamp = e.now()
+	return exp
+}
+
+// pendingCreations sums the unobserved creations of the keys match accepts.
+func (e *expectations) pendingCreations(match func(key string) bool) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	total := 0
+	for key, exp := range e.items {
+		if exp.creations > 0 && e.now().Sub(exp.timestamp) <= expectationsTTL && match(key) {
+			total += exp.creations
+		}
+	}
+	return total
 }
 
 // creationObserved lowers the pending creations of key by one: the informer

@@ -91,7 +91,15 @@ func planRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1
 	if !rolling(set, templateHash, active) {
 		switch diff := len(active) - replicas; {
 		case diff < 0:
-			return plan{create: -diff}
+			create := -diff
+			if isRollingUpdate(set) {
+				// Nodes still draining count toward maxSurge here too: at the
+				// tail of a rollout the last outdated Nodes are terminating
+				// while the last new ones are still to be made.
+				surge, _ := rollingBounds(set, replicas)
+				create = min(create, max(replicas+surge-len(nodes), 0))
+			}
+			return plan{create: create}
 		case diff > 0:
 			return plan{remove: chooseVictims(active, diff, set.Spec.DeletePolicy, templateHash)}
 		}

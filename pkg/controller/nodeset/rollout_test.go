@@ -23,6 +23,7 @@ import (
 type fleet struct {
 	nodes []*corev1.Node
 	seq   int
+	step  int
 }
 
 func (f *fleet) add(hash string, ready bool) {
@@ -48,15 +49,24 @@ func (f *fleet) apply(p plan, hash string) {
 	}
 }
 
-// settle makes one step of progress outside the controller.
-func (f *fleet) settle() {
-	kept := f.nodes[:0]
-	for _, n := range f.nodes {
-		if n.DeletionTimestamp == nil {
-			kept = append(kept, n)
+// settle makes one step of progress outside the controller: drains finish
+// (terminating Nodes go) and new Nodes become Ready; with split, only one of
+// the two happens per call, alternately, so that states where new Nodes are
+// Ready while old ones still drain are checked too.
+func (f *fleet) settle(split bool) {
+	f.step++
+	if !split || f.step%2 == 0 {
+		kept := f.nodes[:0]
+		for _, n := range f.nodes {
+			if n.DeletionTimestamp == nil {
+				kept = append(kept, n)
+			}
+		}
+		f.nodes = kept
+		if split {
+			return
 		}
 	}
-	f.nodes = kept
 	for _, n := range f.nodes {
 		if len(n.Status.Conditions) == 0 {
 			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
@@ -101,8 +111,24 @@ func TestRollingUpdateKeepsItsBounds(t *testing.T) {
 		{intstr.FromString("25%"), intstr.FromString("25%"), 8, 5, 4}, // surge rounds up, unavailable down
 		{intstr.FromString("10%"), intstr.FromString("10%"), 7, 6, 12},
 	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("surge=%s,unavailable=%s", tt.surge.String(), tt.unavailable.String()), func(t *testing.T) {
+	for _, split := range []bool{false, true} {
+		for _, tt := range tests {
+			if split {
+				tt.rounds = 0 // not pinned: only the bounds matter
+			}
+			testRollout(t, split, tt.surge, tt.unavailable, tt.maxTotal, tt.minAvailable, tt.rounds)
+		}
+	}
+}
+
+func testRollout(t *testing.T, split bool, surge, unavailable intstr.IntOrString, maxTotal, minAvailable, wantRounds int) {
+	tt := struct {
+		surge, unavailable     intstr.IntOrString
+		maxTotal, minAvailable int
+		rounds                 int
+	}{surge, unavailable, maxTotal, minAvailable, wantRounds}
+	{
+		t.Run(fmt.Sprintf("surge=%s,unavailable=%s,split=%v", tt.surge.String(), tt.unavailable.String(), split), func(t *testing.T) {
 			set := rollingSet(6, tt.surge, tt.unavailable)
 			f := &fleet{}
 			for range 6 {
@@ -115,13 +141,15 @@ func TestRollingUpdateKeepsItsBounds(t *testing.T) {
 				total, available, _ := f.counts("new")
 				require.LessOrEqual(t, total, tt.maxTotal, "round %d: more than replicas+maxSurge nodes", rounds)
 				require.GreaterOrEqual(t, available, tt.minAvailable, "round %d: fewer than replicas-maxUnavailable available", rounds)
-				f.settle()
-				if total, _, current := f.counts("new"); total == 6 && current == 6 {
+				f.settle(split)
+				if total, available, current := f.counts("new"); total == 6 && current == 6 && available == 6 {
 					break
 				}
 			}
 			t.Logf("%d rounds", rounds+1)
-			assert.Equal(t, tt.rounds, rounds+1, "rounds taken (create, then remove once the new nodes are Ready)")
+			if tt.rounds > 0 {
+				assert.Equal(t, tt.rounds, rounds+1, "rounds taken (create, then remove once the new nodes are Ready)")
+			}
 			total, available, current := f.counts("new")
 			assert.Equal(t, [3]int{6, 6, 6}, [3]int{total, available, current}, "every node replaced")
 			assert.Empty(t, planReplicas(set, "new", f.nodes, testNow).remove, "a finished rollout is stable")
@@ -203,4 +231,28 @@ func TestRollingBounds(t *testing.T) {
 		s, u := rollingBounds(set, tt.replicas)
 		assert.Equal(t, tt.want, [2]int{s, u}, "surge %v unavailable %v of %d", tt.surge, tt.unavailable, tt.replicas)
 	}
+}
+
+// TestRolloutTailCountsDrainingNodes: once the last outdated Node is
+// terminating the set is no longer "rolling", but its draining Nodes still
+// count toward maxSurge.
+func TestRolloutTailCountsDrainingNodes(t *testing.T) {
+	set := rollingSet(6, intstr.FromInt32(1), intstr.FromInt32(2))
+	f := &fleet{}
+	for range 4 {
+		f.add("new", true)
+	}
+	for range 3 {
+		f.add("old", true)
+	}
+	for _, n := range f.nodes[4:] {
+		n.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	}
+	assert.Zero(t, planReplicas(set, "new", f.nodes, testNow).create, "7 Nodes exist (3 draining): maxSurge 1 allows no more")
+	f.nodes = f.nodes[:6] // two drains finished
+	assert.Equal(t, 1, planReplicas(set, "new", f.nodes, testNow).create)
+
+	// OnDelete has no surge: a deleted Node is replaced at once.
+	set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
+	assert.Equal(t, 2, planReplicas(set, "new", f.nodes, testNow).create)
 }

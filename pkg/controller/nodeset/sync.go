@@ -87,9 +87,16 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 	p := planReplicas(set, res.templateHash, nodes, c.now())
 	var errs []error
 	if want := min(p.create, c.burst); want > 0 {
-		if limit, why := c.creationLimit(res, set); limit < want {
-			res.accepted = notAccepted(ReasonLimitExceeded, "%s", why)
-			want = limit
+		if limits := res.class.Spec.Limits; limits != nil && (limits.MaxNodes != nil || limits.MaxNodesPerNamespace != nil) {
+			// One NodeSet of a limited class decides and creates at a time,
+			// counting the creations of the others not yet in the cache, so
+			// two NodeSets racing cannot overshoot the limit together.
+			unlock := c.lockClass(res.class.Name)
+			defer unlock()
+			if limit, why := c.creationLimit(res, set); limit < want {
+				res.accepted = notAccepted(ReasonLimitExceeded, "%s", why)
+				want = limit
+			}
 		}
 		if want > 0 {
 			errs = append(errs, c.createNodes(ctx, set, res, key, want))
@@ -106,6 +113,26 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 		errs = append(errs, c.deleteNodes(ctx, set, key, victims))
 	}
 	return errors.Join(errs...)
+}
+
+// lockClass serializes the creation decisions of a class's NodeSets.
+func (c *Controller) lockClass(name string) (unlock func()) {
+	mu, _ := c.classLocks.LoadOrStore(name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	return mu.(*sync.Mutex).Unlock
+}
+
+// classOf is the class of the NodeSet with the given key, "" when unknown.
+func (c *Controller) classOf(key string) string {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return ""
+	}
+	set, err := c.nodeSetLister.NodeSets(namespace).Get(name)
+	if err != nil {
+		return ""
+	}
+	return set.Spec.NodeClassName
 }
 
 // pruneDeleteList drops from the set's delete-nodes annotation the names of
@@ -149,21 +176,27 @@ func (c *Controller) creationLimit(res *resolution, set *nodesetv1alpha1.NodeSet
 	if limits == nil || (limits.MaxNodes == nil && limits.MaxNodesPerNamespace == nil) {
 		return int(^uint(0) >> 1), ""
 	}
-	classNodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, res.class.Name))
+	nodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, res.class.Name))
 	if err != nil {
 		return 0, fmt.Sprintf("cannot count the nodes of NodeClass %q: %v", res.class.Name, err)
 	}
-	inNamespace := 0
-	for _, node := range classNodes {
+	// Nodes created but not yet in the cache count too.
+	classNodes := len(nodes) + c.expectations.pendingCreations(func(key string) bool {
+		return c.classOf(key) == res.class.Name
+	})
+	inNamespace := c.expectations.pendingCreations(func(key string) bool {
+		return strings.HasPrefix(key, set.Namespace+"/") && c.classOf(key) == res.class.Name
+	})
+	for _, node := range nodes {
 		if node.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace {
 			inNamespace++
 		}
 	}
 	limit := int(^uint(0) >> 1)
 	why := ""
-	if limits.MaxNodes != nil && int(*limits.MaxNodes)-len(classNodes) < limit {
-		limit = int(*limits.MaxNodes) - len(classNodes)
-		why = fmt.Sprintf("NodeClass %q allows at most %d nodes (spec.limits.maxNodes) and has %d", res.class.Name, *limits.MaxNodes, len(classNodes))
+	if limits.MaxNodes != nil && int(*limits.MaxNodes)-classNodes < limit {
+		limit = int(*limits.MaxNodes) - classNodes
+		why = fmt.Sprintf("NodeClass %q allows at most %d nodes (spec.limits.maxNodes) and has %d", res.class.Name, *limits.MaxNodes, classNodes)
 	}
 	if limits.MaxNodesPerNamespace != nil && int(*limits.MaxNodesPerNamespace)-inNamespace < limit {
 		limit = int(*limits.MaxNodesPerNamespace) - inNamespace

@@ -7,6 +7,7 @@ package lifecycle
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +58,12 @@ func startControllers(t *testing.T) *controllers {
 		if t.Failed() {
 			t.Logf("nodeset-controller logs:\n%s", tail(shared.nodeset.Logs(), 60))
 			t.Logf("node-controller logs:\n%s", tail(shared.node.Logs(), 60))
+			for _, p := range []*framework.Process{shared.nodeset, shared.node} {
+				file := filepath.Join(framework.Shared.Dir, "logs", p.Name+".log")
+				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
+					t.Logf("%s's whole log: %s", p.Name, file)
+				}
+			}
 		}
 	})
 	return shared

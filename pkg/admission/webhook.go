@@ -1,0 +1,134 @@
+// Package admission serves the validating webhook for NodeSets: it refuses at
+// create and update time what the NodeSetController would report as
+// Accepted=False, with the same reason and message.
+package admission
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/pflag"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// Path is where the NodeSet webhook is served.
+const Path = "/validate-nodeset"
+
+// Admitter decides on a NodeSet (old is nil on create): a refusal's reason and message, or "".
+type Admitter interface {
+	Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message string)
+}
+
+// Handler answers AdmissionReview requests for NodeSets.
+func Handler(admitter Admitter) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+			return
+		}
+		review.Response = respond(admitter, review.Request)
+		review.Request = nil
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(&review)
+	})
+}
+
+func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return resp
+	}
+	set := &nodesetv1alpha1.NodeSet{}
+	if err := json.Unmarshal(req.Object.Raw, set); err != nil {
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+			Message: fmt.Sprintf("decoding the NodeSet: %v", err)}
+		return resp
+	}
+	var old *nodesetv1alpha1.NodeSet
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &nodesetv1alpha1.NodeSet{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			old = nil
+		}
+	}
+	if set.Namespace == "" {
+		set.Namespace = req.Namespace
+	}
+	if set.DeletionTimestamp != nil {
+		return resp // never block the removal of finalizers
+	}
+	if reason, message := admitter.Admit(set, old); reason != "" {
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
+			Reason: metav1.StatusReason(reason), Message: fmt.Sprintf("NodeSet %s/%s: %s (%s)", set.Namespace, set.Name, message, reason)}
+	}
+	return resp
+}
+
+// ServingOptions say where the webhook listens. The API server only calls
+// webhooks over TLS, so a certificate is required.
+type ServingOptions struct {
+	BindAddress       string
+	CertFile, KeyFile string
+}
+
+// AddFlags registers the webhook flags.
+func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.BindAddress, "webhook-bind-address", "", "Address (host:port) to serve the NodeSet validating webhook on (HTTPS). Empty disables it.")
+	fs.StringVar(&o.CertFile, "webhook-cert-file", "", "TLS certificate of the webhook server.")
+	fs.StringVar(&o.KeyFile, "webhook-key-file", "", "TLS private key of the webhook server.")
+}
+
+// Serve runs the webhook until ctx is done. The key pair is read again on
+// every handshake, so a rotated certificate is picked up without a restart.
+func (o *ServingOptions) Serve(ctx context.Context, admitter Admitter) error {
+	if o.CertFile == "" || o.KeyFile == "" {
+		return errors.New("--webhook-bind-address needs --webhook-cert-file and --webhook-key-file")
+	}
+	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
+		return fmt.Errorf("webhook certificate: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Path, Handler(admitter))
+	server := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			pair, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+			return &pair, err
+		}},
+	}
+	listener, err := net.Listen("tcp", o.BindAddress)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+	klog.FromContext(ctx).Info("Serving the NodeSet validating webhook", "address", listener.Addr().String(), "path", Path)
+	if err := server.ServeTLS(listener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
