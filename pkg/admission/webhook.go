@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admission/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -25,9 +26,11 @@ import (
 // Path is where the NodeSet webhook is served.
 const Path = "/validate-nodeset"
 
-// Admitter decides on a NodeSet (old is nil on create): a refusal's reason and message, or "".
+// Admitter decides on a NodeSet (old is nil on create), or on a change of
+// its replicas through /scale: a refusal's reason and message, or "".
 type Admitter interface {
 	Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message string)
+	AdmitScale(namespace, name string, replicas int32) (reason, message string)
 }
 
 // Handler answers AdmissionReview requests for NodeSets.
@@ -55,6 +58,17 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return resp
 	}
+	if req.SubResource == "scale" {
+		scale := &autoscalingv1.Scale{}
+		if err := json.Unmarshal(req.Object.Raw, scale); err != nil {
+			return refuse(resp, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding the Scale: %v", err))
+		}
+		if reason, message := admitter.AdmitScale(req.Namespace, req.Name, scale.Spec.Replicas); reason != "" {
+			return refuse(resp, http.StatusForbidden, metav1.StatusReason(reason),
+				fmt.Sprintf("NodeSet %s/%s: %s (%s)", req.Namespace, req.Name, message, reason))
+		}
+		return resp
+	}
 	set := &nodesetv1alpha1.NodeSet{}
 	if err := json.Unmarshal(req.Object.Raw, set); err != nil {
 		resp.Allowed = false
@@ -80,6 +94,12 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
 			Reason: metav1.StatusReason(reason), Message: fmt.Sprintf("NodeSet %s/%s: %s (%s)", set.Namespace, set.Name, message, reason)}
 	}
+	return resp
+}
+
+func refuse(resp *admissionv1.AdmissionResponse, code int32, reason metav1.StatusReason, message string) *admissionv1.AdmissionResponse {
+	resp.Allowed = false
+	resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: message}
 	return resp
 }
 

@@ -6,14 +6,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -152,6 +155,30 @@ func (c *Controllers) Start() error {
 		}
 	}
 	return nil
+}
+
+// WaitReady waits until both controllers answer /readyz and the webhook
+// accepts connections.
+func (c *Controllers) WaitReady(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, port := range []int{c.NodeSetHealthPort, c.NodeHealthPort} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false, nil
+			}
+		}
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.WebhookPort), time.Second)
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
+	})
 }
 
 // Stop stops both.

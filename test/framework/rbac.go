@@ -33,6 +33,7 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 		},
 		"node-controller": {
 			{"ClusterRole", "nodeset:node-controller", ""},
+			{"Role", "nodeset:node-controller:credentials", "nodeset-system"},
 		},
 	}
 	for user, roles := range bindings {
@@ -51,4 +52,24 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 		}
 	}
 	return nil
+}
+
+// BindTenant makes user an editor of namespace as far as nodeset is
+// concerned: a RoleBinding to nodeset:aggregate-to-edit, which in a cluster
+// reaches namespace editors through the built-in edit role's aggregation
+// (done by kube-controller-manager, which the test control plane does not run).
+func BindTenant(ctx context.Context, cp *ControlPlane, user, namespace string) error {
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	_, err = kube.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeset-edit:" + user, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nodeset:aggregate-to-edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }

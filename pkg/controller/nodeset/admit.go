@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -18,6 +19,11 @@ import (
 // is not a reason to refuse: the NodeSet waits in Accepted=False until the
 // class is fixed.
 func (c *Controller) Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message string) {
+	if old != nil && equality.Semantic.DeepEqual(old.Spec, set.Spec) {
+		// Metadata only (finalizers, annotations, labels): never refused, or
+		// a NodeSet admitted during a webhook outage could not even be deleted.
+		return "", ""
+	}
 	res := c.resolve(set)
 	if res.accepted.Reason == ReasonNodeClassNotFound {
 		// The class may be newer than the cache (a catalogue and its
@@ -39,6 +45,17 @@ func (c *Controller) Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message s
 		return "", ""
 	}
 	return c.admitLimits(res.class, set, old)
+}
+
+// AdmitScale is Admit for a change of replicas through the /scale subresource.
+func (c *Controller) AdmitScale(namespace, name string, replicas int32) (reason, message string) {
+	old, err := c.nodeSetLister.NodeSets(namespace).Get(name)
+	if err != nil {
+		return "", "" // unknown to the cache yet: the controller still checks
+	}
+	set := old.DeepCopy()
+	set.Spec.Replicas = &replicas
+	return c.Admit(set, old)
 }
 
 // admitLimits refuses a NodeSet whose replicas, added to those of the other

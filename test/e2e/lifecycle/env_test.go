@@ -54,6 +54,9 @@ func startControllers(t *testing.T) *controllers {
 	})
 	require.NoError(t, setupErr)
 	require.NoError(t, shared.Start())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, shared.WaitReady(ctx), "controllers ready")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("nodeset-controller logs:\n%s", tail(shared.nodeset.Logs(), 60))
