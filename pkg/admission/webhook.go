@@ -1,6 +1,9 @@
-// Package admission serves the validating webhook for NodeSets: it refuses at
-// create and update time what the NodeSetController would report as
-// Accepted=False, with the same reason and message.
+// Package admission serves the validating webhooks. For NodeSets it refuses
+// at create and update time what the NodeSetController would report as
+// Accepted=False, with the same reason and message; for NodeClasses, what the
+// schema cannot check and the NodeClassController would report as
+// Valid=False (tenantOverrides naming no field, an invalid namespace
+// selector).
 package admission
 
 import (
@@ -17,14 +20,19 @@ import (
 	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admission/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/controller/nodeclass"
 )
 
-// Path is where the NodeSet webhook is served.
-const Path = "/validate-nodeset"
+// Paths where the webhooks are served.
+const (
+	Path      = "/validate-nodeset"
+	ClassPath = "/validate-nodeclass"
+)
 
 // Admitter decides on a NodeSet (old is nil on create), or on a change of
 // its replicas through /scale: a refusal's reason and message, or "".
@@ -35,6 +43,14 @@ type Admitter interface {
 
 // Handler answers AdmissionReview requests for NodeSets.
 func Handler(admitter Admitter) http.Handler {
+	return review(func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return respond(admitter, req)
+	})
+}
+
+// review decodes an AdmissionReview, answers it with decide and encodes the
+// response.
+func review(decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 		if err != nil {
@@ -46,7 +62,7 @@ func Handler(admitter Admitter) http.Handler {
 			http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
 			return
 		}
-		review.Response = respond(admitter, review.Request)
+		review.Response = decide(review.Request)
 		review.Request = nil
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(&review)
@@ -71,10 +87,7 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 	}
 	set := &nodesetv1alpha1.NodeSet{}
 	if err := json.Unmarshal(req.Object.Raw, set); err != nil {
-		resp.Allowed = false
-		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
-			Message: fmt.Sprintf("decoding the NodeSet: %v", err)}
-		return resp
+		return refuse(resp, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding the NodeSet: %v", err))
 	}
 	var old *nodesetv1alpha1.NodeSet
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
@@ -90,11 +103,34 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 		return resp // never block the removal of finalizers
 	}
 	if reason, message := admitter.Admit(set, old); reason != "" {
-		resp.Allowed = false
-		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
-			Reason: metav1.StatusReason(reason), Message: fmt.Sprintf("NodeSet %s/%s: %s (%s)", set.Namespace, set.Name, message, reason)}
+		return refuse(resp, http.StatusForbidden, metav1.StatusReason(reason), fmt.Sprintf("NodeSet %s/%s: %s (%s)", set.Namespace, set.Name, message, reason))
 	}
 	return resp
+}
+
+// ClassHandler answers AdmissionReview requests for NodeClasses.
+func ClassHandler() http.Handler {
+	return review(func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+		if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+			return resp
+		}
+		class := &nodesetv1alpha1.NodeClass{}
+		if err := json.Unmarshal(req.Object.Raw, class); err != nil {
+			return refuse(resp, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding the NodeClass: %v", err))
+		}
+		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+			old := &nodesetv1alpha1.NodeClass{}
+			if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && equality.Semantic.DeepEqual(old.Spec, class.Spec) {
+				return resp // metadata only: a class stored during an outage can still be deleted
+			}
+		}
+		if err := nodeclass.SpecErrors(&class.Spec); err != nil {
+			return refuse(resp, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+				fmt.Sprintf("NodeClass %s: %v (%s)", class.Name, err, nodeclass.ReasonInvalidConfiguration))
+		}
+		return resp
+	})
 }
 
 func refuse(resp *admissionv1.AdmissionResponse, code int32, reason metav1.StatusReason, message string) *admissionv1.AdmissionResponse {
@@ -128,6 +164,7 @@ func (o *ServingOptions) Serve(ctx context.Context, admitter Admitter) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Path, Handler(admitter))
+	mux.Handle(ClassPath, ClassHandler())
 	server := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -146,7 +183,7 @@ func (o *ServingOptions) Serve(ctx context.Context, admitter Admitter) error {
 		defer cancel()
 		_ = server.Shutdown(shutdown)
 	}()
-	klog.FromContext(ctx).Info("Serving the NodeSet validating webhook", "address", listener.Addr().String(), "path", Path)
+	klog.FromContext(ctx).Info("Serving the validating webhooks", "address", listener.Addr().String(), "paths", []string{Path, ClassPath})
 	if err := server.ServeTLS(listener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -128,8 +128,9 @@ func installWebhook(ctx context.Context, cp *ControlPlane, port int) ([]string, 
 		webhooks, _, _ := unstructured.NestedSlice(obj.Object, "webhooks")
 		for i := range webhooks {
 			hook := webhooks[i].(map[string]any)
+			path, _, _ := unstructured.NestedString(hook, "clientConfig", "service", "path")
 			hook["clientConfig"] = map[string]any{
-				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", port, "/validate-nodeset"),
+				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", port, path),
 				"caBundle": base64.StdEncoding.EncodeToString(ca.PEM),
 			}
 		}

@@ -180,6 +180,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.from == 'List' || !has(self.namespaces)",message="spec.allowedNamespaces.namespaces may only be set when from is List"
 // +kubebuilder:validation:XValidation:rule="self.from != 'Selector' || has(self.selector)",message="spec.allowedNamespaces.selector is required when from is Selector"
 // +kubebuilder:validation:XValidation:rule="self.from == 'Selector' || !has(self.selector)",message="spec.allowedNamespaces.selector may only be set when from is Selector"
+// +kubebuilder:validation:XValidation:rule="!has(self.selector) || !has(self.selector.matchExpressions) || self.selector.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.allowedNamespaces.selector.matchExpressions: operator must be In, NotIn, Exists or DoesNotExist"
+// +kubebuilder:validation:XValidation:rule="!has(self.selector) || !has(self.selector.matchExpressions) || self.selector.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.allowedNamespaces.selector.matchExpressions: values must be non-empty when the operator is In or NotIn"
+// +kubebuilder:validation:XValidation:rule="!has(self.selector) || !has(self.selector.matchExpressions) || self.selector.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.allowedNamespaces.selector.matchExpressions: values must be empty when the operator is Exists or DoesNotExist"
 type AllowedNamespaces struct {
 	// from is All (every namespace), List (the namespaces in namespaces) or
 	// Selector (the namespaces whose labels match selector).

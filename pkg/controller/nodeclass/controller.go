@@ -107,7 +107,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	class := cached.DeepCopy()
 	condition := metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, ObservedGeneration: class.Generation}
-	problem := TenantOverrideErrors(&class.Spec)
+	problem := SpecErrors(&class.Spec)
 	if problem == nil {
 		problem = driver.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec})
 	}

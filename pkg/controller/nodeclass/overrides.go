@@ -5,9 +5,29 @@ import (
 	"reflect"
 	"strings"
 
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 )
+
+// SpecErrors checks what the schema cannot: that tenantOverrides name fields
+// of the driver section, and that the allowedNamespaces selector is a valid
+// label selector. The webhook refuses such a class at create and update time;
+// the NodeClassController reports it as Valid=False.
+func SpecErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
+	if err := TenantOverrideErrors(spec); err != nil {
+		return err
+	}
+	if spec.AllowedNamespaces != nil && spec.AllowedNamespaces.Selector != nil {
+		path := field.NewPath("spec", "allowedNamespaces", "selector")
+		if errs := metav1validation.ValidateLabelSelector(spec.AllowedNamespaces.Selector, metav1validation.LabelSelectorValidationOptions{}, path); len(errs) > 0 {
+			return fmt.Errorf("%w: %v", drivers.ErrInvalidConfiguration, errs.ToAggregate())
+		}
+	}
+	return nil
+}
 
 // TenantOverrideErrors checks that every entry of spec.tenantOverrides names
 // a field of the class's driver section (dotted for nested fields).

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -38,4 +39,20 @@ func TestTenantOverrideErrors(t *testing.T) {
 			assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
 		})
 	}
+}
+
+func TestSpecErrorsSelector(t *testing.T) {
+	sim := nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}
+	selector := func(s *metav1.LabelSelector) *nodesetv1alpha1.NodeClassSpec {
+		return &nodesetv1alpha1.NodeClassSpec{DriverSections: sim,
+			AllowedNamespaces: &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromSelector, Selector: s}}
+	}
+	assert.NoError(t, SpecErrors(selector(&metav1.LabelSelector{MatchLabels: map[string]string{"example.com/team": "a"}})))
+	err := SpecErrors(selector(&metav1.LabelSelector{MatchLabels: map[string]string{"bad key": "a"}}))
+	assert.ErrorContains(t, err, "spec.allowedNamespaces.selector.matchLabels")
+	assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
+	err = SpecErrors(selector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "In"}}}))
+	assert.ErrorContains(t, err, "spec.allowedNamespaces.selector.matchExpressions[0].values")
+	err = SpecErrors(&nodesetv1alpha1.NodeClassSpec{DriverSections: sim, TenantOverrides: []string{"cpus"}})
+	assert.ErrorContains(t, err, "spec.tenantOverrides[0]", "overrides are checked too")
 }
