@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all build generate verify test test-unit kube-binaries demo demo-down local-up local-down bench clean
+.PHONY: all build generate verify test test-unit test-deps kube-binaries demo demo-down local-up local-down bench clean
 
 all: build
 
@@ -29,8 +29,12 @@ verify:
 kube-binaries:
 	@hack/kube-binaries.sh >/dev/null
 
+## test-deps: Debian packages the tests use (openssh-server)
+test-deps:
+	@hack/install-test-deps.sh
+
 ## test: every test, the real-control-plane ones included
-test: kube-binaries
+test: kube-binaries test-deps
 	NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test $(TEST_FLAGS) ./...
 
 ## test-unit: only the tests that need no control plane

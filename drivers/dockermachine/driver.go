@@ -1,0 +1,443 @@
+// Package dockermachine is the docker-machine driver: any
+// docker-machine-driver-<name> plugin makes nodeset's machines, through the
+// plugin RPC of libmachine. The Node exists first; the plugin makes a machine
+// under the Node's name, and the machine joins the cluster through user data
+// or commands run over SSH.
+//
+// A plugin process is started for each operation and closed when it ends, so
+// none outlives its call. What a plugin needs to find a machine again (its
+// saved configuration) is kept in a Store, written before the machine is
+// created, so a crash in the middle of Create never forgets a machine.
+package dockermachine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rancher/machine/libmachine/mcnflag"
+	"github.com/rancher/machine/libmachine/state"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// ProviderIDPrefix starts the providerID of every docker-machine Node:
+// docker-machine://<plugin>/<machine name>.
+const ProviderIDPrefix = "docker-machine://"
+
+// Record is a machine's saved configuration and ownership.
+type Record struct {
+	// Name of the machine, which is the Node's name.
+	Name string
+	// Plugin is the docker-machine driver name (docker-machine-driver-<Plugin>).
+	Plugin string
+	// Owner of the machine.
+	Owner drivers.Owner
+	// Config is the plugin's saved configuration (its GetConfigRaw). It may
+	// hold credentials the plugin took as options, so a Store keeps it secret.
+	Config []byte
+	// Created is false while the plugin's Create has not returned.
+	Created bool
+	// CreatedAt is when the record was first written, as Unix seconds.
+	CreatedAt int64
+}
+
+// Store keeps Records. Get returns an error wrapping drivers.ErrNotFound for
+// a name it does not have. List must fail rather than return a partial list.
+type Store interface {
+	Get(ctx context.Context, name string) (Record, error)
+	Put(ctx context.Context, record Record) error
+	Delete(ctx context.Context, name string) error
+	List(ctx context.Context) ([]Record, error)
+}
+
+// Driver serves NodeClasses with driver docker-machine.
+type Driver struct {
+	store     Store
+	plugins   Opener
+	joiner    Joiner
+	storePath string
+
+	mu    sync.Mutex
+	flags map[string]cachedFlags // by plugin binary path
+}
+
+type cachedFlags struct {
+	modTime time.Time
+	flags   []mcnflag.Flag
+}
+
+// Options configure a Driver.
+type Options struct {
+	// Store keeps the machines' saved configurations. Required.
+	Store Store
+	// Opener starts plugins; the libmachine RPC client when nil.
+	Opener Opener
+	// Joiner makes the join settings of new machines. Required for classes
+	// with provisioning.
+	Joiner Joiner
+	// StorePath is the directory plugins keep their files in (SSH keys,
+	// disks); it should outlive the node controller.
+	StorePath string
+}
+
+// New returns the docker-machine driver.
+func New(opts Options) *Driver {
+	if opts.Opener == nil {
+		opts.Opener = RPCOpener{}
+	}
+	return &Driver{store: opts.Store, plugins: opts.Opener, joiner: opts.Joiner, storePath: opts.StorePath, flags: map[string]cachedFlags{}}
+}
+
+var _ drivers.MachineDriver = (*Driver)(nil)
+
+// Name is the value of spec.driver the driver serves.
+func (d *Driver) Name() string { return nodesetv1alpha1.DriverDockerMachine }
+
+// BinaryName is the plugin binary serving a docker-machine driver name.
+func BinaryName(plugin string) string { return "docker-machine-driver-" + plugin }
+
+func section(class drivers.Class) (*nodesetv1alpha1.DockerMachine, error) {
+	if class.Spec.DockerMachine == nil {
+		return nil, drivers.InvalidConfiguration("spec.dockerMachine", "is required for driver docker-machine")
+	}
+	return class.Spec.DockerMachine, nil
+}
+
+// Validate checks that the plugin is installed and that every option is one
+// of its flags, with a value of the flag's type.
+func (d *Driver) Validate(ctx context.Context, class drivers.Class) error {
+	dm, err := section(class)
+	if err != nil {
+		return err
+	}
+	flags, err := d.createFlags(ctx, dm.DriverName)
+	if err != nil {
+		return err
+	}
+	_, err = driverOptions(dm, flags, class.Credentials, "")
+	return err
+}
+
+// createFlags asks the plugin for its flags, cached while its binary is unchanged.
+func (d *Driver) createFlags(ctx context.Context, plugin string) ([]mcnflag.Flag, error) {
+	path, err := exec.LookPath(BinaryName(plugin))
+	if err != nil {
+		return nil, drivers.InvalidConfiguration("spec.dockerMachine.driverName",
+			"plugin binary %s is not installed in the node controller's PATH", BinaryName(plugin))
+	}
+	modTime := binaryModTime(path)
+	d.mu.Lock()
+	cached, ok := d.flags[path]
+	d.mu.Unlock()
+	if ok && cached.modTime.Equal(modTime) {
+		return cached.flags, nil
+	}
+	var flags []mcnflag.Flag
+	err = d.withPlugin(ctx, plugin, d.baseConfig(""), func(p Plugin) error {
+		flags = p.GetCreateFlags()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("asking plugin %s for its flags: %w", BinaryName(plugin), err)
+	}
+	d.mu.Lock()
+	d.flags[path] = cachedFlags{modTime: modTime, flags: flags}
+	d.mu.Unlock()
+	return flags, nil
+}
+
+// baseConfig is the configuration every plugin starts from: libmachine's
+// BaseDriver fields.
+func (d *Driver) baseConfig(name string) []byte {
+	data, _ := json.Marshal(map[string]string{"MachineName": name, "StorePath": d.storePath})
+	return data
+}
+
+// withPlugin runs fn against a plugin loaded with config, and closes it.
+func (d *Driver) withPlugin(ctx context.Context, plugin string, config []byte, fn func(Plugin) error) error {
+	p, closer, err := d.plugins.Open(ctx, plugin, config)
+	if err != nil {
+		return err
+	}
+	defer closer()
+	return fn(p)
+}
+
+// driverOptions turns the class's options and credential options into typed
+// plugin flags, naming any unknown option or wrongly typed value.
+func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, credentials map[string][]byte, userDataFile string) (map[string]any, error) {
+	byName := map[string]mcnflag.Flag{}
+	var names []string
+	for _, f := range flags {
+		byName[f.String()] = f
+		names = append(names, f.String())
+	}
+	sort.Strings(names)
+	values := map[string]any{}
+	set := func(field, option, value string) error {
+		flag, ok := byName[option]
+		if !ok {
+			return drivers.InvalidConfiguration(field, "%q is not an option of plugin %s; its options are: %s",
+				option, BinaryName(dm.DriverName), strings.Join(names, ", "))
+		}
+		v, err := typed(flag, value)
+		if err != nil {
+			return drivers.InvalidConfiguration(field, "option %q: %v", option, err)
+		}
+		values[option] = v
+		return nil
+	}
+	for _, option := range sortedKeys(dm.Options) {
+		if err := set(fmt.Sprintf("spec.dockerMachine.options[%s]", option), option, dm.Options[option]); err != nil {
+			return nil, err
+		}
+	}
+	for _, option := range sortedKeys(dm.CredentialOptions) {
+		field := fmt.Sprintf("spec.dockerMachine.credentialOptions[%s]", option)
+		if _, ok := byName[option]; !ok {
+			return nil, set(field, option, "")
+		}
+		if credentials == nil {
+			continue // validating without the Secret: the option name is all there is to check
+		}
+		key := dm.CredentialOptions[option]
+		value, ok := credentials[key]
+		if !ok {
+			return nil, drivers.InvalidConfiguration(field, "the credentials Secret has no key %q", key)
+		}
+		// The value is never part of an error message.
+		if err := set(field, option, string(value)); err != nil {
+			return nil, drivers.InvalidConfiguration(field, "the value of credentials key %q does not fit option %q", key, option)
+		}
+	}
+	if p := dm.Provisioning; p != nil && p.Method == nodesetv1alpha1.ProvisioningUserData {
+		flag, ok := byName[p.UserDataOption]
+		if !ok {
+			return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption",
+				"%q is not an option of plugin %s; its options are: %s", p.UserDataOption, BinaryName(dm.DriverName), strings.Join(names, ", "))
+		}
+		if _, isString := flag.(mcnflag.StringFlag); !isString {
+			if _, isPtr := flag.(*mcnflag.StringFlag); !isPtr {
+				return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption", "option %q does not take a file name", p.UserDataOption)
+			}
+		}
+		if userDataFile != "" {
+			values[p.UserDataOption] = userDataFile
+		}
+	}
+	// Defaults for what is not set, as docker-machine's command line does.
+	for _, f := range flags {
+		if _, ok := values[f.String()]; !ok && f.Default() != nil {
+			values[f.String()] = f.Default()
+		}
+	}
+	return values, nil
+}
+
+func typed(flag mcnflag.Flag, value string) (any, error) {
+	switch flag.(type) {
+	case mcnflag.IntFlag, *mcnflag.IntFlag:
+		n, err := strconv.Atoi(strings.TrimSpace(value))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", value)
+		}
+		return n, nil
+	case mcnflag.BoolFlag, *mcnflag.BoolFlag:
+		b, err := strconv.ParseBool(strings.TrimSpace(value))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not true or false", value)
+		}
+		return b, nil
+	case mcnflag.StringSliceFlag, *mcnflag.StringSliceFlag:
+		var out []string
+		for _, s := range strings.Split(value, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	default:
+		return value, nil
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Capacity is not known before a machine exists: plugins do not say.
+func (d *Driver) Capacity(context.Context, drivers.Class) (drivers.Capacity, error) {
+	return drivers.Capacity{}, drivers.ErrNotImplemented
+}
+
+// ProviderID is the providerID of a machine.
+func ProviderID(plugin, name string) string { return ProviderIDPrefix + plugin + "/" + name }
+
+// Create makes the machine named after the Node, or finds it. The record is
+// written before the plugin's Create, so a crash leaves a record that the
+// next call (or orphan collection) resolves.
+func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, error) {
+	dm, err := section(machine.Class)
+	if err != nil {
+		return "", err
+	}
+	providerID := ProviderID(dm.DriverName, machine.Name)
+	record, err := d.store.Get(ctx, machine.Name)
+	switch {
+	case err == nil && record.Created:
+		return providerID, nil
+	case err == nil:
+		// A Create was in flight when the node controller stopped: if the
+		// plugin sees the machine, it was made.
+		if st, err := d.state(ctx, record); err == nil && st != state.None && st != state.Error {
+			record.Created = true
+			return providerID, d.store.Put(ctx, record)
+		}
+	case !errors.Is(err, drivers.ErrNotFound):
+		return "", err
+	}
+
+	flags, err := d.createFlags(ctx, dm.DriverName)
+	if err != nil {
+		return "", err
+	}
+	join, cleanup, err := d.prepareJoin(ctx, machine, dm)
+	if err != nil {
+		return "", err
+	}
+	defer cleanup()
+	values, err := driverOptions(dm, flags, machine.Class.Credentials, join.userDataFile)
+	if err != nil {
+		return "", err
+	}
+	record = Record{Name: machine.Name, Plugin: dm.DriverName, Owner: machine.Owner, CreatedAt: time.Now().Unix()}
+	err = d.withPlugin(ctx, dm.DriverName, d.baseConfig(machine.Name), func(p Plugin) error {
+		if err := p.SetConfigFromFlags(values); err != nil {
+			return drivers.InvalidConfiguration("spec.dockerMachine.options", "plugin %s refused the options: %v", BinaryName(dm.DriverName), err)
+		}
+		if err := p.PreCreateCheck(); err != nil {
+			return fmt.Errorf("%w: plugin %s: %v", drivers.ErrInvalidConfiguration, BinaryName(dm.DriverName), err)
+		}
+		if record.Config, err = p.GetConfigRaw(); err != nil {
+			return err
+		}
+		if err := d.store.Put(ctx, record); err != nil {
+			return fmt.Errorf("saving machine %s before creating it: %w", machine.Name, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Creating machine through plugin", "machine", machine.Name, "plugin", BinaryName(dm.DriverName))
+		if err := p.Create(); err != nil {
+			return fmt.Errorf("plugin %s creating machine %s: %w", BinaryName(dm.DriverName), machine.Name, err)
+		}
+		if record.Config, err = p.GetConfigRaw(); err != nil {
+			return err
+		}
+		record.Created = true
+		if err := d.store.Put(ctx, record); err != nil {
+			return fmt.Errorf("saving machine %s: %w", machine.Name, err)
+		}
+		if dm.Provisioning != nil && dm.Provisioning.Method == nodesetv1alpha1.ProvisioningSSH {
+			return d.provisionSSH(ctx, p, machine.Name, join)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return providerID, nil
+}
+
+func (d *Driver) state(ctx context.Context, record Record) (state.State, error) {
+	var st state.State
+	err := d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
+		var err error
+		st, err = p.GetState()
+		return err
+	})
+	return st, err
+}
+
+// Delete removes the machine through its plugin, then its record. A machine
+// without a record was never created, or is already gone.
+func (d *Driver) Delete(ctx context.Context, _ drivers.Class, name string) error {
+	record, err := d.store.Get(ctx, name)
+	if errors.Is(err, drivers.ErrNotFound) {
+		return d.forgetJoin(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	err = d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
+		if _, err := p.GetState(); err != nil && !record.Created {
+			return nil // Create never finished and the plugin does not know the machine
+		}
+		return p.Remove()
+	})
+	if err != nil {
+		return fmt.Errorf("plugin %s removing machine %s: %w", BinaryName(record.Plugin), name, err)
+	}
+	if err := d.forgetJoin(ctx, name); err != nil {
+		return err
+	}
+	return d.store.Delete(ctx, name)
+}
+
+// Get reports the machine's state as its plugin sees it.
+func (d *Driver) Get(ctx context.Context, _ drivers.Class, name string) (drivers.MachineStatus, error) {
+	record, err := d.store.Get(ctx, name)
+	if err != nil {
+		return drivers.MachineStatus{}, err
+	}
+	status := drivers.MachineStatus{Name: name, ProviderID: ProviderID(record.Plugin, name), Owner: record.Owner, CreatedAt: record.CreatedAt}
+	if !record.Created {
+		status.State = drivers.MachinePending
+		return status, nil
+	}
+	st, err := d.state(ctx, record)
+	if err != nil {
+		return drivers.MachineStatus{}, fmt.Errorf("plugin %s: state of machine %s: %w", BinaryName(record.Plugin), name, err)
+	}
+	switch st {
+	case state.Running:
+		status.State = drivers.MachineRunning
+	case state.Starting, state.None:
+		status.State = drivers.MachinePending
+	case state.Stopping:
+		status.State = drivers.MachineStopping
+	default: // Stopped, Paused, Saved, Error, Timeout
+		status.State, status.Message = drivers.MachineFailed, "the plugin reports the machine "+st.String()
+	}
+	return status, nil
+}
+
+// List returns every machine with a record, for orphan collection. It reads
+// only the store: no plugin is started.
+func (d *Driver) List(ctx context.Context) ([]drivers.MachineStatus, error) {
+	records, err := d.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]drivers.MachineStatus, 0, len(records))
+	for _, r := range records {
+		st := drivers.MachineRunning
+		if !r.Created {
+			st = drivers.MachinePending
+		}
+		out = append(out, drivers.MachineStatus{Name: r.Name, ProviderID: ProviderID(r.Plugin, r.Name), State: st, Owner: r.Owner, CreatedAt: r.CreatedAt})
+	}
+	return out, nil
+}

@@ -1,0 +1,165 @@
+// Package fakeplugin is a docker-machine driver plugin for tests: its
+// machines are JSON files in a directory, and a machine's SSH endpoint is
+// whatever the test says. It speaks the real plugin RPC: run it with
+// plugin.RegisterDriver(fakeplugin.New()) from a binary named
+// docker-machine-driver-fake.
+package fakeplugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rancher/machine/libmachine/drivers"
+	"github.com/rancher/machine/libmachine/mcnflag"
+	"github.com/rancher/machine/libmachine/state"
+)
+
+// Name is the plugin's driver name.
+const Name = "fake"
+
+// Machine is what the plugin records for each machine it made.
+type Machine struct {
+	Name      string    `json:"name"`
+	CPUs      int       `json:"cpus"`
+	Tags      []string  `json:"tags,omitempty"`
+	Debug     bool      `json:"debug,omitempty"`
+	UserData  string    `json:"userData,omitempty"`
+	Token     string    `json:"token,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Driver is the plugin. Its exported fields are its saved configuration:
+// the JSON a client keeps to find the machine again.
+type Driver struct {
+	*drivers.BaseDriver
+	Dir          string
+	CPUs         int
+	Tags         []string
+	Debug        bool
+	UserDataFile string
+	Token        string
+	FailCreate   bool
+}
+
+// New returns an unconfigured plugin driver.
+func New() *Driver {
+	return &Driver{BaseDriver: &drivers.BaseDriver{}}
+}
+
+// DriverName is the plugin's name.
+func (d *Driver) DriverName() string { return Name }
+
+// GetCreateFlags declares one flag of each type.
+func (d *Driver) GetCreateFlags() []mcnflag.Flag {
+	return []mcnflag.Flag{
+		mcnflag.StringFlag{Name: "fake-dir", Usage: "directory the machines are recorded in"},
+		mcnflag.IntFlag{Name: "fake-cpus", Usage: "CPUs of a machine", Value: 2},
+		mcnflag.StringSliceFlag{Name: "fake-tags", Usage: "tags of a machine"},
+		mcnflag.BoolFlag{Name: "fake-debug", Usage: "debug output"},
+		mcnflag.StringFlag{Name: "fake-userdata", Usage: "file with the machine's user data"},
+		mcnflag.StringFlag{Name: "fake-token", Usage: "an API token, as clouds take"},
+		mcnflag.StringFlag{Name: "fake-ssh-host", Usage: "SSH host of every machine", Value: "127.0.0.1"},
+		mcnflag.IntFlag{Name: "fake-ssh-port", Usage: "SSH port of every machine", Value: 22},
+		mcnflag.StringFlag{Name: "fake-ssh-user", Usage: "SSH user of every machine", Value: "root"},
+		mcnflag.StringFlag{Name: "fake-ssh-key", Usage: "SSH private key file of every machine"},
+		mcnflag.BoolFlag{Name: "fake-fail-create", Usage: "fail every Create"},
+	}
+}
+
+// SetConfigFromFlags reads the flags.
+func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
+	d.Dir = opts.String("fake-dir")
+	if d.Dir == "" {
+		return errors.New("fake-dir is required")
+	}
+	d.CPUs = opts.Int("fake-cpus")
+	d.Tags = opts.StringSlice("fake-tags")
+	d.Debug = opts.Bool("fake-debug")
+	d.UserDataFile = opts.String("fake-userdata")
+	d.Token = opts.String("fake-token")
+	d.IPAddress = opts.String("fake-ssh-host")
+	d.SSHPort = opts.Int("fake-ssh-port")
+	d.SSHUser = opts.String("fake-ssh-user")
+	d.SSHKeyPath = opts.String("fake-ssh-key")
+	d.FailCreate = opts.Bool("fake-fail-create")
+	return nil
+}
+
+func (d *Driver) path() string { return filepath.Join(d.Dir, d.MachineName+".json") }
+
+// Create records the machine; creating one that exists is an error, as it
+// is for a cloud that refuses a duplicate name.
+func (d *Driver) Create() error {
+	if d.FailCreate {
+		return errors.New("fake: out of machines")
+	}
+	if _, err := os.Stat(d.path()); err == nil {
+		return fmt.Errorf("fake: machine %s already exists", d.MachineName)
+	}
+	m := Machine{Name: d.MachineName, CPUs: d.CPUs, Tags: d.Tags, Debug: d.Debug, Token: d.Token, CreatedAt: time.Now()}
+	if d.UserDataFile != "" {
+		data, err := os.ReadFile(d.UserDataFile)
+		if err != nil {
+			return err
+		}
+		m.UserData = string(data)
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(d.path(), data, 0o600)
+}
+
+// GetState is Running for a recorded machine, an error otherwise.
+func (d *Driver) GetState() (state.State, error) {
+	if _, err := os.Stat(d.path()); err != nil {
+		return state.None, fmt.Errorf("fake: machine %s not found", d.MachineName)
+	}
+	return state.Running, nil
+}
+
+// Remove deletes the machine's record; removing one that is gone is an error.
+func (d *Driver) Remove() error {
+	if err := os.Remove(d.path()); err != nil {
+		return fmt.Errorf("fake: removing machine %s: %w", d.MachineName, err)
+	}
+	return nil
+}
+
+// GetSSHHostname is the configured SSH host.
+func (d *Driver) GetSSHHostname() (string, error) { return d.IPAddress, nil }
+
+// GetURL is the machine's Docker URL, which nodeset does not use.
+func (d *Driver) GetURL() (string, error) { return "tcp://" + d.IPAddress + ":2376", nil }
+
+// Start, Stop, Restart and Kill act on nothing.
+func (d *Driver) Start() error   { return nil }
+func (d *Driver) Stop() error    { return nil }
+func (d *Driver) Restart() error { return nil }
+func (d *Driver) Kill() error    { return nil }
+
+// Machines reads the machines recorded in dir.
+func Machines(dir string) (map[string]Machine, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Machine{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var m Machine
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, err
+		}
+		out[m.Name] = m
+	}
+	return out, nil
+}

@@ -1,0 +1,240 @@
+package dockermachine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// JoinConfig is what a new machine needs to join the cluster.
+type JoinConfig struct {
+	// APIServerURL is the address the kubelet talks to.
+	APIServerURL string
+	// CACertBase64 is the cluster CA, base64-encoded PEM.
+	CACertBase64 string
+	// Token is a short-lived bootstrap token made for this machine alone.
+	Token string
+}
+
+// Joiner makes a machine's bootstrap credentials, and forgets them once the
+// machine is gone. Both are idempotent.
+type Joiner interface {
+	Join(ctx context.Context, machine string) (JoinConfig, error)
+	Forget(ctx context.Context, machine string) error
+}
+
+// SSHDialTimeout bounds how long provisioning waits for a new machine's SSH
+// server to answer.
+var SSHDialTimeout = 3 * time.Minute
+
+type joinSettings struct {
+	script       string
+	userDataFile string
+}
+
+// prepareJoin makes the machine's join script: the environment it runs with,
+// then the class's script or the built-in one. For UserData, the script is
+// written to a private file whose name goes to the plugin's user-data option.
+func (d *Driver) prepareJoin(ctx context.Context, machine drivers.Machine, dm *nodesetv1alpha1.DockerMachine) (joinSettings, func(), error) {
+	noop := func() {}
+	p := dm.Provisioning
+	if p == nil {
+		return joinSettings{}, noop, nil
+	}
+	if d.joiner == nil {
+		return joinSettings{}, noop, errors.New("docker-machine provisioning needs bootstrap tokens, and the node controller has no joiner")
+	}
+	cfg, err := d.joiner.Join(ctx, machine.Name)
+	if err != nil {
+		return joinSettings{}, noop, fmt.Errorf("making the bootstrap token of machine %s: %w", machine.Name, err)
+	}
+	if p.APIServerURL != "" {
+		cfg.APIServerURL = p.APIServerURL
+	}
+	env := map[string]string{
+		"NODE_NAME":          machine.Name,
+		"API_SERVER_URL":     cfg.APIServerURL,
+		"BOOTSTRAP_TOKEN":    cfg.Token,
+		"CA_CERT_BASE64":     cfg.CACertBase64,
+		"KUBERNETES_VERSION": p.KubernetesVersion,
+	}
+	script := p.Script
+	if script == "" {
+		script = DefaultJoinScript
+	}
+	settings := joinSettings{script: withEnvironment(env, script)}
+	if p.Method != nodesetv1alpha1.ProvisioningUserData {
+		return settings, noop, nil
+	}
+	f, err := os.CreateTemp("", "nodeset-userdata-*")
+	if err != nil {
+		return joinSettings{}, noop, err
+	}
+	cleanup := func() { _ = os.Remove(f.Name()) }
+	if _, err := f.WriteString(settings.script); err != nil {
+		f.Close()
+		cleanup()
+		return joinSettings{}, noop, err
+	}
+	if err := f.Close(); err != nil {
+		cleanup()
+		return joinSettings{}, noop, err
+	}
+	settings.userDataFile = f.Name()
+	return settings, cleanup, nil
+}
+
+// withEnvironment prefixes a shell script with exports of env.
+func withEnvironment(env map[string]string, script string) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\nset -e\n")
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(env[k]))
+	}
+	b.WriteString(strings.TrimPrefix(script, "#!/bin/sh\n"))
+	return b.String()
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// provisionSSH runs the join script on the machine over SSH with the host,
+// port, user and key its plugin reports, waiting for the SSH server to come
+// up. Like docker-machine, it does not verify the host key of a machine it
+// has just created. The script's output is not logged: it may print the
+// token.
+func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join joinSettings) error {
+	host, err := p.GetSSHHostname()
+	if err != nil {
+		return fmt.Errorf("SSH host of machine %s: %w", name, err)
+	}
+	port, err := p.GetSSHPort()
+	if err != nil {
+		return fmt.Errorf("SSH port of machine %s: %w", name, err)
+	}
+	key, err := os.ReadFile(p.GetSSHKeyPath())
+	if err != nil {
+		return fmt.Errorf("SSH key of machine %s: %w", name, err)
+	}
+	signer, err := ssh.ParsePrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("SSH key of machine %s: %w", name, err)
+	}
+	config := &ssh.ClientConfig{
+		User:            p.GetSSHUsername(),
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), //nolint:gosec // a machine just created has no known host key
+		Timeout:         10 * time.Second,
+	}
+	address := net.JoinHostPort(host, strconv.Itoa(port))
+	var client *ssh.Client
+	deadline := time.Now().Add(SSHDialTimeout)
+	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+		client, err = ssh.Dial("tcp", address, config)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s: SSH to %s: %w", name, address, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	defer client.Close()
+	session, err := client.NewSession()
+	if err != nil {
+		return fmt.Errorf("machine %s: SSH session: %w", name, err)
+	}
+	defer session.Close()
+	session.Stdin = strings.NewReader(join.script)
+	var output bytes.Buffer
+	session.Stdout, session.Stderr = &output, &output
+	klog.FromContext(ctx).V(2).Info("Running the join script over SSH", "machine", name, "address", address)
+	if err := session.Run("sh -s"); err != nil {
+		return fmt.Errorf("machine %s: the join script failed over SSH: %w", name, err)
+	}
+	return nil
+}
+
+func (d *Driver) forgetJoin(ctx context.Context, name string) error {
+	if d.joiner == nil {
+		return nil
+	}
+	return d.joiner.Forget(ctx, name)
+}
+
+func binaryModTime(path string) time.Time {
+	info, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}
+	}
+	return info.ModTime()
+}
+
+// DefaultJoinScript installs the kubelet of KUBERNETES_VERSION and starts it
+// under systemd with the bootstrap token, registering as NODE_NAME. It
+// expects a systemd Linux machine with a container runtime listening on
+// containerd's socket.
+const DefaultJoinScript = `#!/bin/sh
+arch=$(uname -m); case "$arch" in x86_64) arch=amd64;; aarch64) arch=arm64;; esac
+mkdir -p /etc/kubernetes/pki /var/lib/kubelet /usr/local/bin
+curl -fsSLo /usr/local/bin/kubelet "https://dl.k8s.io/release/${KUBERNETES_VERSION}/bin/linux/${arch}/kubelet"
+chmod 0755 /usr/local/bin/kubelet
+echo "$CA_CERT_BASE64" | base64 -d > /etc/kubernetes/pki/ca.crt
+cat > /etc/kubernetes/bootstrap-kubelet.conf <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: cluster
+  cluster: {server: "${API_SERVER_URL}", certificate-authority: /etc/kubernetes/pki/ca.crt}
+users:
+- name: bootstrap
+  user: {token: "${BOOTSTRAP_TOKEN}"}
+contexts:
+- name: bootstrap
+  context: {cluster: cluster, user: bootstrap}
+current-context: bootstrap
+EOF
+chmod 0600 /etc/kubernetes/bootstrap-kubelet.conf
+cat > /etc/kubernetes/kubelet-config.yaml <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication: {x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}, webhook: {enabled: true}, anonymous: {enabled: false}}
+authorization: {mode: Webhook}
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+rotateCertificates: true
+EOF
+cat > /etc/systemd/system/kubelet.service <<EOF
+[Unit]
+Description=kubelet
+After=containerd.service
+[Service]
+ExecStart=/usr/local/bin/kubelet --hostname-override=${NODE_NAME} --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf --config=/etc/kubernetes/kubelet-config.yaml
+Restart=always
+[Install]
+WantedBy=multi-user.target
+EOF
+systemctl daemon-reload
+systemctl enable --now kubelet
+`
