@@ -24,16 +24,18 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/dockermachine"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
 	"nodeset.dev/nodeset/pkg/controller/nodeclass"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
 	"nodeset.dev/nodeset/pkg/kubeletsim"
+	"nodeset.dev/nodeset/pkg/kubestore"
 )
 
 // knownDrivers are the drivers this binary can serve.
-var knownDrivers = []string{nodesetv1alpha1.DriverSimulated}
+var knownDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine}
 
 func main() {
 	var (
@@ -44,6 +46,7 @@ func main() {
 		kubelets     kubeletsim.Options
 		kubeletQPS   float32
 		kubeletBurst int
+		dm           dockerMachineOptions
 	)
 	fs := pflag.NewFlagSet("node-controller", pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
@@ -55,6 +58,10 @@ func main() {
 	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
 	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
 	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	fs.StringVar(&dm.namespace, "docker-machine-namespace", "nodeset-system", "Namespace of the Secrets holding docker-machine machine records (the plugins' saved configurations).")
+	fs.StringVar(&dm.storePath, "docker-machine-store-path", "/var/lib/nodeset/docker-machine", "Directory docker-machine plugins keep their files in (SSH keys); keep it on a persistent volume.")
+	fs.StringVar(&dm.apiServerURL, "docker-machine-api-server-url", "", "API server address new docker-machine machines join; the node controller's own by default.")
+	fs.DurationVar(&dm.tokenTTL, "bootstrap-token-ttl", time.Hour, "How long the bootstrap token made for each new machine is valid.")
 	_ = fs.Parse(os.Args[1:])
 
 	registry, sim, err := buildRegistry(driverNames)
@@ -81,6 +88,13 @@ func main() {
 		},
 		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registry)},
 		Start: func(ctx context.Context, clients component.Clients) error {
+			if _, ok := registry[nodesetv1alpha1.DriverDockerMachine]; ok {
+				driver, err := dm.driver(clients)
+				if err != nil {
+					return err
+				}
+				registry[nodesetv1alpha1.DriverDockerMachine] = driver
+			}
 			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
 			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
 			nodes := kubeFactory.Core().V1().Nodes()
@@ -144,6 +158,8 @@ func buildRegistry(names []string) (drivers.Registry, *simulated.Driver, error) 
 		case nodesetv1alpha1.DriverSimulated:
 			sim = simulated.New(nil)
 			registry[name] = sim
+		case nodesetv1alpha1.DriverDockerMachine:
+			registry[name] = nil // needs the clients: made in Start
 		default:
 			return nil, nil, fmt.Errorf("unknown driver %q in --drivers; known drivers: %s", name, strings.Join(knownDrivers, ", "))
 		}
@@ -152,6 +168,28 @@ func buildRegistry(names []string) (drivers.Registry, *simulated.Driver, error) 
 		return nil, nil, fmt.Errorf("--drivers is empty; known drivers: %s", strings.Join(knownDrivers, ", "))
 	}
 	return registry, sim, nil
+}
+
+type dockerMachineOptions struct {
+	namespace, storePath, apiServerURL string
+	tokenTTL                           time.Duration
+}
+
+// driver makes the docker-machine driver, with its records in Secrets and a
+// bootstrap token per machine.
+func (o dockerMachineOptions) driver(clients component.Clients) (*dockermachine.Driver, error) {
+	if err := os.MkdirAll(o.storePath, 0o700); err != nil {
+		return nil, fmt.Errorf("--docker-machine-store-path: %w", err)
+	}
+	tokens, err := kubestore.NewBootstrapTokens(clients.Kube, clients.Config, o.apiServerURL, o.tokenTTL)
+	if err != nil {
+		return nil, err
+	}
+	return dockermachine.New(dockermachine.Options{
+		Store:     kubestore.MachineRecords{Client: clients.Kube, Namespace: o.namespace},
+		Joiner:    tokens,
+		StorePath: o.storePath,
+	}), nil
 }
 
 // adoptSimulatedMachines rebuilds the simulated machines of a restarted node

@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// Controllers are nodeset-controller and node-controller (simulated driver)
+// Controllers are nodeset-controller and node-controller (simulated and
+// docker-machine drivers, with the fake docker-machine plugin on its PATH)
 // running as processes under the users nodeset-controller and node-controller,
 // bound to the roles in deploy/rbac.
 type Controllers struct {
@@ -46,7 +47,8 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	if err := InstallRBAC(ctx, cp); err != nil {
 		return nil, err
 	}
-	bins, err := BuildCommands(ctx, filepath.Join(cp.Dir, "bin"), "./cmd/nodeset-controller", "./cmd/node-controller")
+	binDir := filepath.Join(cp.Dir, "bin")
+	bins, err := BuildCommands(ctx, binDir, "./cmd/nodeset-controller", "./cmd/node-controller", "./test/plugins/docker-machine-driver-fake")
 	if err != nil {
 		return nil, err
 	}
@@ -79,12 +81,14 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	}, append(leaderElection, webhookArgs...)...), opts.NodeSetArgs...)}
 	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Args: append(append([]string{
 		"--kubeconfig=" + nodeKubeconfig,
-		"--drivers=simulated",
+		"--drivers=simulated,docker-machine",
+		"--docker-machine-store-path=" + filepath.Join(cp.Dir, "docker-machine"),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeHealthPort),
 		"--simulated-lease-renew-interval=2s",
 		"--workers=8", "-v=2",
-	}, leaderElection...), opts.NodeArgs...)}
+	}, leaderElection...), opts.NodeArgs...),
+		Env: []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}}
 	return c, nil
 }
 

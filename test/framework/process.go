@@ -52,6 +52,8 @@ type Process struct {
 	Name string
 	Path string
 	Args []string
+	// Env is added to the test's environment.
+	Env []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -65,6 +67,7 @@ func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = append(os.Environ(), p.Env...)
 	p.output = &bytes.Buffer{}
 	cmd.Stdout = &lockedWriter{mu: &p.mu, buf: p.output}
 	cmd.Stderr = cmd.Stdout

@@ -34,6 +34,7 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 		"node-controller": {
 			{"ClusterRole", "nodeset:node-controller", ""},
 			{"Role", "nodeset:node-controller:credentials", "nodeset-system"},
+			{"Role", "nodeset:node-controller:bootstrap-tokens", "kube-system"},
 		},
 	}
 	for user, roles := range bindings {
