@@ -47,6 +47,8 @@ func main() {
 		kubeletQPS   float32
 		kubeletBurst int
 		dm           dockerMachineOptions
+		orphanEvery  time.Duration
+		orphanAge    time.Duration
 	)
 	fs := pflag.NewFlagSet("node-controller", pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
@@ -58,6 +60,8 @@ func main() {
 	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
 	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
 	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	fs.DurationVar(&orphanEvery, "orphan-collection-interval", 5*time.Minute, "How often machines that no Node accounts for are looked for. 0 disables orphan collection.")
+	fs.DurationVar(&orphanAge, "orphan-min-age", 10*time.Minute, "How old a machine without a Node must be before it is deleted as an orphan.")
 	fs.StringVar(&dm.namespace, "docker-machine-namespace", "nodeset-system", "Namespace of the Secrets holding docker-machine machine records (the plugins' saved configurations).")
 	fs.StringVar(&dm.storePath, "docker-machine-store-path", "/var/lib/nodeset/docker-machine", "Directory docker-machine plugins keep their files in (SSH keys); keep it on a persistent volume.")
 	fs.StringVar(&dm.apiServerURL, "docker-machine-api-server-url", "", "API server address new docker-machine machines join; the node controller's own by default.")
@@ -140,6 +144,9 @@ func main() {
 					klog.FromContext(ctx).Error(err, "NodeClassController stopped")
 				}
 			}()
+			if orphanEvery > 0 {
+				go c.RunOrphanCollection(ctx, orphanEvery, orphanAge)
+			}
 			controller.Store(c)
 			return c.Run(ctx, opts.Workers)
 		},

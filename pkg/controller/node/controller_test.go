@@ -43,6 +43,8 @@ type recordingDriver struct {
 	deletes   []string
 	createErr error
 	deleteErr error
+	listErr   error
+	createdAt map[string]int64 // name -> Unix seconds, for List
 }
 
 func newRecordingDriver(name string) *recordingDriver {
@@ -90,7 +92,19 @@ func (d *recordingDriver) Get(_ context.Context, _ drivers.Class, name string) (
 	return drivers.MachineStatus{Name: name, ProviderID: id, State: drivers.MachineRunning}, nil
 }
 
-func (d *recordingDriver) List(context.Context) ([]drivers.MachineStatus, error) { return nil, nil }
+func (d *recordingDriver) List(context.Context) ([]drivers.MachineStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.listErr != nil {
+		return nil, d.listErr
+	}
+	var out []drivers.MachineStatus
+	for name, id := range d.machines {
+		out = append(out, drivers.MachineStatus{Name: name, ProviderID: id, State: drivers.MachineRunning,
+			CreatedAt: d.createdAt[name], Owner: drivers.Owner{Namespace: "team-a", Name: "web"}})
+	}
+	return out, nil
+}
 
 type fixture struct {
 	t           *testing.T

@@ -18,6 +18,8 @@ type Metrics struct {
 	registration *prometheus.HistogramVec
 	drains       *prometheus.HistogramVec
 	driverCalls  *prometheus.HistogramVec
+	orphans      *prometheus.CounterVec
+	orphanRounds *prometheus.CounterVec
 	phases       *phaseCollector
 }
 
@@ -34,12 +36,20 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 			Help: "How long drains took, by outcome (drained, timed-out, timed-out-left-cordoned).", Buckets: buckets}, []string{"outcome"}),
 		driverCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeset", Name: "driver_call_duration_seconds",
 			Help: "Driver calls by driver, operation and outcome (success or error)."}, []string{"driver", "operation", "outcome"}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "orphan_machines_deleted_total",
+			Help: "Machines deleted because no Node accounted for them, by driver."}, []string{"driver"}),
+		orphanRounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "orphan_collection_rounds_total",
+			Help: "Orphan collection rounds by outcome (completed, list-failed, caches-not-synced); only completed rounds remove anything."}, []string{"outcome"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
 			"Nodes managed by nodeset, by NodeClass and phase (provisioning, registering, ready, draining).", []string{"nodeclass", "phase"}, nil)},
 	}
-	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.phases)
+	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.phases)
 	return m
 }
+
+func (m *Metrics) orphanDeleted(driver string) { m.orphans.WithLabelValues(driver).Inc() }
+
+func (m *Metrics) orphanRound(outcome string) { m.orphanRounds.WithLabelValues(outcome).Inc() }
 
 func (m *Metrics) driverCall(driver, operation string, start time.Time, err error) {
 	outcome := "success"

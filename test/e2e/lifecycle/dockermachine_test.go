@@ -141,6 +141,25 @@ func TestDockerMachineLifecycle(t *testing.T) {
 	eventually(t, 2*time.Minute, "1 node", converged(c, t, ns, "web", 1))
 	assert.Equal(t, []string{kept}, pluginMachines(t, machineDir), "the chosen machine, and only it, is gone")
 
+	// A Node deleted behind nodeset's back (its finalizer removed by hand)
+	// leaves its machine without a Node: orphan collection removes it after
+	// --orphan-min-age (10s here), and a replacement is made.
+	_, err = kube.CoreV1().Nodes().Patch(ctx, kept, "application/merge-patch+json",
+		[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, kept, metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "the orphan collected and replaced", func(ctx context.Context) (bool, string) {
+		machines := pluginMachines(t, machineDir)
+		for _, m := range machines {
+			if m == kept {
+				return false, "the orphan " + kept + " is still there"
+			}
+		}
+		return len(machines) == 1, fmt.Sprintf("machines %v", machines)
+	})
+	eventually(t, 2*time.Minute, "1 node after the orphan", converged(c, t, ns, "web", 1))
+	eventuallyEvent(t, "web", "OrphanMachineDeleted")
+
 	// A crash while machines are being made: SIGKILL the node controller as
 	// soon as a new machine's record is written, then restart it.
 	scale(t, ns, "web", 3)
