@@ -2,7 +2,9 @@ package dockermachine
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"sync"
 
@@ -49,8 +51,15 @@ func (RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin
 		log.SetOutWriter(w)
 		log.SetErrWriter(w)
 	})
+	// By full path: libmachine would otherwise send the names of its
+	// built-in drivers (generic, amazonec2, ...) to a rancher-machine binary
+	// instead of docker-machine-driver-<name>.
+	path, err := exec.LookPath(BinaryName(plugin))
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin binary %s is not installed in the node controller's PATH", BinaryName(plugin))
+	}
 	factory := rpcdriver.NewRPCClientDriverFactory()
-	client, err := factory.NewRPCClientDriver(plugin, config)
+	client, err := factory.NewRPCClientDriver(path, config)
 	if err != nil {
 		_ = factory.Close()
 		return nil, nil, err

@@ -1,0 +1,84 @@
+package kubestore
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/dockermachine"
+)
+
+func TestMachineRecords(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	store := MachineRecords{Client: client, Namespace: "nodeset-system"}
+	_, err := store.Get(ctx, "web-abcde")
+	assert.ErrorIs(t, err, drivers.ErrNotFound)
+
+	record := dockermachine.Record{Name: "web-abcde", Plugin: "fake", Config: []byte(`{"MachineName":"web-abcde"}`),
+		Owner: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web", UID: "u1"}, CreatedAt: 1700000000}
+	require.NoError(t, store.Put(ctx, record))
+	record.Created = true
+	require.NoError(t, store.Put(ctx, record), "Put replaces")
+	got, err := store.Get(ctx, "web-abcde")
+	require.NoError(t, err)
+	assert.Equal(t, record, got)
+	secret, err := client.CoreV1().Secrets("nodeset-system").Get(ctx, "machine-web-abcde", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.SecretTypeOpaque, secret.Type)
+
+	long := strings.Repeat("a", 250)
+	require.NoError(t, store.Put(ctx, dockermachine.Record{Name: long, Plugin: "fake"}))
+	got, err = store.Get(ctx, long)
+	require.NoError(t, err, "a name too long for a Secret is hashed")
+	assert.Equal(t, long, got.Name)
+
+	list, err := store.List(ctx)
+	require.NoError(t, err)
+	assert.Len(t, list, 2)
+	require.NoError(t, store.Delete(ctx, "web-abcde"))
+	require.NoError(t, store.Delete(ctx, "web-abcde"), "Delete is idempotent")
+	list, err = store.List(ctx)
+	require.NoError(t, err)
+	assert.Len(t, list, 1)
+}
+
+func TestBootstrapTokens(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	tokens := BootstrapTokens{Client: client, APIServerURL: "https://10.0.0.1:6443", CACert: []byte("CA"), TTL: time.Hour, Groups: "system:bootstrappers:nodeset"}
+	first, err := tokens.Join(ctx, "web-abcde")
+	require.NoError(t, err)
+	assert.Regexp(t, `^[a-z0-9]{6}\.[a-z0-9]{16}$`, first.Token, "the bootstrap token format")
+	assert.Equal(t, "https://10.0.0.1:6443", first.APIServerURL)
+	assert.Equal(t, "Q0E=", first.CACertBase64)
+	id := strings.Split(first.Token, ".")[0]
+	secret, err := client.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.SecretTypeBootstrapToken, secret.Type)
+	assert.Equal(t, "true", secret.StringData["usage-bootstrap-authentication"])
+	expiry, err := time.Parse(time.RFC3339, secret.StringData["expiration"])
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), expiry, time.Minute)
+
+	second, err := tokens.Join(ctx, "web-abcde")
+	require.NoError(t, err, "joining again replaces the token")
+	assert.NotEqual(t, first.Token, second.Token)
+	other, err := tokens.Join(ctx, "web-fghij")
+	require.NoError(t, err)
+	assert.NotEqual(t, id, strings.Split(other.Token, ".")[0], "machines get their own tokens")
+
+	require.NoError(t, tokens.Forget(ctx, "web-abcde"))
+	require.NoError(t, tokens.Forget(ctx, "web-abcde"), "Forget is idempotent")
+	list, err := client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Len(t, list.Items, 1)
+}
