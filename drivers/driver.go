@@ -115,6 +115,14 @@ type Driver interface {
 	Capacity(ctx context.Context, class Class) (Capacity, error)
 }
 
+// RegistrationObserver is implemented by machine drivers that keep something
+// only until a machine's kubelet has registered, such as its bootstrap token.
+// The node controller calls Registered (idempotent) when the Node is first
+// Ready, before it lifts the startup taint.
+type RegistrationObserver interface {
+	Registered(ctx context.Context, class Class, name string) error
+}
+
 // MachineDriver makes one machine per Node. The controller picks the Node name
 // first; the machine takes it as hostname.
 type MachineDriver interface {

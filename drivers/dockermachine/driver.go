@@ -98,7 +98,16 @@ func New(opts Options) *Driver {
 	return &Driver{store: opts.Store, plugins: opts.Opener, joiner: opts.Joiner, storePath: opts.StorePath, flags: map[string]cachedFlags{}}
 }
 
-var _ drivers.MachineDriver = (*Driver)(nil)
+var (
+	_ drivers.MachineDriver        = (*Driver)(nil)
+	_ drivers.RegistrationObserver = (*Driver)(nil)
+)
+
+// Registered deletes the machine's bootstrap token: its kubelet has joined
+// and has credentials of its own.
+func (d *Driver) Registered(ctx context.Context, _ drivers.Class, name string) error {
+	return d.forgetJoin(ctx, name)
+}
 
 // Name is the value of spec.driver the driver serves.
 func (d *Driver) Name() string { return nodesetv1alpha1.DriverDockerMachine }

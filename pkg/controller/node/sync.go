@@ -183,6 +183,11 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		if !hasStartupTaint(node) {
 			return nil
 		}
+		if observer, ok := driver.(drivers.RegistrationObserver); ok {
+			if err := observer.Registered(ctx, drivers.Class{Name: class.Name}, node.Name); err != nil {
+				return fmt.Errorf("driver %s: after registration of %s: %w", driver.Name(), node.Name, err)
+			}
+		}
 		node.Spec.Taints = withoutStartupTaint(node.Spec.Taints)
 		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 			return err

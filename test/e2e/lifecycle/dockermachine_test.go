@@ -131,6 +131,9 @@ func TestDockerMachineLifecycle(t *testing.T) {
 	records, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver})
 	require.NoError(t, err)
 	assert.Len(t, records.Items, 2, "a record per machine")
+	tokens, err := kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"})
+	require.NoError(t, err)
+	assert.Empty(t, tokens.Items, "bootstrap tokens are deleted once their machines registered")
 
 	// Scale down removes exactly the chosen machine.
 	chosen, kept := nodes[0].Name, nodes[1].Name
