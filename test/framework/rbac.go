@@ -64,13 +64,27 @@ func BindTenant(ctx context.Context, cp *ControlPlane, user, namespace string) e
 	if err != nil {
 		return err
 	}
-	_, err = kube.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeset-edit:" + user, Namespace: namespace},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nodeset:aggregate-to-edit"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	// The built-in edit role also lets editors read the namespace's Events;
+	// without the aggregation controller it has no rules here, so a Role
+	// stands in for that part of it.
+	_, err = kube.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "events-reader", Namespace: namespace},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}}},
 	}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
-	return err
+	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	for _, binding := range []rbacv1.RoleBinding{
+		{ObjectMeta: metav1.ObjectMeta{Name: "nodeset-edit:" + user, Namespace: namespace},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nodeset:aggregate-to-edit"}, Subjects: subjects},
+		{ObjectMeta: metav1.ObjectMeta{Name: "events-reader:" + user, Namespace: namespace},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "events-reader"}, Subjects: subjects},
+	} {
+		_, err = kube.RbacV1().RoleBindings(namespace).Create(ctx, &binding, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
 }

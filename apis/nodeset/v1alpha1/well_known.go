@@ -20,6 +20,9 @@ const (
 
 	// FinalizerTermination holds a Node until its machine has been drained and deprovisioned.
 	FinalizerTermination = "nodeset.dev/termination"
+	// AnnotationDrainFinished records on a deleted Node that its drain finished
+	// (or gave up), so the machine goes next, also after a restart.
+	AnnotationDrainFinished = "nodeset.dev/drain-finished"
 	// TaintUnregistered keeps pods off a Node until its kubelet reports Ready.
 	TaintUnregistered = "nodeset.dev/unregistered"
 

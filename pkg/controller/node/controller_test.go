@@ -27,6 +27,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
 )
@@ -239,7 +240,7 @@ func TestProvisionRecordsProviderIDAndIsIdempotent(t *testing.T) {
 	assert.Equal(t, "test:///web-a", node.Spec.ProviderID)
 	assert.Equal(t, nodesetv1alpha1.DriverSimulated, node.Annotations[nodesetv1alpha1.AnnotationDriver])
 	assert.Equal(t, testNow.Format(time.RFC3339), node.Annotations[nodesetv1alpha1.AnnotationMachineCreated])
-	assert.True(t, hasStartupTaint(node), "the startup taint stays until the kubelet is Ready")
+	assert.True(t, nodeutil.HasStartupTaint(node), "the startup taint stays until the kubelet is Ready")
 
 	// A crash after Create but before the Node update: the next sync finds
 	// the same machine by name and makes no second one.
@@ -258,14 +259,14 @@ func TestStartupTaintLiftedOnlyWhenReady(t *testing.T) {
 	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
 	require.NoError(t, f.sync("web-a"))
 	require.NoError(t, f.sync("web-a"))
-	assert.True(t, hasStartupTaint(f.get("web-a")), "not Ready: taint stays")
+	assert.True(t, nodeutil.HasStartupTaint(f.get("web-a")), "not Ready: taint stays")
 
 	ready, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), markReady(f.get("web-a")), metav1.UpdateOptions{})
 	require.NoError(t, err)
 	f.updateCache(ready)
 	require.NoError(t, f.sync("web-a"))
 	node := f.get("web-a")
-	assert.False(t, hasStartupTaint(node))
+	assert.False(t, nodeutil.HasStartupTaint(node))
 	require.Len(t, node.Spec.Taints, 1, "the template's taints stay")
 	assert.Equal(t, "dedicated", node.Spec.Taints[0].Key)
 	assert.Contains(t, f.events(), "Normal Registered The kubelet reports Ready; startup taint removed")

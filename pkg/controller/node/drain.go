@@ -205,7 +205,7 @@ func (c *Controller) setDrainCondition(ctx context.Context, node *corev1.Node, r
 
 // drainedAnnotation records that the drain finished (or gave up) so a
 // restart goes straight to deprovisioning.
-const drainedAnnotation = "nodeset.dev/drain-finished"
+const drainedAnnotation = nodesetv1alpha1.AnnotationDrainFinished
 
 // evictPods asks the Eviction API to evict every pod on the node that a
 // drain should move (not mirror pods, not DaemonSet pods, not finished

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
@@ -41,7 +40,7 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 		orphanRounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "orphan_collection_rounds_total",
 			Help: "Orphan collection rounds by outcome (completed, list-failed, caches-not-synced); only completed rounds remove anything."}, []string{"outcome"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
-			"Nodes managed by nodeset, by NodeClass and phase (provisioning, registering, ready, draining).", []string{"nodeclass", "phase"}, nil)},
+			"Nodes managed by nodeset, by NodeClass and phase (provisioning, registering, ready, draining, deleting).", []string{"nodeclass", "phase"}, nil)},
 	}
 	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.phases)
 	return m
@@ -79,22 +78,10 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counts := map[[2]string]int{}
 	for _, n := range nodes {
-		counts[[2]string{n.Labels[nodesetv1alpha1.LabelNodeClass], phase(n)}]++
+		counts[[2]string{n.Labels[nodesetv1alpha1.LabelNodeClass], nodeutil.Phase(n)}]++
 	}
 	for k, v := range counts {
 		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(v), k[0], k[1])
 	}
 }
 
-// Phase is a Node's place in its lifecycle: provisioning, registering, ready or draining.
-func phase(n *corev1.Node) string {
-	switch {
-	case n.DeletionTimestamp != nil:
-		return "draining"
-	case n.Spec.ProviderID == "":
-		return "provisioning"
-	case !nodeutil.IsReady(n) || hasStartupTaint(n):
-		return "registering"
-	}
-	return "ready"
-}

@@ -180,7 +180,7 @@ func (c *Controller) recordProvisioningError(ctx context.Context, node *corev1.N
 // replaces a machine that did not register in time.
 func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
 	if nodeutil.IsReady(node) {
-		if !hasStartupTaint(node) {
+		if !nodeutil.HasStartupTaint(node) {
 			return nil
 		}
 		if observer, ok := driver.(drivers.RegistrationObserver); ok {
@@ -244,15 +244,6 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 func machineCreated(node *corev1.Node) (time.Time, bool) {
 	t, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationMachineCreated])
 	return t, err == nil
-}
-
-func hasStartupTaint(node *corev1.Node) bool {
-	for _, t := range node.Spec.Taints {
-		if t.Key == nodesetv1alpha1.TaintUnregistered {
-			return true
-		}
-	}
-	return false
 }
 
 func withoutStartupTaint(taints []corev1.Taint) []corev1.Taint {

@@ -101,15 +101,6 @@ func setNodes(ctx context.Context, t *testing.T, namespace, name string) ([]core
 	return list.Items, nil
 }
 
-func hasStartupTaint(node *corev1.Node) bool {
-	for _, taint := range node.Spec.Taints {
-		if taint.Key == nodesetv1alpha1.TaintUnregistered {
-			return true
-		}
-	}
-	return false
-}
-
 // setMachines are the simulated machines whose names belong to the set (<name>-xxxxx).
 func setMachines(all []framework.Machine, setName string) map[string]framework.Machine {
 	out := map[string]framework.Machine{}
@@ -149,7 +140,7 @@ func converged(c *controllers, t *testing.T, namespace, name string, n int) func
 				return false, fmt.Sprintf("%s providerID %q, machine %q", node.Name, node.Spec.ProviderID, m.ProviderID)
 			case !nodeutil.IsReady(node):
 				return false, node.Name + " not Ready"
-			case hasStartupTaint(node):
+			case nodeutil.HasStartupTaint(node):
 				return false, node.Name + " still has the startup taint"
 			}
 		}
@@ -312,29 +303,7 @@ func TestDrainBlockedByPDBGivesUpAtTimeout(t *testing.T) {
 	nodes, err := setNodes(ctx, t, ns, "guarded")
 	require.NoError(t, err)
 	node := nodes[0].Name
-	pod := runPod(t, ns, "guarded-pod", node, map[string]string{"app": "guarded"})
-	// The Eviction API lets Pending pods go regardless of budgets: make this
-	// one Running and Ready, as a kubelet would.
-	running, err := kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-	require.NoError(t, err)
-	running.Status.Phase = corev1.PodRunning
-	running.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	_, err = kube.CoreV1().Pods(ns).UpdateStatus(ctx, running, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptr.To(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	// What the disruption controller would compute: no disruption allowed.
-	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
-		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1, DisruptionsAllowed: 0}
-	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
-	require.NoError(t, err)
-
+	pod := guardedPod(t, ns, "guarded-pod", node, "guard")
 	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}))
 	var drainStarted time.Time
 	eventually(t, time.Minute, "drain started and cordoned", func(ctx context.Context) (bool, string) {
@@ -392,7 +361,7 @@ func TestStaticAndForeignNodes(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		if n.Spec.ProviderID == "" || !nodeutil.IsReady(n) || hasStartupTaint(n) {
+		if n.Spec.ProviderID == "" || !nodeutil.IsReady(n) || nodeutil.HasStartupTaint(n) {
 			return false, fmt.Sprintf("providerID=%q ready=%v", n.Spec.ProviderID, nodeutil.IsReady(n))
 		}
 		all, ok := c.machines(ctx)
@@ -500,6 +469,38 @@ func eventuallyEvent(t *testing.T, name, reason string) []string {
 		return slices.Contains(reasons, reason), fmt.Sprintf("events %v", reasons)
 	})
 	return reasons
+}
+
+// guardedPod runs a Running, Ready pod on node behind a PodDisruptionBudget
+// that allows no disruption, as the disruption controller would compute it:
+// a drain of node waits for it until the budget is deleted.
+func guardedPod(t *testing.T, namespace, name, node, budget string) string {
+	t.Helper()
+	ctx := context.Background()
+	kube, _ := clients(t)
+	labels := map[string]string{"guarded-by": budget}
+	pod := runPod(t, namespace, name, node, labels)
+	// The Eviction API lets Pending pods go regardless of budgets: make this
+	// one Running and Ready, as a kubelet would.
+	running, err := kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	require.NoError(t, err)
+	running.Status.Phase = corev1.PodRunning
+	running.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	_, err = kube.CoreV1().Pods(namespace).UpdateStatus(ctx, running, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	pdb, err := kube.PolicyV1().PodDisruptionBudgets(namespace).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: budget},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: labels},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
+		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1, DisruptionsAllowed: 0}
+	_, err = kube.PolicyV1().PodDisruptionBudgets(namespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	return pod
 }
 
 func runPod(t *testing.T, namespace, name, node string, labels map[string]string) string {

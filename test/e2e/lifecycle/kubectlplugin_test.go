@@ -1,0 +1,147 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/kubectlplugin"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// plugin runs kubectl-nodeset in-process as user and returns what it
+// printed, or its error as kubectl-nodeset prints it.
+func plugin(t *testing.T, user string, args ...string) (string, string) {
+	t.Helper()
+	kubeconfig, err := framework.Shared.WriteKubeconfig(user)
+	require.NoError(t, err)
+	var out, errOut bytes.Buffer
+	cmd := kubectlplugin.Command(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append([]string{"--kubeconfig=" + kubeconfig}, args...))
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		return out.String(), kubectlplugin.ErrorText(err)
+	}
+	return out.String(), ""
+}
+
+// TestKubectlPlugin: a tenant lists its classes, creates, scales and watches
+// a NodeSet with kubectl nodeset; refusals read as the server wrote them.
+func TestKubectlPlugin(t *testing.T) {
+	c := startControllers(t)
+	ctx := context.Background()
+	kube, cs := clients(t)
+	ns := createNamespace(t, "plugin")
+	createClass(t, "plugin-sim", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.TenantOverrides = []string{"instanceType"}
+	})
+	createClass(t, "plugin-private", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.AllowedNamespaces = &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"elsewhere"}}
+	})
+	tenant(t, "tenant-a", ns)
+
+	out, errText := plugin(t, "tenant-a", "-n", ns, "classes")
+	require.Empty(t, errText)
+	lines := strings.Split(out, "\n")
+	assert.Contains(t, lines[0], "FOR "+strings.ToUpper(ns))
+	row := func(name string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, name+" ") {
+				return l
+			}
+		}
+		return ""
+	}
+	assert.Regexp(t, `^plugin-sim\s+simulated\s+Shared\s+sim\.small\s+\S+\s+instanceType\s+True\s+yes$`, row("plugin-sim"))
+	assert.Regexp(t, `\sno$`, row("plugin-private"), "a class listed for other namespaces")
+
+	tests := []struct {
+		name    string
+		args    []string
+		wantOut string
+		wantErr []string
+	}{
+		{"create", []string{"create", "web", "--class", "plugin-sim", "--replicas", "2", "--label", "tier=web",
+			"--taint", "dedicated=web:NoSchedule", "--set", "instanceType=sim.large"}, "nodeset.nodeset.dev/web created\n", nil},
+		{"server dry run", []string{"create", "dry", "--class", "plugin-sim", "--dry-run=server"}, "nodeset.nodeset.dev/dry created (server dry run)\n", nil},
+		{"wrong class", []string{"create", "lost", "--class", "no-such-class"}, "",
+			[]string{"Error from server (NodeClassNotFound):", `NodeClass "no-such-class" does not exist`}},
+		{"class not for this namespace", []string{"create", "intruder", "--class", "plugin-private"}, "",
+			[]string{"Error from server (NamespaceNotAllowed):"}},
+		{"restricted field", []string{"create", "big", "--class", "plugin-sim", "--set", "bootDelay=1s"}, "",
+			[]string{"Error from server (OverrideNotAllowed):", "spec.simulated.bootDelay is restricted by NodeClass plugin-sim", "instanceType"}},
+		{"not a field", []string{"create", "typo", "--class", "plugin-sim", "--set", "instanceTyp=x"}, "",
+			[]string{"error:", `unknown field "instanceTyp"`}},
+		{"bad taint", []string{"create", "t", "--class", "plugin-sim", "--taint", "dedicated"}, "",
+			[]string{"error:", "want key[=value]:Effect"}},
+		{"no permission", []string{"create", "web", "--class", "plugin-sim", "-n", "kube-system"}, "",
+			[]string{"Error from server (Forbidden):", `User "tenant-a" cannot create resource "nodesets" in API group "nodeset.dev" in the namespace "kube-system"`}},
+		{"scale", []string{"scale", "web", "--replicas", "3"}, "nodeset.nodeset.dev/web scaled\n", nil},
+		{"scale a missing NodeSet", []string{"scale", "nope", "--replicas", "3"}, "",
+			[]string{"Error from server (NotFound):", `nodesets.nodeset.dev "nope" not found`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errText := plugin(t, "tenant-a", append([]string{"-n", ns}, tt.args...)...)
+			if len(tt.wantErr) == 0 {
+				require.Empty(t, errText)
+				assert.Equal(t, tt.wantOut, out)
+				return
+			}
+			for _, want := range tt.wantErr {
+				assert.Contains(t, errText, want)
+			}
+		})
+	}
+	web, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), *web.Spec.Replicas)
+	assert.Equal(t, map[string]string{"tier": "web"}, web.Spec.Template.Labels)
+	assert.Equal(t, []nodesetv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}}, web.Spec.Template.Taints)
+	assert.Equal(t, "sim.large", web.Spec.Simulated.InstanceType)
+	for _, name := range []string{"dry", "lost", "intruder", "big", "typo"} {
+		_, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, name, metav1.GetOptions{})
+		assert.Error(t, err, "%s must not exist", name)
+	}
+
+	// Client dry-run output applies cleanly.
+	out, errText = plugin(t, "tenant-a", "-n", ns, "create", "from-yaml", "--class", "plugin-sim", "--replicas", "1",
+		"--set", "instanceType=sim.medium", "--dry-run=client", "-o", "yaml")
+	require.Empty(t, errText)
+	var printed nodesetv1alpha1.NodeSet
+	require.NoError(t, yaml.UnmarshalStrict([]byte(out), &printed), out)
+	_, tenantClient := tenant(t, "tenant-a", ns)
+	_, err = tenantClient.NodesetV1alpha1().NodeSets(ns).Create(ctx, &printed, metav1.CreateOptions{FieldValidation: "Strict"})
+	require.NoError(t, err, "the printed NodeSet is accepted as it is:\n%s", out)
+
+	// Status: each node's phase, and the events.
+	eventually(t, 2*time.Minute, "3 nodes", converged(c, t, ns, "web", 3))
+	out, errText = plugin(t, framework.AdminName, "-n", ns, "status", "web")
+	require.Empty(t, errText)
+	assert.Contains(t, out, "NodeSet "+ns+"/web (class plugin-sim): 3 desired, 3 current, 3 ready")
+	assert.Equal(t, 3, strings.Count(out, " ready "), out)
+	assert.Contains(t, out, "SuccessfulCreate")
+	out, errText = plugin(t, "tenant-a", "-n", ns, "status", "web")
+	require.Empty(t, errText)
+	assert.Contains(t, out, "Nodes: not visible to you", "tenants may not list Nodes")
+	assert.Contains(t, out, "SuccessfulCreate", "but see their NodeSet's events")
+
+	// A node being drained shows as draining.
+	nodes, err := setNodes(ctx, t, ns, "web")
+	require.NoError(t, err)
+	guardedPod(t, ns, "blocker", nodes[0].Name, "blocker")
+	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, nodes[0].Name, metav1.DeleteOptions{}))
+	eventually(t, time.Minute, "draining shown", func(context.Context) (bool, string) {
+		out, _ := plugin(t, framework.AdminName, "-n", ns, "status", "web")
+		return strings.Contains(out, nodes[0].Name+"   draining"), out
+	})
+	require.NoError(t, kube.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "blocker", metav1.DeleteOptions{}))
+}
