@@ -4,13 +4,20 @@ GO ?= go
 BIN := $(CURDIR)/bin
 TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all build generate verify test test-unit test-deps kube-binaries demo demo-down local-up local-down bench clean
+.PHONY: all build image generate verify test test-unit test-deps kube-binaries demo demo-down local-up local-down bench clean
 
 all: build
 
 ## build: compile the controllers into ./bin
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+## image: build both controller images with docker (IMAGE_REPO, VERSION)
+IMAGE_REPO ?= ghcr.io/nodeset-dev
+VERSION ?= v0.1.0
+image:
+	docker build --target nodeset-controller -t $(IMAGE_REPO)/nodeset-controller:$(VERSION) .
+	docker build --target node-controller -t $(IMAGE_REPO)/node-controller:$(VERSION) .
 
 ## generate: regenerate clients, deepcopy, register and CRDs
 generate:

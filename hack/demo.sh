@@ -32,7 +32,8 @@ step "building the controllers"
 go build -o "${root}/bin/" ./cmd/nodeset-controller ./cmd/node-controller
 
 step "installing RBAC and starting both controllers (simulated driver)"
-kubectl apply -f deploy/rbac/ -f hack/demo/local-users.yaml >/dev/null
+kubectl apply -k deploy/rbac >/dev/null
+kubectl apply -f hack/demo/local-users.yaml >/dev/null
 go run ./hack/localup --dir "${state}" --kubeconfig-for nodeset-controller >"${run}/nodeset-controller.kubeconfig.path"
 go run ./hack/localup --dir "${state}" --kubeconfig-for node-controller >"${run}/node-controller.kubeconfig.path"
 start() {

@@ -8,6 +8,6 @@ cd "${root}"
 
 out="${1:-${root}/deploy/crds}"
 mkdir -p "${out}"
-rm -f "${out}"/*.yaml
+rm -f "${out}"/nodeset.dev_*.yaml
 go -C hack/tools tool controller-gen crd \
   paths="${root}/apis/..." output:crd:dir="${out}"

@@ -236,8 +236,8 @@ func ReadObjects(file string) ([]*unstructured.Unstructured, error) {
 		if err := utilyaml.Unmarshal(doc, &obj.Object); err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}
-		if len(obj.Object) == 0 {
-			continue
+		if len(obj.Object) == 0 || obj.GetKind() == "Kustomization" {
+			continue // kustomize's own file, not an object
 		}
 		objs = append(objs, obj)
 	}

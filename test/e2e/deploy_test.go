@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// TestDeployOverlays renders each kustomize overlay with kubectl's built-in
+// kustomize, checks what every container runs as, and applies it to the real
+// API server with a server-side dry run.
+func TestDeployOverlays(t *testing.T) {
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	// Namespaced objects are only checked against an existing namespace.
+	_, err = kubeClient(t).CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeset-system"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	for _, overlay := range []string{"simulated", "docker-machine"} {
+		t.Run(overlay, func(t *testing.T) {
+			dir := filepath.Join(root, "deploy", "overlays", overlay)
+			rendered := kubectl(t, "kustomize", dir)
+			kinds := map[string]int{}
+			decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(rendered)), 4096)
+			var deployments []appsv1.Deployment
+			for {
+				obj := &unstructured.Unstructured{}
+				if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
+					break
+				} else {
+					require.NoError(t, err)
+				}
+				kinds[obj.GetKind()]++
+				if obj.GetKind() == "Deployment" {
+					var d appsv1.Deployment
+					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d))
+					deployments = append(deployments, d)
+				}
+			}
+			assert.Equal(t, 2, kinds["CustomResourceDefinition"])
+			assert.Equal(t, 2, kinds["Deployment"])
+			assert.Equal(t, 1, kinds["ValidatingWebhookConfiguration"])
+			for _, d := range deployments {
+				assert.GreaterOrEqual(t, *d.Spec.Replicas, int32(2), "%s runs a standby", d.Name)
+				pod := d.Spec.Template.Spec
+				require.NotNil(t, pod.SecurityContext)
+				assert.True(t, *pod.SecurityContext.RunAsNonRoot, d.Name)
+				for _, c := range pod.Containers {
+					sc := c.SecurityContext
+					require.NotNil(t, sc, c.Name)
+					assert.True(t, *sc.ReadOnlyRootFilesystem, c.Name)
+					assert.False(t, *sc.AllowPrivilegeEscalation, c.Name)
+					assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, c.Name)
+					assert.NotEmpty(t, c.Resources.Requests, c.Name)
+					assert.NotNil(t, c.ReadinessProbe, c.Name)
+					assert.NotNil(t, c.LivenessProbe, c.Name)
+					assert.Contains(t, c.Args, "--leader-elect=true", c.Name)
+				}
+			}
+			out := kubectl(t, "apply", "-k", dir, "--dry-run=server")
+			assert.Contains(t, out, "deployment.apps/node-controller created (server dry run)")
+			assert.Contains(t, out, "deployment.apps/nodeset-controller created (server dry run)")
+		})
+	}
+}
