@@ -82,6 +82,7 @@ func main() {
 		}
 		return nil
 	})
+	metrics.Initialize(driverNames)
 
 	err = component.Run(opts, component.Process{
 		Name:     "node-controller",

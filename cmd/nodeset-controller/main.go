@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
@@ -20,6 +21,7 @@ import (
 	"nodeset.dev/nodeset/pkg/component"
 	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 )
 
 func main() {
@@ -38,8 +40,17 @@ func main() {
 	_ = fs.Parse(os.Args[1:])
 
 	var controller atomic.Pointer[nodesetcontroller.Controller]
+	var setLister atomic.Pointer[listers.NodeSetLister]
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(nodesetcontroller.NewReplicasCollector(func() listers.NodeSetLister {
+		if l := setLister.Load(); l != nil {
+			return *l
+		}
+		return nil
+	}))
 	err := component.Run(opts, component.Process{
-		Name: "nodeset-controller",
+		Name:     "nodeset-controller",
+		Registry: registry,
 		Ready: func() bool {
 			c := controller.Load()
 			return c != nil && c.HasSynced()
@@ -55,6 +66,8 @@ func main() {
 				return err
 			}
 			controller.Store(c)
+			lister := nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister()
+			setLister.Store(&lister)
 			server := autoscaler.NewServer(clients.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
 				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister())
 			kubeFactory.Start(ctx.Done())

@@ -343,8 +343,6 @@ func age(t time.Time) string {
 	return duration.HumanDuration(time.Since(t))
 }
 
-
-
 // ErrorText formats an error as kubectl does: the API server's own status
 // message, with its reason, or the client's error.
 func ErrorText(err error) string {

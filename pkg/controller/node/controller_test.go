@@ -27,9 +27,9 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/pkg/nodeutil"
 	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 var testNow = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)

@@ -87,7 +87,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
 			return nil
 		case remaining == 0:
-			c.metrics.drains.WithLabelValues("drained").Observe(now.Sub(started).Seconds())
+			c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
 			if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
 				return err
@@ -110,7 +110,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 			msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
 				"The machine is deprovisioned once they are gone.", remaining, timeout)
 			if drainCondition(node) == nil || drainCondition(node).Reason != ReasonDrainTimedOut {
-				c.metrics.drains.WithLabelValues("timed-out-left-cordoned").Observe(now.Sub(started).Seconds())
+				c.metrics.drains.WithLabelValues(drainTimedOutCordoned).Observe(now.Sub(started).Seconds())
 				c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
 			}
 			if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
@@ -120,7 +120,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 			c.queue.AddAfter(node.Name, time.Minute)
 			return nil
 		default:
-			c.metrics.drains.WithLabelValues("timed-out").Observe(now.Sub(started).Seconds())
+			c.metrics.drains.WithLabelValues(drainTimedOut).Observe(now.Sub(started).Seconds())
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDrainTimedOut,
 				"%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, timeout)
 			if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut,
@@ -143,7 +143,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	}
 	start := c.opts.Now()
 	err = driver.Delete(ctx, machineClass, node.Name)
-	c.metrics.driverCall(driver.Name(), "delete", start, err)
+	c.metrics.driverCall(driver.Name(), opDelete, start, err)
 	if errors.Is(err, drivers.ErrInProgress) {
 		c.queue.AddAfter(node.Name, c.opts.DrainRecheck)
 		return nil

@@ -40,10 +40,47 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 		orphanRounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "orphan_collection_rounds_total",
 			Help: "Orphan collection rounds by outcome (completed, list-failed, caches-not-synced); only completed rounds remove anything."}, []string{"outcome"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
-			"Nodes managed by nodeset, by NodeClass and phase (provisioning, registering, ready, draining, deleting).", []string{"nodeclass", "phase"}, nil)},
+			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
+			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil)},
 	}
 	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.phases)
 	return m
+}
+
+// Label values of the node controller's metrics.
+const (
+	opCreate = "create"
+	opDelete = "delete"
+	opList   = "list"
+
+	drainDrained          = "drained"
+	drainTimedOut         = "timed-out"
+	drainTimedOutCordoned = "timed-out-left-cordoned"
+
+	roundCompleted       = "completed"
+	roundListFailed      = "list-failed"
+	roundCachesNotSynced = "caches-not-synced"
+)
+
+// Initialize creates every series whose label values are known in advance,
+// at zero, so dashboards and alerts see them before the first event.
+func (m *Metrics) Initialize(driverNames []string) {
+	for _, d := range driverNames {
+		m.provisioning.WithLabelValues(d)
+		m.registration.WithLabelValues(d)
+		m.orphans.WithLabelValues(d)
+		for _, op := range []string{opCreate, opDelete, opList} {
+			for _, outcome := range []string{"success", "error"} {
+				m.driverCalls.WithLabelValues(d, op, outcome)
+			}
+		}
+	}
+	for _, outcome := range []string{drainDrained, drainTimedOut, drainTimedOutCordoned} {
+		m.drains.WithLabelValues(outcome)
+	}
+	for _, outcome := range []string{roundCompleted, roundListFailed, roundCachesNotSynced} {
+		m.orphanRounds.WithLabelValues(outcome)
+	}
 }
 
 func (m *Metrics) orphanDeleted(driver string) { m.orphans.WithLabelValues(driver).Inc() }
@@ -76,12 +113,12 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	counts := map[[2]string]int{}
+	counts := map[[4]string]int{}
 	for _, n := range nodes {
-		counts[[2]string{n.Labels[nodesetv1alpha1.LabelNodeClass], nodeutil.Phase(n)}]++
+		counts[[4]string{n.Labels[nodesetv1alpha1.LabelNodeSetNamespace], n.Labels[nodesetv1alpha1.LabelNodeSet],
+			n.Labels[nodesetv1alpha1.LabelNodeClass], nodeutil.Phase(n)}]++
 	}
 	for k, v := range counts {
-		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(v), k[0], k[1])
+		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(v), k[0], k[1], k[2], k[3])
 	}
 }
-

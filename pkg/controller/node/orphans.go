@@ -27,7 +27,7 @@ const ReasonOrphanMachineDeleted = "OrphanMachineDeleted"
 func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) ([]string, error) {
 	logger := klog.FromContext(ctx)
 	if !c.HasSynced() {
-		c.metrics.orphanRound("caches-not-synced")
+		c.metrics.orphanRound(roundCachesNotSynced)
 		return nil, fmt.Errorf("caches not synced")
 	}
 	type candidate struct {
@@ -47,9 +47,9 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		}
 		start := time.Now()
 		machines, err := driver.List(ctx)
-		c.metrics.driverCall(name, "List", start, err)
+		c.metrics.driverCall(name, opList, start, err)
 		if err != nil {
-			c.metrics.orphanRound("list-failed")
+			c.metrics.orphanRound(roundListFailed)
 			return nil, fmt.Errorf("listing the machines of driver %s: %w", name, err)
 		}
 		for _, m := range machines {
@@ -58,7 +58,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 	}
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		c.metrics.orphanRound("list-failed")
+		c.metrics.orphanRound(roundListFailed)
 		return nil, err
 	}
 	owned := make(map[string]bool, 2*len(nodes))
@@ -85,7 +85,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		driver, _ := c.registry.Machine(cand.driver)
 		start := time.Now()
 		err := driver.Delete(ctx, drivers.Class{}, m.Name)
-		c.metrics.driverCall(cand.driver, "Delete", start, err)
+		c.metrics.driverCall(cand.driver, opDelete, start, err)
 		if err != nil {
 			logger.Error(err, "Deleting an orphan machine", "driver", cand.driver, "machine", m.Name)
 			continue
@@ -100,7 +100,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 				"Deleted machine %s (driver %s, %s old): no Node accounts for it", m.Name, cand.driver, age)
 		}
 	}
-	c.metrics.orphanRound("completed")
+	c.metrics.orphanRound(roundCompleted)
 	return removed, nil
 }
 

@@ -123,7 +123,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 			Labels: node.Labels,
 			Taints: node.Spec.Taints,
 		})
-		c.metrics.driverCall(driver.Name(), "create", start, err)
+		c.metrics.driverCall(driver.Name(), opCreate, start, err)
 		if err != nil {
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
 			// Recorded on the Node, for cluster-autoscaler's view of the group.
@@ -227,7 +227,7 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 	// A static node stays: remove its machine and provision a new one.
 	start := c.opts.Now()
 	err := driver.Delete(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}, node.Name)
-	c.metrics.driverCall(driver.Name(), "delete", start, err)
+	c.metrics.driverCall(driver.Name(), opDelete, start, err)
 	if err != nil {
 		if errors.Is(err, drivers.ErrInProgress) {
 			c.queue.AddAfter(node.Name, c.opts.DrainRecheck)

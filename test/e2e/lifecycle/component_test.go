@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +18,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"nodeset.dev/nodeset/test/framework"
 )
 
 func get(ctx context.Context, port int, path string) (int, string, error) {
@@ -60,7 +66,7 @@ func TestMetricsAndProbes(t *testing.T) {
 		c.NodeMetricsPort: {
 			`workqueue_depth{name="node"}`,
 			`workqueue_retries_total{name="node"}`,
-			`nodeset_nodes{nodeclass="metrics-sim",phase="ready"}`,
+			`nodeset_nodes{namespace="` + ns + `",nodeclass="metrics-sim",nodeset="measured",phase="ready"} 2`,
 			`nodeset_node_provisioning_duration_seconds_count{driver="simulated"}`,
 			`nodeset_node_registration_duration_seconds_count{driver="simulated"}`,
 			`nodeset_node_drain_duration_seconds_count{outcome="drained"}`,
@@ -102,4 +108,90 @@ func TestGracefulShutdownReleasesLeadership(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, ptr.Deref(l.Spec.HolderIdentity, ""), "the Lease held by %s was released on shutdown", ptr.Deref(lease.Spec.HolderIdentity, ""))
 	require.NoError(t, c.nodeset.Start())
+}
+
+// documentedMetrics reads docs/observability.md's catalogue: metric name ->
+// type, by the heading (controller) it is listed under.
+func documentedMetrics(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "observability.md"))
+	require.NoError(t, err)
+	out := map[string]map[string]string{}
+	section := ""
+	row := regexp.MustCompile("^\\| `([a-z_]+)` \\| ([a-z]+) \\|")
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "### ") {
+			section = strings.TrimPrefix(line, "### ")
+			out[section] = map[string]string{}
+			continue
+		}
+		if m := row.FindStringSubmatch(line); m != nil && section != "" {
+			out[section][m[1]] = m[2]
+		}
+	}
+	return out
+}
+
+// exposedMetrics scrapes /metrics: family name -> type, for nodeset's own
+// and the workqueue families.
+func exposedMetrics(t *testing.T, port int) map[string]string {
+	t.Helper()
+	code, body, err := get(context.Background(), port, "/metrics")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	out := map[string]string{}
+	for _, line := range strings.Split(body, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 4 && fields[0] == "#" && fields[1] == "TYPE" &&
+			(strings.HasPrefix(fields[2], "nodeset_") || strings.HasPrefix(fields[2], "workqueue_")) {
+			out[fields[2]] = fields[3]
+		}
+	}
+	return out
+}
+
+// TestMetricsCatalogue: docs/observability.md lists exactly the metrics each
+// controller exposes, with their types, and the shipped alerts and dashboard
+// use only those.
+func TestMetricsCatalogue(t *testing.T) {
+	c := startControllers(t)
+	ns := createNamespace(t, "catalogue")
+	createClass(t, "catalogue-sim", nil)
+	createSet(t, ns, "listed", "catalogue-sim", 1)
+	eventually(t, 2*time.Minute, "1 node", converged(c, t, ns, "listed", 1))
+
+	docs := documentedMetrics(t)
+	require.Contains(t, docs, "Both")
+	for section, port := range map[string]int{"nodeset-controller": c.NodeSetMetricsPort, "node-controller": c.NodeMetricsPort} {
+		want := map[string]string{}
+		for _, s := range []string{section, "Both"} {
+			require.Contains(t, docs, s)
+			for name, typ := range docs[s] {
+				want[name] = typ
+			}
+		}
+		assert.Equal(t, want, exposedMetrics(t, port), "%s: docs/observability.md and /metrics disagree", section)
+	}
+
+	known := map[string]bool{}
+	for _, section := range docs {
+		for name := range section {
+			known[name] = true
+		}
+	}
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	used := regexp.MustCompile(`\b(?:nodeset|workqueue)_[a-z_]+`)
+	for _, file := range []string{"prometheus-rules.yaml", "grafana-dashboard.json"} {
+		data, err := os.ReadFile(filepath.Join(root, "deploy", "observability", file))
+		require.NoError(t, err)
+		names := used.FindAllString(string(data), -1)
+		require.NotEmpty(t, names, file)
+		for _, name := range names {
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+			assert.True(t, known[base], "%s uses %s, which no controller exposes", file, name)
+		}
+	}
 }
