@@ -19,10 +19,11 @@ image:
 	docker build --target nodeset-controller -t $(IMAGE_REPO)/nodeset-controller:$(VERSION) .
 	docker build --target node-controller -t $(IMAGE_REPO)/node-controller:$(VERSION) .
 
-## generate: regenerate clients, deepcopy, register and CRDs
+## generate: regenerate clients, deepcopy, register, CRDs and docs/api-reference.md
 generate:
 	hack/update-codegen.sh
 	hack/update-crds.sh
+	hack/update-api-docs.sh
 	hack/update-proto.sh
 
 ## verify: fail when generated code is stale, code is unformatted or go.mod untidy; go vet
