@@ -29,7 +29,7 @@ kubectl() { "${bin}/kubectl" "$@"; }
 mkdir -p "${run}"
 
 step "building the controllers"
-go build -o "${root}/bin/" ./cmd/nodeset-controller ./cmd/node-controller
+go build -o "${root}/bin/" ./cmd/nodeset-controller ./cmd/node-controller ./cmd/kubectl-nodeset
 
 step "installing RBAC and starting both controllers (simulated driver)"
 kubectl apply -k deploy/rbac >/dev/null
@@ -81,13 +81,22 @@ step "2 nodes ready"
 kubectl get nodesets -n team-a
 kubectl get nodes -L nodeset.dev/nodeset
 
+step "the kubectl plugin: kubectl nodeset classes, kubectl nodeset status web"
+"${root}/bin/kubectl-nodeset" classes -n team-a
+echo
+"${root}/bin/kubectl-nodeset" status web -n team-a --events 5
+
 cat <<MSG
 
 Everything is still running. Try it:
 
   export KUBECONFIG=${KUBECONFIG}
-  export PATH=${bin}:\$PATH
+  export PATH=${root}/bin:${bin}:\$PATH   # kubectl and the kubectl-nodeset plugin
   kubectl get nodesets,nodes -A
+  kubectl nodeset classes -n team-a
+  kubectl nodeset create api -n team-a --class sim-small --replicas 2 --label tier=api
+  kubectl nodeset scale api -n team-a --replicas 3
+  kubectl nodeset status api -n team-a
   kubectl delete node <a web node>      # drained, deprovisioned, replaced
 
 Controller logs: ${run}/*.log

@@ -46,6 +46,7 @@ func Command(streams genericiooptions.IOStreams) *cobra.Command {
   kubectl nodeset status web                   each node's phase, and the last events`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nodeset"},
 	}
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)

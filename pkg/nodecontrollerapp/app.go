@@ -1,0 +1,301 @@
+// Package nodecontrollerapp is the node-controller program: flags, clients,
+// leader election, the built-in drivers (simulated, docker-machine) and the
+// NodeController, NodeClassController and orphan collection on top of them.
+// An out-of-tree driver is a binary that calls Main with its own Driver (see
+// docs/drivers/out-of-tree.md).
+package nodecontrollerapp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/dockermachine"
+	"nodeset.dev/nodeset/drivers/simulated"
+	"nodeset.dev/nodeset/pkg/component"
+	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
+	"nodeset.dev/nodeset/pkg/controller/nodeclass"
+	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/kubeletsim"
+	"nodeset.dev/nodeset/pkg/kubestore"
+)
+
+// builtinDrivers are the drivers every node controller can serve.
+var builtinDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine}
+
+// Driver is a driver a node-controller binary adds to the built-in ones.
+type Driver struct {
+	// Name is the NodeClass spec.driver value it serves.
+	Name string
+	// New makes the driver once the API clients exist.
+	New func(ctx context.Context, clients component.Clients) (drivers.MachineDriver, error)
+}
+
+// Main runs a node controller named name (its user agent, event source and
+// leader-election Lease) with the built-in drivers and extra, and returns
+// the process's exit code. --drivers chooses which are served; it defaults
+// to extra's names, or simulated when there are none.
+func Main(name string, extra ...Driver) int {
+	knownDrivers := append([]string{}, builtinDrivers...)
+	defaultDrivers := []string{nodesetv1alpha1.DriverSimulated}
+	if len(extra) > 0 {
+		defaultDrivers = nil
+	}
+	for _, d := range extra {
+		knownDrivers = append(knownDrivers, d.Name)
+		defaultDrivers = append(defaultDrivers, d.Name)
+	}
+	var (
+		opts         component.Options
+		driverNames  []string
+		cluster      string
+		resync       time.Duration
+		kubelets     kubeletsim.Options
+		kubeletQPS   float32
+		kubeletBurst int
+		dm           dockerMachineOptions
+		orphanEvery  time.Duration
+		orphanAge    time.Duration
+	)
+	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
+	opts.AddFlags(fs, 8)
+	fs.StringSliceVar(&driverNames, "drivers", defaultDrivers, "Drivers to serve, comma-separated. Known: "+strings.Join(knownDrivers, ", ")+".")
+	fs.StringVar(&cluster, "cluster-name", "nodeset", "Cluster name drivers put in the owner tags of machines.")
+	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every Node is reconciled even without changes.")
+	fs.DurationVar(&kubelets.RenewInterval, "simulated-lease-renew-interval", 10*time.Second, "How often simulated kubelets renew their node Lease.")
+	fs.DurationVar(&kubelets.LeaseDuration, "simulated-lease-duration", 40*time.Second, "The node Lease duration simulated kubelets declare.")
+	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
+	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
+	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	fs.DurationVar(&orphanEvery, "orphan-collection-interval", 5*time.Minute, "How often machines that no Node accounts for are looked for. 0 disables orphan collection.")
+	fs.DurationVar(&orphanAge, "orphan-min-age", 10*time.Minute, "How old a machine without a Node must be before it is deleted as an orphan.")
+	fs.StringVar(&dm.namespace, "docker-machine-namespace", "nodeset-system", "Namespace of the Secrets holding docker-machine machine records (the plugins' saved configurations).")
+	fs.StringVar(&dm.storePath, "docker-machine-store-path", "/var/lib/nodeset/docker-machine", "Directory docker-machine plugins keep their files in (SSH keys); keep it on a persistent volume.")
+	fs.StringVar(&dm.apiServerURL, "docker-machine-api-server-url", "", "API server address new docker-machine machines join; the node controller's own by default.")
+	fs.DurationVar(&dm.tokenTTL, "bootstrap-token-ttl", time.Hour, "How long the bootstrap token made for each new machine is valid.")
+	_ = fs.Parse(os.Args[1:])
+
+	registry, sim, err := buildRegistry(driverNames, knownDrivers, extra)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	var nodeLister atomic.Pointer[corelisters.NodeLister]
+	var controller atomic.Pointer[nodecontroller.Controller]
+	metricsRegistry := prometheus.NewRegistry()
+	metrics := nodecontroller.NewMetrics(metricsRegistry, func() corelisters.NodeLister {
+		if l := nodeLister.Load(); l != nil {
+			return *l
+		}
+		return nil
+	})
+	metrics.Initialize(driverNames)
+
+	err = component.Run(opts, component.Process{
+		Name:     name,
+		Registry: metricsRegistry,
+		Ready: func() bool {
+			c := controller.Load()
+			return c != nil && c.HasSynced()
+		},
+		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registry)},
+		Start: func(ctx context.Context, clients component.Clients) error {
+			if _, ok := registry[nodesetv1alpha1.DriverDockerMachine]; ok {
+				driver, err := dm.driver(clients)
+				if err != nil {
+					return err
+				}
+				registry[nodesetv1alpha1.DriverDockerMachine] = driver
+			}
+			for _, d := range extra {
+				if _, ok := registry[d.Name]; !ok {
+					continue
+				}
+				driver, err := d.New(ctx, clients)
+				if err != nil {
+					return fmt.Errorf("driver %s: %w", d.Name, err)
+				}
+				registry[d.Name] = driver
+			}
+			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
+			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
+			nodes := kubeFactory.Core().V1().Nodes()
+			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
+			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
+				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster})
+			if err != nil {
+				return err
+			}
+			classController, err := nodeclass.NewController(clients.Nodeset, classes, registry)
+			if err != nil {
+				return err
+			}
+			lister := nodes.Lister()
+			nodeLister.Store(&lister)
+			var fleet *kubeletsim.Fleet
+			if sim != nil {
+				kubeletConfig := rest.CopyConfig(clients.Config)
+				kubeletConfig.QPS, kubeletConfig.Burst = kubeletQPS, kubeletBurst
+				kubeletConfig.UserAgent = "nodeset-simulated-kubelet"
+				kubeletClient, err := kubernetes.NewForConfig(kubeletConfig)
+				if err != nil {
+					return err
+				}
+				fleet = kubeletsim.New(kubeletClient, lister, sim, kubelets)
+				if err := fleet.FinishPods(kubeFactory.Core().V1().Pods()); err != nil {
+					return err
+				}
+			}
+			kubeFactory.Start(ctx.Done())
+			nodesetFactory.Start(ctx.Done())
+			defer kubeFactory.Shutdown()
+			defer nodesetFactory.Shutdown()
+			if !c.WaitForCacheSync(ctx) {
+				return ctx.Err()
+			}
+			if sim != nil {
+				adoptSimulatedMachines(ctx, sim, lister, classes.Lister().Get)
+				go fleet.Run(ctx)
+			}
+			go func() {
+				if err := classController.Run(ctx, 2); err != nil {
+					klog.FromContext(ctx).Error(err, "NodeClassController stopped")
+				}
+			}()
+			if orphanEvery > 0 {
+				go c.RunOrphanCollection(ctx, orphanEvery, orphanAge)
+			}
+			controller.Store(c)
+			return c.Run(ctx, opts.Workers)
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func buildRegistry(names, knownDrivers []string, extra []Driver) (drivers.Registry, *simulated.Driver, error) {
+	registry := drivers.Registry{}
+	var sim *simulated.Driver
+	for _, name := range names {
+		switch strings.TrimSpace(name) {
+		case nodesetv1alpha1.DriverSimulated:
+			sim = simulated.New(nil)
+			registry[name] = sim
+		case nodesetv1alpha1.DriverDockerMachine:
+			registry[name] = nil // needs the clients: made in Start
+		default:
+			if slices.ContainsFunc(extra, func(d Driver) bool { return d.Name == name }) {
+				registry[name] = nil // made in Start
+				continue
+			}
+			return nil, nil, fmt.Errorf("unknown driver %q in --drivers; known drivers: %s", name, strings.Join(knownDrivers, ", "))
+		}
+	}
+	if len(registry) == 0 {
+		return nil, nil, fmt.Errorf("--drivers is empty; known drivers: %s", strings.Join(knownDrivers, ", "))
+	}
+	return registry, sim, nil
+}
+
+type dockerMachineOptions struct {
+	namespace, storePath, apiServerURL string
+	tokenTTL                           time.Duration
+}
+
+// driver makes the docker-machine driver, with its records in Secrets and a
+// bootstrap token per machine.
+func (o dockerMachineOptions) driver(clients component.Clients) (*dockermachine.Driver, error) {
+	if err := os.MkdirAll(o.storePath, 0o700); err != nil {
+		return nil, fmt.Errorf("--docker-machine-store-path: %w", err)
+	}
+	tokens, err := kubestore.NewBootstrapTokens(clients.Kube, clients.Config, o.apiServerURL, o.tokenTTL)
+	if err != nil {
+		return nil, err
+	}
+	return dockermachine.New(dockermachine.Options{
+		Store:     kubestore.MachineRecords{Client: clients.Kube, Namespace: o.namespace},
+		Joiner:    tokens,
+		StorePath: o.storePath,
+	}), nil
+}
+
+// adoptSimulatedMachines rebuilds the simulated machines of a restarted node
+// controller from the Nodes that carry a simulated providerID.
+func adoptSimulatedMachines(ctx context.Context, sim *simulated.Driver, nodes corelisters.NodeLister, class func(string) (*nodesetv1alpha1.NodeClass, error)) {
+	all, err := nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	adopted := 0
+	for _, n := range all {
+		name, err := simulated.NameFromProviderID(n.Spec.ProviderID)
+		if err != nil || name != n.Name {
+			continue
+		}
+		machineClass := drivers.Class{Name: n.Labels[nodesetv1alpha1.LabelNodeClass]}
+		if c, err := class(machineClass.Name); err == nil {
+			machineClass.Spec = c.Spec
+		}
+		created := n.CreationTimestamp.Time
+		if t, err := time.Parse(time.RFC3339, n.Annotations[nodesetv1alpha1.AnnotationMachineCreated]); err == nil {
+			created = t
+		}
+		sim.Adopt(name, created, machineClass)
+		adopted++
+	}
+	klog.FromContext(ctx).Info("Adopted simulated machines from their Nodes", "count", adopted)
+}
+
+// machineEntry is one line of /debug/machines.
+type machineEntry struct {
+	Driver     string `json:"driver"`
+	Name       string `json:"name"`
+	ProviderID string `json:"providerID"`
+	State      string `json:"state"`
+}
+
+// machinesHandler lists every machine of the served machine drivers, for
+// operators and tests.
+func machinesHandler(registry drivers.Registry) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := []machineEntry{}
+		for name := range registry {
+			driver, ok := registry.Machine(name)
+			if !ok {
+				continue
+			}
+			machines, err := driver.List(r.Context())
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			for _, m := range machines {
+				out = append(out, machineEntry{Driver: name, Name: m.Name, ProviderID: m.ProviderID, State: string(m.State)})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
