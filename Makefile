@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all build image generate verify test test-unit test-deps kube-binaries demo demo-down local-up local-down bench clean
+.PHONY: all build image generate verify test test-unit test-deps test-reliability kube-binaries demo demo-down local-up local-down bench clean
 
 all: build
 
@@ -44,6 +44,11 @@ test-deps:
 ## test: every test, the real-control-plane ones included
 test: kube-binaries test-deps
 	NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test $(TEST_FLAGS) ./...
+
+## test-reliability: the long crash sequences (0 -> 50 -> 10 -> 40 -> 0, 24 SIGKILLs, a new seed each run;
+## replay one with NODESET_CRASH_SEED=...), for the simulated and docker-machine drivers: about 10 minutes
+test-reliability: kube-binaries test-deps
+	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence' ./test/e2e/lifecycle/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go'
 
 ## test-unit: only the tests that need no control plane
 test-unit:

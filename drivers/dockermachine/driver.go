@@ -47,6 +47,10 @@ type Record struct {
 	Config []byte
 	// Created is false while the plugin's Create has not returned.
 	Created bool
+	// Provisioned is false until the join script ran over SSH (always true
+	// for classes that join by user data or not at all), so a crash in
+	// between runs it again.
+	Provisioned bool
 	// CreatedAt is when the record was first written, as Unix seconds.
 	CreatedAt int64
 }
@@ -308,14 +312,17 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 	providerID := ProviderID(dm.DriverName, machine.Name)
 	record, err := d.store.Get(ctx, machine.Name)
 	switch {
-	case err == nil && record.Created:
+	case err == nil && record.Created && record.Provisioned:
 		return providerID, nil
+	case err == nil && record.Created:
+		// Made, but the join script did not finish: run it again.
+		return providerID, d.resumeProvisioning(ctx, machine, dm, record)
 	case err == nil:
 		// A Create was in flight when the node controller stopped: if the
 		// plugin sees the machine, it was made.
 		if st, err := d.state(ctx, record); err == nil && st != state.None && st != state.Error {
 			record.Created = true
-			return providerID, d.store.Put(ctx, record)
+			return providerID, d.resumeProvisioning(ctx, machine, dm, record)
 		}
 	case !errors.Is(err, drivers.ErrNotFound):
 		return "", err
@@ -356,18 +363,50 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 			return err
 		}
 		record.Created = true
+		record.Provisioned = !joinsOverSSH(dm)
 		if err := d.store.Put(ctx, record); err != nil {
 			return fmt.Errorf("saving machine %s: %w", machine.Name, err)
 		}
-		if dm.Provisioning != nil && dm.Provisioning.Method == nodesetv1alpha1.ProvisioningSSH {
-			return d.provisionSSH(ctx, p, machine.Name, join)
+		if !joinsOverSSH(dm) {
+			return nil
 		}
-		return nil
+		if err := d.provisionSSH(ctx, p, machine.Name, join); err != nil {
+			return err
+		}
+		record.Provisioned = true
+		return d.store.Put(ctx, record)
 	})
 	if err != nil {
 		return "", err
 	}
 	return providerID, nil
+}
+
+func joinsOverSSH(dm *nodesetv1alpha1.DockerMachine) bool {
+	return dm.Provisioning != nil && dm.Provisioning.Method == nodesetv1alpha1.ProvisioningSSH
+}
+
+// resumeProvisioning finishes a machine made before a crash: it runs the
+// join script over SSH again (join scripts must be idempotent), with a new
+// bootstrap token, and records the machine provisioned.
+func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine, dm *nodesetv1alpha1.DockerMachine, record Record) error {
+	if !joinsOverSSH(dm) {
+		record.Provisioned = true
+		return d.store.Put(ctx, record)
+	}
+	join, cleanup, err := d.prepareJoin(ctx, machine, dm)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	err = d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
+		return d.provisionSSH(ctx, p, machine.Name, join)
+	})
+	if err != nil {
+		return err
+	}
+	record.Provisioned = true
+	return d.store.Put(ctx, record)
 }
 
 func (d *Driver) state(ctx context.Context, record Record) (state.State, error) {

@@ -362,11 +362,20 @@ func TestSSHProvisioning(t *testing.T) {
 		"web-s2 https://127.0.0.1:6443 abcdef.0123456789abcdef",
 	}, joined)
 
-	// A failing script fails Create, naming the machine, and leaves a
-	// recorded machine for Delete.
+	// A failing script fails Create, naming the machine; the next Create
+	// runs it again on the same machine (as after a crash mid-provisioning).
+	script := class.Spec.DockerMachine.Provisioning.Script
 	class.Spec.DockerMachine.Provisioning.Script = "exit 3"
 	_, err = d.Create(ctx, drivers.Machine{Name: "web-s3", Class: class})
 	require.ErrorContains(t, err, "machine web-s3: the join script failed over SSH")
+	class.Spec.DockerMachine.Provisioning.Script = script
+	_, err = d.Create(ctx, drivers.Machine{Name: "web-s3", Class: class})
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(out, "joined-web-s3"))
+	require.NoError(t, err, "the join script ran on the retry")
+	machines, err := fakeplugin.Machines(dir)
+	require.NoError(t, err)
+	assert.Len(t, machines, 3, "on the machine made the first time, not a new one")
 	require.NoError(t, d.Delete(ctx, class, "web-s3"))
 	assertNoPluginLeft(t)
 }

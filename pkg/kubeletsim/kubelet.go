@@ -160,6 +160,13 @@ func (f *Fleet) Run(ctx context.Context) {
 	}
 }
 
+// AnnotationNotReady on a simulated machine's Node makes its kubelet report
+// Ready=False with the annotation's value as the message, as a real kubelet
+// does when its container runtime fails; removing it makes it Ready again.
+const AnnotationNotReady = "simulated.nodeset.dev/not-ready"
+
+func wantsReady(node *corev1.Node) bool { return node.Annotations[AnnotationNotReady] == "" }
+
 // reconcile schedules the status posts, Lease renewals and Lease deletions that are due.
 func (f *Fleet) reconcile(ctx context.Context) {
 	now := time.Now()
@@ -185,7 +192,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		if k.busy {
 			continue
 		}
-		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || !nodeutil.IsReady(node)
+		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || nodeutil.IsReady(node) != wantsReady(node)
 		renew := !now.Before(k.nextRenew)
 		if !postStatus && !renew {
 			continue
@@ -303,9 +310,13 @@ func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Ti
 			return err
 		}
 	}
+	ready, reason, message := corev1.ConditionTrue, "KubeletReady", "simulated kubelet is posting ready status"
+	if !wantsReady(node) {
+		ready, reason, message = corev1.ConditionFalse, "KubeletNotReady", node.Annotations[AnnotationNotReady]
+	}
 	readySince := metav1.NewTime(now)
 	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+		if c.Type == corev1.NodeReady && c.Status == ready {
 			readySince = c.LastTransitionTime
 		}
 	}
@@ -321,7 +332,7 @@ func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Ti
 			condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
 			condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
 			condition(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-			condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "simulated kubelet is posting ready status"),
+			condition(corev1.NodeReady, ready, reason, message),
 		},
 		Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: internalIP(m.Name)},

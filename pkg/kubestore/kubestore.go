@@ -37,6 +37,7 @@ const (
 	keyConfig    = "config.json"
 	keyPlugin    = "plugin"
 	keyCreated   = "created"
+	keyProvision = "provisioned"
 	keyCreatedAt = "createdAt"
 )
 
@@ -78,6 +79,8 @@ func recordFrom(secret *corev1.Secret) (dockermachine.Record, error) {
 		Plugin:  string(secret.Data[keyPlugin]),
 		Config:  secret.Data[keyConfig],
 		Created: string(secret.Data[keyCreated]) == "true",
+		// Records written before provisioning was tracked were provisioned.
+		Provisioned: string(secret.Data[keyProvision]) != "false",
 	}
 	r.CreatedAt, _ = strconv.ParseInt(string(secret.Data[keyCreatedAt]), 10, 64)
 	if owner := secret.Annotations[AnnotationOwner]; owner != "" {
@@ -106,6 +109,7 @@ func (s MachineRecords) Put(ctx context.Context, r dockermachine.Record) error {
 			keyConfig:    r.Config,
 			keyPlugin:    []byte(r.Plugin),
 			keyCreated:   []byte(strconv.FormatBool(r.Created)),
+			keyProvision: []byte(strconv.FormatBool(r.Provisioned)),
 			keyCreatedAt: []byte(strconv.FormatInt(r.CreatedAt, 10)),
 		},
 	}

@@ -74,6 +74,7 @@ func Main(name string, extra ...Driver) int {
 		dm           dockerMachineOptions
 		orphanEvery  time.Duration
 		orphanAge    time.Duration
+		remediation  nodecontroller.RemediationOptions
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
@@ -85,6 +86,9 @@ func Main(name string, extra ...Driver) int {
 	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
 	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
 	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	fs.DurationVar(&remediation.UnhealthyTimeout, "unhealthy-timeout", 5*time.Minute, "How long a registered Node of a NodeSet may be NotReady before it is replaced. 0 never replaces registered Nodes.")
+	fs.IntVar(&remediation.MaxUnhealthyPercent, "max-unhealthy-percent", 20, "Unhealthy and unregistered Nodes of a NodeSet are replaced only while they are at most this percentage of its replicas (rounded up, at least 1).")
+	fs.IntVar(&remediation.MaxUnhealthy, "max-unhealthy", 10, "And at most this many.")
 	fs.DurationVar(&orphanEvery, "orphan-collection-interval", 5*time.Minute, "How often machines that no Node accounts for are looked for. 0 disables orphan collection.")
 	fs.DurationVar(&orphanAge, "orphan-min-age", 10*time.Minute, "How old a machine without a Node must be before it is deleted as an orphan.")
 	fs.StringVar(&dm.namespace, "docker-machine-namespace", "nodeset-system", "Namespace of the Secrets holding docker-machine machine records (the plugins' saved configurations).")
@@ -140,7 +144,7 @@ func Main(name string, extra ...Driver) int {
 			nodes := kubeFactory.Core().V1().Nodes()
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
-				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster})
+				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation})
 			if err != nil {
 				return err
 			}

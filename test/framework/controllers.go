@@ -86,7 +86,7 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeHealthPort),
 		"--simulated-lease-renew-interval=2s",
-		"--orphan-collection-interval=2s", "--orphan-min-age=10s",
+		"--orphan-collection-interval=2s", "--orphan-min-age=10s", "--unhealthy-timeout=3s",
 		"--workers=8", "-v=2",
 	}, leaderElection...), opts.NodeArgs...),
 		Env: []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}}

@@ -1,7 +1,11 @@
 package framework
 
 import (
+	"time"
+
 	"context"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"path/filepath"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -86,5 +90,22 @@ func BindTenant(ctx context.Context, cp *ControlPlane, user, namespace string) e
 			return err
 		}
 	}
-	return nil
+	// The authorizer sees new bindings through its informers: wait until it
+	// lets the user do what the bindings grant.
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, attrs := range []authorizationv1.ResourceAttributes{
+			{Namespace: namespace, Verb: "create", Group: "nodeset.dev", Resource: "nodesets"},
+			{Namespace: namespace, Verb: "list", Resource: "events"},
+		} {
+			review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+			if err != nil {
+				return false, err
+			}
+			if !review.Status.Allowed {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }

@@ -20,6 +20,9 @@ const (
 
 	// FinalizerTermination holds a Node until its machine has been drained and deprovisioned.
 	FinalizerTermination = "nodeset.dev/termination"
+	// AnnotationRemediated marks a Node deleted because it was unhealthy or
+	// never registered; such Nodes count toward the remediation cap until gone.
+	AnnotationRemediated = "nodeset.dev/remediated"
 	// AnnotationDrainFinished records on a deleted Node that its drain finished
 	// (or gave up), so the machine goes next, also after a restart.
 	AnnotationDrainFinished = "nodeset.dev/drain-finished"
@@ -75,4 +78,8 @@ const (
 	NodeSetProgressing = "Progressing"
 	// NodeSetReplicaFailure: a node could not be created or its machine not provisioned.
 	NodeSetReplicaFailure = "ReplicaFailure"
+	// NodeSetRemediationAllowed: False while more of the set's nodes are
+	// unhealthy than the node controller replaces automatically. Written by
+	// the node controller.
+	NodeSetRemediationAllowed = "RemediationAllowed"
 )

@@ -23,6 +23,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 )
@@ -52,6 +53,11 @@ type Options struct {
 	// Evict posts one pod eviction; when nil, a POST to the eviction
 	// subresource that returns a refusal at once instead of retrying it.
 	Evict func(ctx context.Context, pod *corev1.Pod) error
+	// NodeSets writes the NodeSets' RemediationAllowed condition; without it
+	// the cap still holds but is only reported in Events.
+	NodeSets versioned.Interface
+	// Remediation caps the replacement of unhealthy Nodes.
+	Remediation RemediationOptions
 }
 
 // Controller provisions, registers, drains and deprovisions the machines behind Nodes.

@@ -198,32 +198,23 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		c.recorder.Event(node, corev1.EventTypeNormal, ReasonRegistered, "The kubelet reports Ready; startup taint removed")
 		return nil
 	}
-	timeout := defaultRegistrationTimeout
-	if class.Spec.RegistrationTimeout != nil {
-		timeout = class.Spec.RegistrationTimeout.Duration
+	if !nodeutil.HasStartupTaint(node) {
+		// Registered once, NotReady now.
+		return c.replaceUnhealthy(ctx, node, class)
 	}
-	created, ok := machineCreated(node)
-	if !ok {
-		created = node.CreationTimestamp.Time
-	}
-	if wait := created.Add(timeout).Sub(c.opts.Now()); wait > 0 {
-		c.queue.AddAfter(node.Name, wait)
+	timeout := registrationTimeout(class)
+	if overdue, _ := c.unhealthyFor(node, class); overdue < 0 {
+		c.queue.AddAfter(node.Name, -overdue)
 		return nil
 	}
-	logger := klog.FromContext(ctx)
 	msg := fmt.Sprintf("The machine did not register within %s; replacing it", timeout)
-	c.recorder.Event(node, corev1.EventTypeWarning, ReasonRegistrationTimeout, msg)
-	logger.Info("Registration timed out; replacing", "timeout", timeout)
 	if node.Labels[nodesetv1alpha1.LabelNodeSet] != "" {
 		// The NodeSetController makes the replacement; the deletion path
 		// deprovisions this machine.
-		uid := node.UID
-		err := c.kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
+		return c.remediate(ctx, node, class, ReasonRegistrationTimeout, msg)
 	}
+	c.recorder.Event(node, corev1.EventTypeWarning, ReasonRegistrationTimeout, msg)
+	klog.FromContext(ctx).Info("Registration timed out; replacing the machine", "timeout", timeout)
 	// A static node stays: remove its machine and provision a new one.
 	start := c.opts.Now()
 	err := driver.Delete(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}, node.Name)

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -69,8 +70,8 @@ func TestKubectlPlugin(t *testing.T) {
 		wantOut string
 		wantErr []string
 	}{
-		{"create", []string{"create", "web", "--class", "plugin-sim", "--replicas", "2", "--label", "tier=web",
-			"--taint", "dedicated=web:NoSchedule", "--set", "instanceType=sim.large"}, "nodeset.nodeset.dev/web created\n", nil},
+		{"create", []string{"create", "cli", "--class", "plugin-sim", "--replicas", "2", "--label", "tier=web",
+			"--taint", "dedicated=web:NoSchedule", "--set", "instanceType=sim.large"}, "nodeset.nodeset.dev/cli created\n", nil},
 		{"server dry run", []string{"create", "dry", "--class", "plugin-sim", "--dry-run=server"}, "nodeset.nodeset.dev/dry created (server dry run)\n", nil},
 		{"wrong class", []string{"create", "lost", "--class", "no-such-class"}, "",
 			[]string{"Error from server (NodeClassNotFound):", `NodeClass "no-such-class" does not exist`}},
@@ -82,9 +83,9 @@ func TestKubectlPlugin(t *testing.T) {
 			[]string{"error:", `unknown field "instanceTyp"`}},
 		{"bad taint", []string{"create", "t", "--class", "plugin-sim", "--taint", "dedicated"}, "",
 			[]string{"error:", "want key[=value]:Effect"}},
-		{"no permission", []string{"create", "web", "--class", "plugin-sim", "-n", "kube-system"}, "",
+		{"no permission", []string{"create", "cli", "--class", "plugin-sim", "-n", "kube-system"}, "",
 			[]string{"Error from server (Forbidden):", `User "tenant-a" cannot create resource "nodesets" in API group "nodeset.dev" in the namespace "kube-system"`}},
-		{"scale", []string{"scale", "web", "--replicas", "3"}, "nodeset.nodeset.dev/web scaled\n", nil},
+		{"scale", []string{"scale", "cli", "--replicas", "3"}, "nodeset.nodeset.dev/cli scaled\n", nil},
 		{"scale a missing NodeSet", []string{"scale", "nope", "--replicas", "3"}, "",
 			[]string{"Error from server (NotFound):", `nodesets.nodeset.dev "nope" not found`}},
 	}
@@ -101,7 +102,7 @@ func TestKubectlPlugin(t *testing.T) {
 			}
 		})
 	}
-	web, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+	web, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "cli", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int32(3), *web.Spec.Replicas)
 	assert.Equal(t, map[string]string{"tier": "web"}, web.Spec.Template.Labels)
@@ -123,25 +124,32 @@ func TestKubectlPlugin(t *testing.T) {
 	require.NoError(t, err, "the printed NodeSet is accepted as it is:\n%s", out)
 
 	// Status: each node's phase, and the events.
-	eventually(t, 2*time.Minute, "3 nodes", converged(c, t, ns, "web", 3))
-	out, errText = plugin(t, framework.AdminName, "-n", ns, "status", "web")
+	eventually(t, 2*time.Minute, "3 nodes", converged(c, t, ns, "cli", 3))
+	out, errText = plugin(t, framework.AdminName, "-n", ns, "status", "cli")
 	require.Empty(t, errText)
-	assert.Contains(t, out, "NodeSet "+ns+"/web (class plugin-sim): 3 desired, 3 current, 3 ready")
+	assert.Contains(t, out, "NodeSet "+ns+"/cli (class plugin-sim): 3 desired, 3 current, 3 ready")
 	assert.Equal(t, 3, strings.Count(out, " ready "), out)
 	assert.Contains(t, out, "SuccessfulCreate")
-	out, errText = plugin(t, "tenant-a", "-n", ns, "status", "web")
+	out, errText = plugin(t, "tenant-a", "-n", ns, "status", "cli")
 	require.Empty(t, errText)
 	assert.Contains(t, out, "Nodes: not visible to you", "tenants may not list Nodes")
 	assert.Contains(t, out, "SuccessfulCreate", "but see their NodeSet's events")
 
 	// A node being drained shows as draining.
-	nodes, err := setNodes(ctx, t, ns, "web")
+	nodes, err := setNodes(ctx, t, ns, "cli")
 	require.NoError(t, err)
 	guardedPod(t, ns, "blocker", nodes[0].Name, "blocker")
 	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, nodes[0].Name, metav1.DeleteOptions{}))
 	eventually(t, time.Minute, "draining shown", func(context.Context) (bool, string) {
-		out, _ := plugin(t, framework.AdminName, "-n", ns, "status", "web")
+		out, _ := plugin(t, framework.AdminName, "-n", ns, "status", "cli")
 		return strings.Contains(out, nodes[0].Name+"   draining"), out
 	})
 	require.NoError(t, kube.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "blocker", metav1.DeleteOptions{}))
+	for _, name := range []string{"cli", "from-yaml"} {
+		require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, name, metav1.DeleteOptions{}))
+	}
+	eventually(t, 2*time.Minute, "the nodes gone", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "cli")
+		return err == nil && len(nodes) == 0, fmt.Sprintf("%d nodes, %v", len(nodes), err)
+	})
 }
