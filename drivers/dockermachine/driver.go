@@ -433,7 +433,18 @@ func (d *Driver) Delete(ctx context.Context, _ drivers.Class, name string) error
 		if _, err := p.GetState(); err != nil && !record.Created {
 			return nil // Create never finished and the plugin does not know the machine
 		}
-		return p.Remove()
+		removeErr := p.Remove()
+		if removeErr == nil {
+			return nil
+		}
+		// An earlier Remove may have succeeded just before the node
+		// controller stopped, leaving the record: a plugin that says the
+		// machine does not exist has nothing left to remove.
+		if _, stateErr := p.GetState(); stateErr != nil && machineGone(stateErr) {
+			klog.FromContext(ctx).Info("Plugin no longer knows the machine; forgetting its record", "machine", name, "removeError", removeErr.Error(), "stateError", stateErr.Error())
+			return nil
+		}
+		return removeErr
 	})
 	if err != nil {
 		return fmt.Errorf("plugin %s removing machine %s: %w", BinaryName(record.Plugin), name, err)
@@ -442,6 +453,21 @@ func (d *Driver) Delete(ctx context.Context, _ drivers.Class, name string) error
 		return err
 	}
 	return d.store.Delete(ctx, name)
+}
+
+// goneMarkers are what plugins say when asked about a machine that does not
+// exist. Over the plugin RPC every error is only text, so this is all there
+// is to tell "gone" from "could not ask" (which keeps the record).
+var goneMarkers = []string{"not found", "does not exist", "doesn't exist", "no such", "notfound", "not exist"}
+
+func machineGone(err error) bool {
+	msg := strings.ToLower(err.Error())
+	for _, m := range goneMarkers {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // Get reports the machine's state as its plugin sees it.

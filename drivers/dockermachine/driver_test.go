@@ -58,6 +58,9 @@ type memStore struct {
 	records  map[string]Record
 	failPut  int
 	failList bool
+	// failDelete fails the next Delete, as a node controller that stops
+	// between the plugin's Remove and the record's deletion.
+	failDelete bool
 }
 
 func newMemStore() *memStore { return &memStore{records: map[string]Record{}} }
@@ -88,6 +91,10 @@ func (s *memStore) Put(_ context.Context, r Record) error {
 func (s *memStore) Delete(_ context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failDelete {
+		s.failDelete = false
+		return errors.New("store unavailable")
+	}
 	delete(s.records, name)
 	return nil
 }
@@ -378,4 +385,53 @@ func TestSSHProvisioning(t *testing.T) {
 	assert.Len(t, machines, 3, "on the machine made the first time, not a new one")
 	require.NoError(t, d.Delete(ctx, class, "web-s3"))
 	assertNoPluginLeft(t)
+}
+
+func TestCrashBetweenRemoveAndForget(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, nil)
+	_, err := d.Create(ctx, drivers.Machine{Name: "m1", Class: class})
+	require.NoError(t, err)
+
+	// The plugin removed the machine; the record outlived it.
+	store.failDelete = true
+	require.Error(t, d.Delete(ctx, class, "m1"))
+	machines, _ := fakeplugin.Machines(dir)
+	require.Empty(t, machines)
+	require.Contains(t, store.records, "m1")
+	// The next Delete: the plugin's Remove fails (the machine is gone), its
+	// GetState says so, and the record goes.
+	require.NoError(t, d.Delete(ctx, class, "m1"))
+	assert.NotContains(t, store.records, "m1")
+
+	// A Remove that fails while the plugin still sees the machine keeps
+	// the record: nothing is forgotten that might still run.
+	_, err = d.Create(ctx, drivers.Machine{Name: "m2", Class: class})
+	require.NoError(t, err)
+	stuck := filepath.Join(dir, "m2.json")
+	require.NoError(t, os.Remove(stuck))
+	require.NoError(t, os.MkdirAll(filepath.Join(stuck, "busy"), 0o755)) // os.Remove fails on it; Stat succeeds
+	err = d.Delete(ctx, class, "m2")
+	require.ErrorContains(t, err, "removing machine m2")
+	assert.Contains(t, store.records, "m2")
+	require.NoError(t, os.RemoveAll(stuck))
+	require.NoError(t, d.Delete(ctx, class, "m2"))
+	assert.NotContains(t, store.records, "m2")
+	assertNoPluginLeft(t)
+}
+
+func TestMachineGone(t *testing.T) {
+	for msg, gone := range map[string]bool{
+		"fake: machine m1 not found":                           true,
+		"Error: instance i-123 does not exist":                 true,
+		"InvalidInstanceID.NotFound: The instance ID is bogus": true,
+		"open /var/lib/x.json: no such file or directory":      true,
+		"RequestLimitExceeded: Request limit exceeded":         false,
+		"dial tcp 10.0.0.1:443: connection refused":            false,
+		"unexpected EOF": false,
+	} {
+		assert.Equal(t, gone, machineGone(errors.New(msg)), msg)
+	}
 }

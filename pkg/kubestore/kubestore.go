@@ -19,9 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/dockermachine"
 )
@@ -97,11 +99,19 @@ func (s MachineRecords) Put(ctx context.Context, r dockermachine.Record) error {
 	if err != nil {
 		return err
 	}
+	labels := map[string]string{LabelMachineDriver: "docker-machine"}
+	// The owner's labels (as on its Nodes) let people and tests select a
+	// NodeSet's records; values that are not valid labels are left out.
+	for key, value := range map[string]string{nodesetv1alpha1.LabelNodeSetNamespace: r.Owner.Namespace, nodesetv1alpha1.LabelNodeSet: r.Owner.Name} {
+		if value != "" && len(validation.IsValidLabelValue(value)) == 0 {
+			labels[key] = value
+		}
+	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        secretName(r.Name),
 			Namespace:   s.Namespace,
-			Labels:      map[string]string{LabelMachineDriver: "docker-machine"},
+			Labels:      labels,
 			Annotations: map[string]string{AnnotationMachine: r.Name, AnnotationOwner: string(owner)},
 		},
 		Type: corev1.SecretTypeOpaque,

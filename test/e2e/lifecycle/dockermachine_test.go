@@ -128,7 +128,7 @@ func TestDockerMachineLifecycle(t *testing.T) {
 		assert.Equal(t, 4, m.CPUs, name)
 		assert.Equal(t, dmCredential, m.Token, "%s got its credential option from the Secret", name)
 	}
-	records, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver})
+	records, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver + "," + nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
 	require.NoError(t, err)
 	assert.Len(t, records.Items, 2, "a record per machine")
 	tokens, err := kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"})
@@ -167,7 +167,7 @@ func TestDockerMachineLifecycle(t *testing.T) {
 	// soon as a new machine's record is written, then restart it.
 	scale(t, ns, "web", 3)
 	eventually(t, time.Minute, "a new machine record", func(ctx context.Context) (bool, string) {
-		list, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver})
+		list, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver + "," + nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -183,7 +183,7 @@ func TestDockerMachineLifecycle(t *testing.T) {
 		if m := pluginMachines(t, machineDir); len(m) > 0 {
 			return false, fmt.Sprintf("machines left: %v", m)
 		}
-		list, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver})
+		list, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver + "," + nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
 		if err != nil || len(list.Items) > 0 {
 			return false, fmt.Sprintf("records left: %v %v", len(list.Items), err)
 		}
