@@ -41,6 +41,7 @@ func main() {
 
 	var controller atomic.Pointer[nodesetcontroller.Controller]
 	var setLister atomic.Pointer[listers.NodeSetLister]
+	synced := make(chan struct{})
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(nodesetcontroller.NewReplicasCollector(func() listers.NodeSetLister {
 		if l := setLister.Load(); l != nil {
@@ -55,7 +56,10 @@ func main() {
 			c := controller.Load()
 			return c != nil && c.HasSynced()
 		},
-		Start: func(ctx context.Context, clients component.Clients) error {
+		// Every replica keeps the caches and answers the webhook and
+		// cluster-autoscaler, whichever a Service sends them to; only the
+		// leader runs the controller's workers.
+		Serve: func(ctx context.Context, clients component.Clients) error {
 			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
 			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
 			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
@@ -65,28 +69,42 @@ func main() {
 			if err != nil {
 				return err
 			}
-			controller.Store(c)
 			lister := nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister()
 			setLister.Store(&lister)
-			server := autoscaler.NewServer(clients.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
+			// cluster-autoscaler's writes are its own requests, made with
+			// optimistic concurrency: any replica may make them.
+			server := autoscaler.NewServer(clients.Unfenced.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
 				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister())
 			kubeFactory.Start(ctx.Done())
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()
 			defer nodesetFactory.Shutdown()
 			if !c.WaitForCacheSync(ctx) {
-				return ctx.Err()
+				return nil // shutting down
 			}
-			// The controller and the servers run together; the first to stop stops the process.
-			errs := make(chan error, 3)
-			go func() { errs <- c.Run(ctx, opts.Workers) }()
+			controller.Store(c)
+			close(synced)
+			errs := make(chan error, 2)
 			if serving.BindAddress != "" {
 				go func() { errs <- serving.Serve(ctx, server) }()
 			}
 			if webhook.BindAddress != "" {
 				go func() { errs <- webhook.Serve(ctx, c) }()
 			}
-			return <-errs
+			select {
+			case err := <-errs:
+				return err
+			case <-ctx.Done():
+				return nil
+			}
+		},
+		Start: func(ctx context.Context, clients component.Clients) error {
+			select {
+			case <-synced:
+			case <-ctx.Done():
+				return nil
+			}
+			return controller.Load().Run(ctx, opts.Workers)
 		},
 	})
 	if err != nil {

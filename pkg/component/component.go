@@ -81,6 +81,19 @@ type Clients struct {
 	Nodeset versioned.Interface
 	// Recorder records Events as the named component.
 	Recorder record.EventRecorder
+	// Identity is this replica's leader-election identity; the user agent of
+	// every client ends with "replica/<Identity>".
+	Identity string
+	// Unfenced are clients whose writes go out whether or not this replica
+	// leads: for servers that write on behalf of their callers (the
+	// autoscaler API), never for controllers.
+	Unfenced UnfencedClients
+}
+
+// UnfencedClients write without leading.
+type UnfencedClients struct {
+	Kube    kubernetes.Interface
+	Nodeset versioned.Interface
 }
 
 // Process describes one binary for Run.
@@ -90,11 +103,19 @@ type Process struct {
 	// Registry is where the binary's own metrics are registered; Run adds
 	// the Go, process and workqueue collectors.
 	Registry *prometheus.Registry
-	// Ready reports, once leading, whether the controller's caches are synced.
+	// Ready reports, once leading (and, for a Process that Serves, also on a
+	// standby), whether the caches are synced.
 	Ready func() bool
 	// DebugHandlers are served on the health-probe address (e.g. /debug/machines).
 	DebugHandlers map[string]http.Handler
-	// Start runs the controllers of the leader until ctx is done.
+	// Serve, when set, runs on every replica, leader or standby, from start
+	// to shutdown: caches and the servers that answer from them (webhooks,
+	// APIs for other programs), so that whichever replica a Service picks
+	// answers. Controllers' writes belong in Start.
+	Serve func(ctx context.Context, clients Clients) error
+	// Start runs the controllers of the leader until ctx is done. With
+	// leader election the clients are fenced: their writes are refused (with
+	// a NotLeadingError) unless this replica leads on a current lease.
 	Start func(ctx context.Context, clients Clients) error
 }
 
@@ -111,21 +132,33 @@ func Run(o Options, p Process) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	cfg = rest.AddUserAgent(cfg, p.Name)
-	kube, err := kubernetes.NewForConfig(cfg)
+	hostname, _ := os.Hostname()
+	identity := hostname + "_" + utilrand.String(8)
+	// The replica's identity in the user agent tells replicas apart in the
+	// API server's audit log; the field manager stays the component's name.
+	cfg = rest.AddUserAgent(cfg, p.Name+" replica/"+identity)
+	unfenced, err := newClients(cfg)
 	if err != nil {
 		return err
 	}
-	nodesetClient, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		return err
+	var writes *fence
+	fenced := unfenced
+	if o.LeaderElect {
+		writes = newFence(identity, o.RenewDeadline)
+		fencedCfg := rest.CopyConfig(cfg)
+		fencedCfg.Wrap(writes.roundTripper)
+		if fenced, err = newClients(fencedCfg); err != nil {
+			return err
+		}
 	}
 	utilRuntimeScheme()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: fenced.Kube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	clients := Clients{Config: cfg, Kube: kube, Nodeset: nodesetClient,
-		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name})}
+	clients := Clients{Config: fenced.Config, Kube: fenced.Kube, Nodeset: fenced.Nodeset,
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
+		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity}
+	kube := unfenced.Kube
 
 	if p.Registry == nil {
 		p.Registry = prometheus.NewRegistry()
@@ -136,7 +169,9 @@ func Run(o Options, p Process) error {
 	var leading, standby atomic.Bool
 	ready := func() bool {
 		if standby.Load() {
-			return true // a standby is healthy and ready to take over
+			// A standby is ready to take over; one that serves must also
+			// be ready to answer.
+			return p.Serve == nil || p.Ready == nil || p.Ready()
 		}
 		return leading.Load() && (p.Ready == nil || p.Ready())
 	}
@@ -184,6 +219,14 @@ func Run(o Options, p Process) error {
 		}()
 	}
 
+	if p.Serve != nil {
+		go func() {
+			if err := p.Serve(ctx, clients); err != nil {
+				logger.Error(err, "Serving stopped with an error")
+				os.Exit(1)
+			}
+		}()
+	}
 	run := func(ctx context.Context) {
 		leading.Store(true)
 		standby.Store(false)
@@ -203,13 +246,12 @@ func Run(o Options, p Process) error {
 			logger.Error(err, "Cannot create the leader-election namespace", "namespace", o.LeaderElectionNamespace)
 		}
 	}
-	hostname, _ := os.Hostname()
-	identity := hostname + "_" + utilrand.String(8)
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.LeaderElectionNamespace, p.Name,
 		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: clients.Recorder})
 	if err != nil {
 		return err
 	}
+	lock = writes.lock(lock)
 	standby.Store(true)
 	logger.Info("Waiting to become the leader", "lease", o.LeaderElectionNamespace+"/"+p.Name, "identity", identity)
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
@@ -222,6 +264,7 @@ func Run(o Options, p Process) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: run,
 			OnStoppedLeading: func() {
+				writes.close()
 				if ctx.Err() != nil {
 					logger.Info("Stopped leading on shutdown")
 					return
@@ -238,6 +281,24 @@ func Run(o Options, p Process) error {
 		},
 	})
 	return nil
+}
+
+type clientSet struct {
+	Config  *rest.Config
+	Kube    kubernetes.Interface
+	Nodeset versioned.Interface
+}
+
+func newClients(cfg *rest.Config) (clientSet, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return clientSet{}, err
+	}
+	nodeset, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return clientSet{}, err
+	}
+	return clientSet{Config: cfg, Kube: kube, Nodeset: nodeset}, nil
 }
 
 // utilRuntimeScheme lets Events refer to NodeSets and NodeClasses.

@@ -158,7 +158,9 @@ func Main(name string, extra ...Driver) int {
 			if sim != nil {
 				kubeletConfig := rest.CopyConfig(clients.Config)
 				kubeletConfig.QPS, kubeletConfig.Burst = kubeletQPS, kubeletBurst
-				kubeletConfig.UserAgent = "nodeset-simulated-kubelet"
+				// Its own field manager ("nodeset-simulated-kubelet"); the
+				// replica, as for every request of the process.
+				kubeletConfig.UserAgent = "nodeset-simulated-kubelet/v1alpha1 replica/" + clients.Identity
 				kubeletClient, err := kubernetes.NewForConfig(kubeletConfig)
 				if err != nil {
 					return err

@@ -151,6 +151,25 @@ func installWebhook(ctx context.Context, cp *ControlPlane, port int) ([]string, 
 		"--webhook-cert-file=" + certFile, "--webhook-key-file=" + keyFile}, nil
 }
 
+// Replica is another replica of p (c.NodeSet or c.Node) with ports of its
+// own, for high-availability tests. It returns the replica and its health
+// port; it is not started.
+func (c *Controllers) Replica(p *Process) (*Process, int, error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, 0, err
+	}
+	args := append(append([]string{}, p.Args...),
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[0]),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]))
+	if p == c.NodeSet {
+		args = append(args,
+			"--autoscaler-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
+			"--webhook-bind-address=127.0.0.1:"+strconv.Itoa(ports[3]))
+	}
+	return &Process{Name: p.Name + "-2", Path: p.Path, Args: args, Env: append([]string{}, p.Env...)}, ports[1], nil
+}
+
 // Start starts whichever of the two is not running.
 func (c *Controllers) Start() error {
 	for _, p := range []*Process{c.NodeSet, c.Node} {

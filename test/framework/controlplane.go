@@ -62,6 +62,14 @@ type ControlPlane struct {
 	PIDs           []int  `json:"pids"`
 	caData         []byte
 	procs          []*exec.Cmd
+	// flags of each process by name, to start it again
+	flags map[string]startFlags
+}
+
+type startFlags struct {
+	opts Options
+	args []string
+	pid  int
 }
 
 const stateFile = "state.json"
@@ -148,7 +156,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			"--audit-policy-file="+policy,
 			"--audit-log-path="+filepath.Join(opts.Dir, "audit.log"),
 			"--audit-log-format=json",
-			"--audit-log-mode=batch")
+			"--audit-log-mode=batch",
+			"--audit-log-batch-max-wait=1s")
 	}
 	if err := cp.start(opts, "kube-apiserver", apiserverArgs...); err != nil {
 		cp.Stop()
@@ -211,10 +220,57 @@ func (cp *ControlPlane) start(opts Options, name string, args ...string) error {
 	}
 	cp.procs = append(cp.procs, cmd)
 	cp.PIDs = append(cp.PIDs, cmd.Process.Pid)
+	if cp.flags == nil {
+		cp.flags = map[string]startFlags{}
+	}
+	cp.flags[name] = startFlags{opts: opts, args: args, pid: cmd.Process.Pid}
 	if !opts.Detach {
 		go func() { _ = cmd.Wait() }()
 	}
 	return nil
+}
+
+// StopComponent stops one process of the control plane ("etcd",
+// "kube-apiserver") with SIGKILL, as an outage would, and waits until it is
+// gone. StartComponent brings it back.
+func (cp *ControlPlane) StopComponent(name string) error {
+	f, ok := cp.flags[name]
+	if !ok {
+		return fmt.Errorf("framework: no %s in this control plane", name)
+	}
+	if p, err := os.FindProcess(f.pid); err == nil {
+		_ = p.Kill()
+	}
+	for deadline := time.Now().Add(30 * time.Second); processAlive(f.pid); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("framework: %s (pid %d) did not stop", name, f.pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// StartComponent starts a process stopped by StopComponent again, with the
+// same flags (and so the same ports and data), and waits until the API
+// server is ready.
+func (cp *ControlPlane) StartComponent(ctx context.Context, name string) error {
+	f, ok := cp.flags[name]
+	if !ok {
+		return fmt.Errorf("framework: no %s in this control plane", name)
+	}
+	if processAlive(f.pid) {
+		return fmt.Errorf("framework: %s is running", name)
+	}
+	for i, pid := range cp.PIDs {
+		if pid == f.pid {
+			cp.PIDs = append(cp.PIDs[:i], cp.PIDs[i+1:]...)
+			break
+		}
+	}
+	if err := cp.start(f.opts, name, f.args...); err != nil {
+		return err
+	}
+	return cp.waitReady(ctx, "kube-apiserver", 2*time.Minute)
 }
 
 // Stop kills the control plane's processes. It leaves Dir in place.

@@ -108,6 +108,38 @@ func (p *Process) Kill(sig syscall.Signal) (state *os.ProcessState, forced bool)
 	return cmd.ProcessState, forced
 }
 
+// Signal sends sig (SIGSTOP, SIGCONT, ...) without waiting for anything.
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s is not running", p.Name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Exited waits up to timeout for the process to exit by itself and reports
+// whether it did; an exited process is collected so that Start runs it again.
+func (p *Process) Exited(timeout time.Duration) bool {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return true
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return false
+	}
+	p.mu.Lock()
+	p.logs.WriteString(fmt.Sprintf("---- %s exited: %v ----\n", p.Name, cmd.ProcessState))
+	p.logs.Write(p.output.Bytes())
+	p.cmd = nil
+	p.mu.Unlock()
+	return true
+}
+
 // sigterm asks a process to shut down gracefully.
 const sigterm = syscall.SIGTERM
 

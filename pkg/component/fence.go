@@ -1,0 +1,127 @@
+package component
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// fence keeps a replica that may no longer lead from writing. Leader
+// election alone does not: a leader that was paused (a stopped process, a
+// long garbage-collection pause, a frozen VM) resumes with its workers
+// mid-sync and writes before its renew loop notices that a standby took the
+// lease. The fence lets a write through only while the replica leads and its
+// last successful renewal started less than the renew deadline ago; a
+// standby takes over no earlier than the lease duration after it saw that
+// renewal, so the difference is the margin for writes already on the wire.
+type fence struct {
+	deadline time.Duration
+	identity string
+
+	mu      sync.Mutex
+	leading bool
+	renewed time.Time // monotonic: the clock keeps running while the process is stopped
+}
+
+func newFence(identity string, deadline time.Duration) *fence {
+	return &fence{identity: identity, deadline: deadline}
+}
+
+// open reports whether writes may go out now, and if not why.
+func (f *fence) open() (bool, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.leading {
+		return false, "this replica does not lead"
+	}
+	if age := time.Since(f.renewed); age >= f.deadline {
+		return false, fmt.Sprintf("its leader lease was last renewed %s ago, more than the renew deadline %s", age.Round(time.Millisecond), f.deadline)
+	}
+	return true, ""
+}
+
+func (f *fence) renewedAt(start time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading = true
+	if start.After(f.renewed) {
+		f.renewed = start
+	}
+}
+
+func (f *fence) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading = false
+}
+
+// lock wraps the leader-election lock: each successful write of a record
+// that names this replica as the holder is a renewal, dated from before the
+// request left.
+func (f *fence) lock(inner resourcelock.Interface) resourcelock.Interface {
+	return fencedLock{Interface: inner, fence: f}
+}
+
+type fencedLock struct {
+	resourcelock.Interface
+	fence *fence
+}
+
+func (l fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	start := time.Now()
+	err := l.Interface.Create(ctx, ler)
+	l.observe(ler, start, err)
+	return err
+}
+
+func (l fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	start := time.Now()
+	err := l.Interface.Update(ctx, ler)
+	l.observe(ler, start, err)
+	return err
+}
+
+func (l fencedLock) observe(ler resourcelock.LeaderElectionRecord, start time.Time, err error) {
+	switch {
+	case err != nil:
+	case ler.HolderIdentity == l.fence.identity:
+		l.fence.renewedAt(start)
+	default:
+		l.fence.close() // released
+	}
+}
+
+// NotLeadingError is what a fenced client returns instead of writing.
+type NotLeadingError struct{ Reason string }
+
+func (e *NotLeadingError) Error() string {
+	return "write refused: " + e.Reason
+}
+
+// roundTripper refuses every request but reads while the fence is closed.
+func (f *fence) roundTripper(next http.RoundTripper) http.RoundTripper {
+	return fencedTransport{next: next, fence: f}
+}
+
+type fencedTransport struct {
+	next  http.RoundTripper
+	fence *fence
+}
+
+func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return t.next.RoundTrip(req)
+	}
+	if ok, reason := t.fence.open(); !ok {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, &NotLeadingError{Reason: reason}
+	}
+	return t.next.RoundTrip(req)
+}

@@ -1,0 +1,89 @@
+package component
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// stubLock is a leader-election lock whose writes fail on demand.
+type stubLock struct {
+	resourcelock.Interface
+	fail bool
+}
+
+func (l *stubLock) Create(context.Context, resourcelock.LeaderElectionRecord) error { return l.err() }
+func (l *stubLock) Update(context.Context, resourcelock.LeaderElectionRecord) error { return l.err() }
+func (l *stubLock) err() error {
+	if l.fail {
+		return errors.New("conflict")
+	}
+	return nil
+}
+
+func TestFenceLetsWritesThroughOnlyOnACurrentLease(t *testing.T) {
+	var writes atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			writes.Add(1)
+		}
+	}))
+	defer server.Close()
+	f := newFence("me", time.Hour)
+	client := &http.Client{Transport: f.roundTripper(http.DefaultTransport)}
+	do := func(method string) error {
+		req, err := http.NewRequest(method, server.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	var notLeading *NotLeadingError
+
+	require.NoError(t, do(http.MethodGet), "reads always go out")
+	require.ErrorAs(t, do(http.MethodPost), &notLeading, "a standby does not write")
+	assert.Contains(t, notLeading.Error(), "does not lead")
+
+	inner := &stubLock{fail: true}
+	lock := f.lock(inner)
+	ctx := context.Background()
+	require.Error(t, lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+	require.ErrorAs(t, do(http.MethodPut), &notLeading, "a failed acquisition opens nothing")
+
+	inner.fail = false
+	require.NoError(t, lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		require.NoError(t, do(method), "the leader writes (%s)", method)
+	}
+	assert.EqualValues(t, 4, writes.Load())
+
+	// The process was paused past the renew deadline: nothing goes out
+	// until a renewal succeeds again.
+	f.mu.Lock()
+	f.renewed = time.Now().Add(-2 * time.Hour)
+	f.mu.Unlock()
+	require.ErrorAs(t, do(http.MethodPatch), &notLeading)
+	assert.Contains(t, notLeading.Error(), "renew deadline")
+	inner.fail = true
+	require.Error(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+	require.ErrorAs(t, do(http.MethodPatch), &notLeading, "a failed renewal does not reopen")
+	inner.fail = false
+	require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+	require.NoError(t, do(http.MethodPatch))
+
+	// Releasing the lease (an empty holder) closes it.
+	require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: ""}))
+	require.ErrorAs(t, do(http.MethodDelete), &notLeading)
+	assert.EqualValues(t, 5, writes.Load(), "no refused request reached the server")
+}

@@ -1,0 +1,320 @@
+// Package ha tests the controllers run as two replicas each, against a real
+// kube-apiserver with an audit log: the standby takes over a paused leader's
+// lease, the paused leader writes nothing once it wakes, and the audit log
+// shows that no two replicas of a controller ever wrote in the same period.
+package ha
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(framework.Run(m, framework.Options{AuditLog: true}))
+}
+
+// leaseDuration is the harness's --leader-elect-lease-duration.
+const leaseDuration = 4 * time.Second
+
+// replicas are the two replicas of one controller.
+type replicas struct {
+	name string // the Lease and the API user
+	all  [2]*framework.Process
+}
+
+var identityRE = regexp.MustCompile(`identity="([^"]+)"`)
+
+// identity is the leader-election identity of p's current run, from its log.
+func identity(p *framework.Process) string {
+	found := identityRE.FindAllStringSubmatch(p.Logs(), -1)
+	if len(found) == 0 {
+		return ""
+	}
+	return found[len(found)-1][1]
+}
+
+func holder(ctx context.Context, kube kubernetes.Interface, lease string) string {
+	l, err := kube.CoordinationV1().Leases("nodeset-system").Get(ctx, lease, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// leader waits until one of the replicas holds the lease and returns it.
+func (r *replicas) leader(t *testing.T, kube kubernetes.Interface) (leader, standby *framework.Process) {
+	t.Helper()
+	eventually(t, time.Minute, r.name+" has a leader", func(ctx context.Context) (bool, string) {
+		h := holder(ctx, kube, r.name)
+		for i, p := range r.all {
+			if p.Running() && h != "" && identity(p) == h {
+				leader, standby = p, r.all[1-i]
+				return true, ""
+			}
+		}
+		return false, "lease held by " + h
+	})
+	return leader, standby
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, why := cond(ctx)
+		if ctx.Err() == nil {
+			last = why
+		}
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not true after %s; last: %s", what, timeout, last)
+	}
+}
+
+// TestNeverTwoLeadersAct pauses each controller's leader (SIGSTOP) in the
+// middle of scaling, long enough for the standby to take over, then wakes
+// it. The woken replica must exit without writing, the set must converge,
+// and the audit log must show each controller's writes in one unbroken run
+// per replica.
+func TestNeverTwoLeadersAct(t *testing.T) {
+	ctx := context.Background()
+	cp := framework.Shared
+	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
+	require.NoError(t, err)
+	nodesetStandby, _, err := c.Replica(c.NodeSet)
+	require.NoError(t, err)
+	nodeStandby, _, err := c.Replica(c.Node)
+	require.NoError(t, err)
+	sets := &replicas{name: "nodeset-controller", all: [2]*framework.Process{c.NodeSet, nodesetStandby}}
+	nodes := &replicas{name: "node-controller", all: [2]*framework.Process{c.Node, nodeStandby}}
+	all := []*framework.Process{c.NodeSet, nodesetStandby, c.Node, nodeStandby}
+	for _, p := range all {
+		require.NoError(t, p.Start())
+	}
+	t.Cleanup(func() {
+		for _, p := range all {
+			_ = p.Signal(syscall.SIGCONT)
+			p.Kill(syscall.SIGTERM)
+			if t.Failed() {
+				file := filepath.Join(cp.Dir, "logs", p.Name+".log")
+				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
+					t.Logf("%s's log: %s", p.Name, file)
+				}
+			}
+		}
+	})
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
+
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ha"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "ha-sim"},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver: nodesetv1alpha1.DriverSimulated,
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
+				InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: 300 * time.Millisecond}}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.NodesetV1alpha1().NodeSets("ha").Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ha"},
+		Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "ha-sim", Replicas: ptr.To[int32](0)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	type step struct {
+		size  int32
+		pause *replicas
+	}
+	var takeovers []time.Duration
+	for _, s := range []step{{8, nodes}, {2, sets}, {6, sets}, {0, nodes}} {
+		leader, standby := s.pause.leader(t, kube)
+		scale(t, cs, "ha", "web", s.size)
+		time.Sleep(300 * time.Millisecond) // mid-flight
+		was := identity(leader)
+		require.NoError(t, leader.Signal(syscall.SIGSTOP))
+		paused := time.Now()
+		eventually(t, time.Minute, s.pause.name+" standby takes over", func(ctx context.Context) (bool, string) {
+			h := holder(ctx, kube, s.pause.name)
+			return h != was && h == identity(standby), "lease held by " + h
+		})
+		takeovers = append(takeovers, time.Since(paused))
+		require.NoError(t, leader.Signal(syscall.SIGCONT))
+		require.True(t, leader.Exited(30*time.Second), "%s exits once it wakes without its lease", leader.Name)
+		assert.Contains(t, leader.Logs(), "Lost the leader lease")
+		require.NoError(t, leader.Start(), "and comes back as the standby")
+		eventually(t, 2*time.Minute, fmt.Sprintf("%d Ready nodes", s.size), func(ctx context.Context) (bool, string) {
+			return readyNodes(ctx, kube, "ha", "web", int(s.size))
+		})
+	}
+	t.Logf("standby took over a paused leader after %v (lease duration %v)", takeovers, leaseDuration)
+
+	// The audit log (flushed every second) has every write; each replica's
+	// writes must form one run that no other replica's write interrupts.
+	time.Sleep(3 * time.Second)
+	for _, r := range []*replicas{sets, nodes} {
+		writers := writeRuns(t, filepath.Join(cp.Dir, "audit.log"), r.name)
+		t.Logf("%s: writes by %d replica runs, in order: %v", r.name, len(writers), writers)
+		seen := map[string]bool{}
+		var again []string
+		for _, w := range writers {
+			if seen[w.identity] {
+				again = append(again, w.identity)
+			}
+			seen[w.identity] = true
+		}
+		assert.Empty(t, again, "%s: replicas that wrote again after another replica had written", r.name)
+		assert.GreaterOrEqual(t, len(writers), 2, "%s: the standby acted after the takeover", r.name)
+	}
+}
+
+func scale(t *testing.T, cs versioned.Interface, namespace, name string, replicas int32) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := cs.NodesetV1alpha1().NodeSets(namespace).GetScale(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = replicas
+		_, err = cs.NodesetV1alpha1().NodeSets(namespace).UpdateScale(context.Background(), name, s, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err)
+}
+
+func readyNodes(ctx context.Context, kube kubernetes.Interface, namespace, name string, n int) (bool, string) {
+	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()})
+	if err != nil {
+		return false, err.Error()
+	}
+	if len(list.Items) != n {
+		return false, fmt.Sprintf("%d nodes", len(list.Items))
+	}
+	for i := range list.Items {
+		node := &list.Items[i]
+		if node.DeletionTimestamp != nil || !nodeutil.IsReady(node) || nodeutil.HasStartupTaint(node) {
+			return false, node.Name + " not Ready yet"
+		}
+	}
+	return true, ""
+}
+
+// run is an unbroken sequence of writes by one replica.
+type run struct {
+	identity string
+	writes   int
+	from, to time.Time
+}
+
+func (r run) String() string {
+	return fmt.Sprintf("%s: %d writes %s..%s", r.identity, r.writes, r.from.Format("15:04:05.000"), r.to.Format("15:04:05.000"))
+}
+
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	ResponseStatus  *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// succeeded reports whether the API server carried the write out.
+func (e auditEvent) succeeded() bool {
+	return e.ResponseStatus != nil && e.ResponseStatus.Code >= 200 && e.ResponseStatus.Code < 300
+}
+
+var replicaRE = regexp.MustCompile(`replica/(\S+)`)
+
+// writes reads the user's writes from the audit log (every user's when
+// user is empty) received at or after since, in the order the API server
+// received them. Writes to the controllers' leader-election Leases are
+// every replica's business and are left out.
+func writes(t *testing.T, path, user string, since time.Time) []auditEvent {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			continue
+		}
+		if e.Stage != "ResponseComplete" || e.ObjectRef == nil || e.RequestReceived.Before(since) {
+			continue
+		}
+		if user != "" && e.User.Username != user {
+			continue
+		}
+		switch e.Verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+		default:
+			continue
+		}
+		if e.ObjectRef.Resource == "leases" && e.ObjectRef.Namespace == "nodeset-system" {
+			continue
+		}
+		out = append(out, e)
+	}
+	require.NoError(t, sc.Err())
+	sort.SliceStable(out, func(i, j int) bool { return out[i].RequestReceived.Before(out[j].RequestReceived) })
+	return out
+}
+
+// writeRuns groups the user's writes into runs by replica.
+func writeRuns(t *testing.T, path, user string) []run {
+	t.Helper()
+	var runs []run
+	for _, e := range writes(t, path, user, time.Time{}) {
+		m := replicaRE.FindStringSubmatch(e.UserAgent)
+		require.NotNil(t, m, "every controller request names its replica: %q", e.UserAgent)
+		identity := strings.TrimSuffix(m[1], ")")
+		if len(runs) == 0 || runs[len(runs)-1].identity != identity {
+			runs = append(runs, run{identity: identity, from: e.RequestReceived})
+		}
+		runs[len(runs)-1].writes++
+		runs[len(runs)-1].to = e.RequestReceived
+	}
+	return runs
+}

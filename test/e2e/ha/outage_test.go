@@ -1,0 +1,272 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// supervise restarts a controller that exited, as the kubelet restarts a
+// container, until the test ends; it returns the restart count.
+func supervise(t *testing.T, procs ...*framework.Process) func() int {
+	t.Helper()
+	var mu sync.Mutex
+	restarts := 0
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for _, p := range procs {
+				if !p.Running() && p.Exited(0) {
+					if err := p.Start(); err == nil {
+						mu.Lock()
+						restarts++
+						mu.Unlock()
+					}
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return restarts
+	}
+}
+
+// TestAPIServerAndEtcdOutages stops kube-apiserver during a scale-up and
+// during a drain, and etcd during a scale-up, each for longer than the
+// controllers' lease (they exit and are restarted, as in a cluster). The set
+// converges each time, and the audit log shows that no Node was created or
+// deleted beyond what the scale asked for: nothing was removed because the
+// API was away.
+func TestAPIServerAndEtcdOutages(t *testing.T) {
+	ctx := context.Background()
+	cp := framework.Shared
+	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Start())
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for _, p := range []*framework.Process{c.NodeSet, c.Node} {
+				t.Logf("%s:\n%s", p.Name, tailLines(p.Logs(), 40))
+			}
+		}
+	})
+	restarts := supervise(t, c.NodeSet, c.Node)
+	require.NoError(t, c.WaitReady(ctx))
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
+	audit := filepath.Join(cp.Dir, "audit.log")
+
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "outage"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "outage-sim"},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver: nodesetv1alpha1.DriverSimulated,
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
+				InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: 2 * time.Second}}},
+			Drain: &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.NodesetV1alpha1().NodeSets("outage").Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "outage"},
+		Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "outage-sim", Replicas: ptr.To[int32](0)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// outage stops a control-plane process for longer than the lease.
+	var back time.Time
+	outage := func(component string) {
+		t.Helper()
+		require.NoError(t, cp.StopComponent(component))
+		time.Sleep(2 * leaseDuration)
+		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		require.NoError(t, cp.StartComponent(startCtx, component))
+		back = time.Now()
+	}
+	// nodeWrites counts the controllers' successful creates and deletes of
+	// Nodes since a moment.
+	nodeWrites := func(since time.Time) (created, deleted int) {
+		time.Sleep(2 * time.Second) // the audit log is flushed every second
+		for _, e := range writes(t, audit, "", since) {
+			if e.ObjectRef.Resource != "nodes" || e.ObjectRef.Subresource != "" || !e.succeeded() {
+				continue
+			}
+			if e.User.Username != "nodeset-controller" && e.User.Username != "node-controller" {
+				continue
+			}
+			switch e.Verb {
+			case "create":
+				created++
+			case "delete":
+				deleted++
+			}
+		}
+		return created, deleted
+	}
+	converge := func(n int) {
+		t.Helper()
+		eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready nodes backed by %d machines", n, n), func(ctx context.Context) (bool, string) {
+			if ok, why := readyNodes(ctx, kube, "outage", "web", n); !ok {
+				return false, why
+			}
+			machines, ok := c.Machines(ctx)
+			if !ok {
+				return false, "node controller not answering"
+			}
+			names := nodeNames(ctx, kube)
+			var mine []string
+			for _, m := range machines {
+				mine = append(mine, m.Name)
+			}
+			sort.Strings(mine)
+			return fmt.Sprint(mine) == fmt.Sprint(names), fmt.Sprintf("machines %v, nodes %v", mine, names)
+		})
+		t.Logf("%d Ready nodes, each with its machine, %v after the API server answered again", n, time.Since(back).Round(100*time.Millisecond))
+	}
+
+	// 1. kube-apiserver goes away while 8 machines boot.
+	mark := time.Now()
+	scale(t, cs, "outage", "web", 8)
+	time.Sleep(500 * time.Millisecond)
+	outage("kube-apiserver")
+	converge(8)
+	created, deleted := nodeWrites(mark)
+	assert.Equal(t, 8, created, "each Node created once across the outage")
+	assert.Zero(t, deleted, "no Node deleted during a scale-up")
+
+	// 2. kube-apiserver goes away while 5 Nodes drain behind a budget that
+	// allows no eviction; they are deprovisioned at the drain timeout.
+	names := nodeNames(ctx, kube)
+	guard(t, kube, names)
+	mark = time.Now()
+	scale(t, cs, "outage", "web", 3)
+	eventually(t, time.Minute, "drains under way", func(ctx context.Context) (bool, string) {
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		draining := 0
+		for _, n := range list.Items {
+			if n.DeletionTimestamp != nil && n.Spec.Unschedulable {
+				draining++
+			}
+		}
+		return draining == 5, fmt.Sprintf("%d cordoned and terminating", draining)
+	})
+	outage("kube-apiserver")
+	converge(3)
+	created, deleted = nodeWrites(mark)
+	assert.Zero(t, created, "no Node created during a scale-down")
+	assert.Equal(t, 5, deleted, "exactly the 5 Nodes the scale-down chose were deleted")
+	kept := nodeNames(ctx, kube)
+	for _, n := range kept {
+		assert.Contains(t, names, n, "the remaining Nodes are the ones that were there")
+	}
+
+	// 3. etcd goes away while 4 more machines boot.
+	mark = time.Now()
+	scale(t, cs, "outage", "web", 7)
+	time.Sleep(500 * time.Millisecond)
+	outage("etcd")
+	converge(7)
+	created, deleted = nodeWrites(mark)
+	assert.Equal(t, 4, created)
+	assert.Zero(t, deleted)
+
+	scale(t, cs, "outage", "web", 0)
+	require.NoError(t, kube.PolicyV1().PodDisruptionBudgets("outage").Delete(ctx, "guard", metav1.DeleteOptions{}))
+	converge(0)
+	t.Logf("converged after 3 outages of %v each; controllers restarted %d times", 2*leaseDuration, restarts())
+}
+
+func nodeNames(ctx context.Context, kube kubernetes.Interface) []string {
+	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodesetv1alpha1.LabelNodeSet + "=web," + nodesetv1alpha1.LabelNodeSetNamespace + "=outage"})
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, n := range list.Items {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// guard runs a Running, Ready pod on each node behind one budget that allows
+// no disruption (its status written as the disruption controller would).
+func guard(t *testing.T, kube kubernetes.Interface, nodes []string) {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": "guarded"}
+	for _, node := range nodes {
+		pod, err := kube.CoreV1().Pods("outage").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "guarded-" + node, Labels: labels},
+			Spec: corev1.PodSpec{
+				NodeName:                      node,
+				TerminationGracePeriodSeconds: ptr.To[int64](1),
+				Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+				Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err = kube.CoreV1().Pods("outage").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	pdb, err := kube.PolicyV1().PodDisruptionBudgets("outage").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(int32(len(nodes)))),
+			Selector:     &metav1.LabelSelector{MatchLabels: labels},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	n := int32(len(nodes))
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
+		CurrentHealthy: n, DesiredHealthy: n, ExpectedPods: n, DisruptionsAllowed: 0}
+	_, err = kube.PolicyV1().PodDisruptionBudgets("outage").UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
