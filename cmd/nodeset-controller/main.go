@@ -27,7 +27,7 @@ import (
 func main() {
 	var opts component.Options
 	var groupDrivers []string
-	var resync time.Duration
+	var resync, statusInterval time.Duration
 	var serving autoscaler.ServingOptions
 	var webhook admission.ServingOptions
 	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
@@ -35,6 +35,8 @@ func main() {
 	fs.StringSliceVar(&groupDrivers, "group-drivers", []string{nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged},
 		"Drivers whose Nodes the node controller creates from cloud-group instances; for every other driver this controller creates the Nodes.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every NodeSet is reconciled even without changes.")
+	fs.DurationVar(&statusInterval, "status-update-interval", time.Second,
+		"Least time between two status writes of a NodeSet that only count progress (replica counts, condition messages); 0 writes every change.")
 	serving.AddFlags(fs)
 	webhook.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -60,12 +62,12 @@ func main() {
 		// cluster-autoscaler, whichever a Service sends them to; only the
 		// leader runs the controller's workers.
 		Serve: func(ctx context.Context, clients component.Clients) error {
-			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
-			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
+			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripManagedFields))
+			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
 				kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
-				nodesetcontroller.Options{GroupDrivers: groupDrivers})
+				nodesetcontroller.Options{GroupDrivers: groupDrivers, StatusInterval: statusInterval})
 			if err != nil {
 				return err
 			}

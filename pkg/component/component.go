@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -65,8 +66,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultWorkers int) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "nodeset-system", "Namespace of the leader-election Lease.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 turns it off.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns them off.")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 200, "Queries per second to the API server (the API server's priority and fairness protects it; this only keeps a runaway controller in check). Events have a budget of their own.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 400, "Burst of queries to the API server.")
 	fs.IntVar(&o.Workers, "workers", defaultWorkers, "Concurrent reconciles.")
 	fs.BoolVar(&o.EnablePprof, "pprof", false, "Serve /debug/pprof/ on the metrics address.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -153,7 +154,13 @@ func Run(o Options, p Process) error {
 	}
 	utilRuntimeScheme()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: fenced.Kube.CoreV1().Events("")})
+	// Events get a client of their own, with its own rate limit, so that
+	// recording what happened never slows down making it happen.
+	eventClients, err := newClients(fenced.Config)
+	if err != nil {
+		return err
+	}
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClients.Kube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	clients := Clients{Config: fenced.Config, Kube: fenced.Kube, Nodeset: fenced.Nodeset,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
@@ -304,4 +311,15 @@ func newClients(cfg *rest.Config) (clientSet, error) {
 // utilRuntimeScheme lets Events refer to NodeSets and NodeClasses.
 func utilRuntimeScheme() {
 	_ = nodesetscheme.AddToScheme(scheme.Scheme)
+}
+
+// StripManagedFields is an informer transform that drops metadata.managedFields
+// from cached objects: controllers never read them, and on Nodes written by
+// several managers they are a good part of each object. An Update of a cached
+// object omits the field, which leaves the server's copy as it is.
+func StripManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -86,4 +88,16 @@ func TestFenceLetsWritesThroughOnlyOnACurrentLease(t *testing.T) {
 	require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: ""}))
 	require.ErrorAs(t, do(http.MethodDelete), &notLeading)
 	assert.EqualValues(t, 5, writes.Load(), "no refused request reached the server")
+}
+
+func TestStripManagedFields(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
+	out, err := StripManagedFields(node)
+	require.NoError(t, err)
+	assert.Nil(t, out.(*corev1.Node).ManagedFields)
+	assert.Equal(t, "a", out.(*corev1.Node).Name)
+	tombstone := "not an object"
+	out, err = StripManagedFields(tombstone)
+	require.NoError(t, err)
+	assert.Equal(t, tombstone, out, "what is not an object passes through")
 }

@@ -139,8 +139,8 @@ func Main(name string, extra ...Driver) int {
 				}
 				registry[d.Name] = driver
 			}
-			kubeFactory := kubeinformers.NewSharedInformerFactory(clients.Kube, resync)
-			nodesetFactory := externalversions.NewSharedInformerFactory(clients.Nodeset, resync)
+			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripManagedFields))
+			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			nodes := kubeFactory.Core().V1().Nodes()
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,

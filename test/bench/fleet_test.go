@@ -1,19 +1,30 @@
 // Package bench measures nodeset at scale against a real kube-apiserver and
 // etcd: both controllers run as processes with the simulated driver, and a
 // NodeSet is scaled from zero to N Ready nodes and back. Run it with
-// `make bench`; NODESET_BENCH_NODES sets the large size (default 2000).
+// `make bench`; NODESET_BENCH_SIZES sets the sizes (default 100,1000; add
+// 5000 for the large run).
 //
-// Figures are per size, and the large size is compared with a small one
-// measured in the same run, so the ratios mean something on a shared machine
-// where absolute seconds do not.
+// For each size a baseline runs first in the same control plane: a minimal
+// client-go program doing only the unavoidable work (create each Node, mark
+// it Ready, delete it) with the controllers' client QPS and burst. nodeset's
+// times are reported as ratios to it, which mean something on a shared
+// machine where absolute seconds do not. API requests are counted from the
+// API server's audit log, by user (each controller runs as its own) and
+// user agent (the simulated kubelets, standing in for real kubelets, and
+// leader election are counted apart from the controllers' work).
 package bench
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,68 +48,174 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run()) // no benchmark asked for (make test): no control plane either
 	}
-	os.Exit(framework.Run(m, framework.Options{}))
+	os.Exit(framework.Run(m, framework.Options{AuditLog: true}))
 }
 
 // result is what one size measured.
 type result struct {
-	nodes                   int
-	toReady, toGone         time.Duration
-	nodeCPU, nodesetCPU     time.Duration // during scale-up
-	controlPlaneCPU         time.Duration // etcd + kube-apiserver, during scale-up
-	idleNodeCPU             time.Duration // node controller, over idleWindow once all are Ready
-	nodePeakRSS, nodesetRSS int64
+	Nodes int `json:"nodes"`
+	// Seconds from the scale to N Nodes Ready and untainted, and from the
+	// scale to zero to every Node and machine gone.
+	ToReady float64 `json:"toReadySeconds"`
+	ToGone  float64 `json:"toGoneSeconds"`
+	// The baseline's times for the same work, and the ratios.
+	BaselineToReady float64 `json:"baselineToReadySeconds"`
+	BaselineToGone  float64 `json:"baselineToGoneSeconds"`
+	ReadyRatio      float64 `json:"readyRatio"`
+	GoneRatio       float64 `json:"goneRatio"`
+	// API writes per node over its life (scale-up and scale-down), by
+	// controller, and requests per node by verb of both controllers.
+	WritesPerNode     map[string]float64 `json:"writesPerNode"`
+	RequestsPerNode   map[string]float64 `json:"requestsPerNodeByVerb"`
+	WritesPerNodeKind map[string]float64 `json:"writesPerNodeByResource"`
+	// Writes per minute while nothing changes, by source.
+	IdleWritesPerMinute map[string]float64 `json:"idleWritesPerMinute"`
+	// CPU seconds and peak RSS of each controller over the whole run.
+	CPUSeconds map[string]float64 `json:"cpuSeconds"`
+	PeakRSSMiB map[string]float64 `json:"peakRSSMiB"`
+	// The API server and etcd, during the scale-up.
+	ControlPlaneCPUSeconds float64 `json:"controlPlaneCPUSecondsScaleUp"`
 }
 
-const idleWindow = 20 * time.Second
+// idleWindow is how long writes are counted with N idle nodes.
+var idleWindow = 2 * time.Minute
 
-var results = map[int]*result{}
+var results []*result
 
-// BenchmarkFleet scales a simulated NodeSet 0 -> n Ready -> 0 for a small and
-// a large n, with fresh controller processes for each.
+// BenchmarkFleet scales a simulated NodeSet 0 -> n Ready -> 0 for each size,
+// after the baseline for that size, with fresh controller processes for each.
 func BenchmarkFleet(b *testing.B) {
-	large := 2000
-	if v, err := strconv.Atoi(os.Getenv("NODESET_BENCH_NODES")); err == nil && v > 0 {
-		large = v
+	sizes := []int{100, 1000}
+	if v := os.Getenv("NODESET_BENCH_SIZES"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				b.Fatalf("NODESET_BENCH_SIZES=%q: %q is not a size", v, f)
+			}
+			sizes = append(sizes, n)
+		}
 	}
-	for _, n := range []int{100, large} {
+	if v, err := time.ParseDuration(os.Getenv("NODESET_BENCH_IDLE")); err == nil {
+		idleWindow = v
+	}
+	for _, n := range sizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for i := range b.N {
-				r := scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%d", n, i))
-				results[n] = r
-				b.ReportMetric(r.toReady.Seconds(), "s-to-ready")
-				b.ReportMetric(float64(n)/r.toReady.Seconds(), "nodes/s")
-				b.ReportMetric(r.toGone.Seconds(), "s-to-gone")
-				b.ReportMetric(float64(r.nodeCPU.Milliseconds())/float64(n), "node-ctrl-cpu-ms/node")
-				b.ReportMetric(float64(r.nodesetCPU.Milliseconds())/float64(n), "nodeset-ctrl-cpu-ms/node")
-				b.ReportMetric(float64(r.controlPlaneCPU.Milliseconds())/float64(n), "apiserver+etcd-cpu-ms/node")
-				b.ReportMetric(100*r.idleNodeCPU.Seconds()/idleWindow.Seconds(), "idle-node-ctrl-cpu-%")
-				b.ReportMetric(float64(r.nodePeakRSS)/(1<<20), "node-ctrl-peak-MiB")
-				b.ReportMetric(float64(r.nodesetRSS)/(1<<20), "nodeset-ctrl-peak-MiB")
+				r := &result{Nodes: n}
+				r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared, n)
+				scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%d", n, i), r)
+				r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
+				results = append(results, r)
+				b.ReportMetric(r.ToReady, "s-to-ready")
+				b.ReportMetric(r.ReadyRatio, "x-baseline-ready")
+				b.ReportMetric(r.ToGone, "s-to-gone")
+				b.ReportMetric(r.GoneRatio, "x-baseline-gone")
+				b.ReportMetric(r.WritesPerNode["controllers"], "writes/node")
+				b.ReportMetric(r.PeakRSSMiB["node-controller"], "node-ctrl-peak-MiB")
+				b.ReportMetric(r.PeakRSSMiB["nodeset-controller"], "nodeset-ctrl-peak-MiB")
 			}
 		})
 	}
-	small, big := results[100], results[large]
-	if small != nil && big != nil {
-		perNode := func(d time.Duration, n int) float64 { return float64(d) / float64(n) }
-		fmt.Printf("\nfleet: %d nodes against 100 in the same run:\n", large)
-		fmt.Printf("  time to Ready per node:       x%.2f\n", perNode(big.toReady, large)/perNode(small.toReady, 100))
-		fmt.Printf("  node-controller CPU per node: x%.2f\n", perNode(big.nodeCPU, large)/perNode(small.nodeCPU, 100))
-		fmt.Printf("  node-controller peak memory:  %.0f MiB vs %.0f MiB (+%.1f KiB per node)\n",
-			float64(big.nodePeakRSS)/(1<<20), float64(small.nodePeakRSS)/(1<<20),
-			float64(big.nodePeakRSS-small.nodePeakRSS)/1024/float64(large-100))
-		fmt.Printf("  idle node-controller CPU:     %.1f%% vs %.1f%% of one core (Lease renewals every 10s)\n",
-			100*big.idleNodeCPU.Seconds()/idleWindow.Seconds(), 100*small.idleNodeCPU.Seconds()/idleWindow.Seconds())
-	}
+	report(b, results)
 }
 
-func scaleUpAndDown(b *testing.B, n int, name string) *result {
+// report prints the table and writes the JSON.
+func report(b *testing.B, results []*result) {
+	if len(results) == 0 {
+		return
+	}
+	var out strings.Builder
+	row := func(name string, f func(r *result) string) {
+		fmt.Fprintf(&out, "%-46s", name)
+		for _, r := range results {
+			fmt.Fprintf(&out, "%14s", f(r))
+		}
+		out.WriteString("\n")
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	row("nodes", func(r *result) string { return strconv.Itoa(r.Nodes) })
+	row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
+	row("  baseline, s", func(r *result) string { return num(r.BaselineToReady) })
+	row("  ratio (target <= 1.5)", func(r *result) string { return num(r.ReadyRatio) })
+	row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
+	row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
+	row("  ratio (target <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
+	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets"} {
+		label := "writes per node, " + k
+		if k == "controllers" {
+			label += " (target <= 5)"
+		}
+		row(label, func(r *result) string { return num(r.WritesPerNode[k]) })
+	}
+	for _, k := range sortedKeys(results, func(r *result) map[string]float64 { return r.WritesPerNodeKind }) {
+		row("  "+k, func(r *result) string { return num(r.WritesPerNodeKind[k]) })
+	}
+	for _, k := range sortedKeys(results, func(r *result) map[string]float64 { return r.RequestsPerNode }) {
+		row("requests per node, "+k, func(r *result) string { return num(r.RequestsPerNode[k]) })
+	}
+	for _, k := range []string{"controllers", "leader-election", "simulated-kubelets"} {
+		label := "idle writes/min, " + k
+		if k == "controllers" {
+			label += " (target 0)"
+		}
+		row(label, func(r *result) string { return num(r.IdleWritesPerMinute[k]) })
+	}
+	for _, k := range []string{"nodeset-controller", "node-controller"} {
+		row("CPU s, "+k, func(r *result) string { return num(r.CPUSeconds[k]) })
+	}
+	row("peak RSS MiB, nodeset-controller (<= 100)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
+	row("peak RSS MiB, node-controller (<= 200)", func(r *result) string { return num(r.PeakRSSMiB["node-controller"]) })
+	row("API server + etcd CPU s, scale-up", func(r *result) string { return num(r.ControlPlaneCPUSeconds) })
+	fmt.Printf("\nfleet benchmark (idle window %s):\n%s", idleWindow, out.String())
+
+	path := os.Getenv("NODESET_BENCH_JSON")
+	if path == "" {
+		root, err := framework.RepoRoot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		path = filepath.Join(root, "_output", "bench.json")
+	}
+	data, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC().Format(time.RFC3339), "idleWindowSeconds": idleWindow.Seconds(), "results": results}, "", "  ")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("written to %s\n", path)
+}
+
+func sortedKeys(results []*result, m func(*result) map[string]float64) []string {
+	seen := map[string]bool{}
+	var keys []string
+	for _, r := range results {
+		for k := range m(r) {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// qps and burst are the controllers' client limits here, and the baseline's.
+const qps, burst = 200, 400
+
+func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	ctx := context.Background()
 	cp := framework.Shared
+	limits := []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(burst)}
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
-		NodeSetArgs: []string{"-v=1", "--kube-api-qps=200", "--kube-api-burst=400"},
-		NodeArgs: []string{"-v=1", "--workers=16", "--kube-api-qps=200", "--kube-api-burst=400",
-			"--simulated-lease-renew-interval=10s"},
+		NodeSetArgs: append([]string{"-v=1"}, limits...),
+		NodeArgs: append([]string{"-v=1", "--workers=16", "--simulated-lease-renew-interval=10s",
+			"--simulated-kube-api-qps=" + strconv.Itoa(qps)}, limits...),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -107,6 +224,9 @@ func scaleUpAndDown(b *testing.B, n int, name string) *result {
 		b.Fatal(err)
 	}
 	defer controllers.Stop()
+	if err := controllers.WaitReady(ctx); err != nil {
+		b.Fatal(err)
+	}
 	kube := kubernetes.NewForConfigOrDie(withRate(cp))
 	cs := versioned.NewForConfigOrDie(withRate(cp))
 	ns := name
@@ -118,7 +238,7 @@ func scaleUpAndDown(b *testing.B, n int, name string) *result {
 		Spec: nodesetv1alpha1.NodeClassSpec{
 			Driver: nodesetv1alpha1.DriverSimulated,
 			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
-				InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: time.Second}}},
+				InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: 0}}},
 			Drain: &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: time.Minute}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
@@ -147,7 +267,7 @@ func scaleUpAndDown(b *testing.B, n int, name string) *result {
 	})
 	selector := resolve.Selector(set).String()
 
-	pids := map[string]int{"node": controllers.Node.Pid(), "nodeset": controllers.NodeSet.Pid()}
+	pids := map[string]int{"node-controller": controllers.Node.Pid(), "nodeset-controller": controllers.NodeSet.Pid()}
 	cpu := func() map[string]time.Duration {
 		out := map[string]time.Duration{}
 		for name, pid := range pids {
@@ -160,11 +280,10 @@ func scaleUpAndDown(b *testing.B, n int, name string) *result {
 		return out
 	}
 
-	r := &result{nodes: n}
-	before := cpu()
-	start := time.Now()
+	first := cpu()
+	upStart := time.Now()
 	scale(b, cs, ns, int32(n))
-	waitFor(b, 20*time.Minute, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, string) {
+	waitFor(b, 30*time.Minute, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, string) {
 		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 		if err != nil {
 			return false, err.Error()
@@ -177,19 +296,20 @@ func scaleUpAndDown(b *testing.B, n int, name string) *result {
 		}
 		return ready == n && len(nodes.Items) == n, fmt.Sprintf("%d/%d Ready and untainted, %d Nodes", ready, n, len(nodes.Items))
 	})
-	r.toReady = time.Since(start)
-	after := cpu()
-	r.nodeCPU, r.nodesetCPU, r.controlPlaneCPU = after["node"]-before["node"], after["nodeset"]-before["nodeset"], after["controlplane"]-before["controlplane"]
+	upEnd := time.Now()
+	r.ToReady = upEnd.Sub(upStart).Seconds()
+	r.ControlPlaneCPUSeconds = (cpu()["controlplane"] - first["controlplane"]).Seconds()
 
-	idleStart := cpu()["node"]
+	// Let the last status writes of the scale-up land, then count what
+	// nothing changing costs.
+	time.Sleep(15 * time.Second)
+	idleStart := time.Now()
 	time.Sleep(idleWindow)
-	r.idleNodeCPU = cpu()["node"] - idleStart
-	_, r.nodePeakRSS, _ = framework.Memory(pids["node"])
-	_, r.nodesetRSS, _ = framework.Memory(pids["nodeset"])
+	idleEnd := time.Now()
 
-	start = time.Now()
+	downStart := time.Now()
 	scale(b, cs, ns, 0)
-	waitFor(b, 20*time.Minute, "all Nodes and machines gone", func(ctx context.Context) (bool, string) {
+	waitFor(b, 30*time.Minute, "all Nodes and machines gone", func(ctx context.Context) (bool, string) {
 		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 		if err != nil {
 			return false, err.Error()
@@ -197,10 +317,149 @@ func scaleUpAndDown(b *testing.B, n int, name string) *result {
 		machines, ok := controllers.Machines(ctx)
 		return ok && len(nodes.Items) == 0 && len(machines) == 0, fmt.Sprintf("%d Nodes, %d machines", len(nodes.Items), len(machines))
 	})
-	r.toGone = time.Since(start)
+	downEnd := time.Now()
+	r.ToGone = downEnd.Sub(downStart).Seconds()
+	// The NodeSet's last status writes after its Nodes are gone.
+	time.Sleep(5 * time.Second)
+	last := cpu()
+	r.CPUSeconds, r.PeakRSSMiB = map[string]float64{}, map[string]float64{}
+	for name, pid := range pids {
+		r.CPUSeconds[name] = (last[name] - first[name]).Seconds()
+		_, peak, _ := framework.Memory(pid)
+		r.PeakRSSMiB[name] = float64(peak) / (1 << 20)
+	}
+	time.Sleep(framework.AuditLogFlush)
+	countRequests(b, cp, r, n, [][2]time.Time{{upStart, idleStart}, {downStart, time.Now()}}, [2]time.Time{idleStart, idleEnd})
 	_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "fleet", metav1.DeleteOptions{})
 	_ = cs.NodesetV1alpha1().NodeClasses().Delete(ctx, name, metav1.DeleteOptions{})
-	return r
+}
+
+// source says whose request an audit event is: a controller, the simulated
+// kubelets (which stand in for real kubelets), leader election, or none of
+// those ("").
+func source(e framework.AuditEvent) string {
+	switch e.User.Username {
+	case "nodeset-controller", "node-controller":
+	default:
+		return ""
+	}
+	switch {
+	case e.IsLeaderElection():
+		return "leader-election"
+	case strings.HasPrefix(e.UserAgent, "nodeset-simulated-kubelet"):
+		return "simulated-kubelets"
+	}
+	return e.User.Username
+}
+
+// countRequests fills the request figures from the audit log: over the
+// nodes' lives (the windows) per node, and over the idle window per minute.
+func countRequests(b *testing.B, cp *framework.ControlPlane, r *result, n int, life [][2]time.Time, idle [2]time.Time) {
+	r.WritesPerNode, r.RequestsPerNode, r.WritesPerNodeKind = map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, w := range life {
+		events, err := cp.AuditEvents(w[0], w[1])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range events {
+			src := source(e)
+			if src == "" || src == "leader-election" {
+				continue
+			}
+			if src != "simulated-kubelets" {
+				r.RequestsPerNode[e.Verb] += 1 / float64(n)
+			}
+			if !e.IsWrite() {
+				continue
+			}
+			r.WritesPerNode[src] += 1 / float64(n)
+			if src != "simulated-kubelets" {
+				r.WritesPerNode["controllers"] += 1 / float64(n)
+				kind := e.Verb + " " + e.ObjectRef.Resource
+				if e.ObjectRef.Subresource != "" {
+					kind += "/" + e.ObjectRef.Subresource
+				}
+				r.WritesPerNodeKind[src+": "+kind] += 1 / float64(n)
+			}
+		}
+	}
+	events, err := cp.AuditEvents(idle[0], idle[1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.IdleWritesPerMinute = map[string]float64{"controllers": 0, "leader-election": 0, "simulated-kubelets": 0}
+	minutes := idle[1].Sub(idle[0]).Minutes()
+	for _, e := range events {
+		src := source(e)
+		if src == "" || !e.IsWrite() {
+			continue
+		}
+		if src == "nodeset-controller" || src == "node-controller" {
+			src = "controllers"
+		}
+		r.IdleWritesPerMinute[src] += 1 / minutes
+	}
+}
+
+// baseline does the unavoidable work for n Nodes with a minimal client-go
+// program at the controllers' QPS and burst: create each Node, mark it Ready
+// (its status, as a kubelet would), and delete it. It returns the seconds to
+// all Ready and to all gone.
+func baseline(b *testing.B, cp *framework.ControlPlane, n int) (toReady, toGone float64) {
+	cfg := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = qps, burst
+	cfg.UserAgent = "nodeset-bench-baseline"
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("baseline-%d-%05d", n, i)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	parallel(b, names, func(name string) error {
+		node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"nodeset.dev/bench": "baseline"}}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	toReady = time.Since(start).Seconds()
+	start = time.Now()
+	parallel(b, names, func(name string) error {
+		return kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	return toReady, time.Since(start).Seconds()
+}
+
+// parallel runs f for every name on 16 workers, as the controllers' workers do.
+func parallel(b *testing.B, names []string, f func(string) error) {
+	work := make(chan string)
+	errs := make(chan error, len(names))
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range work {
+				if err := f(name); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for _, name := range names {
+		work <- name
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
 }
 
 // withRate is the admin config with a rate limit that does not slow the

@@ -331,18 +331,36 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 	assert.Equal(t, ReasonDraining, condition.Reason)
 	assert.Contains(t, condition.Message, "1 pod(s) left to evict", "the mirror pod and the skip-drain pod are not waited for")
 
-	// 3. the pod is gone: drained
+	// 3. the pod is gone: drained, deprovisioned, released
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 1, evictions)
-	assert.NotEmpty(t, f.get("web-a").Annotations[drainedAnnotation])
-	assert.Empty(t, f.driver.deletes)
 	assert.Contains(t, f.events(), "Normal Drained All evictable pods are gone")
 	assert.Equal(t, ReasonDrained, drainCondition(f.get("web-a")).Reason)
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+}
 
-	// 4. deprovision, then release the finalizer
+func TestNothingToDrainCostsTwoWrites(t *testing.T) {
+	node := setNode("web-a", "sim")
+	node.Spec.ProviderID = "test:///web-a"
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
+	f.driver.machines["web-a"] = "test:///web-a"
+	require.NoError(t, f.sync("web-a"))
+	assert.True(t, f.get("web-a").Spec.Unschedulable, "cordoned first")
+	assert.Empty(t, f.driver.deletes)
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
 	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+	writes := 0
+	for _, a := range f.kube.Actions() {
+		if a.GetResource().Resource == "nodes" && (a.GetVerb() == "update" || a.GetVerb() == "patch") {
+			writes++
+		}
+	}
+	assert.Equal(t, 2, writes, "the cordon and the release, nothing else")
+	assert.Nil(t, drainCondition(f.get("web-a")), "no Draining condition for a drain with nothing in it")
+	assert.Equal(t, []string{"Normal Deprovisioned Driver simulated deleted the machine"}, f.events())
 }
 
 func TestDeprovisionInProgressKeepsTheFinalizer(t *testing.T) {
@@ -357,6 +375,18 @@ func TestDeprovisionInProgressKeepsTheFinalizer(t *testing.T) {
 	f.driver.deleteErr = drivers.ErrInProgress
 	require.NoError(t, f.sync("web-a"))
 	assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination, "the machine is not gone yet")
+
+	// A drain that just ended while the machine takes its time is recorded,
+	// so the Node shows "deleting" and a restart does not drain again.
+	fresh := setNode("web-b", "sim")
+	fresh.DeletionTimestamp = &metav1.Time{Time: testNow}
+	fresh.Spec.Unschedulable = true
+	fresh.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339)}
+	f2 := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, fresh)
+	f2.driver.deleteErr = drivers.ErrInProgress
+	require.NoError(t, f2.sync("web-b"))
+	assert.NotEmpty(t, f2.get("web-b").Annotations[drainedAnnotation])
+	assert.Contains(t, f2.get("web-b").Finalizers, nodesetv1alpha1.FinalizerTermination)
 
 	f.driver.deleteErr = errors.New("cloud says no")
 	require.Error(t, f.sync("web-a"), "a failed delete is retried with backoff")
@@ -442,7 +472,7 @@ func TestDrainWaitsForVolumeDetach(t *testing.T) {
 	require.NoError(t, err)
 	f.updateCache(f.get("web-a"))
 	require.NoError(t, f.sync("web-a"))
-	assert.NotEmpty(t, f.get("web-a").Annotations[drainedAnnotation], "detached: the drain is done")
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "detached: the drain is done and the machine goes")
 
 	// Past the timeout a volume that never detaches does not hold the machine.
 	node2 := node.DeepCopy()
@@ -450,7 +480,7 @@ func TestDrainWaitsForVolumeDetach(t *testing.T) {
 	node2.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = testNow.Add(-time.Hour).Format(time.RFC3339)
 	f2 := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, node2)
 	require.NoError(t, f2.sync("web-b"))
-	assert.NotEmpty(t, f2.get("web-b").Annotations[drainedAnnotation])
+	assert.Equal(t, []string{"web-b"}, f2.driver.deletes)
 }
 
 func TestProvisioningErrorsAreRecordedOnTheNode(t *testing.T) {

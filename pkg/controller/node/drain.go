@@ -62,12 +62,11 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; draining with a timeout of %s", timeout)
 		return nil // the update brings us back
 	}
 
-	drained := node.Annotations[drainedAnnotation] != ""
-	if !drained {
+	wasDrained := node.Annotations[drainedAnnotation] != ""
+	if !wasDrained {
 		remaining, blocked, err := c.evictPods(ctx, node.Name)
 		if err != nil {
 			return err
@@ -88,11 +87,18 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 			return nil
 		case remaining == 0:
 			c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
-			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
-			if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
-				return err
+			if drainCondition(node) != nil {
+				// Pods were evicted: say so. A Node that had nothing to
+				// drain goes straight on, with no write for it.
+				c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
+				if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
+					return err
+				}
 			}
 		case now.Sub(started) < timeout:
+			if drainCondition(node) == nil {
+				c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; evicting %d pod(s) with a drain timeout of %s", remaining, timeout)
+			}
 			msg := fmt.Sprintf("%d pod(s) left to evict, drain timeout at %s", remaining, started.Add(timeout).UTC().Format(time.RFC3339))
 			if blocked > 0 {
 				logger.V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
@@ -128,11 +134,10 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 				return err
 			}
 		}
+		// Drained (or given up): deprovision in this same sync. The drain's
+		// end is written only if the machine takes a while to go, so that
+		// a restart does not drain again and the Node shows "deleting".
 		node.Annotations[drainedAnnotation] = now.UTC().Format(time.RFC3339)
-		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		return nil
 	}
 
 	// Deprovision. Even a Node that never got a providerID may have a machine
@@ -144,6 +149,12 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	start := c.opts.Now()
 	err = driver.Delete(ctx, machineClass, node.Name)
 	c.metrics.driverCall(driver.Name(), opDelete, start, err)
+	if err != nil && !wasDrained {
+		// The machine takes a while: record the drain's end now.
+		if _, updateErr := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); updateErr != nil {
+			logger.V(2).Info("Could not record the end of the drain", "err", updateErr)
+		}
+	}
 	if errors.Is(err, drivers.ErrInProgress) {
 		c.queue.AddAfter(node.Name, c.opts.DrainRecheck)
 		return nil

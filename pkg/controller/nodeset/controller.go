@@ -52,6 +52,9 @@ type Options struct {
 	GroupDrivers []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// StatusInterval spaces a set's status writes that only count progress
+	// (replica counts, condition messages); 0 writes every change at once.
+	StatusInterval time.Duration
 }
 
 // Controller turns NodeSets into Nodes.
@@ -73,6 +76,10 @@ type Controller struct {
 	groupDrivers map[string]bool
 	classLocks   sync.Map // NodeClass name -> *sync.Mutex
 	now          func() time.Time
+
+	statusInterval time.Duration
+	statusMu       sync.Mutex
+	lastStatus     map[string]time.Time // by set key: the last status write
 }
 
 // NewController returns a NodeSetController wired to the given informers.
@@ -114,6 +121,9 @@ func NewController(
 		burst:        opts.BurstReplicas,
 		groupDrivers: map[string]bool{},
 		now:          opts.Now,
+
+		statusInterval: opts.StatusInterval,
+		lastStatus:     map[string]time.Time{},
 	}
 	for _, d := range opts.GroupDrivers {
 		c.groupDrivers[d] = true

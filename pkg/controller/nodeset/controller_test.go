@@ -415,3 +415,47 @@ func TestSlowStartBatch(t *testing.T) {
 	assert.Equal(t, 3, ok)
 	assert.LessOrEqual(t, calls, 7, "batches 1, 2, 4: the failing batch is the last")
 }
+
+func TestProgressOnlyStatusWritesAreSpaced(t *testing.T) {
+	set := newSet(3)
+	f := newFixture(t, validClass("sim"), set)
+	now := testNow
+	f.controller.now = func() time.Time { return now }
+	f.controller.statusInterval = time.Second
+	ctx := context.Background()
+	statusWrites := func() int {
+		n := 0
+		for _, a := range f.nodesets.Actions() {
+			if a.Matches("update", "nodesets") && a.GetSubresource() == "status" {
+				n++
+			}
+		}
+		return n
+	}
+	current := func() *nodesetv1alpha1.NodeSet {
+		s, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(ctx, "web", metav1.GetOptions{})
+		require.NoError(t, err)
+		return s
+	}
+	status := nodesetv1alpha1.NodeSetStatus{ObservedGeneration: 2, Replicas: 1,
+		Conditions: []metav1.Condition{{Type: "Progressing", Status: metav1.ConditionTrue, Reason: "Scaling", Message: "1 of 3"}}}
+	require.NoError(t, f.controller.updateStatus(ctx, current(), status))
+	assert.Equal(t, 1, statusWrites(), "the first write goes out")
+
+	status.Replicas, status.Conditions[0].Message = 2, "2 of 3"
+	require.NoError(t, f.controller.updateStatus(ctx, current(), status))
+	assert.Equal(t, 1, statusWrites(), "a count within the interval waits")
+	assert.Eventually(t, func() bool { return f.controller.queue.Len() == 1 }, 5*time.Second, 50*time.Millisecond,
+		"and the set is synced again when the interval ends")
+
+	now = now.Add(1100 * time.Millisecond)
+	require.NoError(t, f.controller.updateStatus(ctx, current(), status))
+	assert.Equal(t, 2, statusWrites(), "after the interval it is written")
+
+	status.Conditions[0].Reason = "Complete"
+	require.NoError(t, f.controller.updateStatus(ctx, current(), status))
+	assert.Equal(t, 3, statusWrites(), "a new reason is written at once")
+	status.ObservedGeneration = 3
+	require.NoError(t, f.controller.updateStatus(ctx, current(), status))
+	assert.Equal(t, 4, statusWrites(), "so is a new generation")
+}

@@ -129,9 +129,19 @@ func readyTransition(node *corev1.Node) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// updateStatus writes status when it differs from what the set has.
+// updateStatus writes status when it differs from what the set has. While
+// Nodes come and go, counts and condition messages change with every Node;
+// such changes are written at most once per StatusInterval per set (the
+// last one always: the set is synced again when the interval ends). A new
+// generation, selector, template hash, group or condition status or reason
+// is written at once.
 func (c *Controller) updateStatus(ctx context.Context, set *nodesetv1alpha1.NodeSet, status nodesetv1alpha1.NodeSetStatus) error {
 	if equality.Semantic.DeepEqual(set.Status, status) {
+		return nil
+	}
+	key := set.Namespace + "/" + set.Name
+	if wait := c.statusWait(key, set.Status, status); wait > 0 {
+		c.queue.AddAfter(key, wait)
 		return nil
 	}
 	set = set.DeepCopy()
@@ -140,10 +150,61 @@ func (c *Controller) updateStatus(ctx context.Context, set *nodesetv1alpha1.Node
 	if isNotFound(err) {
 		return nil
 	}
+	if err == nil {
+		c.statusWritten(key)
+	}
 	if err == nil && set.Spec.MinReadySeconds > 0 && status.ReadyReplicas > status.AvailableReplicas {
 		c.queue.AddAfter(set.Namespace+"/"+set.Name, time.Duration(set.Spec.MinReadySeconds)*time.Second)
 	}
 	return err
+}
+
+// statusWait is how long a status change of the set should wait, 0 to
+// write it now.
+func (c *Controller) statusWait(key string, old, status nodesetv1alpha1.NodeSetStatus) time.Duration {
+	if c.statusInterval <= 0 || !onlyProgress(old, status) {
+		return 0
+	}
+	c.statusMu.Lock()
+	last, ok := c.lastStatus[key]
+	c.statusMu.Unlock()
+	if !ok {
+		return 0
+	}
+	return c.statusInterval - c.now().Sub(last)
+}
+
+func (c *Controller) statusWritten(key string) {
+	if c.statusInterval <= 0 {
+		return
+	}
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	now := c.now()
+	c.lastStatus[key] = now
+	// Forget sets not written for a while, so deleted ones do not pile up.
+	for k, t := range c.lastStatus {
+		if now.Sub(t) > 10*c.statusInterval {
+			delete(c.lastStatus, k)
+		}
+	}
+}
+
+// onlyProgress reports whether status differs from old only in counts and
+// condition messages.
+func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
+	if old.ObservedGeneration != status.ObservedGeneration || old.Selector != status.Selector ||
+		old.TemplateHash != status.TemplateHash || !equality.Semantic.DeepEqual(old.Group, status.Group) ||
+		len(old.Conditions) != len(status.Conditions) {
+		return false
+	}
+	for i := range old.Conditions {
+		a, b := old.Conditions[i], status.Conditions[i]
+		if a.Type != b.Type || a.Status != b.Status || a.Reason != b.Reason {
+			return false
+		}
+	}
+	return true
 }
 
 func labelsFor(key, value string) labels.Selector {

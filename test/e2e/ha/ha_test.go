@@ -5,14 +5,11 @@
 package ha
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -178,9 +175,9 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 
 	// The audit log (flushed every second) has every write; each replica's
 	// writes must form one run that no other replica's write interrupts.
-	time.Sleep(3 * time.Second)
+	time.Sleep(framework.AuditLogFlush)
 	for _, r := range []*replicas{sets, nodes} {
-		writers := writeRuns(t, filepath.Join(cp.Dir, "audit.log"), r.name)
+		writers := writeRuns(t, r.name)
 		t.Logf("%s: writes by %d replica runs, in order: %v", r.name, len(writers), writers)
 		seen := map[string]bool{}
 		var again []string
@@ -238,75 +235,30 @@ func (r run) String() string {
 	return fmt.Sprintf("%s: %d writes %s..%s", r.identity, r.writes, r.from.Format("15:04:05.000"), r.to.Format("15:04:05.000"))
 }
 
-type auditEvent struct {
-	Stage     string `json:"stage"`
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	User      struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-	ResponseStatus  *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-}
-
-// succeeded reports whether the API server carried the write out.
-func (e auditEvent) succeeded() bool {
-	return e.ResponseStatus != nil && e.ResponseStatus.Code >= 200 && e.ResponseStatus.Code < 300
-}
-
 var replicaRE = regexp.MustCompile(`replica/(\S+)`)
 
-// writes reads the user's writes from the audit log (every user's when
-// user is empty) received at or after since, in the order the API server
-// received them. Writes to the controllers' leader-election Leases are
-// every replica's business and are left out.
-func writes(t *testing.T, path, user string, since time.Time) []auditEvent {
+// writes are the user's writes (every user's when user is empty) received
+// at or after since, in order, without the controllers' leader-election
+// Leases: those are every replica's business.
+func writes(t *testing.T, user string, since time.Time) []framework.AuditEvent {
 	t.Helper()
-	f, err := os.Open(path)
+	events, err := framework.Shared.AuditEvents(since, time.Time{})
 	require.NoError(t, err)
-	defer f.Close()
-	var out []auditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			continue
-		}
-		if e.Stage != "ResponseComplete" || e.ObjectRef == nil || e.RequestReceived.Before(since) {
-			continue
-		}
-		if user != "" && e.User.Username != user {
-			continue
-		}
-		switch e.Verb {
-		case "create", "update", "patch", "delete", "deletecollection":
-		default:
-			continue
-		}
-		if e.ObjectRef.Resource == "leases" && e.ObjectRef.Namespace == "nodeset-system" {
+	var out []framework.AuditEvent
+	for _, e := range events {
+		if e.ObjectRef == nil || !e.IsWrite() || e.IsLeaderElection() || (user != "" && e.User.Username != user) {
 			continue
 		}
 		out = append(out, e)
 	}
-	require.NoError(t, sc.Err())
-	sort.SliceStable(out, func(i, j int) bool { return out[i].RequestReceived.Before(out[j].RequestReceived) })
 	return out
 }
 
 // writeRuns groups the user's writes into runs by replica.
-func writeRuns(t *testing.T, path, user string) []run {
+func writeRuns(t *testing.T, user string) []run {
 	t.Helper()
 	var runs []run
-	for _, e := range writes(t, path, user, time.Time{}) {
+	for _, e := range writes(t, user, time.Time{}) {
 		m := replicaRE.FindStringSubmatch(e.UserAgent)
 		require.NotNil(t, m, "every controller request names its replica: %q", e.UserAgent)
 		identity := strings.TrimSuffix(m[1], ")")

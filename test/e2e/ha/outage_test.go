@@ -3,7 +3,6 @@ package ha
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -86,7 +85,6 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	require.NoError(t, c.WaitReady(ctx))
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
-	audit := filepath.Join(cp.Dir, "audit.log")
 
 	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "outage"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -120,9 +118,9 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	// nodeWrites counts the controllers' successful creates and deletes of
 	// Nodes since a moment.
 	nodeWrites := func(since time.Time) (created, deleted int) {
-		time.Sleep(2 * time.Second) // the audit log is flushed every second
-		for _, e := range writes(t, audit, "", since) {
-			if e.ObjectRef.Resource != "nodes" || e.ObjectRef.Subresource != "" || !e.succeeded() {
+		time.Sleep(framework.AuditLogFlush)
+		for _, e := range writes(t, "", since) {
+			if e.ObjectRef.Resource != "nodes" || e.ObjectRef.Subresource != "" || !e.Succeeded() {
 				continue
 			}
 			if e.User.Username != "nodeset-controller" && e.User.Username != "node-controller" {
