@@ -222,6 +222,15 @@ func InvalidConfiguration(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidConfiguration, field, fmt.Sprintf(format, args...))
 }
 
+// RequireSection returns a class's driver section, or an error naming the
+// field when the class has none.
+func RequireSection[T any](section *T, field, driver string) (*T, error) {
+	if section == nil {
+		return nil, InvalidConfiguration(field, "is required for driver %s", driver)
+	}
+	return section, nil
+}
+
 // Registry holds the drivers a node controller serves, by name.
 type Registry map[string]Driver
 

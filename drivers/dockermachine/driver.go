@@ -120,10 +120,7 @@ func (d *Driver) Name() string { return nodesetv1alpha1.DriverDockerMachine }
 func BinaryName(plugin string) string { return "docker-machine-driver-" + plugin }
 
 func section(class drivers.Class) (*nodesetv1alpha1.DockerMachine, error) {
-	if class.Spec.DockerMachine == nil {
-		return nil, drivers.InvalidConfiguration("spec.dockerMachine", "is required for driver docker-machine")
-	}
-	return class.Spec.DockerMachine, nil
+	return drivers.RequireSection(class.Spec.DockerMachine, "spec.dockerMachine", nodesetv1alpha1.DriverDockerMachine)
 }
 
 // Validate checks that the plugin is installed and that every option is one

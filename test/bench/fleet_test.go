@@ -211,7 +211,11 @@ const qps, burst = 200, 400
 func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	ctx := context.Background()
 	cp := framework.Shared
-	limits := []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(burst)}
+	// The deployment's leader-election timings, not the tests' short ones: a
+	// controller busy with thousands of Nodes on two shared cores must not
+	// lose its lease over a slow renewal.
+	limits := []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(burst),
+		"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
 		NodeArgs: append([]string{"-v=1", "--workers=16", "--simulated-lease-renew-interval=10s",

@@ -179,6 +179,15 @@ func TestLimitsHoldWhenNodeSetsRace(t *testing.T) {
 		}
 		return len(nodes.Items), nil
 	}
+	// The webhook refuses a set that would exceed the limit as far as its
+	// cache knows; racers it let through are capped by the controller.
+	want := 0
+	for _, ok := range admitted {
+		if ok {
+			want = min(4, want+3)
+		}
+	}
+	require.Positive(t, want, "at least one racer is admitted")
 	most := 0
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
@@ -188,7 +197,7 @@ func TestLimitsHoldWhenNodeSetsRace(t *testing.T) {
 		require.LessOrEqual(t, n, 4, "maxNodesPerNamespace 4 exceeded")
 		time.Sleep(100 * time.Millisecond)
 	}
-	assert.Equal(t, 4, most, "the namespace fills up to its limit")
+	assert.Equal(t, want, most, "the admitted sets get their nodes, up to the namespace's limit")
 }
 
 // TestDedicatedNodesCarryTheTenant: a Dedicated class's nodes are labelled

@@ -1,0 +1,647 @@
+// Package eksasg is the eks-asg group driver: a NodeSet is one EC2 Auto
+// Scaling group of self-managed EKS workers, launched from a launch template
+// the driver keeps in step with the class. The group's desired capacity is
+// only ever raised here; it goes down only when a chosen, drained instance is
+// terminated with the decrement in the same call, so AWS never picks a
+// victim.
+package eksasg
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// Tags the driver puts on every group, launch template and instance.
+const (
+	TagCluster      = "nodeset.dev/cluster"
+	TagNamespace    = "nodeset.dev/nodeset-namespace"
+	TagNodeSet      = "nodeset.dev/nodeset"
+	TagNodeSetUID   = "nodeset.dev/nodeset-uid"
+	TagTemplateHash = "nodeset.dev/template-hash"
+)
+
+// AutoScaling is the part of the Auto Scaling API the driver uses.
+type AutoScaling interface {
+	CreateAutoScalingGroup(context.Context, *autoscaling.CreateAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.CreateAutoScalingGroupOutput, error)
+	UpdateAutoScalingGroup(context.Context, *autoscaling.UpdateAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.UpdateAutoScalingGroupOutput, error)
+	DescribeAutoScalingGroups(context.Context, *autoscaling.DescribeAutoScalingGroupsInput, ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error)
+	SetDesiredCapacity(context.Context, *autoscaling.SetDesiredCapacityInput, ...func(*autoscaling.Options)) (*autoscaling.SetDesiredCapacityOutput, error)
+	TerminateInstanceInAutoScalingGroup(context.Context, *autoscaling.TerminateInstanceInAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.TerminateInstanceInAutoScalingGroupOutput, error)
+	DescribeAutoScalingInstances(context.Context, *autoscaling.DescribeAutoScalingInstancesInput, ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingInstancesOutput, error)
+	DeleteAutoScalingGroup(context.Context, *autoscaling.DeleteAutoScalingGroupInput, ...func(*autoscaling.Options)) (*autoscaling.DeleteAutoScalingGroupOutput, error)
+	SuspendProcesses(context.Context, *autoscaling.SuspendProcessesInput, ...func(*autoscaling.Options)) (*autoscaling.SuspendProcessesOutput, error)
+}
+
+// EC2 is the part of the EC2 API the driver uses.
+type EC2 interface {
+	CreateLaunchTemplate(context.Context, *ec2.CreateLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.CreateLaunchTemplateOutput, error)
+	CreateLaunchTemplateVersion(context.Context, *ec2.CreateLaunchTemplateVersionInput, ...func(*ec2.Options)) (*ec2.CreateLaunchTemplateVersionOutput, error)
+	DescribeLaunchTemplateVersions(context.Context, *ec2.DescribeLaunchTemplateVersionsInput, ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplateVersionsOutput, error)
+	DeleteLaunchTemplate(context.Context, *ec2.DeleteLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.DeleteLaunchTemplateOutput, error)
+	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error)
+}
+
+// Clients gives the API clients for a region and a class's credentials.
+type Clients func(ctx context.Context, region string, credentials map[string][]byte) (AutoScaling, EC2, error)
+
+// Options configure a Driver.
+type Options struct {
+	// Cluster is the name the node controller serves; it is part of every
+	// name and tag, so two clusters in one account never see each other's
+	// groups.
+	Cluster string
+	// Clients makes the API clients. Required.
+	Clients Clients
+	// Scopes are where ListGroups looks for groups: the regions of the
+	// classes served, each with the credentials of a class there. Required
+	// for orphan collection.
+	Scopes func() []Scope
+}
+
+// Scope is a region and the credentials to look in it with.
+type Scope struct {
+	Region      string
+	Credentials map[string][]byte
+}
+
+// Driver serves NodeClasses with driver eks-asg.
+type Driver struct {
+	opts Options
+}
+
+var _ drivers.GroupDriver = (*Driver)(nil)
+
+// New returns the eks-asg driver.
+func New(opts Options) *Driver { return &Driver{opts: opts} }
+
+// Name is the value of spec.driver the driver serves.
+func (d *Driver) Name() string { return nodesetv1alpha1.DriverEKSASG }
+
+func section(class drivers.Class) (*nodesetv1alpha1.EKSAutoscalingGroup, error) {
+	return drivers.RequireSection(class.Spec.EKSAutoscalingGroup, "spec.eksAutoscalingGroup", nodesetv1alpha1.DriverEKSASG)
+}
+
+// Validate checks the section's required fields and their shapes; it calls
+// no API.
+func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	required := map[string]string{
+		"spec.eksAutoscalingGroup.clusterName": s.ClusterName,
+		"spec.eksAutoscalingGroup.region":      s.Region,
+		"spec.eksAutoscalingGroup.imageID":     s.ImageID,
+	}
+	for _, field := range sortedKeys(required) {
+		if required[field] == "" {
+			return drivers.InvalidConfiguration(field, "is required")
+		}
+	}
+	if !strings.HasPrefix(s.ImageID, "ami-") {
+		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.imageID", "%q is not an AMI id (ami-...)", s.ImageID)
+	}
+	switch {
+	case s.InstanceType == "" && s.MixedInstances == nil:
+		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.instanceType", "is required unless mixedInstances lists the instance types")
+	case s.InstanceType != "" && s.MixedInstances != nil:
+		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.mixedInstances", "cannot be set with instanceType: list every type in mixedInstances.instanceTypes")
+	case s.MixedInstances != nil && len(s.MixedInstances.InstanceTypes) == 0:
+		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.mixedInstances.instanceTypes", "needs at least one instance type")
+	}
+	if len(s.SubnetIDs) == 0 {
+		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.subnetIDs", "needs at least one subnet")
+	}
+	for i, subnet := range s.SubnetIDs {
+		if !strings.HasPrefix(subnet, "subnet-") {
+			return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksAutoscalingGroup.subnetIDs[%d]", i), "%q is not a subnet id (subnet-...)", subnet)
+		}
+	}
+	return nil
+}
+
+// GroupName is the deterministic name of a NodeSet's group and launch
+// template: readable, within the 255 characters Auto Scaling allows and the
+// 128 of launch templates, and unique per cluster, namespace and name.
+func GroupName(cluster, namespace, name string) string {
+	sum := sha256.Sum256([]byte(cluster + "/" + namespace + "/" + name))
+	base := fmt.Sprintf("nodeset-%s-%s-%s", cluster, namespace, name)
+	if len(base) > 110 {
+		base = base[:110]
+	}
+	return base + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// ProviderID is the Node providerID of an instance, as the AWS cloud
+// provider writes it.
+func ProviderID(zone, instanceID string) string { return "aws:///" + zone + "/" + instanceID }
+
+var providerIDRE = regexp.MustCompile(`^aws:///[^/]*/(i-[0-9a-f]+)$`)
+
+// InstanceID is the instance id of an aws:/// providerID.
+func InstanceID(providerID string) (string, error) {
+	m := providerIDRE.FindStringSubmatch(providerID)
+	if m == nil {
+		return "", fmt.Errorf("%q is not an aws:///<zone>/<instance id> providerID", providerID)
+	}
+	return m[1], nil
+}
+
+func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string) map[string]string {
+	tags := map[string]string{}
+	for k, v := range extra {
+		tags[k] = v
+	}
+	tags[TagCluster] = d.opts.Cluster
+	tags[TagNamespace] = owner.Namespace
+	tags[TagNodeSet] = owner.Name
+	tags[TagNodeSetUID] = string(owner.UID)
+	if hash != "" {
+		tags[TagTemplateHash] = hash
+	}
+	return tags
+}
+
+// EnsureGroup makes the launch template and the group, or brings them in
+// step: a new template version when the template hash changed, the bounds,
+// and the desired capacity raised (never lowered) to the replicas.
+func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.GroupStatus, error) {
+	s, err := section(group.Class)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	asg, ec2c, err := d.opts.Clients(ctx, s.Region, group.Class.Credentials)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	if err := d.ensureLaunchTemplate(ctx, ec2c, group, s); err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	existing, err := describeGroup(ctx, asg, group.Name)
+	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+		return drivers.GroupStatus{}, err
+	}
+	minSize, maxSize := group.MinReplicas, max(group.MaxReplicas, group.Replicas)
+	if existing == nil {
+		input := &autoscaling.CreateAutoScalingGroupInput{
+			AutoScalingGroupName: aws.String(group.Name),
+			MinSize:              aws.Int32(minSize),
+			MaxSize:              aws.Int32(maxSize),
+			DesiredCapacity:      aws.Int32(group.Replicas),
+			VPCZoneIdentifier:    aws.String(strings.Join(s.SubnetIDs, ",")),
+			CapacityRebalance:    s.CapacityRebalance,
+			Tags:                 asgTags(group.Name, d.tags(group.Owner, group.TemplateHash, s.Tags)),
+		}
+		spec := &asgtypes.LaunchTemplateSpecification{LaunchTemplateName: aws.String(group.Name), Version: aws.String("$Latest")}
+		if m := s.MixedInstances; m != nil {
+			input.MixedInstancesPolicy = mixedInstances(spec, m)
+		} else {
+			input.LaunchTemplate = spec
+		}
+		if _, err := asg.CreateAutoScalingGroup(ctx, input); err != nil && !isCode(err, "AlreadyExists") {
+			return drivers.GroupStatus{}, classify("creating Auto Scaling group "+group.Name, err)
+		}
+		// nodeset, not AWS, decides which instances go.
+		if _, err := asg.SuspendProcesses(ctx, &autoscaling.SuspendProcessesInput{
+			AutoScalingGroupName: aws.String(group.Name), ScalingProcesses: []string{"AZRebalance"}}); err != nil {
+			return drivers.GroupStatus{}, classify("suspending AZRebalance on "+group.Name, err)
+		}
+	} else {
+		if aws.ToInt32(existing.MinSize) != minSize || aws.ToInt32(existing.MaxSize) < maxSize {
+			if _, err := asg.UpdateAutoScalingGroup(ctx, &autoscaling.UpdateAutoScalingGroupInput{
+				AutoScalingGroupName: aws.String(group.Name),
+				MinSize:              aws.Int32(min(minSize, aws.ToInt32(existing.DesiredCapacity))),
+				MaxSize:              aws.Int32(max(maxSize, aws.ToInt32(existing.DesiredCapacity))),
+			}); err != nil {
+				return drivers.GroupStatus{}, classify("updating the bounds of "+group.Name, err)
+			}
+		}
+		if aws.ToInt32(existing.DesiredCapacity) < group.Replicas {
+			if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
+				AutoScalingGroupName: aws.String(group.Name), DesiredCapacity: aws.Int32(group.Replicas), HonorCooldown: aws.Bool(false),
+			}); err != nil {
+				return drivers.GroupStatus{}, classify("raising the desired capacity of "+group.Name, err)
+			}
+		}
+	}
+	return d.describe(ctx, asg, ec2c, group.Name)
+}
+
+// ensureLaunchTemplate creates the template, or a new default version of it
+// when the configuration changed (the version's description is the template
+// hash).
+func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup) error {
+	data, err := launchTemplateData(group, s)
+	if err != nil {
+		return err
+	}
+	versions, err := ec2c.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{
+		LaunchTemplateName: aws.String(group.Name), Versions: []string{"$Latest"}})
+	switch {
+	case launchTemplateNotFound(err):
+		tags := d.tags(group.Owner, "", s.Tags)
+		_, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+			LaunchTemplateName: aws.String(group.Name),
+			VersionDescription: aws.String(group.TemplateHash),
+			LaunchTemplateData: data,
+			TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: ec2Tags(tags)}},
+		})
+		if isCode(err, "InvalidLaunchTemplateName.AlreadyExistsException") {
+			return nil
+		}
+		return classify("creating launch template "+group.Name, err)
+	case err != nil:
+		return classify("describing launch template "+group.Name, err)
+	}
+	if len(versions.LaunchTemplateVersions) > 0 && aws.ToString(versions.LaunchTemplateVersions[0].VersionDescription) == group.TemplateHash {
+		return nil
+	}
+	_, err = ec2c.CreateLaunchTemplateVersion(ctx, &ec2.CreateLaunchTemplateVersionInput{
+		LaunchTemplateName: aws.String(group.Name),
+		VersionDescription: aws.String(group.TemplateHash),
+		LaunchTemplateData: data,
+	})
+	return classify("creating a launch template version of "+group.Name, err)
+}
+
+func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup) (*ec2types.RequestLaunchTemplateData, error) {
+	userData, err := UserData(s, group.Labels, group.Taints)
+	if err != nil {
+		return nil, err
+	}
+	data := &ec2types.RequestLaunchTemplateData{
+		ImageId:          aws.String(s.ImageID),
+		SecurityGroupIds: s.SecurityGroupIDs,
+		UserData:         aws.String(userData),
+		TagSpecifications: []ec2types.LaunchTemplateTagSpecificationRequest{{
+			ResourceType: ec2types.ResourceTypeInstance,
+			Tags:         ec2Tags(map[string]string{"kubernetes.io/cluster/" + s.ClusterName: "owned", TagNamespace: group.Owner.Namespace, TagNodeSet: group.Owner.Name}),
+		}},
+	}
+	if s.InstanceType != "" {
+		data.InstanceType = ec2types.InstanceType(s.InstanceType)
+	}
+	if s.InstanceProfile != "" {
+		profile := &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: aws.String(s.InstanceProfile)}
+		if strings.HasPrefix(s.InstanceProfile, "arn:") {
+			profile = &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Arn: aws.String(s.InstanceProfile)}
+		}
+		data.IamInstanceProfile = profile
+	}
+	if s.KeyName != "" {
+		data.KeyName = aws.String(s.KeyName)
+	}
+	for _, b := range s.BlockDevices {
+		data.BlockDeviceMappings = append(data.BlockDeviceMappings, ec2types.LaunchTemplateBlockDeviceMappingRequest{
+			DeviceName: aws.String(b.DeviceName),
+			Ebs: &ec2types.LaunchTemplateEbsBlockDeviceRequest{
+				VolumeSize: b.VolumeSize, VolumeType: ec2types.VolumeType(b.VolumeType), Iops: b.IOPS, Throughput: b.Throughput,
+				Encrypted: b.Encrypted, KmsKeyId: optional(b.KMSKeyID), DeleteOnTermination: b.DeleteOnTermination,
+			},
+		})
+	}
+	if m := s.MetadataOptions; m != nil {
+		data.MetadataOptions = &ec2types.LaunchTemplateInstanceMetadataOptionsRequest{
+			HttpTokens:              ec2types.LaunchTemplateHttpTokensState(m.HTTPTokens),
+			HttpPutResponseHopLimit: m.HTTPPutResponseHopLimit,
+			HttpEndpoint:            ec2types.LaunchTemplateInstanceMetadataEndpointState(m.HTTPEndpoint),
+		}
+	}
+	return data, nil
+}
+
+func mixedInstances(spec *asgtypes.LaunchTemplateSpecification, m *nodesetv1alpha1.MixedInstancesPolicy) *asgtypes.MixedInstancesPolicy {
+	policy := &asgtypes.MixedInstancesPolicy{
+		LaunchTemplate: &asgtypes.LaunchTemplate{LaunchTemplateSpecification: spec},
+		InstancesDistribution: &asgtypes.InstancesDistribution{
+			OnDemandBaseCapacity:                m.OnDemandBaseCapacity,
+			OnDemandPercentageAboveBaseCapacity: m.OnDemandPercentageAboveBaseCapacity,
+			SpotAllocationStrategy:              optional(m.SpotAllocationStrategy),
+			SpotMaxPrice:                        optional(m.SpotMaxPrice),
+		},
+	}
+	for _, t := range m.InstanceTypes {
+		policy.LaunchTemplate.Overrides = append(policy.LaunchTemplate.Overrides, asgtypes.LaunchTemplateOverrides{InstanceType: aws.String(t)})
+	}
+	return policy
+}
+
+// DescribeGroup returns the group and its instances, or ErrNotFound.
+func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
+	s, err := section(class)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	asg, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	return d.describe(ctx, asg, ec2c, name)
+}
+
+func describeGroup(ctx context.Context, asg AutoScaling, name string) (*asgtypes.AutoScalingGroup, error) {
+	out, err := asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{name}})
+	if err != nil {
+		return nil, classify("describing Auto Scaling group "+name, err)
+	}
+	for i := range out.AutoScalingGroups {
+		if aws.ToString(out.AutoScalingGroups[i].AutoScalingGroupName) == name {
+			return &out.AutoScalingGroups[i], nil
+		}
+	}
+	return nil, fmt.Errorf("Auto Scaling group %s: %w", name, drivers.ErrNotFound)
+}
+
+func (d *Driver) describe(ctx context.Context, asg AutoScaling, ec2c EC2, name string) (drivers.GroupStatus, error) {
+	g, err := describeGroup(ctx, asg, name)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	status := drivers.GroupStatus{Name: name, DesiredSize: aws.ToInt32(g.DesiredCapacity), State: "ACTIVE"}
+	if g.Status != nil {
+		status.State = aws.ToString(g.Status) // "Delete in progress"
+	}
+	ids := make([]string, 0, len(g.Instances))
+	for _, i := range g.Instances {
+		ids = append(ids, aws.ToString(i.InstanceId))
+	}
+	details := map[string]ec2types.Instance{}
+	if len(ids) > 0 {
+		pages := ec2.NewDescribeInstancesPaginator(ec2c, &ec2.DescribeInstancesInput{InstanceIds: ids})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return drivers.GroupStatus{}, classify("describing the instances of "+name, err)
+			}
+			for _, r := range page.Reservations {
+				for _, inst := range r.Instances {
+					details[aws.ToString(inst.InstanceId)] = inst
+				}
+			}
+		}
+	}
+	owner := ownerFromTags(g.Tags)
+	for _, i := range g.Instances {
+		id := aws.ToString(i.InstanceId)
+		m := drivers.MachineStatus{ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), id), Owner: owner, State: machineState(i.LifecycleState)}
+		if inst, ok := details[id]; ok {
+			m.Name = aws.ToString(inst.PrivateDnsName)
+			if inst.LaunchTime != nil {
+				m.CreatedAt = inst.LaunchTime.Unix()
+			}
+		}
+		if aws.ToString(i.HealthStatus) == "Unhealthy" {
+			m.State, m.Message = drivers.MachineFailed, "Auto Scaling reports the instance unhealthy"
+		}
+		status.Machines = append(status.Machines, m)
+	}
+	sort.Slice(status.Machines, func(a, b int) bool { return status.Machines[a].ProviderID < status.Machines[b].ProviderID })
+	return status, nil
+}
+
+func machineState(s asgtypes.LifecycleState) drivers.MachineState {
+	switch {
+	case s == asgtypes.LifecycleStateInService:
+		return drivers.MachineRunning
+	case strings.HasPrefix(string(s), "Pending"), strings.HasPrefix(string(s), "Warmed"):
+		return drivers.MachinePending
+	default: // Terminating*, Detaching, Detached, EnteringStandby, Standby
+		return drivers.MachineStopping
+	}
+}
+
+func ownerFromTags(tags []asgtypes.TagDescription) drivers.Owner {
+	var o drivers.Owner
+	for _, t := range tags {
+		switch aws.ToString(t.Key) {
+		case TagCluster:
+			o.Cluster = aws.ToString(t.Value)
+		case TagNamespace:
+			o.Namespace = aws.ToString(t.Value)
+		case TagNodeSet:
+			o.Name = aws.ToString(t.Value)
+		case TagNodeSetUID:
+			o.UID = typesUID(aws.ToString(t.Value))
+		}
+	}
+	return o
+}
+
+// TerminateMachine terminates one instance and lowers the desired capacity
+// in the same call. An instance already gone is not an error.
+func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	id, err := InstanceID(providerID)
+	if err != nil {
+		return err
+	}
+	asg, _, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return err
+	}
+	// Only an instance of this group, still in it, is terminated: one that
+	// left (terminated, or detached by someone) is done.
+	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
+	if err != nil {
+		return classify("looking up "+id, err)
+	}
+	inGroup := false
+	for _, i := range found.AutoScalingInstances {
+		if aws.ToString(i.InstanceId) == id && aws.ToString(i.AutoScalingGroupName) == group {
+			inGroup = !strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat")
+		}
+	}
+	if !inGroup {
+		return nil
+	}
+	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
+		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
+	return classify("terminating "+id+" in "+group, err)
+}
+
+// DeleteGroup deletes the group with its instances, then the launch
+// template: ErrInProgress until the group is gone.
+func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	asg, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return err
+	}
+	g, err := describeGroup(ctx, asg, name)
+	switch {
+	case err == nil:
+		if g.Status == nil { // not being deleted yet
+			_, err := asg.DeleteAutoScalingGroup(ctx, &autoscaling.DeleteAutoScalingGroupInput{AutoScalingGroupName: aws.String(name), ForceDelete: aws.Bool(true)})
+			if err != nil && !isCode(err, "ValidationError") {
+				return classify("deleting Auto Scaling group "+name, err)
+			}
+			if _, err := describeGroup(ctx, asg, name); errors.Is(err, drivers.ErrNotFound) {
+				break // gone at once
+			}
+		}
+		return fmt.Errorf("Auto Scaling group %s: %w", name, drivers.ErrInProgress)
+	case !errors.Is(err, drivers.ErrNotFound):
+		return err
+	}
+	_, err = ec2c.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{
+		LaunchTemplateName: aws.String(name), Versions: []string{"$Latest"}})
+	if launchTemplateNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return classify("describing launch template "+name, err)
+	}
+	_, err = ec2c.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String(name)})
+	if err != nil && !launchTemplateNotFound(err) {
+		return classify("deleting launch template "+name, err)
+	}
+	return nil
+}
+
+func launchTemplateNotFound(err error) bool {
+	return isCode(err, "InvalidLaunchTemplateName.NotFoundException") || isCode(err, "InvalidLaunchTemplateId.NotFound")
+}
+
+// ListGroups returns every group tagged with the cluster, in every scope of
+// Options.Scopes, for orphan collection.
+func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) {
+	if d.opts.Scopes == nil {
+		return nil, errors.New("eks-asg: no regions to list groups in")
+	}
+	var out []drivers.GroupStatus
+	for _, scope := range d.opts.Scopes() {
+		region := scope.Region
+		asg, _, err := d.opts.Clients(ctx, region, scope.Credentials)
+		if err != nil {
+			return nil, err
+		}
+		pages := autoscaling.NewDescribeAutoScalingGroupsPaginator(asg, &autoscaling.DescribeAutoScalingGroupsInput{
+			Filters: []asgtypes.Filter{{Name: aws.String("tag:" + TagCluster), Values: []string{d.opts.Cluster}}}})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, classify("listing Auto Scaling groups in "+region, err)
+			}
+			for _, g := range page.AutoScalingGroups {
+				status := drivers.GroupStatus{Name: aws.ToString(g.AutoScalingGroupName), DesiredSize: aws.ToInt32(g.DesiredCapacity)}
+				owner := ownerFromTags(g.Tags)
+				if owner.Cluster != d.opts.Cluster {
+					continue // the filter is a prefix match on some implementations
+				}
+				for _, i := range g.Instances {
+					status.Machines = append(status.Machines, drivers.MachineStatus{
+						ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), aws.ToString(i.InstanceId)), Owner: owner, State: machineState(i.LifecycleState)})
+				}
+				if g.CreatedTime != nil {
+					status.Message = "created " + g.CreatedTime.UTC().Format(time.RFC3339)
+				}
+				out = append(out, status)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Capacity is what one node of the class offers, from the instance type
+// (the first of a mixed-instances list, the smallest a scale-up may get).
+func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Capacity, error) {
+	s, err := section(class)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	instanceType := s.InstanceType
+	if instanceType == "" && s.MixedInstances != nil && len(s.MixedInstances.InstanceTypes) > 0 {
+		instanceType = s.MixedInstances.InstanceTypes[0]
+	}
+	_, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	out, err := ec2c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []ec2types.InstanceType{ec2types.InstanceType(instanceType)}})
+	if err != nil {
+		return drivers.Capacity{}, classify("describing instance type "+instanceType, err)
+	}
+	if len(out.InstanceTypes) == 0 {
+		return drivers.Capacity{}, drivers.InvalidConfiguration("spec.eksAutoscalingGroup.instanceType", "%q is not an EC2 instance type in %s", instanceType, s.Region)
+	}
+	return capacityOf(out.InstanceTypes[0]), nil
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return aws.String(s)
+}
+
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+func asgTags(group string, tags map[string]string) []asgtypes.Tag {
+	out := make([]asgtypes.Tag, 0, len(tags))
+	for _, k := range sortedKeys(tags) {
+		out = append(out, asgtypes.Tag{Key: aws.String(k), Value: aws.String(tags[k]), ResourceId: aws.String(group),
+			ResourceType: aws.String("auto-scaling-group"), PropagateAtLaunch: aws.Bool(true)})
+	}
+	return out
+}
+
+func ec2Tags(tags map[string]string) []ec2types.Tag {
+	out := make([]ec2types.Tag, 0, len(tags))
+	for _, k := range sortedKeys(tags) {
+		out = append(out, ec2types.Tag{Key: aws.String(k), Value: aws.String(tags[k])})
+	}
+	return out
+}
+
+// isCode reports whether err is an AWS API error with this code.
+func isCode(err error, code string) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == code
+}
+
+// classify wraps an AWS error in the driver error the controllers act on.
+func classify(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	switch code := apiErr.ErrorCode(); {
+	case code == "Throttling" || code == "ThrottlingException" || code == "RequestLimitExceeded":
+		return fmt.Errorf("%s: %w: %v", what, drivers.ErrThrottled, err)
+	case code == "InsufficientInstanceCapacity" || code == "InsufficientCapacity" || code == "LimitExceeded":
+		return fmt.Errorf("%s: %w: %v", what, drivers.ErrOutOfCapacity, err)
+	case code == "ValidationError" || strings.HasPrefix(code, "InvalidParameter") || strings.HasPrefix(code, "InvalidAMIID") ||
+		strings.HasPrefix(code, "InvalidSubnet") || code == "UnauthorizedOperation" || code == "AccessDenied":
+		return fmt.Errorf("%s: %w: %v", what, drivers.ErrInvalidConfiguration, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

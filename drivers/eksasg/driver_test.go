@@ -1,0 +1,231 @@
+package eksasg
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/smithy-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+const region = "us-east-1"
+
+var testCredentials = map[string][]byte{CredentialAccessKeyID: []byte("testing"), CredentialSecretAccessKey: []byte("testing")}
+
+// world is a moto server with a VPC, a subnet and an AMI to launch from.
+type world struct {
+	endpoint string
+	subnet   string
+	image    string
+	asg      AutoScaling
+	ec2      *ec2.Client
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx := context.Background()
+	w := &world{endpoint: framework.StartMoto(t)}
+	asg, ec2c, err := SDKClients(w.endpoint)(ctx, region, testCredentials)
+	require.NoError(t, err)
+	w.asg, w.ec2 = asg, ec2c.(*ec2.Client)
+	vpc, err := w.ec2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	require.NoError(t, err)
+	subnet, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
+		AvailabilityZone: aws.String(region + "a")})
+	require.NoError(t, err)
+	w.subnet = aws.ToString(subnet.Subnet.SubnetId)
+	images, err := w.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{})
+	require.NoError(t, err)
+	require.NotEmpty(t, images.Images, "moto offers AMIs")
+	w.image = aws.ToString(images.Images[0].ImageId)
+	return w
+}
+
+func (w *world) class() drivers.Class {
+	return drivers.Class{Name: "eks", Credentials: testCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver: nodesetv1alpha1.DriverEKSASG,
+		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+			ClusterName: "prod", Region: region, ImageID: w.image, InstanceType: "t3.large",
+			SubnetIDs: []string{w.subnet}, Tags: map[string]string{"team": "a"},
+			Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
+		}},
+	}}
+}
+
+func (w *world) driver(cluster string) *Driver {
+	return New(Options{Cluster: cluster, Clients: SDKClients(w.endpoint), Scopes: func() []Scope { return []Scope{{Region: region, Credentials: testCredentials}} }})
+}
+
+func TestGroupLifecycleAgainstMoto(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	d := w.driver("prod")
+	class := w.class()
+	require.NoError(t, d.Validate(ctx, class))
+	owner := drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "web", UID: "uid-1"}
+	name := GroupName("prod", "team-a", "web")
+	group := drivers.Group{Name: name, Owner: owner, Class: class, Replicas: 3, MinReplicas: 0, MaxReplicas: 10, TemplateHash: "h1",
+		Labels: map[string]string{"tier": "web"}, Taints: []corev1.Taint{{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}}}
+
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, status.DesiredSize)
+	require.Len(t, status.Machines, 3)
+	for _, m := range status.Machines {
+		_, err := InstanceID(m.ProviderID)
+		assert.NoError(t, err, m.ProviderID)
+		assert.Regexp(t, `^aws:///us-east-1a/i-`, m.ProviderID)
+		assert.NotEmpty(t, m.Name, "the Node name is the instance's private DNS name")
+		assert.Equal(t, owner, m.Owner)
+	}
+
+	g, err := describeGroup(ctx, w.asg, name)
+	require.NoError(t, err)
+	tags := map[string]string{}
+	for _, tag := range g.Tags {
+		tags[aws.ToString(tag.Key)] = aws.ToString(tag.Value)
+	}
+	assert.Equal(t, "prod", tags[TagCluster])
+	assert.Equal(t, "team-a", tags[TagNamespace])
+	assert.Equal(t, "web", tags[TagNodeSet])
+	assert.Equal(t, "uid-1", tags[TagNodeSetUID])
+	assert.Equal(t, "a", tags["team"])
+	assert.NotContains(t, tags, "k8s.io/cluster-autoscaler/enabled", "nodeset, not the group, is cluster-autoscaler's target")
+	var suspended []string
+	for _, p := range g.SuspendedProcesses {
+		suspended = append(suspended, aws.ToString(p.ProcessName))
+	}
+	assert.Contains(t, suspended, "AZRebalance", "AWS never rebalances (terminates) instances by itself")
+
+	// The user data joins the cluster with the set's labels and taints.
+	versions, err := w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(name)})
+	require.NoError(t, err)
+	require.Len(t, versions.LaunchTemplateVersions, 1)
+	userData, err := base64.StdEncoding.DecodeString(aws.ToString(versions.LaunchTemplateVersions[0].LaunchTemplateData.UserData))
+	require.NoError(t, err)
+	assert.Contains(t, string(userData), "kind: NodeConfig")
+	assert.Contains(t, string(userData), `"--node-labels=tier=web"`)
+	assert.Contains(t, string(userData), `"--register-with-taints=dedicated=web:NoSchedule"`)
+
+	// Fewer replicas never lower the desired capacity: only a chosen,
+	// drained instance goes, with the decrement in the same call.
+	group.Replicas = 2
+	status, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, status.DesiredSize)
+	victim := status.Machines[1].ProviderID
+	require.NoError(t, d.TerminateMachine(ctx, class, name, victim))
+	status, err = d.DescribeGroup(ctx, class, name)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, status.DesiredSize)
+	for _, m := range status.Machines {
+		if m.ProviderID == victim {
+			assert.Equal(t, drivers.MachineStopping, m.State, "the victim is on its way out")
+		}
+	}
+	require.NoError(t, d.TerminateMachine(ctx, class, name, "aws:///us-east-1a/i-0123456789abcdef0"), "an instance already gone is not an error")
+
+	// A new template hash is a new launch template version.
+	group.TemplateHash = "h2"
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	versions, err = w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(name)})
+	require.NoError(t, err)
+	assert.Len(t, versions.LaunchTemplateVersions, 2)
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	versions, err = w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(name)})
+	require.NoError(t, err)
+	assert.Len(t, versions.LaunchTemplateVersions, 2, "the same hash makes no new version")
+
+	// Orphan collection sees this cluster's groups only.
+	other := w.driver("staging")
+	_, err = other.EnsureGroup(ctx, drivers.Group{Name: GroupName("staging", "team-a", "web"), Owner: drivers.Owner{Cluster: "staging", Namespace: "team-a", Name: "web"},
+		Class: class, Replicas: 1, MaxReplicas: 1, TemplateHash: "s1"})
+	require.NoError(t, err)
+	groups, err := d.ListGroups(ctx)
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	assert.Equal(t, name, groups[0].Name)
+
+	capacity, err := d.Capacity(ctx, class)
+	require.NoError(t, err)
+	assert.Equal(t, "2", capacity.Resources.Cpu().String())
+	assert.Equal(t, "8Gi", capacity.Resources.Memory().String())
+	assert.Equal(t, "35", capacity.Resources.Pods().String(), "3 ENIs x (12 addresses - 1) + 2")
+	assert.Equal(t, "t3.large", capacity.Labels[corev1.LabelInstanceTypeStable])
+
+	// Deletion: the group with its instances, then the launch template.
+	var deleteErr error
+	for range 20 {
+		if deleteErr = d.DeleteGroup(ctx, class, name); !errors.Is(deleteErr, drivers.ErrInProgress) {
+			break
+		}
+	}
+	require.NoError(t, deleteErr)
+	_, err = d.DescribeGroup(ctx, class, name)
+	assert.ErrorIs(t, err, drivers.ErrNotFound)
+	_, err = w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(name)})
+	assert.Error(t, err, "the launch template went with the group")
+	require.NoError(t, d.DeleteGroup(ctx, class, name), "deleting a deleted group is done")
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	good := func() drivers.Class {
+		return drivers.Class{Spec: nodesetv1alpha1.NodeClassSpec{DriverSections: nodesetv1alpha1.DriverSections{
+			EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Region: region, ImageID: "ami-123",
+				InstanceType: "t3.large", SubnetIDs: []string{"subnet-1"}}}}}
+	}
+	d := New(Options{Cluster: "prod"})
+	require.NoError(t, d.Validate(context.Background(), good()))
+	for field, mutate := range map[string]func(*nodesetv1alpha1.EKSAutoscalingGroup){
+		"spec.eksAutoscalingGroup.clusterName":  func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.ClusterName = "" },
+		"spec.eksAutoscalingGroup.imageID":      func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.ImageID = "centos" },
+		"spec.eksAutoscalingGroup.instanceType": func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.InstanceType = "" },
+		"spec.eksAutoscalingGroup.mixedInstances": func(s *nodesetv1alpha1.EKSAutoscalingGroup) {
+			s.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m5.large"}}
+		},
+		"spec.eksAutoscalingGroup.subnetIDs[0]": func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.SubnetIDs = []string{"vpc-1"} },
+	} {
+		class := good()
+		mutate(class.Spec.EKSAutoscalingGroup)
+		err := d.Validate(context.Background(), class)
+		assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration, field)
+		assert.ErrorContains(t, err, field)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for code, want := range map[string]error{
+		"Throttling":                   drivers.ErrThrottled,
+		"RequestLimitExceeded":         drivers.ErrThrottled,
+		"InsufficientInstanceCapacity": drivers.ErrOutOfCapacity,
+		"ValidationError":              drivers.ErrInvalidConfiguration,
+		"InvalidAMIID.NotFound":        drivers.ErrInvalidConfiguration,
+	} {
+		err := classify("creating", &smithy.GenericAPIError{Code: code, Message: "m"})
+		assert.ErrorIs(t, err, want, code)
+	}
+	err := classify("creating", &smithy.GenericAPIError{Code: "InternalFailure"})
+	for _, e := range []error{drivers.ErrThrottled, drivers.ErrOutOfCapacity, drivers.ErrInvalidConfiguration} {
+		assert.NotErrorIs(t, err, e, "a transient error is only an error")
+	}
+}
+
+func TestGroupNamesAreDeterministicAndBounded(t *testing.T) {
+	a := GroupName("prod", "team-a", "web")
+	assert.Equal(t, a, GroupName("prod", "team-a", "web"))
+	assert.NotEqual(t, a, GroupName("prod", "team-a-web", ""), "the hash tells apart what the dashes join")
+	long := GroupName("prod", string(make([]byte, 63)), string(make([]byte, 253)))
+	assert.LessOrEqual(t, len(long), 128, "launch template names are at most 128 characters")
+}

@@ -1,0 +1,146 @@
+package eksasg
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// Credential keys read from a class's credentials Secret; without them the
+// SDK's default chain (IRSA, instance profile, environment) is used.
+const (
+	CredentialAccessKeyID     = "aws_access_key_id"
+	CredentialSecretAccessKey = "aws_secret_access_key"
+	CredentialSessionToken    = "aws_session_token"
+)
+
+// SDKClients makes real API clients. endpoint, when set, is where every
+// call goes (an emulator such as moto in tests).
+func SDKClients(endpoint string) Clients {
+	return func(ctx context.Context, region string, creds map[string][]byte) (AutoScaling, EC2, error) {
+		opts := []func(*config.LoadOptions) error{config.WithRegion(region)}
+		if id, secret := string(creds[CredentialAccessKeyID]), string(creds[CredentialSecretAccessKey]); id != "" && secret != "" {
+			opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(id, secret, string(creds[CredentialSessionToken]))))
+		}
+		cfg, err := config.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("AWS configuration for %s: %w", region, err)
+		}
+		if endpoint != "" {
+			cfg.BaseEndpoint = aws.String(endpoint)
+		}
+		return autoscaling.NewFromConfig(cfg), ec2.NewFromConfig(cfg), nil
+	}
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }
+
+// UserData is the base64 user data that joins an instance to its EKS
+// cluster: a nodeadm NodeConfig (the default) or a bootstrap.sh call. The
+// Node's labels and taints go to the kubelet too, so that they hold from the
+// first moment; the controller applies them on the Node regardless.
+func UserData(s *nodesetv1alpha1.EKSAutoscalingGroup, labels map[string]string, taints []corev1.Taint) (string, error) {
+	b := s.Bootstrap
+	if b == nil {
+		b = &nodesetv1alpha1.EKSBootstrap{}
+	}
+	if b.APIServerEndpoint == "" || b.CertificateAuthority == "" {
+		return "", drivers.InvalidConfiguration("spec.eksAutoscalingGroup.bootstrap",
+			"apiServerEndpoint and certificateAuthority are required (they are not looked up from EKS yet)")
+	}
+	var nodeLabels []string
+	for _, k := range sortedKeys(labels) {
+		nodeLabels = append(nodeLabels, k+"="+labels[k])
+	}
+	var nodeTaints []string
+	for _, t := range taints {
+		nodeTaints = append(nodeTaints, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	sort.Strings(nodeTaints)
+	flags := append([]string{}, b.KubeletExtraArgs...)
+	if len(nodeLabels) > 0 {
+		flags = append(flags, "--node-labels="+strings.Join(nodeLabels, ","))
+	}
+	if len(nodeTaints) > 0 {
+		flags = append(flags, "--register-with-taints="+strings.Join(nodeTaints, ","))
+	}
+	var out strings.Builder
+	if b.Format == nodesetv1alpha1.BootstrapScript {
+		out.WriteString("#!/bin/bash\nset -o errexit -o nounset -o pipefail\n")
+		for _, c := range b.PreBootstrapCommands {
+			out.WriteString(c + "\n")
+		}
+		fmt.Fprintf(&out, "/etc/eks/bootstrap.sh %s --apiserver-endpoint %s --b64-cluster-ca %s", shellQuote(s.ClusterName),
+			shellQuote(b.APIServerEndpoint), shellQuote(b.CertificateAuthority))
+		if b.ServiceCIDR != "" {
+			fmt.Fprintf(&out, " --service-ipv4-cidr %s", shellQuote(b.ServiceCIDR))
+		}
+		if len(flags) > 0 {
+			fmt.Fprintf(&out, " --kubelet-extra-args %s", shellQuote(strings.Join(flags, " ")))
+		}
+		out.WriteString("\n")
+		return base64.StdEncoding.EncodeToString([]byte(out.String())), nil
+	}
+	const boundary = "NODESET"
+	fmt.Fprintf(&out, "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=%q\n\n", boundary)
+	if len(b.PreBootstrapCommands) > 0 {
+		fmt.Fprintf(&out, "--%s\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\n%s\n\n", boundary, strings.Join(b.PreBootstrapCommands, "\n"))
+	}
+	fmt.Fprintf(&out, "--%s\nContent-Type: application/node.eks.aws\n\n", boundary)
+	fmt.Fprintf(&out, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: %q\n    apiServerEndpoint: %q\n    certificateAuthority: %q\n",
+		s.ClusterName, b.APIServerEndpoint, b.CertificateAuthority)
+	if b.ServiceCIDR != "" {
+		fmt.Fprintf(&out, "    cidr: %q\n", b.ServiceCIDR)
+	}
+	if len(flags) > 0 {
+		out.WriteString("  kubelet:\n    flags:\n")
+		for _, f := range flags {
+			fmt.Fprintf(&out, "    - %q\n", f)
+		}
+	}
+	fmt.Fprintf(&out, "\n--%s--\n", boundary)
+	return base64.StdEncoding.EncodeToString([]byte(out.String())), nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }
+
+// capacityOf is a node's capacity from its instance type. Pods follow the
+// VPC CNI's limit: ENIs × (IPv4 addresses per ENI − 1) + 2.
+func capacityOf(t ec2types.InstanceTypeInfo) drivers.Capacity {
+	c := drivers.Capacity{Resources: corev1.ResourceList{}, Labels: map[string]string{
+		corev1.LabelInstanceTypeStable: string(t.InstanceType),
+	}}
+	if t.VCpuInfo != nil && t.VCpuInfo.DefaultVCpus != nil {
+		c.Resources[corev1.ResourceCPU] = *resource.NewQuantity(int64(*t.VCpuInfo.DefaultVCpus), resource.DecimalSI)
+	}
+	if t.MemoryInfo != nil && t.MemoryInfo.SizeInMiB != nil {
+		c.Resources[corev1.ResourceMemory] = *resource.NewQuantity(*t.MemoryInfo.SizeInMiB*1024*1024, resource.BinarySI)
+	}
+	if n := t.NetworkInfo; n != nil && n.MaximumNetworkInterfaces != nil && n.Ipv4AddressesPerInterface != nil {
+		pods := int64(*n.MaximumNetworkInterfaces)*(int64(*n.Ipv4AddressesPerInterface)-1) + 2
+		c.Resources[corev1.ResourcePods] = *resource.NewQuantity(pods, resource.DecimalSI)
+	}
+	if p := t.ProcessorInfo; p != nil && len(p.SupportedArchitectures) > 0 {
+		arch := string(p.SupportedArchitectures[0])
+		if arch == "x86_64" {
+			arch = "amd64"
+		}
+		c.Labels[corev1.LabelArchStable] = arch
+	}
+	return c
+}
