@@ -50,9 +50,9 @@ func (e AuditEvent) IsLeaderElection() bool {
 	return e.ObjectRef != nil && e.ObjectRef.Resource == "leases" && e.ObjectRef.Namespace == "nodeset-system"
 }
 
-// AuditLogFlush is how long the API server may hold audit events before it
-// writes them.
-const AuditLogFlush = 2 * time.Second
+// AuditLogFlush is how long readers wait for the last requests' events (the
+// log is written in blocking mode, so this is only a margin).
+const AuditLogFlush = time.Second
 
 // AuditEvents reads the completed requests the API server received in
 // [from, to) (to zero: no end), in the order it received them.

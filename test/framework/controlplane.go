@@ -156,8 +156,10 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			"--audit-policy-file="+policy,
 			"--audit-log-path="+filepath.Join(opts.Dir, "audit.log"),
 			"--audit-log-format=json",
-			"--audit-log-mode=batch",
-			"--audit-log-batch-max-wait=1s")
+			// Blocking: every request waits for its event, so none is
+			// dropped under load (batch mode drops when its buffer fills,
+			// which thousands of simulated kubelets do).
+			"--audit-log-mode=blocking")
 	}
 	if err := cp.start(opts, "kube-apiserver", apiserverArgs...); err != nil {
 		cp.Stop()
