@@ -10,6 +10,8 @@ package drivers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -85,6 +87,10 @@ type MachineStatus struct {
 	Owner Owner
 	// CreatedAt is when the machine was created, as Unix seconds; 0 if unknown.
 	CreatedAt int64
+	// TemplateHash is the template hash of the configuration the machine was
+	// made from, when the driver knows it (group drivers: from the launch
+	// template version); empty otherwise.
+	TemplateHash string
 	// Message explains a Failed state.
 	Message string
 }
@@ -176,6 +182,26 @@ type GroupStatus struct {
 	Machines []MachineStatus
 	// UpdateID and UpdateStatus describe a driver-native rolling update.
 	UpdateID, UpdateStatus string
+	// Owner recorded on the group (from its tags).
+	Owner Owner
+	// CreatedAt is when the group was created, as Unix seconds; 0 if unknown.
+	CreatedAt int64
+	// Class, filled by ListGroups, is enough of the configuration (region,
+	// credentials) to pass to DeleteGroup for this group when no NodeClass
+	// names it any more.
+	Class Class
+}
+
+// GroupName is the deterministic name of the cloud group of a NodeSet:
+// readable, at most 119 characters, and unique per cluster, namespace and
+// name (a hash of the three ends it, so truncation cannot collide).
+func GroupName(owner Owner) string {
+	sum := sha256.Sum256([]byte(owner.Cluster + "/" + owner.Namespace + "/" + owner.Name))
+	base := fmt.Sprintf("nodeset-%s-%s-%s", owner.Cluster, owner.Namespace, owner.Name)
+	if len(base) > 110 {
+		base = base[:110]
+	}
+	return base + "-" + hex.EncodeToString(sum[:])[:8]
 }
 
 // GroupDriver runs a cloud group per NodeSet. The cloud names the machines;

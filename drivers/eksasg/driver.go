@@ -8,8 +8,6 @@ package eksasg
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,6 +15,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -76,6 +76,13 @@ type Options struct {
 	// classes served, each with the credentials of a class there. Required
 	// for orphan collection.
 	Scopes func() []Scope
+	// PollInterval is how long one look at all the groups of a region (one
+	// DescribeAutoScalingGroups and one DescribeInstances, paged, for every
+	// NodeSet together) serves EnsureGroup calls that change nothing.
+	// Default 15s.
+	PollInterval time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
 }
 
 // Scope is a region and the credentials to look in it with.
@@ -87,12 +94,27 @@ type Scope struct {
 // Driver serves NodeClasses with driver eks-asg.
 type Driver struct {
 	opts Options
+
+	mu sync.Mutex
+	// views are the cached looks at the groups, by region and credentials.
+	views map[viewKey]*view
+	// templates are the template hashes whose launch template version is
+	// known to exist, by group.
+	templates map[string]string
 }
 
 var _ drivers.GroupDriver = (*Driver)(nil)
 
 // New returns the eks-asg driver.
-func New(opts Options) *Driver { return &Driver{opts: opts} }
+func New(opts Options) *Driver {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 15 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}}
+}
 
 // Name is the value of spec.driver the driver serves.
 func (d *Driver) Name() string { return nodesetv1alpha1.DriverEKSASG }
@@ -141,15 +163,10 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 }
 
 // GroupName is the deterministic name of a NodeSet's group and launch
-// template: readable, within the 255 characters Auto Scaling allows and the
-// 128 of launch templates, and unique per cluster, namespace and name.
+// template (drivers.GroupName: within the 255 characters Auto Scaling allows
+// and the 128 of launch templates).
 func GroupName(cluster, namespace, name string) string {
-	sum := sha256.Sum256([]byte(cluster + "/" + namespace + "/" + name))
-	base := fmt.Sprintf("nodeset-%s-%s-%s", cluster, namespace, name)
-	if len(base) > 110 {
-		base = base[:110]
-	}
-	return base + "-" + hex.EncodeToString(sum[:])[:8]
+	return drivers.GroupName(drivers.Owner{Cluster: cluster, Namespace: namespace, Name: name})
 }
 
 // ProviderID is the Node providerID of an instance, as the AWS cloud
@@ -194,14 +211,30 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
+	minSize, maxSize := group.MinReplicas, max(group.MaxReplicas, group.Replicas)
+	// Most calls change nothing: answer them from the shared look at the
+	// region's groups.
+	if d.templateKnown(group.Name, group.TemplateHash) {
+		v, err := d.view(ctx, asg, ec2c, s.Region, group.Class.Credentials)
+		if err != nil {
+			return drivers.GroupStatus{}, err
+		}
+		if g, ok := v.groups[group.Name]; ok && g.Status == nil && aws.ToInt32(g.MinSize) == minSize &&
+			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= group.Replicas {
+			return statusOf(group.Name, g, v.instances), nil
+		}
+	}
+	defer d.invalidate(s.Region, group.Class.Credentials)
 	if err := d.ensureLaunchTemplate(ctx, ec2c, group, s); err != nil {
 		return drivers.GroupStatus{}, err
 	}
+	d.mu.Lock()
+	d.templates[group.Name] = group.TemplateHash
+	d.mu.Unlock()
 	existing, err := describeGroup(ctx, asg, group.Name)
 	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
 		return drivers.GroupStatus{}, err
 	}
-	minSize, maxSize := group.MinReplicas, max(group.MaxReplicas, group.Replicas)
 	if existing == nil {
 		input := &autoscaling.CreateAutoScalingGroupInput{
 			AutoScalingGroupName: aws.String(group.Name),
@@ -210,7 +243,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 			DesiredCapacity:      aws.Int32(group.Replicas),
 			VPCZoneIdentifier:    aws.String(strings.Join(s.SubnetIDs, ",")),
 			CapacityRebalance:    s.CapacityRebalance,
-			Tags:                 asgTags(group.Name, d.tags(group.Owner, group.TemplateHash, s.Tags)),
+			// The template hash is the launch template version's, not the
+			// group's: instances take it from the version they start from.
+			Tags: asgTags(group.Name, d.tags(group.Owner, "", s.Tags)),
 		}
 		spec := &asgtypes.LaunchTemplateSpecification{LaunchTemplateName: aws.String(group.Name), Version: aws.String("$Latest")}
 		if m := s.MixedInstances; m != nil {
@@ -251,7 +286,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 // when the configuration changed (the version's description is the template
 // hash).
 func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup) error {
-	data, err := launchTemplateData(group, s)
+	data, err := launchTemplateData(group, s, d.tags(group.Owner, group.TemplateHash, nil))
 	if err != nil {
 		return err
 	}
@@ -284,10 +319,14 @@ func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drive
 	return classify("creating a launch template version of "+group.Name, err)
 }
 
-func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup) (*ec2types.RequestLaunchTemplateData, error) {
+func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup, owner map[string]string) (*ec2types.RequestLaunchTemplateData, error) {
 	userData, err := UserData(s, group.Labels, group.Taints)
 	if err != nil {
 		return nil, err
+	}
+	instanceTags := map[string]string{"kubernetes.io/cluster/" + s.ClusterName: "owned"}
+	for k, v := range owner {
+		instanceTags[k] = v
 	}
 	data := &ec2types.RequestLaunchTemplateData{
 		ImageId:          aws.String(s.ImageID),
@@ -295,7 +334,7 @@ func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGr
 		UserData:         aws.String(userData),
 		TagSpecifications: []ec2types.LaunchTemplateTagSpecificationRequest{{
 			ResourceType: ec2types.ResourceTypeInstance,
-			Tags:         ec2Tags(map[string]string{"kubernetes.io/cluster/" + s.ClusterName: "owned", TagNamespace: group.Owner.Namespace, TagNodeSet: group.Owner.Name}),
+			Tags:         ec2Tags(instanceTags),
 		}},
 	}
 	if s.InstanceType != "" {
@@ -377,21 +416,28 @@ func (d *Driver) describe(ctx context.Context, asg AutoScaling, ec2c EC2, name s
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
-	status := drivers.GroupStatus{Name: name, DesiredSize: aws.ToInt32(g.DesiredCapacity), State: "ACTIVE"}
-	if g.Status != nil {
-		status.State = aws.ToString(g.Status) // "Delete in progress"
+	instances, err := describeInstances(ctx, ec2c, []asgtypes.AutoScalingGroup{*g})
+	if err != nil {
+		return drivers.GroupStatus{}, err
 	}
-	ids := make([]string, 0, len(g.Instances))
-	for _, i := range g.Instances {
-		ids = append(ids, aws.ToString(i.InstanceId))
+	return statusOf(name, g, instances), nil
+}
+
+// describeInstances describes the instances of groups, 200 ids a call.
+func describeInstances(ctx context.Context, ec2c EC2, groups []asgtypes.AutoScalingGroup) (map[string]ec2types.Instance, error) {
+	var ids []string
+	for _, g := range groups {
+		for _, i := range g.Instances {
+			ids = append(ids, aws.ToString(i.InstanceId))
+		}
 	}
 	details := map[string]ec2types.Instance{}
-	if len(ids) > 0 {
-		pages := ec2.NewDescribeInstancesPaginator(ec2c, &ec2.DescribeInstancesInput{InstanceIds: ids})
+	for chunk := range slices.Chunk(ids, 200) {
+		pages := ec2.NewDescribeInstancesPaginator(ec2c, &ec2.DescribeInstancesInput{InstanceIds: chunk})
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
 			if err != nil {
-				return drivers.GroupStatus{}, classify("describing the instances of "+name, err)
+				return nil, classify("describing instances", err)
 			}
 			for _, r := range page.Reservations {
 				for _, inst := range r.Instances {
@@ -400,14 +446,31 @@ func (d *Driver) describe(ctx context.Context, asg AutoScaling, ec2c EC2, name s
 			}
 		}
 	}
-	owner := ownerFromTags(g.Tags)
+	return details, nil
+}
+
+// statusOf is a group's status, with its instances' names, launch times
+// and template hashes from details.
+func statusOf(name string, g *asgtypes.AutoScalingGroup, details map[string]ec2types.Instance) drivers.GroupStatus {
+	status := drivers.GroupStatus{Name: name, DesiredSize: aws.ToInt32(g.DesiredCapacity), State: "ACTIVE", Owner: ownerFromTags(g.Tags)}
+	if g.Status != nil {
+		status.State = aws.ToString(g.Status) // "Delete in progress"
+	}
+	if g.CreatedTime != nil {
+		status.CreatedAt = g.CreatedTime.Unix()
+	}
 	for _, i := range g.Instances {
 		id := aws.ToString(i.InstanceId)
-		m := drivers.MachineStatus{ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), id), Owner: owner, State: machineState(i.LifecycleState)}
+		m := drivers.MachineStatus{ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), id), Owner: status.Owner, State: machineState(i.LifecycleState)}
 		if inst, ok := details[id]; ok {
 			m.Name = aws.ToString(inst.PrivateDnsName)
 			if inst.LaunchTime != nil {
 				m.CreatedAt = inst.LaunchTime.Unix()
+			}
+			for _, t := range inst.Tags {
+				if aws.ToString(t.Key) == TagTemplateHash {
+					m.TemplateHash = aws.ToString(t.Value)
+				}
 			}
 		}
 		if aws.ToString(i.HealthStatus) == "Unhealthy" {
@@ -416,7 +479,86 @@ func (d *Driver) describe(ctx context.Context, asg AutoScaling, ec2c EC2, name s
 		status.Machines = append(status.Machines, m)
 	}
 	sort.Slice(status.Machines, func(a, b int) bool { return status.Machines[a].ProviderID < status.Machines[b].ProviderID })
-	return status, nil
+	return status
+}
+
+// viewKey names a region seen with one set of credentials.
+type viewKey struct{ region, credentials string }
+
+func keyOf(region string, credentials map[string][]byte) viewKey {
+	return viewKey{region, string(credentials[CredentialAccessKeyID])}
+}
+
+// view is one look at every group of the cluster in a region, with their
+// instances: what the driver knows between polls.
+type view struct {
+	mu sync.Mutex // held while looking, so concurrent callers share one look
+	// generation counts invalidations; a look taken before the latest one
+	// is not used.
+	generation atomic.Uint64
+	taken      time.Time
+	takenAt    uint64
+	groups     map[string]*asgtypes.AutoScalingGroup
+	instances  map[string]ec2types.Instance
+}
+
+// view returns a look at the region's groups no older than PollInterval and
+// taken after the last change the driver made there.
+func (d *Driver) view(ctx context.Context, asg AutoScaling, ec2c EC2, region string, credentials map[string][]byte) (*view, error) {
+	d.mu.Lock()
+	v, ok := d.views[keyOf(region, credentials)]
+	if !ok {
+		v = &view{}
+		d.views[keyOf(region, credentials)] = v
+	}
+	d.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	generation := v.generation.Load()
+	if v.groups != nil && v.takenAt == generation && d.opts.Now().Sub(v.taken) < d.opts.PollInterval {
+		return v, nil
+	}
+	taken := d.opts.Now()
+	var all []asgtypes.AutoScalingGroup
+	pages := autoscaling.NewDescribeAutoScalingGroupsPaginator(asg, &autoscaling.DescribeAutoScalingGroupsInput{
+		Filters: []asgtypes.Filter{{Name: aws.String("tag:" + TagCluster), Values: []string{d.opts.Cluster}}}, MaxRecords: aws.Int32(100)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify("describing the Auto Scaling groups in "+region, err)
+		}
+		all = append(all, page.AutoScalingGroups...)
+	}
+	instances, err := describeInstances(ctx, ec2c, all)
+	if err != nil {
+		return nil, err
+	}
+	groups := make(map[string]*asgtypes.AutoScalingGroup, len(all))
+	for i := range all {
+		if ownerFromTags(all[i].Tags).Cluster == d.opts.Cluster {
+			groups[aws.ToString(all[i].AutoScalingGroupName)] = &all[i]
+		}
+	}
+	v.groups, v.instances, v.taken, v.takenAt = groups, instances, taken, generation
+	return v, nil
+}
+
+// invalidate makes the next EnsureGroup in the region look again.
+func (d *Driver) invalidate(region string, credentials map[string][]byte) {
+	d.mu.Lock()
+	v := d.views[keyOf(region, credentials)]
+	d.mu.Unlock()
+	if v != nil {
+		v.generation.Add(1)
+	}
+}
+
+// templateKnown reports whether the group's launch template is known to
+// have a version for hash.
+func (d *Driver) templateKnown(group, hash string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.templates[group] == hash
 }
 
 func machineState(s asgtypes.LifecycleState) drivers.MachineState {
@@ -477,6 +619,7 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 	if !inGroup {
 		return nil
 	}
+	defer d.invalidate(s.Region, class.Credentials)
 	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
 		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
 	return classify("terminating "+id+" in "+group, err)
@@ -493,6 +636,10 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	if err != nil {
 		return err
 	}
+	defer d.invalidate(s.Region, class.Credentials)
+	d.mu.Lock()
+	delete(d.templates, name)
+	d.mu.Unlock()
 	g, err := describeGroup(ctx, asg, name)
 	switch {
 	case err == nil:
@@ -548,19 +695,16 @@ func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) 
 			if err != nil {
 				return nil, classify("listing Auto Scaling groups in "+region, err)
 			}
-			for _, g := range page.AutoScalingGroups {
-				status := drivers.GroupStatus{Name: aws.ToString(g.AutoScalingGroupName), DesiredSize: aws.ToInt32(g.DesiredCapacity)}
-				owner := ownerFromTags(g.Tags)
-				if owner.Cluster != d.opts.Cluster {
+			for i := range page.AutoScalingGroups {
+				g := &page.AutoScalingGroups[i]
+				if ownerFromTags(g.Tags).Cluster != d.opts.Cluster {
 					continue // the filter is a prefix match on some implementations
 				}
-				for _, i := range g.Instances {
-					status.Machines = append(status.Machines, drivers.MachineStatus{
-						ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), aws.ToString(i.InstanceId)), Owner: owner, State: machineState(i.LifecycleState)})
-				}
-				if g.CreatedTime != nil {
-					status.Message = "created " + g.CreatedTime.UTC().Format(time.RFC3339)
-				}
+				status := statusOf(aws.ToString(g.AutoScalingGroupName), g, nil)
+				status.Class = drivers.Class{Credentials: scope.Credentials, Spec: nodesetv1alpha1.NodeClassSpec{
+					Driver:         nodesetv1alpha1.DriverEKSASG,
+					DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{Region: region}},
+				}}
 				out = append(out, status)
 			}
 		}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -33,8 +36,13 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	return newWorldAt(t, framework.StartMoto(t))
+}
+
+func newWorldAt(t *testing.T, endpoint string) *world {
+	t.Helper()
 	ctx := context.Background()
-	w := &world{endpoint: framework.StartMoto(t)}
+	w := &world{endpoint: endpoint}
 	asg, ec2c, err := SDKClients(w.endpoint)(ctx, region, testCredentials)
 	require.NoError(t, err)
 	w.asg, w.ec2 = asg, ec2c.(*ec2.Client)
@@ -87,6 +95,7 @@ func TestGroupLifecycleAgainstMoto(t *testing.T) {
 		assert.Regexp(t, `^aws:///us-east-1a/i-`, m.ProviderID)
 		assert.NotEmpty(t, m.Name, "the Node name is the instance's private DNS name")
 		assert.Equal(t, owner, m.Owner)
+		assert.Equal(t, "h1", m.TemplateHash, "instances carry the hash of their launch template version")
 	}
 
 	g, err := describeGroup(ctx, w.asg, name)
@@ -147,6 +156,17 @@ func TestGroupLifecycleAgainstMoto(t *testing.T) {
 	versions, err = w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(name)})
 	require.NoError(t, err)
 	assert.Len(t, versions.LaunchTemplateVersions, 2, "the same hash makes no new version")
+	// New instances start from the new version.
+	group.Replicas = 3
+	status, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	hashes := map[string]int{}
+	for _, m := range status.Machines {
+		if m.State != drivers.MachineStopping {
+			hashes[m.TemplateHash]++
+		}
+	}
+	assert.Equal(t, map[string]int{"h1": 2, "h2": 1}, hashes)
 
 	// Orphan collection sees this cluster's groups only.
 	other := w.driver("staging")
@@ -228,4 +248,72 @@ func TestGroupNamesAreDeterministicAndBounded(t *testing.T) {
 	assert.NotEqual(t, a, GroupName("prod", "team-a-web", ""), "the hash tells apart what the dashes join")
 	long := GroupName("prod", string(make([]byte, 63)), string(make([]byte, 253)))
 	assert.LessOrEqual(t, len(long), 128, "launch template names are at most 128 characters")
+}
+
+// callCounter counts the API calls of NewSDKClients by operation.
+type callCounter struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *callCounter) observe(operation, outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[operation+" "+outcome]++
+}
+
+func (c *callCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = map[string]int{}
+	return out
+}
+
+// TestCallsPerPollDoNotGrowWithNodeSets: once the groups exist, a poll of
+// every NodeSet costs one DescribeAutoScalingGroups and one
+// DescribeInstances for the region, however many NodeSets there are.
+func TestCallsPerPollDoNotGrowWithNodeSets(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	counter := &callCounter{calls: map[string]int{}}
+	now := time.Unix(1_800_000_000, 0)
+	d := New(Options{Cluster: "prod", Clients: NewSDKClients(SDKConfig{Endpoint: w.endpoint, Observe: counter.observe}),
+		PollInterval: time.Minute, Now: func() time.Time { return now }})
+	class := w.class()
+	group := func(i int) drivers.Group {
+		name := fmt.Sprintf("set-%d", i)
+		return drivers.Group{Name: GroupName("prod", "team-a", name), Owner: drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: name},
+			Class: class, Replicas: 1, MaxReplicas: 3, TemplateHash: "h1"}
+	}
+	poll := func(sets int) map[string]int {
+		now = now.Add(2 * time.Minute) // the last look is stale
+		counter.take()
+		for i := range sets {
+			status, err := d.EnsureGroup(ctx, group(i))
+			require.NoError(t, err)
+			require.Len(t, status.Machines, 1, "set-%d", i)
+		}
+		return counter.take()
+	}
+	for _, sets := range []int{1, 6} {
+		for i := range sets {
+			_, err := d.EnsureGroup(ctx, group(i)) // creates what is missing
+			require.NoError(t, err)
+		}
+		calls := poll(sets)
+		t.Logf("%d NodeSet(s): calls per poll %v", sets, calls)
+		assert.Equal(t, map[string]int{"DescribeAutoScalingGroups success": 1, "DescribeInstances success": 1}, calls, "%d NodeSets", sets)
+	}
+	// A change is made at once, and the next poll looks again.
+	g := group(0)
+	g.Replicas = 2
+	status, err := d.EnsureGroup(ctx, g)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, status.DesiredSize)
+	calls := counter.take()
+	assert.Equal(t, 1, calls["SetDesiredCapacity success"], "%v", calls)
+	status, err = d.EnsureGroup(ctx, g)
+	require.NoError(t, err)
+	assert.Len(t, status.Machines, 2, "the look after a change is a new one")
 }

@@ -2,17 +2,25 @@ package eksasg
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go/middleware"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,23 +37,105 @@ const (
 	CredentialSessionToken    = "aws_session_token"
 )
 
-// SDKClients makes real API clients. endpoint, when set, is where every
-// call goes (an emulator such as moto in tests).
-func SDKClients(endpoint string) Clients {
+// SDKConfig configures the real API clients.
+type SDKConfig struct {
+	// Endpoint, when set, is where every call goes (an emulator such as moto
+	// in tests).
+	Endpoint string
+	// QPS and Burst limit the calls of all clients together, client-side,
+	// so that a fleet of NodeSets never runs into the account's API rate
+	// limits. 0 means 10 and 20.
+	QPS   float64
+	Burst int
+	// MaxAttempts of a call that failed with a retryable error (throttling,
+	// 5xx); retries back off exponentially with full jitter. 0 means 5.
+	MaxAttempts int
+	// Observe, when set, is told every call's operation and outcome
+	// ("success", "throttled", or "error").
+	Observe func(operation, outcome string)
+}
+
+// SDKClients makes real API clients sending every call to endpoint (all
+// of AWS when empty).
+func SDKClients(endpoint string) Clients { return NewSDKClients(SDKConfig{Endpoint: endpoint}) }
+
+// NewSDKClients makes real API clients, one pair per region and set of
+// credentials, kept for the life of the process.
+func NewSDKClients(c SDKConfig) Clients {
+	if c.QPS <= 0 {
+		c.QPS = 10
+	}
+	if c.Burst <= 0 {
+		c.Burst = 20
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	limiter := rate.NewLimiter(rate.Limit(c.QPS), c.Burst)
+	type pair struct {
+		asg *autoscaling.Client
+		ec2 *ec2.Client
+	}
+	var (
+		mu    sync.Mutex
+		cache = map[string]pair{}
+	)
 	return func(ctx context.Context, region string, creds map[string][]byte) (AutoScaling, EC2, error) {
-		opts := []func(*config.LoadOptions) error{config.WithRegion(region)}
-		if id, secret := string(creds[CredentialAccessKeyID]), string(creds[CredentialSecretAccessKey]); id != "" && secret != "" {
-			opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(id, secret, string(creds[CredentialSessionToken]))))
+		id, secret, token := string(creds[CredentialAccessKeyID]), string(creds[CredentialSecretAccessKey]), string(creds[CredentialSessionToken])
+		sum := sha256.Sum256([]byte(region + "\x00" + id + "\x00" + secret + "\x00" + token))
+		key := hex.EncodeToString(sum[:])
+		mu.Lock()
+		defer mu.Unlock()
+		if p, ok := cache[key]; ok {
+			return p.asg, p.ec2, nil
+		}
+		opts := []func(*config.LoadOptions) error{
+			config.WithRegion(region),
+			config.WithRetryer(func() aws.Retryer {
+				return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = c.MaxAttempts })
+			}),
+			config.WithAPIOptions([]func(*middleware.Stack) error{func(stack *middleware.Stack) error {
+				return stack.Initialize.Add(callMiddleware(limiter, c.Observe), middleware.Before)
+			}}),
+		}
+		if id != "" && secret != "" {
+			opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(id, secret, token)))
 		}
 		cfg, err := config.LoadDefaultConfig(ctx, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("AWS configuration for %s: %w", region, err)
 		}
-		if endpoint != "" {
-			cfg.BaseEndpoint = aws.String(endpoint)
+		if c.Endpoint != "" {
+			cfg.BaseEndpoint = aws.String(c.Endpoint)
 		}
-		return autoscaling.NewFromConfig(cfg), ec2.NewFromConfig(cfg), nil
+		p := pair{autoscaling.NewFromConfig(cfg), ec2.NewFromConfig(cfg)}
+		cache[key] = p
+		return p.asg, p.ec2, nil
 	}
+}
+
+// callMiddleware waits for the client-side rate limiter before each call
+// (its retries are paced by the retryer's backoff) and reports the call's
+// outcome once, after the retries.
+func callMiddleware(limiter *rate.Limiter, observe func(operation, outcome string)) middleware.InitializeMiddleware {
+	return middleware.InitializeMiddlewareFunc("nodesetCalls", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
+		middleware.InitializeOutput, middleware.Metadata, error) {
+		if err := limiter.Wait(ctx); err != nil {
+			return middleware.InitializeOutput{}, middleware.Metadata{}, err
+		}
+		out, md, err := next.HandleInitialize(ctx, in)
+		if observe != nil {
+			outcome := "success"
+			switch {
+			case errors.Is(classify("", err), drivers.ErrThrottled):
+				outcome = "throttled"
+			case err != nil:
+				outcome = "error"
+			}
+			observe(awsmiddleware.GetOperationName(ctx), outcome)
+		}
+		return out, md, err
+	})
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }

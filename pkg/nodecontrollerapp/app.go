@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -29,17 +30,19 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/dockermachine"
+	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
 	"nodeset.dev/nodeset/pkg/controller/nodeclass"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	nodesetlisters "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/kubeletsim"
 	"nodeset.dev/nodeset/pkg/kubestore"
 )
 
 // builtinDrivers are the drivers every node controller can serve.
-var builtinDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine}
+var builtinDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG}
 
 // Driver is a driver a node-controller binary adds to the built-in ones.
 type Driver struct {
@@ -75,6 +78,8 @@ func Main(name string, extra ...Driver) int {
 		orphanEvery  time.Duration
 		orphanAge    time.Duration
 		remediation  nodecontroller.RemediationOptions
+		groupPoll    time.Duration
+		awsConfig    eksasg.SDKConfig
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
@@ -95,6 +100,11 @@ func Main(name string, extra ...Driver) int {
 	fs.StringVar(&dm.storePath, "docker-machine-store-path", "/var/lib/nodeset/docker-machine", "Directory docker-machine plugins keep their files in (SSH keys); keep it on a persistent volume.")
 	fs.StringVar(&dm.apiServerURL, "docker-machine-api-server-url", "", "API server address new docker-machine machines join; the node controller's own by default.")
 	fs.DurationVar(&dm.tokenTTL, "bootstrap-token-ttl", time.Hour, "How long the bootstrap token made for each new machine is valid.")
+	fs.DurationVar(&groupPoll, "group-poll-interval", 30*time.Second, "How often the cloud group of each NodeSet of a group driver (eks-asg) is looked at when nothing changes; all the groups of a region are looked at in one batch.")
+	fs.StringVar(&awsConfig.Endpoint, "aws-endpoint-url", "", "Send every AWS API call here instead of AWS (an emulator, a VPC endpoint proxy).")
+	fs.Float64Var(&awsConfig.QPS, "aws-api-qps", 10, "AWS API calls per second of the eks-asg driver, client-side, all regions together.")
+	fs.IntVar(&awsConfig.Burst, "aws-api-burst", 20, "Burst of AWS API calls of the eks-asg driver.")
+	fs.IntVar(&awsConfig.MaxAttempts, "aws-max-attempts", 5, "Attempts of an AWS API call that was throttled or failed on the server side; retries back off exponentially with jitter.")
 	_ = fs.Parse(os.Args[1:])
 
 	registry, sim, err := buildRegistry(driverNames, knownDrivers, extra)
@@ -129,6 +139,19 @@ func Main(name string, extra ...Driver) int {
 				}
 				registry[nodesetv1alpha1.DriverDockerMachine] = driver
 			}
+			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripManagedFields))
+			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
+			nodes := kubeFactory.Core().V1().Nodes()
+			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
+			if _, ok := registry[nodesetv1alpha1.DriverEKSASG]; ok {
+				awsConfig.Observe = metrics.CloudCalls(nodesetv1alpha1.DriverEKSASG)
+				registry[nodesetv1alpha1.DriverEKSASG] = eksasg.New(eksasg.Options{
+					Cluster:      cluster,
+					Clients:      eksasg.NewSDKClients(awsConfig),
+					Scopes:       awsScopes(clients.Kube, classes.Lister()),
+					PollInterval: min(15*time.Second, groupPoll/2),
+				})
+			}
 			for _, d := range extra {
 				if _, ok := registry[d.Name]; !ok {
 					continue
@@ -139,16 +162,15 @@ func Main(name string, extra ...Driver) int {
 				}
 				registry[d.Name] = driver
 			}
-			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripManagedFields))
-			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
-			nodes := kubeFactory.Core().V1().Nodes()
-			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
-				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation})
+				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll})
 			if err != nil {
 				return err
 			}
-			classController, err := nodeclass.NewController(clients.Nodeset, classes, registry)
+			classController, err := nodeclass.NewController(clients.Nodeset, classes, registry,
+				func(ctx context.Context, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
+					return nodecontroller.ReadCredentials(ctx, clients.Kube, class)
+				})
 			if err != nil {
 				return err
 			}
@@ -208,7 +230,7 @@ func buildRegistry(names, knownDrivers []string, extra []Driver) (drivers.Regist
 		case nodesetv1alpha1.DriverSimulated:
 			sim = simulated.New(nil)
 			registry[name] = sim
-		case nodesetv1alpha1.DriverDockerMachine:
+		case nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG:
 			registry[name] = nil // needs the clients: made in Start
 		default:
 			if slices.ContainsFunc(extra, func(d Driver) bool { return d.Name == name }) {
@@ -222,6 +244,43 @@ func buildRegistry(names, knownDrivers []string, extra []Driver) (drivers.Regist
 		return nil, nil, fmt.Errorf("--drivers is empty; known drivers: %s", strings.Join(knownDrivers, ", "))
 	}
 	return registry, sim, nil
+}
+
+// awsScopes are the regions of the eks-asg classes, each with the
+// credentials of one class there, for orphan collection. A class whose
+// Secret cannot be read is left out: its region is then not searched, which
+// only delays collection.
+func awsScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassLister) func() []eksasg.Scope {
+	return func() []eksasg.Scope {
+		all, err := classes.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		seen := map[string]bool{}
+		var out []eksasg.Scope
+		for _, class := range all {
+			s := class.Spec.EKSAutoscalingGroup
+			if class.Spec.Driver != nodesetv1alpha1.DriverEKSASG || s == nil || s.Region == "" {
+				continue
+			}
+			var creds map[string][]byte
+			if ref := class.Spec.CredentialsSecretRef; ref != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				secret, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+				cancel()
+				if err != nil {
+					continue
+				}
+				creds = secret.Data
+			}
+			key := s.Region + "/" + string(creds[eksasg.CredentialAccessKeyID])
+			if !seen[key] {
+				seen[key] = true
+				out = append(out, eksasg.Scope{Region: s.Region, Credentials: creds})
+			}
+		}
+		return out
+	}
 }
 
 type dockerMachineOptions struct {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -324,6 +325,20 @@ func NodeTaints(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.N
 		}
 	}
 	return out
+}
+
+// NewNode is a Node of the set as it is created, without its name: the
+// set's labels, annotations and taints, the startup taint and the
+// termination finalizer.
+func NewNode(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodesetv1alpha1.NodeSet, templateHash string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels:      NodeLabels(effective, class, set, templateHash),
+			Annotations: NodeAnnotations(effective, set),
+			Finalizers:  []string{nodesetv1alpha1.FinalizerTermination},
+		},
+		Spec: corev1.NodeSpec{Taints: append(NodeTaints(effective, set), StartupTaint())},
+	}
 }
 
 // StartupTaint keeps pods off a Node until its kubelet reports Ready.

@@ -25,11 +25,22 @@ func StartMoto(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "moto.log"))
+	dir := t.TempDir()
+	logFile, err := os.Create(filepath.Join(dir, "moto.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", strconv.Itoa(ports[0]))
+	args := []string{"-H", "127.0.0.1", "-p", strconv.Itoa(ports[0])}
+	cmd := exec.Command(path, args...)
+	// moto_server with its known faults fixed, when the python3 on PATH is
+	// the one moto is installed in (as with pip and pyenv installs).
+	if python, err := exec.LookPath("python3"); err == nil && exec.Command(python, "-c", "import moto.server").Run() == nil {
+		launcher := filepath.Join(dir, "moto_launcher.py")
+		if err := os.WriteFile(launcher, []byte(motoLauncher), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.Command(python, append([]string{launcher}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -52,3 +63,30 @@ func StartMoto(t testing.TB) string {
 	t.Fatalf("moto_server did not answer on %s; see %s", endpoint, logFile.Name())
 	return ""
 }
+
+// motoLauncher runs moto_server after fixing what it gets wrong and AWS
+// does not:
+//   - CreateLaunchTemplateVersion stores the version's UserData as the raw
+//     string, and launching an instance from that version then fails (moto
+//     5.2.1 answers 500 to the SetDesiredCapacity that launches it).
+//     CreateLaunchTemplate parses it; versions get the same here.
+const motoLauncher = `import sys
+from moto.ec2.models import launch_templates
+from moto.ec2.utils import parse_user_data
+
+_create_version = launch_templates.LaunchTemplate.create_version
+
+
+def create_version(self, data, description):
+    if isinstance(data, dict) and isinstance(data.get("UserData"), (str, bytes)):
+        data = dict(data)
+        data["UserData"] = parse_user_data(data["UserData"])
+    return _create_version(self, data, description)
+
+
+launch_templates.LaunchTemplate.create_version = create_version
+
+from moto.server import main
+
+main(sys.argv[1:])
+`

@@ -20,6 +20,13 @@ const (
 
 	// FinalizerTermination holds a Node until its machine has been drained and deprovisioned.
 	FinalizerTermination = "nodeset.dev/termination"
+	// FinalizerGroup holds a NodeSet of a group driver until the node
+	// controller has deleted its cloud group.
+	FinalizerGroup = "nodeset.dev/group"
+	// AnnotationGroup on a Node of a group driver is the cloud group its
+	// machine belongs to, so the machine can be terminated in that group even
+	// after its NodeSet is gone.
+	AnnotationGroup = "nodeset.dev/group"
 	// AnnotationRemediated marks a Node deleted because it was unhealthy or
 	// never registered; such Nodes count toward the remediation cap until gone.
 	AnnotationRemediated = "nodeset.dev/remediated"

@@ -8,9 +8,11 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -58,6 +60,10 @@ type Options struct {
 	NodeSets versioned.Interface
 	// Remediation caps the replacement of unhealthy Nodes.
 	Remediation RemediationOptions
+	// GroupPollInterval is how often the cloud group of each NodeSet of a
+	// group driver is looked at when nothing changes (every 2s while its
+	// machines come and go). Default 30s.
+	GroupPollInterval time.Duration
 }
 
 // Controller provisions, registers, drains and deprovisions the machines behind Nodes.
@@ -74,6 +80,14 @@ type Controller struct {
 	synced  []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
+	// groups holds the NodeSets (namespace/name) of group drivers whose
+	// cloud group is to be synced.
+	groups      workqueue.TypedRateLimitingInterface[string]
+	nodeIndexer cache.Indexer
+
+	terminatedMu sync.Mutex
+	// terminated are the providerIDs of group machines terminated lately.
+	terminated map[string]time.Time
 }
 
 // NewController returns a NodeController for the drivers in registry.
@@ -93,6 +107,9 @@ func NewController(
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.GroupPollInterval <= 0 {
+		opts.GroupPollInterval = 30 * time.Second
+	}
 	if opts.Evict == nil {
 		opts.Evict = evictWithoutRetries(kube)
 	}
@@ -106,11 +123,44 @@ func NewController(
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"}),
+		groups: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
+		nodeIndexer: nodeInformer.Informer().GetIndexer(),
+		terminated:  map[string]time.Time{},
+	}
+	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID}); err != nil {
+		return nil, err
 	}
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueNode,
-		UpdateFunc: func(_, obj any) { c.enqueueNode(obj) },
-		DeleteFunc: c.enqueueNode,
+		AddFunc: func(obj any) {
+			c.enqueueNode(obj)
+			if node, ok := obj.(*corev1.Node); ok {
+				c.enqueueNodeGroup(node)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			c.enqueueNode(obj)
+			if oldNode, node := old.(*corev1.Node), obj.(*corev1.Node); (oldNode.DeletionTimestamp == nil) != (node.DeletionTimestamp == nil) {
+				c.enqueueNodeGroup(node)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			c.enqueueNode(obj)
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if node, ok := obj.(*corev1.Node); ok {
+				c.enqueueNodeGroup(node)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nodeSetInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueGroup,
+		UpdateFunc: func(_, obj any) { c.enqueueGroup(obj) },
+		DeleteFunc: c.enqueueGroup,
 	}); err != nil {
 		return nil, err
 	}
@@ -143,6 +193,7 @@ func (c *Controller) WaitForCacheSync(ctx context.Context) bool {
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	defer c.groups.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting NodeController", "drivers", c.registryNames())
 	if !c.WaitForCacheSync(ctx) {
@@ -150,6 +201,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	for range workers {
 		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
+		go wait.UntilWithContext(ctx, c.runGroupWorker, time.Second)
 	}
 	<-ctx.Done()
 	logger.Info("Shutting down NodeController")
@@ -206,5 +258,16 @@ func (c *Controller) enqueueClassNodes(obj any) {
 	}
 	for _, n := range nodes {
 		c.queue.Add(n.Name)
+	}
+	if _, ok := c.registry.Group(class.Spec.Driver); ok {
+		sets, err := c.sets.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, set := range sets {
+			if set.Spec.NodeClassName == class.Name {
+				c.groups.Add(set.Namespace + "/" + set.Name)
+			}
+		}
 	}
 }

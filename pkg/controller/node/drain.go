@@ -28,11 +28,25 @@ const defaultDrainTimeout = 10 * time.Minute
 // mirrorPodAnnotation marks the API copy of a kubelet's static pod.
 const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 
+// deprovisioner removes a drained Node's machine: nil once it is gone,
+// ErrInProgress while it goes.
+type deprovisioner struct {
+	driver string
+	// op is the driver operation, for the metrics.
+	op     string
+	remove func(ctx context.Context) error
+}
+
+// machineDeprovisioner deletes the Node's machine by its name.
+func machineDeprovisioner(driver drivers.MachineDriver, class drivers.Class, name string) deprovisioner {
+	return deprovisioner{driver: driver.Name(), op: opDelete, remove: func(ctx context.Context) error { return driver.Delete(ctx, class, name) }}
+}
+
 // terminate takes a deleted Node through cordon, drain and deprovision, and
 // removes its finalizer only once the driver confirmed the machine is gone.
 // Each step is one short call; waiting is done by requeueing, never by
 // blocking a worker.
-func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
+func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, deprovision deprovisioner) error {
 	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return nil
 	}
@@ -142,13 +156,9 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 
 	// Deprovision. Even a Node that never got a providerID may have a machine
 	// (a crash between create and record): the delete is keyed by the name.
-	machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
-	if class != nil {
-		machineClass.Spec = class.Spec
-	}
 	start := c.opts.Now()
-	err = driver.Delete(ctx, machineClass, node.Name)
-	c.metrics.driverCall(driver.Name(), opDelete, start, err)
+	err = deprovision.remove(ctx)
+	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)
 	if err != nil && !wasDrained {
 		// The machine takes a while: record the drain's end now.
 		if _, updateErr := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); updateErr != nil {
@@ -160,10 +170,10 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		return nil
 	}
 	if err != nil {
-		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed, "Driver %s could not delete the machine: %v", driver.Name(), err)
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed, "Driver %s could not delete the machine: %v", deprovision.driver, err)
 		return err
 	}
-	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDeprovisioned, "Driver %s deleted the machine", driver.Name())
+	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDeprovisioned, "Driver %s deleted the machine", deprovision.driver)
 	node.Finalizers = nodeutil.WithoutString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {

@@ -19,6 +19,7 @@ type Metrics struct {
 	driverCalls  *prometheus.HistogramVec
 	orphans      *prometheus.CounterVec
 	orphanRounds *prometheus.CounterVec
+	cloudCalls   *prometheus.CounterVec
 	phases       *phaseCollector
 }
 
@@ -39,19 +40,27 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 			Help: "Machines deleted because no Node accounted for them, by driver."}, []string{"driver"}),
 		orphanRounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "orphan_collection_rounds_total",
 			Help: "Orphan collection rounds by outcome (completed, list-failed, caches-not-synced); only completed rounds remove anything."}, []string{"outcome"}),
+		cloudCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "cloud_api_calls_total",
+			Help: "Calls drivers made to cloud APIs, by driver, API operation and outcome (success, throttled, error); retries are part of one call."},
+			[]string{"driver", "operation", "outcome"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
 			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
 			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil)},
 	}
-	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.phases)
+	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.cloudCalls, m.phases)
 	return m
 }
 
 // Label values of the node controller's metrics.
 const (
-	opCreate = "create"
-	opDelete = "delete"
-	opList   = "list"
+	opCreate        = "create"
+	opDelete        = "delete"
+	opList          = "list"
+	opEnsureGroup   = "ensure-group"
+	opDescribeGroup = "describe-group"
+	opTerminate     = "terminate-machine"
+	opDeleteGroup   = "delete-group"
+	opListGroups    = "list-groups"
 
 	drainDrained          = "drained"
 	drainTimedOut         = "timed-out"
@@ -69,7 +78,7 @@ func (m *Metrics) Initialize(driverNames []string) {
 		m.provisioning.WithLabelValues(d)
 		m.registration.WithLabelValues(d)
 		m.orphans.WithLabelValues(d)
-		for _, op := range []string{opCreate, opDelete, opList} {
+		for _, op := range []string{opCreate, opDelete, opList, opEnsureGroup, opDescribeGroup, opTerminate, opDeleteGroup, opListGroups} {
 			for _, outcome := range []string{"success", "error"} {
 				m.driverCalls.WithLabelValues(d, op, outcome)
 			}
@@ -81,6 +90,11 @@ func (m *Metrics) Initialize(driverNames []string) {
 	for _, outcome := range []string{roundCompleted, roundListFailed, roundCachesNotSynced} {
 		m.orphanRounds.WithLabelValues(outcome)
 	}
+}
+
+// CloudCalls returns what a driver reports each cloud API call to.
+func (m *Metrics) CloudCalls(driver string) func(operation, outcome string) {
+	return func(operation, outcome string) { m.cloudCalls.WithLabelValues(driver, operation, outcome).Inc() }
 }
 
 func (m *Metrics) orphanDeleted(driver string) { m.orphans.WithLabelValues(driver).Inc() }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -34,13 +35,31 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		driver  string
 		machine drivers.MachineStatus
 	}
+	type groupCandidate struct {
+		driver string
+		group  drivers.GroupStatus
+	}
 	var all []candidate
+	var groups []groupCandidate
 	names := make([]string, 0, len(c.registry))
 	for name := range c.registry {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if driver, ok := c.registry.Group(name); ok {
+			start := time.Now()
+			list, err := driver.ListGroups(ctx)
+			c.metrics.driverCall(name, opListGroups, start, err)
+			if err != nil {
+				c.metrics.orphanRound(roundListFailed)
+				return nil, fmt.Errorf("listing the groups of driver %s: %w", name, err)
+			}
+			for _, g := range list {
+				groups = append(groups, groupCandidate{name, g})
+			}
+			continue
+		}
 		driver, ok := c.registry.Machine(name)
 		if !ok {
 			continue
@@ -99,6 +118,35 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 			c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonOrphanMachineDeleted,
 				"Deleted machine %s (driver %s, %s old): no Node accounts for it", m.Name, cand.driver, age)
 		}
+	}
+	for _, cand := range groups {
+		g := cand.group
+		if g.CreatedAt == 0 || now.Sub(time.Unix(g.CreatedAt, 0)) < minAge || g.Owner.Namespace == "" || g.Owner.Name == "" {
+			continue // too young, of unknown age, or not a NodeSet's
+		}
+		if c.opts.NodeSets == nil {
+			continue // cannot ask the API server
+		}
+		// Only the API server's word that the NodeSet is gone counts.
+		set, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(g.Owner.Namespace).Get(ctx, g.Owner.Name, metav1.GetOptions{})
+		if err == nil && (g.Owner.UID == "" || set.UID == g.Owner.UID) {
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			continue
+		}
+		driver, _ := c.registry.Group(cand.driver)
+		start := time.Now()
+		err = driver.DeleteGroup(ctx, g.Class, g.Name)
+		c.metrics.driverCall(cand.driver, opDeleteGroup, start, err)
+		if err != nil && !errors.Is(err, drivers.ErrInProgress) {
+			logger.Error(err, "Deleting an orphan group", "driver", cand.driver, "group", g.Name)
+			continue
+		}
+		c.metrics.orphanDeleted(cand.driver)
+		removed = append(removed, g.Name)
+		logger.Info("Deleting an orphan group", "driver", cand.driver, "group", g.Name, "machines", len(g.Machines),
+			"age", now.Sub(time.Unix(g.CreatedAt, 0)).Round(time.Second), "nodeset", klog.KRef(g.Owner.Namespace, g.Owner.Name))
 	}
 	c.metrics.orphanRound(roundCompleted)
 	return removed, nil

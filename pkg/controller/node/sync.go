@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -47,15 +48,22 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if class != nil {
 		driverName = class.Spec.Driver
 	}
-	driver, served := c.registry.Machine(driverName)
-	if !served {
-		return nil // another node controller's, or a group driver's
-	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", name, "driver", driverName)
 	ctx = klog.NewContext(ctx, logger)
 	node := cached.DeepCopy()
+	if groupDriver, ok := c.registry.Group(driverName); ok {
+		return c.syncGroupNode(ctx, node, class, groupDriver)
+	}
+	driver, served := c.registry.Machine(driverName)
+	if !served {
+		return nil // another node controller's
+	}
 	if node.DeletionTimestamp != nil {
-		return c.terminate(ctx, node, class, driver)
+		machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
+		if class != nil {
+			machineClass.Spec = class.Spec
+		}
+		return c.terminate(ctx, node, class, machineDeprovisioner(driver, machineClass, node.Name))
 	}
 	if class == nil {
 		return nil // provisioned when the class appears
@@ -84,16 +92,30 @@ func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class 
 	if err != nil {
 		return drivers.Class{}, err
 	}
-	machineClass := drivers.Class{Name: class.Name, Spec: spec}
-	if ref := class.Spec.CredentialsSecretRef; ref != nil {
-		secret, err := c.kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			// The error names the Secret, never its contents.
-			return drivers.Class{}, fmt.Errorf("reading credentials Secret %s/%s of NodeClass %s: %w", ref.Namespace, ref.Name, class.Name, err)
-		}
-		machineClass.Credentials = secret.Data
+	credentials, err := c.credentials(ctx, class)
+	if err != nil {
+		return drivers.Class{}, err
 	}
-	return machineClass, nil
+	return drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}, nil
+}
+
+// credentials are the data of the class's credentials Secret, if it has one.
+func (c *Controller) credentials(ctx context.Context, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
+	return ReadCredentials(ctx, c.kube, class)
+}
+
+// ReadCredentials returns the data of the class's credentials Secret, nil
+// when it has none. Errors name the Secret, never its contents.
+func ReadCredentials(ctx context.Context, kube kubernetes.Interface, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
+	ref := class.Spec.CredentialsSecretRef
+	if ref == nil {
+		return nil, nil
+	}
+	secret, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading credentials Secret %s/%s of NodeClass %s: %w", ref.Namespace, ref.Name, class.Name, err)
+	}
+	return secret.Data, nil
 }
 
 func owner(node *corev1.Node, sets func(namespace, name string) (*nodesetv1alpha1.NodeSet, error), cluster string) drivers.Owner {
@@ -178,7 +200,7 @@ func (c *Controller) recordProvisioningError(ctx context.Context, node *corev1.N
 
 // register lifts the startup taint once the kubelet reports Ready, and
 // replaces a machine that did not register in time.
-func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.MachineDriver) error {
+func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.Driver) error {
 	if nodeutil.IsReady(node) {
 		if !nodeutil.HasStartupTaint(node) {
 			return nil
@@ -214,10 +236,14 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		return c.remediate(ctx, node, class, ReasonRegistrationTimeout, msg)
 	}
 	c.recorder.Event(node, corev1.EventTypeWarning, ReasonRegistrationTimeout, msg)
+	machines, ok := driver.(drivers.MachineDriver)
+	if !ok {
+		return nil // a group's machine: only its NodeSet replaces it
+	}
 	klog.FromContext(ctx).Info("Registration timed out; replacing the machine", "timeout", timeout)
 	// A static node stays: remove its machine and provision a new one.
 	start := c.opts.Now()
-	err := driver.Delete(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}, node.Name)
+	err := machines.Delete(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}, node.Name)
 	c.metrics.driverCall(driver.Name(), opDelete, start, err)
 	if err != nil {
 		if errors.Is(err, drivers.ErrInProgress) {

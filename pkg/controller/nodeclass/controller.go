@@ -39,15 +39,25 @@ type Controller struct {
 	synced   cache.InformerSynced
 	registry drivers.Registry
 	queue    workqueue.TypedRateLimitingInterface[string]
+	// credentials reads a class's credentials for the driver's calls.
+	credentials Credentials
 }
 
+// Credentials returns the data of a class's credentials Secret, nil when it
+// has none.
+type Credentials func(ctx context.Context, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error)
+
 // NewController returns a NodeClassController for the drivers in registry.
-func NewController(client versioned.Interface, informer informers.NodeClassInformer, registry drivers.Registry) (*Controller, error) {
+func NewController(client versioned.Interface, informer informers.NodeClassInformer, registry drivers.Registry, credentials Credentials) (*Controller, error) {
+	if credentials == nil {
+		credentials = func(context.Context, *nodesetv1alpha1.NodeClass) (map[string][]byte, error) { return nil, nil }
+	}
 	c := &Controller{
-		client:   client,
-		lister:   informer.Lister(),
-		synced:   informer.Informer().HasSynced,
-		registry: registry,
+		client:      client,
+		credentials: credentials,
+		lister:      informer.Lister(),
+		synced:      informer.Informer().HasSynced,
+		registry:    registry,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass"}),
@@ -111,6 +121,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if problem == nil {
 		problem = driver.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec})
 	}
+	var (
+		creds    map[string][]byte
+		credsErr error
+	)
+	if problem == nil {
+		// Reported, and retried: the Secret may not be there yet.
+		creds, credsErr = c.credentials(ctx, class)
+		problem = credsErr
+	}
 	switch {
 	case problem == nil:
 		condition.Status, condition.Reason = metav1.ConditionTrue, ReasonValid
@@ -123,21 +142,28 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	meta.SetStatusCondition(&status.Conditions, condition)
 	status.Capacity = nil
 	if problem == nil {
-		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: class.Spec})
+		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
 		switch {
 		case err == nil:
 			status.Capacity = &nodesetv1alpha1.NodeCapacity{Resources: capacity.Resources, Allocatable: capacity.Allocatable,
 				Labels: capacity.Labels, Taints: capacity.Taints}
 		case errors.Is(err, drivers.ErrNotImplemented):
+		case errors.Is(err, drivers.ErrInvalidConfiguration):
+			// The cloud refused the configuration (an unknown instance
+			// type, bad credentials): its word, not a retry.
+			condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, err.Error()
+			meta.SetStatusCondition(&status.Conditions, condition)
 		default:
 			return fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err)
 		}
 	}
 	if equality.Semantic.DeepEqual(status, class.Status) {
-		return nil
+		return credsErr
 	}
 	class.Status = status
 	klog.FromContext(ctx).V(2).Info("Validated NodeClass", "nodeclass", name, "valid", condition.Status, "message", condition.Message)
-	_, err = c.client.NodesetV1alpha1().NodeClasses().UpdateStatus(ctx, class, metav1.UpdateOptions{})
-	return err
+	if _, err := c.client.NodesetV1alpha1().NodeClasses().UpdateStatus(ctx, class, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	return credsErr
 }

@@ -174,3 +174,25 @@ func isAvailable(node *corev1.Node, minReady time.Duration, now time.Time) bool 
 	since, ready := readyTransition(node)
 	return ready && (minReady == 0 || !since.Add(minReady).After(now))
 }
+
+// GroupSize is the size the cloud group of a group-driver NodeSet should
+// have: spec.replicas, plus maxSurge while a rolling update replaces
+// outdated Nodes (never more than there are outdated Nodes left). The node
+// controller raises the group to it; the rollout then removes outdated
+// Nodes here as the new ones become available, each removal lowering the
+// group by one.
+func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node) int32 {
+	replicas := int(ptrValue(set.Spec.Replicas))
+	active := activeNodes(nodes)
+	if !rolling(set, templateHash, active) {
+		return int32(replicas)
+	}
+	outdated := 0
+	for _, n := range active {
+		if n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash {
+			outdated++
+		}
+	}
+	surge, _ := rollingBounds(set, replicas)
+	return int32(replicas + min(surge, outdated))
+}

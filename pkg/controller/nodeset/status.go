@@ -27,6 +27,7 @@ const (
 	ReasonRollingUpdate              = "RollingUpdate"
 	ReasonStalled                    = "Stalled"
 	ReasonReplicaFailure             = "ReplicaFailure"
+	ReasonGroupFailure               = "GroupFailure"
 )
 
 // computeStatus is the status a NodeSet should have given its Nodes. It is pure.
@@ -101,10 +102,16 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	}
 	setCondition(progressing)
 
-	if manageErr != nil {
+	switch group := set.Status.Group; {
+	case manageErr != nil:
 		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
 			Reason: ReasonReplicaFailure, Message: manageErr.Error()})
-	} else {
+	case group != nil && group.Message != "":
+		// The node controller's word on the cloud group (a capacity error,
+		// a degraded group).
+		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
+			Reason: ReasonGroupFailure, Message: fmt.Sprintf("cloud group %s: %s", group.Name, group.Message)})
+	default:
 		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
 	}
 	return status

@@ -61,7 +61,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 
 	res := c.resolve(set)
 	var manageErr error
-	if res.accepted.Status == metav1.ConditionTrue && c.expectations.satisfied(key) && !c.groupDrivers[res.class.Spec.Driver] {
+	if res.accepted.Status == metav1.ConditionTrue && c.expectations.satisfied(key) {
 		manageErr = c.manageReplicas(ctx, set, &res, nodes)
 	}
 	if res.accepted.Status != metav1.ConditionTrue {
@@ -85,6 +85,11 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node) error {
 	key := set.Namespace + "/" + set.Name
 	p := planReplicas(set, res.templateHash, nodes, c.now())
+	if c.groupDrivers[res.class.Spec.Driver] {
+		// The cloud group makes the machines and the node controller their
+		// Nodes; what is decided here is which Nodes go.
+		p.create = 0
+	}
 	var errs []error
 	if want := min(p.create, c.burst); want > 0 {
 		if limits := res.class.Spec.Limits; limits != nil && (limits.MaxNodes != nil || limits.MaxNodesPerNamespace != nil) {
@@ -239,16 +244,9 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 // <nodeset>-<5 random characters>, it carries the set's labels, annotations
 // and taints, the startup taint and the termination finalizer, in one call.
 func (c *Controller) nodeTemplate(set *nodesetv1alpha1.NodeSet, res *resolution) *corev1.Node {
-	taints := append(resolve.NodeTaints(&res.effective, set), resolve.StartupTaint())
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: set.Name + "-",
-			Labels:       resolve.NodeLabels(&res.effective, res.class.Name, set, res.templateHash),
-			Annotations:  resolve.NodeAnnotations(&res.effective, set),
-			Finalizers:   []string{nodesetv1alpha1.FinalizerTermination},
-		},
-		Spec: corev1.NodeSpec{Taints: taints},
-	}
+	node := resolve.NewNode(&res.effective, res.class.Name, set, res.templateHash)
+	node.GenerateName = set.Name + "-"
+	return node
 }
 
 func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, key string, victims []*corev1.Node) error {

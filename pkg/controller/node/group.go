@@ -1,0 +1,494 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/controller/nodeset"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// Event reasons of group drivers.
+const (
+	ReasonGroupFailed  = "GroupFailed"
+	ReasonGroupDeleted = "GroupDeleted"
+	ReasonNodeCreated  = "NodeCreated"
+	ReasonNodeAdopted  = "NodeAdopted"
+	ReasonNodeConflict = "NodeConflict"
+	ReasonMachineGone  = "MachineGone"
+)
+
+// providerIDIndex indexes Nodes by spec.providerID.
+const providerIDIndex = "providerID"
+
+func indexByProviderID(obj any) ([]string, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Spec.ProviderID == "" {
+		return nil, nil
+	}
+	return []string{node.Spec.ProviderID}, nil
+}
+
+// terminatedMemory is how long a terminated machine is remembered, so that
+// a look at the group taken before the termination does not bring its Node
+// back.
+const terminatedMemory = 10 * time.Minute
+
+// groupOf returns the group driver serving the class of a NodeSet, if any.
+func (c *Controller) groupOf(set *nodesetv1alpha1.NodeSet) (*nodesetv1alpha1.NodeClass, drivers.GroupDriver, bool) {
+	class, err := c.classes.Get(set.Spec.NodeClassName)
+	if err != nil {
+		return nil, nil, false
+	}
+	driver, ok := c.registry.Group(class.Spec.Driver)
+	return class, driver, ok
+}
+
+func (c *Controller) enqueueGroup(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	set, ok := obj.(*nodesetv1alpha1.NodeSet)
+	if !ok {
+		return
+	}
+	if _, _, ok := c.groupOf(set); ok {
+		c.groups.Add(set.Namespace + "/" + set.Name)
+	}
+}
+
+// enqueueNodeGroup syncs the group of a group driver's Node when the Node
+// comes or goes: a Node deleted by its NodeSet lowers the group, and the
+// group may have to be raised again.
+func (c *Controller) enqueueNodeGroup(node *corev1.Node) {
+	if node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" {
+		return
+	}
+	ns, name := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]
+	if ns != "" && name != "" {
+		c.groups.Add(ns + "/" + name)
+	}
+}
+
+func (c *Controller) runGroupWorker(ctx context.Context) {
+	for c.processNextGroup(ctx) {
+	}
+}
+
+func (c *Controller) processNextGroup(ctx context.Context) bool {
+	key, shutdown := c.groups.Get()
+	if shutdown {
+		return false
+	}
+	defer c.groups.Done(key)
+	if err := c.syncGroup(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, "Error syncing the cloud group of a NodeSet; requeuing", "nodeset", key)
+		c.groups.AddRateLimited(key)
+		return true
+	}
+	c.groups.Forget(key)
+	return true
+}
+
+// syncGroup keeps the cloud group of a NodeSet in step: its size raised to
+// what the set needs (never lowered here), a Node for every machine the
+// group reports, Nodes of machines that left deleted, the group's state in
+// status.group, and on deletion the group deleted once its Nodes are gone.
+func (c *Controller) syncGroup(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	cached, err := c.sets.NodeSets(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil // its group, if any, is an orphan now
+	}
+	if err != nil {
+		return err
+	}
+	class, driver, ok := c.groupOf(cached)
+	if !ok {
+		return nil
+	}
+	set := cached.DeepCopy()
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "nodeset", key, "driver", driver.Name())
+	ctx = klog.NewContext(ctx, logger)
+	nodes, err := c.nodes.List(resolve.Selector(set))
+	if err != nil {
+		return err
+	}
+	owner := drivers.Owner{Cluster: c.opts.Cluster, Namespace: namespace, Name: name, UID: set.UID}
+	groupName := drivers.GroupName(owner)
+	credentials, err := c.credentials(ctx, class)
+	if err != nil {
+		c.recorder.Event(set, corev1.EventTypeWarning, ReasonGroupFailed, err.Error())
+		return err
+	}
+	if set.DeletionTimestamp != nil {
+		return c.deleteGroup(ctx, set, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}, driver, groupName, nodes)
+	}
+	if !meta.IsStatusConditionTrue(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted) {
+		return nil // the nodeset controller says why; the group waits
+	}
+	spec, err := resolve.EffectiveSpec(class, set)
+	if err != nil {
+		return nil // reported by the nodeset controller as Accepted=False
+	}
+	hash := resolve.TemplateHash(&spec, set)
+	if !slices.Contains(set.Finalizers, nodesetv1alpha1.FinalizerGroup) {
+		// Before the group exists: a NodeSet deleted from here on waits for
+		// its group to go.
+		set.Finalizers = append(set.Finalizers, nodesetv1alpha1.FinalizerGroup)
+		updated, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(namespace).Update(ctx, set, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		set = updated
+	}
+	size := nodeset.GroupSize(set, hash, nodes)
+	minSize, maxSize := size, size
+	if a := set.Spec.Autoscaling; a != nil {
+		minSize, maxSize = min(a.MinReplicas, size), max(a.MaxReplicas, size)
+	}
+	groupClass := drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}
+	start := c.opts.Now()
+	status, err := driver.EnsureGroup(ctx, drivers.Group{
+		Name: groupName, Owner: owner, Class: groupClass,
+		Replicas: size, MinReplicas: minSize, MaxReplicas: maxSize, TemplateHash: hash,
+		Labels: resolve.NodeLabels(&spec, class.Name, set, hash), Taints: resolve.NodeTaints(&spec, set),
+	})
+	c.metrics.driverCall(driver.Name(), opEnsureGroup, start, err)
+	if err != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonGroupFailed, "Driver %s could not bring cloud group %s to %d machine(s): %v",
+			driver.Name(), groupName, size, err)
+		if patchErr := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, Message: err.Error()}, true); patchErr != nil {
+			logger.V(2).Info("Could not record the group error", "err", patchErr)
+		}
+		if errors.Is(err, drivers.ErrInvalidConfiguration) {
+			c.groups.AddAfter(key, time.Minute) // a class or set change comes sooner
+			return nil
+		}
+		return err
+	}
+	if err := c.reconcileGroupNodes(ctx, set, class.Name, &spec, hash, groupName, driver, groupClass, status, nodes); err != nil {
+		return err
+	}
+	desired := status.DesiredSize
+	if err := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, State: status.State, DesiredSize: &desired,
+		UpdateID: status.UpdateID, UpdateStatus: status.UpdateStatus, Message: status.Message}, false); err != nil {
+		return err
+	}
+	next := c.opts.GroupPollInterval
+	if settling(status, nodes) {
+		next = min(next, 2*time.Second)
+	}
+	c.groups.AddAfter(key, next)
+	return nil
+}
+
+// settling reports whether machines are coming or going, so the group is
+// looked at again soon.
+func settling(status drivers.GroupStatus, nodes []*corev1.Node) bool {
+	if int(status.DesiredSize) != len(status.Machines) || len(nodes) != len(status.Machines) {
+		return true
+	}
+	for _, m := range status.Machines {
+		if m.State != drivers.MachineRunning || m.Name == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileGroupNodes makes a Node for every machine of the group (or
+// adopts the one its kubelet registered first) and deletes the Nodes of
+// machines that left the group.
+func (c *Controller) reconcileGroupNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, className string, spec *nodesetv1alpha1.NodeClassSpec,
+	hash, groupName string, driver drivers.GroupDriver, groupClass drivers.Class, status drivers.GroupStatus, nodes []*corev1.Node) error {
+	var errs []error
+	present := map[string]bool{}
+	for _, m := range status.Machines {
+		if m.State == drivers.MachineStopping {
+			continue
+		}
+		present[m.ProviderID] = true
+		if m.Name == "" || c.recentlyTerminated(m.ProviderID) {
+			continue // named once it has an address; or on its way out
+		}
+		machineHash := m.TemplateHash
+		if machineHash == "" {
+			machineHash = hash
+		}
+		if err := c.ensureMachineNode(ctx, set, className, spec, machineHash, groupName, driver.Name(), m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var gone []*corev1.Node
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil && n.Spec.ProviderID != "" && !present[n.Spec.ProviderID] {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		// Looks may be shared and a little old: ask the cloud again before
+		// taking a Node away.
+		start := c.opts.Now()
+		fresh, err := driver.DescribeGroup(ctx, groupClass, groupName)
+		c.metrics.driverCall(driver.Name(), opDescribeGroup, start, err)
+		if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+			return errors.Join(append(errs, err)...)
+		}
+		live := map[string]bool{}
+		for _, m := range fresh.Machines {
+			if m.State != drivers.MachineStopping {
+				live[m.ProviderID] = true
+			}
+		}
+		for _, n := range gone {
+			if live[n.Spec.ProviderID] {
+				continue
+			}
+			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonMachineGone, "Machine %s left cloud group %s; deleting the Node", n.Spec.ProviderID, groupName)
+			uid := n.UID
+			err := c.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ensureMachineNode makes the Node of a group's machine: named as the cloud
+// named the machine, with its providerID, the set's labels, taints and the
+// startup taint. A Node the kubelet registered first (same providerID, or
+// same name without one) is adopted instead: it gets the same labels,
+// taints, annotations and finalizer. A Node of another set, or of another
+// machine, is left alone and reported.
+func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1.NodeSet, className string, spec *nodesetv1alpha1.NodeClassSpec,
+	hash, groupName, driverName string, m drivers.MachineStatus) error {
+	logger := klog.FromContext(ctx)
+	want := resolve.NewNode(spec, className, set, hash)
+	want.Name = m.Name
+	want.Spec.ProviderID = m.ProviderID
+	created := c.opts.Now()
+	if m.CreatedAt > 0 {
+		created = time.Unix(m.CreatedAt, 0)
+	}
+	want.Annotations[nodesetv1alpha1.AnnotationDriver] = driverName
+	want.Annotations[nodesetv1alpha1.AnnotationGroup] = groupName
+	want.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = created.UTC().Format(time.RFC3339)
+
+	existing := c.nodeByProviderID(m.ProviderID)
+	if existing == nil {
+		n, err := c.nodes.Get(m.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		case n.Spec.ProviderID != "" && n.Spec.ProviderID != m.ProviderID:
+			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonNodeConflict,
+				"Machine %s of cloud group %s has this Node's name, but the Node has providerID %s; no Node is made for the machine", m.ProviderID, groupName, n.Spec.ProviderID)
+			return nil
+		default:
+			existing = n
+		}
+	}
+	if existing == nil {
+		node, err := c.kube.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the kubelet was quicker: adopted on the next sync
+		}
+		if err != nil {
+			return fmt.Errorf("creating Node %s for machine %s: %w", m.Name, m.ProviderID, err)
+		}
+		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeCreated, "Created for machine %s of cloud group %s", m.ProviderID, groupName)
+		logger.V(2).Info("Created Node for a machine of the group", "node", m.Name, "providerID", m.ProviderID)
+		return nil
+	}
+	if existing.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace && existing.Labels[nodesetv1alpha1.LabelNodeSet] == set.Name {
+		return nil // ours already
+	}
+	if existing.Labels[nodesetv1alpha1.LabelNodeClass] != "" || existing.DeletionTimestamp != nil {
+		c.recorder.Eventf(existing, corev1.EventTypeWarning, ReasonNodeConflict,
+			"Machine %s of cloud group %s registered as this Node, which belongs to another NodeSet or is being deleted; left alone", m.ProviderID, groupName)
+		return nil
+	}
+	// Adopt the kubelet's Node.
+	node := existing.DeepCopy()
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		node.Labels[k] = v
+	}
+	for k, v := range want.Annotations {
+		node.Annotations[k] = v
+	}
+	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	}
+	node.Spec.ProviderID = m.ProviderID
+	for _, t := range want.Spec.Taints {
+		if t.Key == nodesetv1alpha1.TaintUnregistered && nodeutil.IsReady(node) {
+			continue // registered already
+		}
+		if !slices.ContainsFunc(node.Spec.Taints, func(have corev1.Taint) bool { return have.Key == t.Key && have.Effect == t.Effect }) {
+			node.Spec.Taints = append(node.Spec.Taints, t)
+		}
+	}
+	if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("adopting Node %s of machine %s: %w", node.Name, m.ProviderID, err)
+	}
+	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeAdopted, "The kubelet registered first; adopted for machine %s of cloud group %s", m.ProviderID, groupName)
+	logger.Info("Adopted a kubelet-registered Node", "node", node.Name, "providerID", m.ProviderID)
+	return nil
+}
+
+func (c *Controller) nodeByProviderID(providerID string) *corev1.Node {
+	objs, err := c.nodeIndexer.ByIndex(providerIDIndex, providerID)
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	node, _ := objs[0].(*corev1.Node)
+	return node
+}
+
+func (c *Controller) rememberTerminated(providerID string) {
+	c.terminatedMu.Lock()
+	defer c.terminatedMu.Unlock()
+	now := c.opts.Now()
+	for id, at := range c.terminated {
+		if now.Sub(at) > terminatedMemory {
+			delete(c.terminated, id)
+		}
+	}
+	c.terminated[providerID] = now
+}
+
+func (c *Controller) recentlyTerminated(providerID string) bool {
+	c.terminatedMu.Lock()
+	defer c.terminatedMu.Unlock()
+	at, ok := c.terminated[providerID]
+	return ok && c.opts.Now().Sub(at) < terminatedMemory
+}
+
+// deleteGroup deletes the group of a deleted NodeSet once the NodeSet's
+// Nodes are gone (each drained and its machine terminated), then lets the
+// NodeSet go.
+func (c *Controller) deleteGroup(ctx context.Context, set *nodesetv1alpha1.NodeSet, class drivers.Class, driver drivers.GroupDriver, groupName string, nodes []*corev1.Node) error {
+	if !slices.Contains(set.Finalizers, nodesetv1alpha1.FinalizerGroup) {
+		return nil
+	}
+	key := set.Namespace + "/" + set.Name
+	if len(nodes) > 0 {
+		// The nodeset controller deletes them; each is drained first.
+		c.groups.AddAfter(key, 2*time.Second)
+		return nil
+	}
+	start := c.opts.Now()
+	err := driver.DeleteGroup(ctx, class, groupName)
+	c.metrics.driverCall(driver.Name(), opDeleteGroup, start, err)
+	if errors.Is(err, drivers.ErrInProgress) {
+		c.groups.AddAfter(key, 2*time.Second)
+		return nil
+	}
+	if err != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonGroupFailed, "Driver %s could not delete cloud group %s: %v", driver.Name(), groupName, err)
+		return err
+	}
+	c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonGroupDeleted, "Deleted cloud group %s", groupName)
+	set.Finalizers = nodeutil.WithoutString(set.Finalizers, nodesetv1alpha1.FinalizerGroup)
+	_, err = c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// patchGroupStatus writes status.group when it changed (only that field, so
+// it never races the nodeset controller's writes of the rest). keepState
+// leaves the state and size as they were, for errors.
+func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.NodeSet, group nodesetv1alpha1.GroupStatus, keepState bool) error {
+	if old := set.Status.Group; old != nil && keepState {
+		group.State, group.DesiredSize, group.UpdateID, group.UpdateStatus = old.State, old.DesiredSize, old.UpdateID, old.UpdateStatus
+	}
+	if old := set.Status.Group; old != nil && old.Name == group.Name && old.State == group.State && old.Message == group.Message &&
+		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus &&
+		(old.DesiredSize == nil) == (group.DesiredSize == nil) && (old.DesiredSize == nil || *old.DesiredSize == *group.DesiredSize) {
+		return nil
+	}
+	fields := map[string]any{"name": group.Name, "state": nullIfEmpty(group.State), "message": nullIfEmpty(group.Message),
+		"updateID": nullIfEmpty(group.UpdateID), "updateStatus": nullIfEmpty(group.UpdateStatus), "desiredSize": nil}
+	if group.DesiredSize != nil {
+		fields["desiredSize"] = *group.DesiredSize
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"group": fields}})
+	if err != nil {
+		return err
+	}
+	_, err = c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// syncGroupNode runs a group machine's Node: the startup taint lifted once
+// Ready, and on deletion a drain, then the machine terminated in its group
+// with the group's size lowered by one in the same call.
+func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.GroupDriver) error {
+	if node.DeletionTimestamp != nil {
+		if class == nil {
+			// Without its class the cloud cannot be reached; the orphan
+			// collection of the class's region removes the group.
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed,
+				"NodeClass %s is gone: machine %s cannot be terminated from here", node.Labels[nodesetv1alpha1.LabelNodeClass], node.Spec.ProviderID)
+			return nil
+		}
+		machineClass, err := c.machineClass(ctx, node, class)
+		if err != nil {
+			return err
+		}
+		group, providerID := node.Annotations[nodesetv1alpha1.AnnotationGroup], node.Spec.ProviderID
+		return c.terminate(ctx, node, class, deprovisioner{driver: driver.Name(), op: opTerminate, remove: func(ctx context.Context) error {
+			if group == "" || providerID == "" {
+				return nil // never had a machine of a group
+			}
+			if err := driver.TerminateMachine(ctx, machineClass, group, providerID); err != nil {
+				return err
+			}
+			c.rememberTerminated(providerID)
+			return nil
+		}})
+	}
+	if class == nil || node.Spec.ProviderID == "" {
+		return nil
+	}
+	return c.register(ctx, node, class, driver)
+}

@@ -1,0 +1,437 @@
+// Package eksasg tests the eks-asg group driver end to end: both controllers
+// as processes against a real kube-apiserver, and moto_server standing in
+// for EC2 and Auto Scaling. A small kubelet stand-in reports the instances'
+// Nodes Ready, as the kubelets on real instances would.
+package eksasg
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+func TestMain(m *testing.M) { os.Exit(framework.Run(m, framework.Options{})) }
+
+const (
+	region  = "us-east-1"
+	cluster = "e2e"
+)
+
+var awsCredentials = map[string][]byte{eksasg.CredentialAccessKeyID: []byte("testing"), eksasg.CredentialSecretAccessKey: []byte("testing")}
+
+// env is one moto server, both controllers serving eks-asg against it, and
+// the clients the test uses.
+type env struct {
+	t        *testing.T
+	endpoint string
+	asg      *autoscaling.Client
+	ec2      *ec2.Client
+	kube     kubernetes.Interface
+	nodesets versioned.Interface
+	ctrl     *framework.Controllers
+	image    string
+	subnet   string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, endpoint: framework.StartMoto(t)}
+	asg, ec2c, err := eksasg.SDKClients(e.endpoint)(ctx, region, awsCredentials)
+	require.NoError(t, err)
+	e.asg, e.ec2 = asg.(*autoscaling.Client), ec2c.(*ec2.Client)
+	vpc, err := e.ec2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	require.NoError(t, err)
+	subnet, err := e.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
+		AvailabilityZone: aws.String(region + "a")})
+	require.NoError(t, err)
+	e.subnet = aws.ToString(subnet.Subnet.SubnetId)
+	images, err := e.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{})
+	require.NoError(t, err)
+	require.NotEmpty(t, images.Images)
+	e.image = aws.ToString(images.Images[0].ImageId)
+
+	cfg := framework.Shared.AdminConfig()
+	e.kube = kubernetes.NewForConfigOrDie(cfg)
+	e.nodesets = versioned.NewForConfigOrDie(cfg)
+	e.ctrl, err = framework.NewControllers(ctx, framework.Shared, framework.ControllerOptions{NodeArgs: []string{
+		"--drivers=eks-asg", "--cluster-name=" + cluster, "--aws-endpoint-url=" + e.endpoint, "--group-poll-interval=2s",
+	}})
+	require.NoError(t, err)
+	e.ctrl.Node.Env = append(e.ctrl.Node.Env, "AWS_EC2_METADATA_DISABLED=true")
+	require.NoError(t, e.ctrl.Start())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node-controller logs:\n%s", tail(e.ctrl.Node.Logs(), 80))
+			t.Logf("nodeset-controller logs:\n%s", tail(e.ctrl.NodeSet.Logs(), 40))
+		}
+		e.ctrl.Stop()
+	})
+	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	require.NoError(t, e.ctrl.WaitReady(readyCtx))
+	return e
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// kubelets stands in for the kubelets of the instances: every Node with a
+// aws:/// providerID is reported Ready, until ctx is done.
+func (e *env) kubelets(ctx context.Context) {
+	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		nodes, err := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///") || ready(n) || n.DeletionTimestamp != nil {
+				continue
+			}
+			now := metav1.Now()
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now})
+			_, _ = e.kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		}
+		return false, nil
+	})
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (e *env) createClass(name string) {
+	ctx := context.Background()
+	_, err := e.kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-aws"},
+		Data:       awsCredentials,
+	}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver:               nodesetv1alpha1.DriverEKSASG,
+			CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: name + "-aws"},
+			DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+				ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
+				Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
+			}},
+			RegistrationTimeout: &metav1.Duration{Duration: 5 * time.Minute},
+			Drain:               &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+}
+
+// instances are the group's instances that are not on their way out, by
+// providerID.
+func (e *env) instances(group string) (desired int32, live map[string]string, err error) {
+	out, err := e.asg.DescribeAutoScalingGroups(context.Background(), &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{group}})
+	if err != nil || len(out.AutoScalingGroups) == 0 {
+		return 0, nil, fmt.Errorf("group %s: %v", group, err)
+	}
+	g := out.AutoScalingGroups[0]
+	live = map[string]string{}
+	for _, i := range g.Instances {
+		if strings.HasPrefix(string(i.LifecycleState), "Terminat") {
+			continue
+		}
+		live[eksasg.ProviderID(aws.ToString(i.AvailabilityZone), aws.ToString(i.InstanceId))] = string(i.LifecycleState)
+	}
+	return aws.ToInt32(g.DesiredCapacity), live, nil
+}
+
+// runningInstances are the ids of the instances EC2 has running or pending,
+// in any group or none.
+func (e *env) runningInstances() []string {
+	out, err := e.ec2.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{{
+		Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}}}})
+	require.NoError(e.t, err)
+	var ids []string
+	for _, r := range out.Reservations {
+		for _, i := range r.Instances {
+			ids = append(ids, aws.ToString(i.InstanceId))
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (e *env) setNodes(namespace, name string) []corev1.Node {
+	nodes, err := e.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{
+		LabelSelector: nodesetv1alpha1.LabelNodeSetNamespace + "=" + namespace + "," + nodesetv1alpha1.LabelNodeSet + "=" + name})
+	require.NoError(e.t, err)
+	return nodes.Items
+}
+
+// converged waits until the set has n Ready Nodes, one per live instance of
+// its group, with the group's desired capacity n and nothing else running.
+func (e *env) converged(namespace, name, group string, n int, timeout time.Duration) []corev1.Node {
+	e.t.Helper()
+	var last string
+	var nodes []corev1.Node
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		nodes = e.setNodes(namespace, name)
+		desired, live, err := e.instances(group)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		readyCount := 0
+		byProvider := map[string]bool{}
+		for _, node := range nodes {
+			if ready(&node) && node.DeletionTimestamp == nil && !hasTaint(&node, nodesetv1alpha1.TaintUnregistered) {
+				readyCount++
+			}
+			byProvider[node.Spec.ProviderID] = true
+		}
+		matched := len(byProvider) == len(live)
+		for id := range live {
+			matched = matched && byProvider[id]
+		}
+		last = fmt.Sprintf("%d Nodes (%d Ready, registered), desired capacity %d, %d live instances, Nodes match instances: %v",
+			len(nodes), readyCount, desired, len(live), matched)
+		return len(nodes) == n && readyCount == n && desired == int32(n) && len(live) == n && matched, nil
+	})
+	require.NoError(e.t, err, "NodeSet %s/%s converging on %d: %s", namespace, name, n, last)
+	return nodes
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+}
+
+func (e *env) update(namespace, name string, mutate func(*nodesetv1alpha1.NodeSet)) {
+	e.t.Helper()
+	require.NoError(e.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		set, err := e.nodesets.NodesetV1alpha1().NodeSets(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(set)
+		_, err = e.nodesets.NodesetV1alpha1().NodeSets(namespace).Update(context.Background(), set, metav1.UpdateOptions{})
+		return err
+	}))
+}
+
+func providerIDs(nodes []corev1.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Spec.ProviderID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func instanceIDs(t *testing.T, providerIDs []string) []string {
+	var out []string
+	for _, p := range providerIDs {
+		id, err := eksasg.InstanceID(p)
+		require.NoError(t, err)
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestAutoScalingGroupLifecycle takes one NodeSet through its whole life on
+// moto: 0→3→1 with chosen victims, a kubelet that registers first after a
+// node-controller crash, a template change rolled out, and deletion.
+func TestAutoScalingGroupLifecycle(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	e.createClass("asg")
+	ns := "team-asg"
+	_, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "asg", Replicas: ptr.To[int32](0),
+			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "web"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	group := eksasg.GroupName(cluster, ns, "web")
+
+	t.Log("0 -> 3")
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](3) })
+	nodes := e.converged(ns, "web", group, 3, 90*time.Second)
+	for _, n := range nodes {
+		assert.Regexp(t, `^aws:///us-east-1a/i-[0-9a-f]+$`, n.Spec.ProviderID)
+		assert.Regexp(t, `^ip-10-0-1-\d+\.ec2\.internal$`, n.Name, "the Node is named as EC2 named the instance")
+		assert.Equal(t, "web", n.Labels["tier"])
+		assert.Equal(t, "asg", n.Labels[nodesetv1alpha1.LabelNodeClass])
+		assert.Equal(t, group, n.Annotations[nodesetv1alpha1.AnnotationGroup])
+		assert.Contains(t, n.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	}
+	got, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, got.Status.Group)
+	assert.Equal(t, group, got.Status.Group.Name)
+	assert.Contains(t, got.Finalizers, nodesetv1alpha1.FinalizerGroup)
+	hash := got.Status.TemplateHash
+	for _, n := range nodes {
+		assert.Equal(t, hash, n.Labels[nodesetv1alpha1.LabelTemplateHash], "instances carry their launch template version's hash")
+	}
+
+	t.Log("3 -> 1, the two chosen Nodes go")
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	chosen := []string{nodes[0].Spec.ProviderID, nodes[2].Spec.ProviderID}
+	keep := nodes[1].Spec.ProviderID
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) {
+		s.Spec.Replicas = ptr.To[int32](1)
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] = nodes[0].Name + "," + nodes[2].Name
+	})
+	nodes = e.converged(ns, "web", group, 1, 90*time.Second)
+	assert.Equal(t, []string{keep}, providerIDs(nodes), "the Node left is the one not chosen")
+	assert.Equal(t, instanceIDs(t, []string{keep}), e.runningInstances(), "the chosen instances were terminated, and only they")
+	for _, c := range chosen {
+		assert.NotContains(t, providerIDs(e.setNodes(ns, "web")), c)
+	}
+
+	t.Log("the node controller crashes after raising the group; the kubelet registers first")
+	e.ctrl.Node.Kill(syscall.SIGKILL)
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](2) })
+	_, err = e.asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{AutoScalingGroupName: aws.String(group), DesiredCapacity: aws.Int32(2)})
+	require.NoError(t, err)
+	_, live, err := e.instances(group)
+	require.NoError(t, err)
+	require.Len(t, live, 2)
+	var newcomer string
+	for id := range live {
+		if id != keep {
+			newcomer = id
+		}
+	}
+	id, err := eksasg.InstanceID(newcomer)
+	require.NoError(t, err)
+	described, err := e.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	require.NoError(t, err)
+	dnsName := aws.ToString(described.Reservations[0].Instances[0].PrivateDnsName)
+	now := metav1.Now()
+	_, err = e.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: dnsName, Labels: map[string]string{"kubernetes.io/hostname": dnsName}},
+		Spec:       corev1.NodeSpec{ProviderID: newcomer},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, e.ctrl.Node.Start())
+	nodes = e.converged(ns, "web", group, 2, 90*time.Second)
+	adopted, err := e.kube.CoreV1().Nodes().Get(ctx, dnsName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "web", adopted.Labels[nodesetv1alpha1.LabelNodeSet], "the kubelet's Node was adopted")
+	assert.Equal(t, dnsName, adopted.Labels["kubernetes.io/hostname"], "its own labels stay")
+	assert.Contains(t, adopted.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	all, err := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	perInstance := map[string]int{}
+	for _, n := range all.Items {
+		perInstance[n.Spec.ProviderID]++
+	}
+	assert.Equal(t, 1, perInstance[newcomer], "never two Nodes for one instance")
+	assert.Len(t, e.runningInstances(), 2, "the restart made no instance")
+
+	t.Log("a template change is a new launch template version, rolled out one surge node at a time")
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Template.Labels["tier"] = "frontend" })
+	var rolled *nodesetv1alpha1.NodeSet
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		rolled, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || rolled.Status.TemplateHash == hash {
+			return false, nil
+		}
+		return rolled.Status.UpdatedReplicas == 2 && rolled.Status.Replicas == 2 && rolled.Status.ReadyReplicas == 2, nil
+	}), "rollout: %+v", rolled.Status)
+	nodes = e.converged(ns, "web", group, 2, time.Minute)
+	for _, n := range nodes {
+		assert.Equal(t, "frontend", n.Labels["tier"])
+		assert.Equal(t, rolled.Status.TemplateHash, n.Labels[nodesetv1alpha1.LabelTemplateHash])
+		assert.NotContains(t, []string{keep, newcomer}, n.Spec.ProviderID, "every instance was replaced")
+	}
+	versions, err := e.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(group)})
+	require.NoError(t, err)
+	assert.Len(t, versions.LaunchTemplateVersions, 2)
+	assert.Len(t, e.runningInstances(), 2, "the replaced instances were terminated")
+
+	t.Log("deletion leaves no group, launch template or instance")
+	require.NoError(t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}), "NodeSet gone")
+	assert.Empty(t, e.setNodes(ns, "web"))
+	groups, err := e.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{group}})
+	require.NoError(t, err)
+	assert.Empty(t, groups.AutoScalingGroups)
+	_, err = e.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String(group)})
+	assert.Error(t, err, "the launch template went with the group")
+	assert.Empty(t, e.runningInstances())
+	assert.NotEmpty(t, set.UID)
+}
+
+// TestOrphanGroupIsCollected: a group tagged with the cluster whose NodeSet
+// does not exist is deleted with its instances once old enough; a NodeSet's
+// own group is not.
+func TestOrphanGroupIsCollected(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.createClass("orphans")
+	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: eksasg.SDKClients(e.endpoint)})
+	class := drivers.Class{Name: "orphans", Credentials: awsCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver: nodesetv1alpha1.DriverEKSASG,
+		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+			ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
+			Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
+		}},
+	}}
+	owner := drivers.Owner{Cluster: cluster, Namespace: "gone", Name: "ghost", UID: "uid-ghost"}
+	ghost := eksasg.GroupName(cluster, "gone", "ghost")
+	_, err := driver.EnsureGroup(ctx, drivers.Group{Name: ghost, Owner: owner, Class: class, Replicas: 2, MaxReplicas: 2, TemplateHash: "h"})
+	require.NoError(t, err)
+	require.Len(t, e.runningInstances(), 2)
+	// The controllers run with --orphan-min-age=10s and a 2s interval.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := e.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{ghost}})
+		return err == nil && len(out.AutoScalingGroups) == 0, nil
+	}), "the orphan group is deleted")
+	assert.Empty(t, e.runningInstances(), "with its instances")
+}
