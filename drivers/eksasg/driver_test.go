@@ -1,15 +1,23 @@
 package eksasg
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/assert"
@@ -28,6 +36,7 @@ var testCredentials = map[string][]byte{CredentialAccessKeyID: []byte("testing")
 // world is a moto server with a VPC, a subnet and an AMI to launch from.
 type world struct {
 	endpoint string
+	vpc      string
 	subnet   string
 	image    string
 	asg      AutoScaling
@@ -48,6 +57,7 @@ func newWorldAt(t *testing.T, endpoint string) *world {
 	w.asg, w.ec2 = asg, ec2c.(*ec2.Client)
 	vpc, err := w.ec2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
 	require.NoError(t, err)
+	w.vpc = aws.ToString(vpc.Vpc.VpcId)
 	subnet, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
 		AvailabilityZone: aws.String(region + "a")})
 	require.NoError(t, err)
@@ -316,4 +326,125 @@ func TestCallsPerPollDoNotGrowWithNodeSets(t *testing.T) {
 	status, err = d.EnsureGroup(ctx, g)
 	require.NoError(t, err)
 	assert.Len(t, status.Machines, 2, "the look after a change is a new one")
+}
+
+// throttlingProxy stands between the driver and moto and answers the first
+// throttle calls of one Auto Scaling operation with AWS's throttling error.
+type throttlingProxy struct {
+	mu        sync.Mutex
+	operation string
+	throttle  int
+	attempts  int
+}
+
+func (p *throttlingProxy) start(t *testing.T, upstream string) string {
+	target, err := url.Parse(upstream)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		form, _ := url.ParseQuery(string(body))
+		if form.Get("Action") == p.operation {
+			p.mu.Lock()
+			p.attempts++
+			throttled := p.attempts <= p.throttle
+			p.mu.Unlock()
+			if throttled {
+				w.Header().Set("Content-Type", "text/xml")
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>r</RequestId></ErrorResponse>`)
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(server.Close)
+	return server.URL
+}
+
+func TestThrottlingIsRetriedThenReported(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	p := &throttlingProxy{operation: "DescribeAutoScalingGroups", throttle: 2}
+	counter := &callCounter{calls: map[string]int{}}
+	d := New(Options{Cluster: "prod", Clients: NewSDKClients(SDKConfig{Endpoint: p.start(t, w.endpoint), Observe: counter.observe, MaxAttempts: 4,
+		MaxBackoff: 200 * time.Millisecond})})
+	group := drivers.Group{Name: GroupName("prod", "team-a", "web"), Owner: drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "web"},
+		Class: w.class(), Replicas: 1, MaxReplicas: 1, TemplateHash: "h1"}
+
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err, "two throttled attempts are retried (with jittered backoff) inside the call")
+	assert.Len(t, status.Machines, 1)
+	assert.Equal(t, 4, p.attempts, "two throttled, the retry that was answered, and the look at the result")
+	calls := counter.take()
+	assert.Zero(t, calls["DescribeAutoScalingGroups throttled"], "%v", calls)
+	assert.Positive(t, calls["DescribeAutoScalingGroups success"], "%v", calls)
+
+	p.mu.Lock()
+	p.attempts, p.throttle = 0, 100
+	p.mu.Unlock()
+	_, err = d.DescribeGroup(ctx, group.Class, group.Name)
+	require.ErrorIs(t, err, drivers.ErrThrottled, "throttling past the attempts is reported as such, for the controller to back off")
+	assert.Equal(t, 4, p.attempts, "MaxAttempts bounds the retries")
+	assert.Equal(t, map[string]int{"DescribeAutoScalingGroups throttled": 1}, counter.take())
+}
+
+// recordingAutoScaling passes calls to moto and keeps the group's creation
+// input, for what moto does not model (spot, mixed instances, zones).
+type recordingAutoScaling struct {
+	AutoScaling
+	created *autoscaling.CreateAutoScalingGroupInput
+}
+
+func (r *recordingAutoScaling) CreateAutoScalingGroup(ctx context.Context, in *autoscaling.CreateAutoScalingGroupInput,
+	opts ...func(*autoscaling.Options)) (*autoscaling.CreateAutoScalingGroupOutput, error) {
+	r.created = in
+	return r.AutoScaling.CreateAutoScalingGroup(ctx, in, opts...)
+}
+
+func TestMixedInstancesSpotAndZones(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	subnetB, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(w.vpc), CidrBlock: aws.String("10.0.2.0/24"),
+		AvailabilityZone: aws.String(region + "b")})
+	require.NoError(t, err)
+	real := SDKClients(w.endpoint)
+	recorder := &recordingAutoScaling{}
+	d := New(Options{Cluster: "prod", Clients: func(ctx context.Context, r string, creds map[string][]byte) (AutoScaling, EC2, error) {
+		asg, ec2c, err := real(ctx, r, creds)
+		recorder.AutoScaling = asg
+		return recorder, ec2c, err
+	}})
+	class := w.class()
+	s := class.Spec.EKSAutoscalingGroup
+	s.InstanceType = ""
+	s.SubnetIDs = append(s.SubnetIDs, aws.ToString(subnetB.Subnet.SubnetId))
+	s.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m5.large", "m5a.large", "m6i.large"},
+		OnDemandBaseCapacity: aws.Int32(1), OnDemandPercentageAboveBaseCapacity: aws.Int32(25),
+		SpotAllocationStrategy: "price-capacity-optimized", SpotMaxPrice: "0.05"}
+	require.NoError(t, d.Validate(ctx, class))
+	_, err = d.EnsureGroup(ctx, drivers.Group{Name: "mixed", Owner: drivers.Owner{Cluster: "prod", Namespace: "a", Name: "mixed"},
+		Class: class, Replicas: 4, MaxReplicas: 8, TemplateHash: "h1"})
+	require.NoError(t, err)
+	in := recorder.created
+	require.NotNil(t, in)
+	assert.Equal(t, strings.Join(s.SubnetIDs, ","), aws.ToString(in.VPCZoneIdentifier), "instances spread over the subnets' zones")
+	assert.Nil(t, in.LaunchTemplate, "the template goes in the mixed-instances policy")
+	require.NotNil(t, in.MixedInstancesPolicy)
+	dist := in.MixedInstancesPolicy.InstancesDistribution
+	assert.EqualValues(t, 1, aws.ToInt32(dist.OnDemandBaseCapacity))
+	assert.EqualValues(t, 25, aws.ToInt32(dist.OnDemandPercentageAboveBaseCapacity))
+	assert.Equal(t, "price-capacity-optimized", aws.ToString(dist.SpotAllocationStrategy))
+	assert.Equal(t, "0.05", aws.ToString(dist.SpotMaxPrice))
+	var types []string
+	for _, o := range in.MixedInstancesPolicy.LaunchTemplate.Overrides {
+		types = append(types, aws.ToString(o.InstanceType))
+	}
+	assert.Equal(t, s.MixedInstances.InstanceTypes, types)
+	assert.Equal(t, "mixed", aws.ToString(in.MixedInstancesPolicy.LaunchTemplate.LaunchTemplateSpecification.LaunchTemplateName))
+
+	capacity, err := d.Capacity(ctx, class)
+	require.NoError(t, err)
+	assert.Equal(t, "m5.large", capacity.Labels[corev1.LabelInstanceTypeStable], "scale-from-zero assumes the first type")
 }

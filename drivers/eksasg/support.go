@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -50,6 +51,8 @@ type SDKConfig struct {
 	// MaxAttempts of a call that failed with a retryable error (throttling,
 	// 5xx); retries back off exponentially with full jitter. 0 means 5.
 	MaxAttempts int
+	// MaxBackoff caps the wait before a retry. 0 means the SDK's 20s.
+	MaxBackoff time.Duration
 	// Observe, when set, is told every call's operation and outcome
 	// ("success", "throttled", or "error").
 	Observe func(operation, outcome string)
@@ -92,7 +95,13 @@ func NewSDKClients(c SDKConfig) Clients {
 		opts := []func(*config.LoadOptions) error{
 			config.WithRegion(region),
 			config.WithRetryer(func() aws.Retryer {
-				return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = c.MaxAttempts })
+				return retry.NewStandard(func(o *retry.StandardOptions) {
+					o.MaxAttempts = c.MaxAttempts
+					if c.MaxBackoff > 0 {
+						o.MaxBackoff = c.MaxBackoff
+						o.Backoff = retry.NewExponentialJitterBackoff(c.MaxBackoff)
+					}
+				})
 			}),
 			config.WithAPIOptions([]func(*middleware.Stack) error{func(stack *middleware.Stack) error {
 				return stack.Initialize.Add(callMiddleware(limiter, c.Observe), middleware.Before)

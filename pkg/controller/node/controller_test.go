@@ -115,6 +115,8 @@ type fixture struct {
 	recorder    *record.FakeRecorder
 	nodes       corelisters.NodeLister
 	nodeIndexer cache.Indexer
+	nodesets    *nodesetfake.Clientset
+	setIndexer  cache.Indexer
 	now         time.Time
 }
 
@@ -156,7 +158,8 @@ func newFixture(t *testing.T, classes []*nodesetv1alpha1.NodeClass, objects ...r
 	for _, c := range classes {
 		nodesetObjects = append(nodesetObjects, c)
 	}
-	nodesets := nodesetfake.NewClientset(nodesetObjects...)
+	nodesets := nodesetfake.NewSimpleClientset(nodesetObjects...) // the typed tracker has no schema for the CRDs
+	f.nodesets = nodesets
 	kubeFactory := kubeinformers.NewSharedInformerFactory(f.kube, 0)
 	nodesetFactory := externalversions.NewSharedInformerFactory(nodesets, 0)
 	nodeInformer := kubeFactory.Core().V1().Nodes()
@@ -181,8 +184,10 @@ func newFixture(t *testing.T, classes []*nodesetv1alpha1.NodeClass, objects ...r
 	for _, cl := range classes {
 		require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(cl))
 	}
+	f.setIndexer = nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer()
 	f.controller = c
 	t.Cleanup(c.queue.ShutDown)
+	t.Cleanup(c.groups.ShutDown)
 	return f
 }
 

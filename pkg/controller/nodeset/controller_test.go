@@ -10,9 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -302,14 +304,64 @@ func TestLimitsCapCreations(t *testing.T) {
 	assert.Contains(t, accepted.Message, "at most 3 nodes per namespace")
 }
 
-func TestGroupDriverNodesAreLeftToTheNodeController(t *testing.T) {
+func asgClass() *nodesetv1alpha1.NodeClass {
 	class := validClass("sim")
 	class.Spec.Driver = nodesetv1alpha1.DriverEKSASG
 	class.Spec.Simulated = nil
 	class.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Region: "eu-west-1"}
-	f := newFixture(t, class, newSet(3))
+	return class
+}
+
+func TestGroupDriverNodesAreLeftToTheNodeController(t *testing.T) {
+	f := newFixture(t, asgClass(), newSet(3))
 	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates(), "the cloud group makes the machines, the node controller their Nodes")
+}
+
+func TestGroupDriverScaleDownChoosesTheVictims(t *testing.T) {
+	class := asgClass()
+	set := newSet(1)
+	nodes := []*corev1.Node{
+		setNode(t, set, class, "ip-old", 3*time.Hour, true),
+		setNode(t, set, class, "ip-new", time.Hour, true),
+		setNode(t, set, class, "ip-marked", 5*time.Hour, true),
+	}
+	nodes[2].Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNode: "true"}
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"ip-marked", "ip-new"}, f.nodeDeletes(),
+		"the NodeSet chooses which instances go; the node controller terminates them with the decrement")
 	assert.Empty(t, f.nodeCreates())
+}
+
+func TestGroupSizeSurgesDuringARollout(t *testing.T) {
+	class := asgClass()
+	set := newSet(2)
+	current := setNode(t, set, class, "ip-a", time.Hour, true)
+	outdated := setNode(t, set, class, "ip-b", time.Hour, true)
+	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	hash := resolve.TemplateHash(&spec, set)
+	assert.EqualValues(t, 2, GroupSize(set, hash, []*corev1.Node{current, current.DeepCopy()}), "nothing to replace")
+	assert.EqualValues(t, 3, GroupSize(set, hash, []*corev1.Node{current, outdated}), "replicas + maxSurge while outdated Nodes remain")
+	set.Spec.Strategy.RollingUpdate = &nodesetv1alpha1.RollingUpdateNodeSet{MaxSurge: ptr.To(intstr.FromInt32(5))}
+	assert.EqualValues(t, 3, GroupSize(set, hash, []*corev1.Node{current, outdated}), "never more surge than outdated Nodes")
+	set.Spec.Strategy.Type = nodesetv1alpha1.OnDeleteStrategy
+	assert.EqualValues(t, 2, GroupSize(set, hash, []*corev1.Node{current, outdated}), "OnDelete replaces nothing")
+}
+
+func TestGroupFailureIsAReplicaFailure(t *testing.T) {
+	set := newSet(2)
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "nodeset-web", Message: "out of capacity: InsufficientInstanceCapacity"}
+	f := newFixture(t, asgClass(), set)
+	require.NoError(t, f.sync())
+	got, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	failure := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+	require.NotNil(t, failure)
+	assert.Equal(t, ReasonGroupFailure, failure.Reason)
+	assert.Equal(t, "cloud group nodeset-web: out of capacity: InsufficientInstanceCapacity", failure.Message)
 }
 
 func TestCreateFailureLowersExpectationsAndReports(t *testing.T) {

@@ -371,6 +371,21 @@ func TestAutoScalingGroupLifecycle(t *testing.T) {
 	assert.Equal(t, 1, perInstance[newcomer], "never two Nodes for one instance")
 	assert.Len(t, e.runningInstances(), 2, "the restart made no instance")
 
+	t.Log("SIGKILL in the middle of a scale-up leaks nothing")
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](4) })
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		desired, _, err := e.instances(group)
+		return err == nil && desired == 4, nil
+	}))
+	e.ctrl.Node.Kill(syscall.SIGKILL)
+	require.NoError(t, e.ctrl.Node.Start())
+	e.converged(ns, "web", group, 4, 90*time.Second)
+	assert.Len(t, e.runningInstances(), 4, "one instance per replica, none leaked")
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](2) })
+	nodes = e.converged(ns, "web", group, 2, 90*time.Second)
+	assert.ElementsMatch(t, []string{keep, newcomer}, providerIDs(nodes), "the newest went first (deletePolicy Newest)")
+	assert.Len(t, e.runningInstances(), 2)
+
 	t.Log("a template change is a new launch template version, rolled out one surge node at a time")
 	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Template.Labels["tier"] = "frontend" })
 	var rolled *nodesetv1alpha1.NodeSet

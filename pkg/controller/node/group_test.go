@@ -1,0 +1,355 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+)
+
+// recordingGroupDriver is a GroupDriver holding its groups in memory; the
+// eks-asg driver is tested against moto elsewhere.
+type recordingGroupDriver struct {
+	mu         sync.Mutex
+	groups     map[string]*drivers.GroupStatus
+	ensured    []drivers.Group
+	terminated []string
+	deleted    []string
+	ensureErr  error
+	listErr    error
+	// pending makes DeleteGroup answer ErrInProgress this many times.
+	pending int
+}
+
+func newGroupDriver() *recordingGroupDriver {
+	return &recordingGroupDriver{groups: map[string]*drivers.GroupStatus{}}
+}
+
+func (d *recordingGroupDriver) Name() string                                  { return nodesetv1alpha1.DriverEKSASG }
+func (d *recordingGroupDriver) Validate(context.Context, drivers.Class) error { return nil }
+func (d *recordingGroupDriver) Capacity(context.Context, drivers.Class) (drivers.Capacity, error) {
+	return drivers.Capacity{}, drivers.ErrNotImplemented
+}
+
+// EnsureGroup raises the group, adding machines i-<n> named ip-<n>.
+func (d *recordingGroupDriver) EnsureGroup(_ context.Context, g drivers.Group) (drivers.GroupStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ensured = append(d.ensured, g)
+	if d.ensureErr != nil {
+		return drivers.GroupStatus{}, d.ensureErr
+	}
+	status, ok := d.groups[g.Name]
+	if !ok {
+		status = &drivers.GroupStatus{Name: g.Name, State: "ACTIVE", Owner: g.Owner}
+		d.groups[g.Name] = status
+	}
+	for len(status.Machines) < int(g.Replicas) {
+		n := len(d.groups)*100 + len(status.Machines) + len(d.terminated)
+		status.Machines = append(status.Machines, drivers.MachineStatus{Name: fmt.Sprintf("ip-%d", n),
+			ProviderID: fmt.Sprintf("aws:///zone-a/i-%d", n), State: drivers.MachineRunning, TemplateHash: g.TemplateHash, CreatedAt: testNow.Unix()})
+	}
+	status.DesiredSize = max(status.DesiredSize, g.Replicas)
+	return *status, nil
+}
+
+func (d *recordingGroupDriver) DescribeGroup(_ context.Context, _ drivers.Class, name string) (drivers.GroupStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if status, ok := d.groups[name]; ok {
+		return *status, nil
+	}
+	return drivers.GroupStatus{}, drivers.ErrNotFound
+}
+
+func (d *recordingGroupDriver) TerminateMachine(_ context.Context, _ drivers.Class, group, providerID string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.terminated = append(d.terminated, group+" "+providerID)
+	if status, ok := d.groups[group]; ok {
+		before := len(status.Machines)
+		status.Machines = slices.DeleteFunc(status.Machines, func(m drivers.MachineStatus) bool { return m.ProviderID == providerID })
+		if len(status.Machines) < before {
+			status.DesiredSize--
+		}
+	}
+	return nil
+}
+
+func (d *recordingGroupDriver) DeleteGroup(_ context.Context, _ drivers.Class, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deleted = append(d.deleted, name)
+	if d.pending > 0 {
+		d.pending--
+		return drivers.ErrInProgress
+	}
+	delete(d.groups, name)
+	return nil
+}
+
+func (d *recordingGroupDriver) ListGroups(context.Context) ([]drivers.GroupStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.listErr != nil {
+		return nil, d.listErr
+	}
+	var out []drivers.GroupStatus
+	for _, g := range d.groups {
+		out = append(out, *g)
+	}
+	return out, nil
+}
+
+func asgTestClass() *nodesetv1alpha1.NodeClass {
+	return &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "asg", Generation: 1},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver: nodesetv1alpha1.DriverEKSASG,
+			DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+				ClusterName: "prod", Region: "us-east-1", ImageID: "ami-1", InstanceType: "t3.large", SubnetIDs: []string{"subnet-1"}}},
+			RegistrationTimeout: &metav1.Duration{Duration: 10 * time.Minute},
+		},
+	}
+}
+
+// groupFixture is a node controller serving only the recording group
+// driver, with the NodeSet team-a/web of class asg.
+type groupFixture struct {
+	*fixture
+	group *recordingGroupDriver
+	set   *nodesetv1alpha1.NodeSet
+}
+
+func newGroupFixture(t *testing.T, replicas int32, objects ...runtime.Object) *groupFixture {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{asgTestClass()}, objects...)
+	g := &groupFixture{fixture: f, group: newGroupDriver()}
+	f.controller.registry = drivers.Registry{g.group.Name(): g.group}
+	f.controller.opts.NodeSets = f.nodesets
+	g.set = &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a", UID: "uid-web", Finalizers: []string{"nodeset.dev/nodes"}},
+		Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "asg", Replicas: ptr.To(replicas)},
+		Status: nodesetv1alpha1.NodeSetStatus{Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
+			Reason: "Accepted", LastTransitionTime: metav1.NewTime(testNow)}}},
+	}
+	created, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), g.set, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.setIndexer.Add(created))
+	return g
+}
+
+// syncGroup runs one sync of the set's group and copies what it wrote into
+// the caches, as the watches would.
+func (g *groupFixture) syncGroup() error {
+	err := g.controller.syncGroup(context.Background(), "team-a/web")
+	set, getErr := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	if getErr == nil {
+		require.NoError(g.t, g.setIndexer.Update(set))
+	}
+	nodes, listErr := g.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	require.NoError(g.t, listErr)
+	for _, obj := range g.nodeIndexer.List() {
+		require.NoError(g.t, g.nodeIndexer.Delete(obj))
+	}
+	for i := range nodes.Items {
+		require.NoError(g.t, g.nodeIndexer.Add(&nodes.Items[i]))
+	}
+	return err
+}
+
+func (g *groupFixture) getSet() *nodesetv1alpha1.NodeSet {
+	set, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(g.t, err)
+	return set
+}
+
+func TestGroupSyncMakesANodePerMachineAndAdoptsTheKubeletsNode(t *testing.T) {
+	// The kubelet of the group's second machine registered before the
+	// controller made its Node.
+	kubelets := markReady(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "ip-101", Labels: map[string]string{"kubernetes.io/hostname": "ip-101"}},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///zone-a/i-101"}})
+	g := newGroupFixture(t, 2, kubelets)
+
+	require.NoError(t, g.syncGroup())
+	require.Len(t, g.group.ensured, 1)
+	ensured := g.group.ensured[0]
+	assert.EqualValues(t, 2, ensured.Replicas)
+	assert.Equal(t, drivers.GroupName(drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "web"}), ensured.Name)
+	assert.Equal(t, drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "web", UID: "uid-web"}, ensured.Owner)
+	assert.NotEmpty(t, ensured.TemplateHash)
+
+	made := g.get("ip-100")
+	assert.Equal(t, "aws:///zone-a/i-100", made.Spec.ProviderID)
+	assert.Equal(t, "web", made.Labels[nodesetv1alpha1.LabelNodeSet])
+	assert.Equal(t, ensured.TemplateHash, made.Labels[nodesetv1alpha1.LabelTemplateHash])
+	assert.Equal(t, ensured.Name, made.Annotations[nodesetv1alpha1.AnnotationGroup])
+	assert.True(t, nodeutil.HasStartupTaint(made), "pods wait for the kubelet")
+	assert.Contains(t, made.Finalizers, nodesetv1alpha1.FinalizerTermination)
+
+	adopted := g.get("ip-101")
+	assert.Equal(t, "web", adopted.Labels[nodesetv1alpha1.LabelNodeSet])
+	assert.Equal(t, "ip-101", adopted.Labels["kubernetes.io/hostname"], "the kubelet's labels stay")
+	assert.Contains(t, adopted.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	assert.False(t, nodeutil.HasStartupTaint(adopted), "a Ready kubelet's Node is not tainted again")
+	nodes, err := g.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Len(t, nodes.Items, 2, "one Node per machine")
+
+	set := g.getSet()
+	assert.Contains(t, set.Finalizers, nodesetv1alpha1.FinalizerGroup, "the group is deleted before the NodeSet goes")
+	require.NotNil(t, set.Status.Group)
+	assert.Equal(t, ensured.Name, set.Status.Group.Name)
+	assert.EqualValues(t, 2, ptr.Deref(set.Status.Group.DesiredSize, 0))
+
+	// Nothing changes: nothing is written.
+	before := len(g.kube.Actions()) + len(g.nodesets.Actions())
+	require.NoError(t, g.syncGroup())
+	writes := 0
+	for _, a := range append(g.kube.Actions(), g.nodesets.Actions()...)[before:] {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			writes++
+		}
+	}
+	assert.Zero(t, writes, "a sync with nothing to do writes nothing")
+}
+
+func TestGroupIsNotTouchedUntilTheSetIsAccepted(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	set := g.getSet()
+	set.Status.Conditions[0].Status = metav1.ConditionFalse
+	_, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").UpdateStatus(context.Background(), set, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, g.setIndexer.Update(set))
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, g.group.ensured, "a NodeSet not Accepted (namespace, limits, overrides) gets no group")
+}
+
+func TestGroupErrorsReachStatusAndEvents(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	g.group.ensureErr = fmt.Errorf("creating Auto Scaling group: %w: InsufficientInstanceCapacity", drivers.ErrOutOfCapacity)
+	require.ErrorIs(t, g.syncGroup(), drivers.ErrOutOfCapacity, "retried with backoff")
+	set := g.getSet()
+	require.NotNil(t, set.Status.Group)
+	assert.Contains(t, set.Status.Group.Message, "InsufficientInstanceCapacity")
+	assert.Contains(t, g.events()[0], "Warning GroupFailed")
+
+	g.group.ensureErr = nil
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, g.getSet().Status.Group.Message, "cleared once the group is fine")
+}
+
+func TestNodeOfAMachineThatLeftIsDeletedAfterAFreshLook(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	require.NoError(t, g.syncGroup())
+	// The cloud replaced i-100 (a spot interruption): the group's answer
+	// no longer has it.
+	name := drivers.GroupName(drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "web"})
+	g.group.mu.Lock()
+	g.group.groups[name].Machines = g.group.groups[name].Machines[1:]
+	g.group.groups[name].DesiredSize = 1
+	g.group.mu.Unlock()
+	require.NoError(t, g.syncGroup())
+	_, err := g.kube.CoreV1().Nodes().Get(context.Background(), "ip-100", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the Node of the machine that left is deleted: %v", err)
+	_, err = g.kube.CoreV1().Nodes().Get(context.Background(), "ip-101", metav1.GetOptions{})
+	assert.NoError(t, err)
+	assert.Empty(t, g.group.terminated, "nothing to terminate: the machine is gone")
+}
+
+func TestDeletedGroupNodeIsDrainedThenTerminatedInItsGroup(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	require.NoError(t, g.syncGroup())
+	groupName := g.group.ensured[0].Name
+	// Deleted by its NodeSet (the fake API keeps it for its finalizer only
+	// when told so).
+	node := g.get("ip-100")
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	_, err := g.kube.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	g.updateCache(g.get("ip-100"))
+
+	require.NoError(t, g.sync("ip-100")) // cordon
+	assert.Empty(t, g.group.terminated, "no termination before the drain")
+	require.NoError(t, g.sync("ip-100")) // nothing to drain: terminate, release
+	assert.Equal(t, []string{groupName + " aws:///zone-a/i-100"}, g.group.terminated)
+	assert.NotContains(t, g.get("ip-100").Finalizers, nodesetv1alpha1.FinalizerTermination)
+	assert.EqualValues(t, 1, g.group.groups[groupName].DesiredSize, "the termination lowered the group by one")
+
+	// A look at the group from before the termination does not bring the
+	// Node back.
+	g.group.mu.Lock()
+	g.group.groups[groupName].Machines = append(g.group.groups[groupName].Machines,
+		drivers.MachineStatus{Name: "ip-100", ProviderID: "aws:///zone-a/i-100", State: drivers.MachineRunning})
+	g.group.mu.Unlock()
+	require.NoError(t, g.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("nodes"), "", "ip-100"))
+	set := g.getSet()
+	set.Spec.Replicas = ptr.To[int32](1)
+	_, err = g.nodesets.NodesetV1alpha1().NodeSets("team-a").Update(context.Background(), set, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, g.syncGroup())
+	_, err = g.kube.CoreV1().Nodes().Get(context.Background(), "ip-100", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "a machine just terminated gets no Node")
+}
+
+func TestDeletedSetDeletesItsGroupOnceItsNodesAreGone(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	require.NoError(t, g.syncGroup())
+	groupName := g.group.ensured[0].Name
+	set := g.getSet()
+	set.DeletionTimestamp = &metav1.Time{Time: testNow}
+	require.NoError(t, g.setIndexer.Update(set))
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web"))
+	assert.Empty(t, g.group.deleted, "its Node is still there (being drained)")
+
+	g.deleteCache("ip-100")
+	g.group.pending = 1
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web"))
+	assert.Contains(t, g.getSet().Finalizers, nodesetv1alpha1.FinalizerGroup, "held while the group is being deleted")
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web"))
+	assert.Equal(t, []string{groupName, groupName}, g.group.deleted)
+	assert.NotContains(t, g.getSet().Finalizers, nodesetv1alpha1.FinalizerGroup)
+}
+
+func TestOrphanGroupsAreCollectedOnlyWhenTheirSetIsGone(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	synced(g.fixture)
+	old, young := testNow.Add(-time.Hour).Unix(), testNow.Add(-time.Minute).Unix()
+	add := func(name, namespace, set string, uid types.UID, created int64) {
+		g.group.groups[name] = &drivers.GroupStatus{Name: name, CreatedAt: created,
+			Owner: drivers.Owner{Cluster: "test", Namespace: namespace, Name: set, UID: uid}}
+	}
+	add("live", "team-a", "web", "uid-web", old)
+	add("recreated", "team-a", "web", "uid-old-web", old) // a set of the same name, deleted and made again
+	add("orphan", "team-a", "gone", "uid-gone", old)
+	add("young", "team-a", "gone-too", "uid-2", young)
+
+	g.group.listErr = errors.New("throttled")
+	removed, err := g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.ErrorContains(t, err, "throttled")
+	assert.Empty(t, removed)
+	assert.Empty(t, g.group.deleted, "nothing goes while a list fails")
+
+	g.group.listErr = nil
+	removed, err = g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	slices.Sort(removed)
+	assert.Equal(t, []string{"orphan", "recreated"}, removed)
+	assert.Contains(t, g.group.groups, "live")
+	assert.Contains(t, g.group.groups, "young")
+}
