@@ -7,6 +7,8 @@ package eksasg
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -406,6 +408,16 @@ func TestAutoScalingGroupLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, versions.LaunchTemplateVersions, 2)
 	assert.Len(t, e.runningInstances(), 2, "the replaced instances were terminated")
+
+	t.Log("every AWS call is counted by operation and outcome")
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", e.ctrl.NodeMetricsPort))
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	for _, op := range []string{"DescribeAutoScalingGroups", "SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup", "CreateLaunchTemplateVersion"} {
+		assert.Regexp(t, `nodeset_cloud_api_calls_total\{driver="eks-asg",operation="`+op+`",outcome="success"\} [1-9]`, string(metrics))
+	}
 
 	t.Log("deletion leaves no group, launch template or instance")
 	require.NoError(t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
