@@ -8,6 +8,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
 	github.com/aws/aws-sdk-go-v2/service/autoscaling v1.79.4
 	github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.1
+	github.com/aws/aws-sdk-go-v2/service/eks v1.105.4
 	github.com/aws/smithy-go v1.28.8
 	github.com/prometheus/client_golang v1.23.2
 	github.com/rancher/machine v0.15.0-rancher145

@@ -166,6 +166,14 @@ type Group struct {
 	// Labels and Taints of the NodeSet's nodes.
 	Labels map[string]string
 	Taints []corev1.Taint
+	// ManagedRollout is true when the NodeSet's strategy is Managed: a
+	// driver with a native rolling update (EKS managed node groups) applies
+	// version changes with it. Otherwise such changes wait.
+	ManagedRollout bool
+	// UpdateID is the driver-native update last reported for the group
+	// (the NodeSet's status.group.updateID), so that a restarted controller
+	// goes on tracking it.
+	UpdateID string
 }
 
 // GroupStatus is what a group driver knows about one group.
@@ -195,13 +203,30 @@ type GroupStatus struct {
 // GroupName is the deterministic name of the cloud group of a NodeSet:
 // readable, at most 119 characters, and unique per cluster, namespace and
 // name (a hash of the three ends it, so truncation cannot collide).
-func GroupName(owner Owner) string {
+func GroupName(owner Owner) string { return GroupNameWithin(owner, 119) }
+
+// GroupNameWithin is GroupName in at most limit (≥ 17) characters.
+func GroupNameWithin(owner Owner, limit int) string {
 	sum := sha256.Sum256([]byte(owner.Cluster + "/" + owner.Namespace + "/" + owner.Name))
 	base := fmt.Sprintf("nodeset-%s-%s-%s", owner.Cluster, owner.Namespace, owner.Name)
-	if len(base) > 110 {
-		base = base[:110]
+	if len(base) > limit-9 {
+		base = base[:limit-9]
 	}
 	return base + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// GroupNamer is implemented by group drivers whose cloud allows shorter
+// names than GroupName makes.
+type GroupNamer interface {
+	GroupName(owner Owner) string
+}
+
+// NameGroup is the name of the owner's group in driver d.
+func NameGroup(d GroupDriver, owner Owner) string {
+	if namer, ok := d.(GroupNamer); ok {
+		return namer.GroupName(owner)
+	}
+	return GroupName(owner)
 }
 
 // GroupDriver runs a cloud group per NodeSet. The cloud names the machines;

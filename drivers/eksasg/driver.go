@@ -253,13 +253,13 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 		} else {
 			input.LaunchTemplate = spec
 		}
-		if _, err := asg.CreateAutoScalingGroup(ctx, input); err != nil && !isCode(err, "AlreadyExists") {
-			return drivers.GroupStatus{}, classify("creating Auto Scaling group "+group.Name, err)
+		if _, err := asg.CreateAutoScalingGroup(ctx, input); err != nil && !IsCode(err, "AlreadyExists") {
+			return drivers.GroupStatus{}, Classify("creating Auto Scaling group "+group.Name, err)
 		}
 		// nodeset, not AWS, decides which instances go.
 		if _, err := asg.SuspendProcesses(ctx, &autoscaling.SuspendProcessesInput{
 			AutoScalingGroupName: aws.String(group.Name), ScalingProcesses: []string{"AZRebalance"}}); err != nil {
-			return drivers.GroupStatus{}, classify("suspending AZRebalance on "+group.Name, err)
+			return drivers.GroupStatus{}, Classify("suspending AZRebalance on "+group.Name, err)
 		}
 	} else {
 		if aws.ToInt32(existing.MinSize) != minSize || aws.ToInt32(existing.MaxSize) < maxSize {
@@ -268,14 +268,14 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 				MinSize:              aws.Int32(min(minSize, aws.ToInt32(existing.DesiredCapacity))),
 				MaxSize:              aws.Int32(max(maxSize, aws.ToInt32(existing.DesiredCapacity))),
 			}); err != nil {
-				return drivers.GroupStatus{}, classify("updating the bounds of "+group.Name, err)
+				return drivers.GroupStatus{}, Classify("updating the bounds of "+group.Name, err)
 			}
 		}
 		if aws.ToInt32(existing.DesiredCapacity) < group.Replicas {
 			if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
 				AutoScalingGroupName: aws.String(group.Name), DesiredCapacity: aws.Int32(group.Replicas), HonorCooldown: aws.Bool(false),
 			}); err != nil {
-				return drivers.GroupStatus{}, classify("raising the desired capacity of "+group.Name, err)
+				return drivers.GroupStatus{}, Classify("raising the desired capacity of "+group.Name, err)
 			}
 		}
 	}
@@ -301,12 +301,12 @@ func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drive
 			LaunchTemplateData: data,
 			TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: ec2Tags(tags)}},
 		})
-		if isCode(err, "InvalidLaunchTemplateName.AlreadyExistsException") {
+		if IsCode(err, "InvalidLaunchTemplateName.AlreadyExistsException") {
 			return nil
 		}
-		return classify("creating launch template "+group.Name, err)
+		return Classify("creating launch template "+group.Name, err)
 	case err != nil:
-		return classify("describing launch template "+group.Name, err)
+		return Classify("describing launch template "+group.Name, err)
 	}
 	if len(versions.LaunchTemplateVersions) > 0 && aws.ToString(versions.LaunchTemplateVersions[0].VersionDescription) == group.TemplateHash {
 		return nil
@@ -316,7 +316,7 @@ func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drive
 		VersionDescription: aws.String(group.TemplateHash),
 		LaunchTemplateData: data,
 	})
-	return classify("creating a launch template version of "+group.Name, err)
+	return Classify("creating a launch template version of "+group.Name, err)
 }
 
 func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup, owner map[string]string) (*ec2types.RequestLaunchTemplateData, error) {
@@ -401,7 +401,7 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 func describeGroup(ctx context.Context, asg AutoScaling, name string) (*asgtypes.AutoScalingGroup, error) {
 	out, err := asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{name}})
 	if err != nil {
-		return nil, classify("describing Auto Scaling group "+name, err)
+		return nil, Classify("describing Auto Scaling group "+name, err)
 	}
 	for i := range out.AutoScalingGroups {
 		if aws.ToString(out.AutoScalingGroups[i].AutoScalingGroupName) == name {
@@ -411,7 +411,17 @@ func describeGroup(ctx context.Context, asg AutoScaling, name string) (*asgtypes
 	return nil, fmt.Errorf("Auto Scaling group %s: %w", name, drivers.ErrNotFound)
 }
 
+// GroupInstances describes the Auto Scaling group name with its instances
+// (names, launch times, template hashes), or ErrNotFound.
+func GroupInstances(ctx context.Context, asg AutoScaling, ec2c EC2, name string) (drivers.GroupStatus, error) {
+	return describe(ctx, asg, ec2c, name)
+}
+
 func (d *Driver) describe(ctx context.Context, asg AutoScaling, ec2c EC2, name string) (drivers.GroupStatus, error) {
+	return describe(ctx, asg, ec2c, name)
+}
+
+func describe(ctx context.Context, asg AutoScaling, ec2c EC2, name string) (drivers.GroupStatus, error) {
 	g, err := describeGroup(ctx, asg, name)
 	if err != nil {
 		return drivers.GroupStatus{}, err
@@ -437,7 +447,7 @@ func describeInstances(ctx context.Context, ec2c EC2, groups []asgtypes.AutoScal
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
 			if err != nil {
-				return nil, classify("describing instances", err)
+				return nil, Classify("describing instances", err)
 			}
 			for _, r := range page.Reservations {
 				for _, inst := range r.Instances {
@@ -525,7 +535,7 @@ func (d *Driver) view(ctx context.Context, asg AutoScaling, ec2c EC2, region str
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, classify("describing the Auto Scaling groups in "+region, err)
+			return nil, Classify("describing the Auto Scaling groups in "+region, err)
 		}
 		all = append(all, page.AutoScalingGroups...)
 	}
@@ -596,19 +606,27 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 	if err != nil {
 		return err
 	}
-	id, err := InstanceID(providerID)
-	if err != nil {
-		return err
-	}
 	asg, _, err := d.opts.Clients(ctx, s.Region, class.Credentials)
 	if err != nil {
 		return err
 	}
-	// Only an instance of this group, still in it, is terminated: one that
-	// left (terminated, or detached by someone) is done.
+	defer d.invalidate(s.Region, class.Credentials)
+	_, err = TerminateInGroup(ctx, asg, group, providerID)
+	return err
+}
+
+// TerminateInGroup terminates the instance of providerID in the Auto Scaling
+// group and lowers the group's desired capacity in the same call. It
+// terminates nothing, and reports false, when the instance is not in the
+// group any more (terminated, or detached by someone).
+func TerminateInGroup(ctx context.Context, asg AutoScaling, group, providerID string) (bool, error) {
+	id, err := InstanceID(providerID)
+	if err != nil {
+		return false, err
+	}
 	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
 	if err != nil {
-		return classify("looking up "+id, err)
+		return false, Classify("looking up "+id, err)
 	}
 	inGroup := false
 	for _, i := range found.AutoScalingInstances {
@@ -617,12 +635,11 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 		}
 	}
 	if !inGroup {
-		return nil
+		return false, nil
 	}
-	defer d.invalidate(s.Region, class.Credentials)
 	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
 		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
-	return classify("terminating "+id+" in "+group, err)
+	return err == nil, Classify("terminating "+id+" in "+group, err)
 }
 
 // DeleteGroup deletes the group with its instances, then the launch
@@ -645,8 +662,8 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	case err == nil:
 		if g.Status == nil { // not being deleted yet
 			_, err := asg.DeleteAutoScalingGroup(ctx, &autoscaling.DeleteAutoScalingGroupInput{AutoScalingGroupName: aws.String(name), ForceDelete: aws.Bool(true)})
-			if err != nil && !isCode(err, "ValidationError") {
-				return classify("deleting Auto Scaling group "+name, err)
+			if err != nil && !IsCode(err, "ValidationError") {
+				return Classify("deleting Auto Scaling group "+name, err)
 			}
 			if _, err := describeGroup(ctx, asg, name); errors.Is(err, drivers.ErrNotFound) {
 				break // gone at once
@@ -662,17 +679,17 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 		return nil
 	}
 	if err != nil {
-		return classify("describing launch template "+name, err)
+		return Classify("describing launch template "+name, err)
 	}
 	_, err = ec2c.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String(name)})
 	if err != nil && !launchTemplateNotFound(err) {
-		return classify("deleting launch template "+name, err)
+		return Classify("deleting launch template "+name, err)
 	}
 	return nil
 }
 
 func launchTemplateNotFound(err error) bool {
-	return isCode(err, "InvalidLaunchTemplateName.NotFoundException") || isCode(err, "InvalidLaunchTemplateId.NotFound")
+	return IsCode(err, "InvalidLaunchTemplateName.NotFoundException") || IsCode(err, "InvalidLaunchTemplateId.NotFound")
 }
 
 // ListGroups returns every group tagged with the cluster, in every scope of
@@ -693,7 +710,7 @@ func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) 
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
 			if err != nil {
-				return nil, classify("listing Auto Scaling groups in "+region, err)
+				return nil, Classify("listing Auto Scaling groups in "+region, err)
 			}
 			for i := range page.AutoScalingGroups {
 				g := &page.AutoScalingGroups[i]
@@ -727,12 +744,18 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Cap
 	if err != nil {
 		return drivers.Capacity{}, err
 	}
+	return InstanceTypeCapacity(ctx, ec2c, "spec.eksAutoscalingGroup.instanceType", s.Region, instanceType)
+}
+
+// InstanceTypeCapacity is what a node of the instance type offers; an
+// unknown type is an invalid configuration of field.
+func InstanceTypeCapacity(ctx context.Context, ec2c EC2, field, region, instanceType string) (drivers.Capacity, error) {
 	out, err := ec2c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []ec2types.InstanceType{ec2types.InstanceType(instanceType)}})
 	if err != nil {
-		return drivers.Capacity{}, classify("describing instance type "+instanceType, err)
+		return drivers.Capacity{}, Classify("describing instance type "+instanceType, err)
 	}
 	if len(out.InstanceTypes) == 0 {
-		return drivers.Capacity{}, drivers.InvalidConfiguration("spec.eksAutoscalingGroup.instanceType", "%q is not an EC2 instance type in %s", instanceType, s.Region)
+		return drivers.Capacity{}, drivers.InvalidConfiguration(field, "%q is not an EC2 instance type in %s", instanceType, region)
 	}
 	return capacityOf(out.InstanceTypes[0]), nil
 }
@@ -763,14 +786,16 @@ func ec2Tags(tags map[string]string) []ec2types.Tag {
 	return out
 }
 
-// isCode reports whether err is an AWS API error with this code.
-func isCode(err error, code string) bool {
+// IsCode reports whether err is an AWS API error with this code.
+func IsCode(err error, code string) bool {
 	var apiErr smithy.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode() == code
 }
 
-// classify wraps an AWS error in the driver error the controllers act on.
-func classify(what string, err error) error {
+// Classify wraps an AWS error in the driver error the controllers act on:
+// throttling, capacity, and configuration or permission errors; others are
+// transient.
+func Classify(what string, err error) error {
 	if err == nil {
 		return nil
 	}

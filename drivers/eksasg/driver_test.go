@@ -243,10 +243,10 @@ func TestClassify(t *testing.T) {
 		"ValidationError":              drivers.ErrInvalidConfiguration,
 		"InvalidAMIID.NotFound":        drivers.ErrInvalidConfiguration,
 	} {
-		err := classify("creating", &smithy.GenericAPIError{Code: code, Message: "m"})
+		err := Classify("creating", &smithy.GenericAPIError{Code: code, Message: "m"})
 		assert.ErrorIs(t, err, want, code)
 	}
-	err := classify("creating", &smithy.GenericAPIError{Code: "InternalFailure"})
+	err := Classify("creating", &smithy.GenericAPIError{Code: "InternalFailure"})
 	for _, e := range []error{drivers.ErrThrottled, drivers.ErrOutOfCapacity, drivers.ErrInvalidConfiguration} {
 		assert.NotErrorIs(t, err, e, "a transient error is only an error")
 	}

@@ -64,7 +64,40 @@ func SDKClients(endpoint string) Clients { return NewSDKClients(SDKConfig{Endpoi
 
 // NewSDKClients makes real API clients, one pair per region and set of
 // credentials, kept for the life of the process.
-func NewSDKClients(c SDKConfig) Clients {
+func NewSDKClients(c SDKConfig) Clients { return ClientsFrom(NewAWSConfigs(c)) }
+
+// ClientsFrom makes API clients from shared configurations (NewAWSConfigs),
+// one pair per configuration.
+func ClientsFrom(configs func(ctx context.Context, region string, creds map[string][]byte) (*aws.Config, error)) Clients {
+	type pair struct {
+		asg *autoscaling.Client
+		ec2 *ec2.Client
+	}
+	var (
+		mu    sync.Mutex
+		cache = map[*aws.Config]pair{}
+	)
+	return func(ctx context.Context, region string, creds map[string][]byte) (AutoScaling, EC2, error) {
+		cfg, err := configs(ctx, region, creds)
+		if err != nil {
+			return nil, nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p, ok := cache[cfg]
+		if !ok {
+			p = pair{autoscaling.NewFromConfig(*cfg), ec2.NewFromConfig(*cfg)}
+			cache[cfg] = p
+		}
+		return p.asg, p.ec2, nil
+	}
+}
+
+// NewAWSConfigs returns the AWS configuration of a region and a set of
+// credentials (the SDK's default chain when they hold no keys), made once
+// and shared: the endpoint, the retryer and the client-side rate limit of c,
+// one limiter for all of them.
+func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds map[string][]byte) (*aws.Config, error) {
 	if c.QPS <= 0 {
 		c.QPS = 10
 	}
@@ -75,22 +108,18 @@ func NewSDKClients(c SDKConfig) Clients {
 		c.MaxAttempts = 5
 	}
 	limiter := rate.NewLimiter(rate.Limit(c.QPS), c.Burst)
-	type pair struct {
-		asg *autoscaling.Client
-		ec2 *ec2.Client
-	}
 	var (
 		mu    sync.Mutex
-		cache = map[string]pair{}
+		cache = map[string]*aws.Config{}
 	)
-	return func(ctx context.Context, region string, creds map[string][]byte) (AutoScaling, EC2, error) {
+	return func(ctx context.Context, region string, creds map[string][]byte) (*aws.Config, error) {
 		id, secret, token := string(creds[CredentialAccessKeyID]), string(creds[CredentialSecretAccessKey]), string(creds[CredentialSessionToken])
 		sum := sha256.Sum256([]byte(region + "\x00" + id + "\x00" + secret + "\x00" + token))
 		key := hex.EncodeToString(sum[:])
 		mu.Lock()
 		defer mu.Unlock()
-		if p, ok := cache[key]; ok {
-			return p.asg, p.ec2, nil
+		if cfg, ok := cache[key]; ok {
+			return cfg, nil
 		}
 		opts := []func(*config.LoadOptions) error{
 			config.WithRegion(region),
@@ -112,14 +141,13 @@ func NewSDKClients(c SDKConfig) Clients {
 		}
 		cfg, err := config.LoadDefaultConfig(ctx, opts...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("AWS configuration for %s: %w", region, err)
+			return nil, fmt.Errorf("AWS configuration for %s: %w", region, err)
 		}
 		if c.Endpoint != "" {
 			cfg.BaseEndpoint = aws.String(c.Endpoint)
 		}
-		p := pair{autoscaling.NewFromConfig(cfg), ec2.NewFromConfig(cfg)}
-		cache[key] = p
-		return p.asg, p.ec2, nil
+		cache[key] = &cfg
+		return &cfg, nil
 	}
 }
 
@@ -136,7 +164,7 @@ func callMiddleware(limiter *rate.Limiter, observe func(operation, outcome strin
 		if observe != nil {
 			outcome := "success"
 			switch {
-			case errors.Is(classify("", err), drivers.ErrThrottled):
+			case errors.Is(Classify("", err), drivers.ErrThrottled):
 				outcome = "throttled"
 			case err != nil:
 				outcome = "error"

@@ -31,6 +31,7 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/dockermachine"
 	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/drivers/eksmanaged"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
@@ -42,7 +43,7 @@ import (
 )
 
 // builtinDrivers are the drivers every node controller can serve.
-var builtinDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG}
+var builtinDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged}
 
 // Driver is a driver a node-controller binary adds to the built-in ones.
 type Driver struct {
@@ -152,6 +153,15 @@ func Main(name string, extra ...Driver) int {
 					PollInterval: min(15*time.Second, groupPoll/2),
 				})
 			}
+			if _, ok := registry[nodesetv1alpha1.DriverEKSManaged]; ok {
+				managedConfig := awsConfig
+				managedConfig.Observe = metrics.CloudCalls(nodesetv1alpha1.DriverEKSManaged)
+				registry[nodesetv1alpha1.DriverEKSManaged] = eksmanaged.New(eksmanaged.Options{
+					Cluster: cluster,
+					Clients: eksmanaged.SDKClients(managedConfig),
+					Scopes:  eksManagedScopes(clients.Kube, classes.Lister()),
+				})
+			}
 			for _, d := range extra {
 				if _, ok := registry[d.Name]; !ok {
 					continue
@@ -230,7 +240,7 @@ func buildRegistry(names, knownDrivers []string, extra []Driver) (drivers.Regist
 		case nodesetv1alpha1.DriverSimulated:
 			sim = simulated.New(nil)
 			registry[name] = sim
-		case nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG:
+		case nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged:
 			registry[name] = nil // needs the clients: made in Start
 		default:
 			if slices.ContainsFunc(extra, func(d Driver) bool { return d.Name == name }) {
@@ -247,40 +257,75 @@ func buildRegistry(names, knownDrivers []string, extra []Driver) (drivers.Regist
 }
 
 // awsScopes are the regions of the eks-asg classes, each with the
-// credentials of one class there, for orphan collection. A class whose
-// Secret cannot be read is left out: its region is then not searched, which
-// only delays collection.
+// credentials of one class there, for orphan collection.
 func awsScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassLister) func() []eksasg.Scope {
 	return func() []eksasg.Scope {
-		all, err := classes.List(labels.Everything())
-		if err != nil {
-			return nil
-		}
-		seen := map[string]bool{}
 		var out []eksasg.Scope
-		for _, class := range all {
-			s := class.Spec.EKSAutoscalingGroup
-			if class.Spec.Driver != nodesetv1alpha1.DriverEKSASG || s == nil || s.Region == "" {
-				continue
-			}
-			var creds map[string][]byte
-			if ref := class.Spec.CredentialsSecretRef; ref != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				secret, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-				cancel()
-				if err != nil {
-					continue
-				}
-				creds = secret.Data
-			}
-			key := s.Region + "/" + string(creds[eksasg.CredentialAccessKeyID])
-			if !seen[key] {
-				seen[key] = true
-				out = append(out, eksasg.Scope{Region: s.Region, Credentials: creds})
-			}
+		for _, c := range classScopes(kube, classes, nodesetv1alpha1.DriverEKSASG) {
+			out = append(out, eksasg.Scope{Region: c.region, Credentials: c.credentials})
 		}
 		return out
 	}
+}
+
+// eksManagedScopes are the clusters of the eks-managed classes, for orphan
+// collection.
+func eksManagedScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassLister) func() []eksmanaged.Scope {
+	return func() []eksmanaged.Scope {
+		var out []eksmanaged.Scope
+		for _, c := range classScopes(kube, classes, nodesetv1alpha1.DriverEKSManaged) {
+			out = append(out, eksmanaged.Scope{Region: c.region, Cluster: c.cluster, Credentials: c.credentials})
+		}
+		return out
+	}
+}
+
+type classScope struct {
+	region, cluster string
+	credentials     map[string][]byte
+}
+
+// classScopes are the distinct regions and clusters of the classes of an
+// AWS driver, each with the credentials of one class there. A class whose
+// Secret cannot be read is left out: its scope is then not searched, which
+// only delays orphan collection.
+func classScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassLister, driver string) []classScope {
+	all, err := classes.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []classScope
+	for _, class := range all {
+		if class.Spec.Driver != driver {
+			continue
+		}
+		var scope classScope
+		switch s := class.Spec; {
+		case s.EKSAutoscalingGroup != nil:
+			scope.region = s.EKSAutoscalingGroup.Region
+		case s.EKSManagedNodeGroup != nil:
+			scope.region, scope.cluster = s.EKSManagedNodeGroup.Region, s.EKSManagedNodeGroup.ClusterName
+		}
+		if scope.region == "" {
+			continue
+		}
+		if ref := class.Spec.CredentialsSecretRef; ref != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			secret, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			cancel()
+			if err != nil {
+				continue
+			}
+			scope.credentials = secret.Data
+		}
+		key := scope.region + "/" + scope.cluster + "/" + string(scope.credentials[eksasg.CredentialAccessKeyID])
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, scope)
+		}
+	}
+	return out
 }
 
 type dockerMachineOptions struct {

@@ -27,6 +27,7 @@ import (
 const (
 	ReasonGroupFailed  = "GroupFailed"
 	ReasonGroupDeleted = "GroupDeleted"
+	ReasonGroupUpdate  = "GroupUpdate"
 	ReasonNodeCreated  = "NodeCreated"
 	ReasonNodeAdopted  = "NodeAdopted"
 	ReasonNodeConflict = "NodeConflict"
@@ -133,7 +134,7 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 		return err
 	}
 	owner := drivers.Owner{Cluster: c.opts.Cluster, Namespace: namespace, Name: name, UID: set.UID}
-	groupName := drivers.GroupName(owner)
+	groupName := drivers.NameGroup(driver, owner)
 	credentials, err := c.credentials(ctx, class)
 	if err != nil {
 		c.recorder.Event(set, corev1.EventTypeWarning, ReasonGroupFailed, err.Error())
@@ -171,6 +172,7 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 		Name: groupName, Owner: owner, Class: groupClass,
 		Replicas: size, MinReplicas: minSize, MaxReplicas: maxSize, TemplateHash: hash,
 		Labels: resolve.NodeLabels(&spec, class.Name, set, hash), Taints: resolve.NodeTaints(&spec, set),
+		ManagedRollout: set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy, UpdateID: lastUpdateID(set),
 	})
 	c.metrics.driverCall(driver.Name(), opEnsureGroup, start, err)
 	if err != nil {
@@ -188,6 +190,13 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 	if err := c.reconcileGroupNodes(ctx, set, class.Name, &spec, hash, groupName, driver, groupClass, status, nodes); err != nil {
 		return err
 	}
+	if old := set.Status.Group; status.UpdateID != "" && (old == nil || old.UpdateID != status.UpdateID || old.UpdateStatus != status.UpdateStatus) {
+		eventType := corev1.EventTypeNormal
+		if status.UpdateStatus == "Failed" || status.UpdateStatus == "Cancelled" {
+			eventType = corev1.EventTypeWarning
+		}
+		c.recorder.Eventf(set, eventType, ReasonGroupUpdate, "Update %s of cloud group %s: %s", status.UpdateID, groupName, status.UpdateStatus)
+	}
 	desired := status.DesiredSize
 	if err := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, State: status.State, DesiredSize: &desired,
 		UpdateID: status.UpdateID, UpdateStatus: status.UpdateStatus, Message: status.Message}, false); err != nil {
@@ -201,6 +210,15 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 	return nil
 }
 
+// lastUpdateID is the driver-native update the set's status records, if it
+// may still be running.
+func lastUpdateID(set *nodesetv1alpha1.NodeSet) string {
+	if g := set.Status.Group; g != nil && g.UpdateStatus != "Successful" && g.UpdateStatus != "Failed" && g.UpdateStatus != "Cancelled" {
+		return g.UpdateID
+	}
+	return ""
+}
+
 // settling reports whether machines are coming or going, so the group is
 // looked at again soon.
 func settling(status drivers.GroupStatus, nodes []*corev1.Node) bool {
@@ -212,7 +230,7 @@ func settling(status drivers.GroupStatus, nodes []*corev1.Node) bool {
 			return true
 		}
 	}
-	return false
+	return status.UpdateStatus == "InProgress" || (status.State != "" && status.State != "ACTIVE" && status.State != "DEGRADED")
 }
 
 // reconcileGroupNodes makes a Node for every machine of the group (or

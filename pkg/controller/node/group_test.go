@@ -35,6 +35,8 @@ type recordingGroupDriver struct {
 	listErr    error
 	// pending makes DeleteGroup answer ErrInProgress this many times.
 	pending int
+	// updateID and updateStatus are the driver-native update EnsureGroup reports.
+	updateID, updateStatus string
 }
 
 func newGroupDriver() *recordingGroupDriver {
@@ -66,6 +68,7 @@ func (d *recordingGroupDriver) EnsureGroup(_ context.Context, g drivers.Group) (
 			ProviderID: fmt.Sprintf("aws:///zone-a/i-%d", n), State: drivers.MachineRunning, TemplateHash: g.TemplateHash, CreatedAt: testNow.Unix()})
 	}
 	status.DesiredSize = max(status.DesiredSize, g.Replicas)
+	status.UpdateID, status.UpdateStatus = d.updateID, d.updateStatus
 	return *status, nil
 }
 
@@ -352,4 +355,30 @@ func TestOrphanGroupsAreCollectedOnlyWhenTheirSetIsGone(t *testing.T) {
 	assert.Equal(t, []string{"orphan", "recreated"}, removed)
 	assert.Contains(t, g.group.groups, "live")
 	assert.Contains(t, g.group.groups, "young")
+}
+
+func TestManagedUpdatesArePassedOnAndReported(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	set := g.getSet()
+	set.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", UpdateID: "u-1", UpdateStatus: "InProgress"}
+	_, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Update(context.Background(), set, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, g.setIndexer.Update(set))
+	g.group.updateID, g.group.updateStatus = "u-1", "InProgress"
+
+	require.NoError(t, g.syncGroup())
+	ensured := g.group.ensured[len(g.group.ensured)-1]
+	assert.True(t, ensured.ManagedRollout, "strategy Managed lets the driver roll")
+	assert.Equal(t, "u-1", ensured.UpdateID, "a restarted controller resumes tracking the update in status")
+	for _, e := range g.events() {
+		assert.NotContains(t, e, "GroupUpdate", "no news, no Event")
+	}
+
+	g.group.updateStatus = "Failed"
+	require.NoError(t, g.syncGroup())
+	assert.Contains(t, g.events(), "Warning GroupUpdate Update u-1 of cloud group "+ensured.Name+": Failed")
+	assert.Equal(t, "Failed", g.getSet().Status.Group.UpdateStatus)
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, g.group.ensured[len(g.group.ensured)-1].UpdateID, "a finished update is not tracked again")
 }

@@ -511,3 +511,18 @@ func TestProgressOnlyStatusWritesAreSpaced(t *testing.T) {
 	require.NoError(t, f.controller.updateStatus(ctx, current(), status))
 	assert.Equal(t, 4, statusWrites(), "so is a new generation")
 }
+
+func TestGroupUpdateIsProgress(t *testing.T) {
+	set := newSet(0)
+	set.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "UPDATING", UpdateID: "u-1", UpdateStatus: "InProgress"}
+	f := newFixture(t, asgClass(), set)
+	require.NoError(t, f.sync())
+	got, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	progressing := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, progressing)
+	assert.Equal(t, metav1.ConditionTrue, progressing.Status)
+	assert.Equal(t, ReasonGroupUpdating, progressing.Reason)
+	assert.Equal(t, "cloud group ng is UPDATING; update u-1 InProgress", progressing.Message)
+}

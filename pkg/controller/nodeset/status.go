@@ -28,6 +28,7 @@ const (
 	ReasonStalled                    = "Stalled"
 	ReasonReplicaFailure             = "ReplicaFailure"
 	ReasonGroupFailure               = "GroupFailure"
+	ReasonGroupUpdating              = "GroupUpdating"
 )
 
 // computeStatus is the status a NodeSet should have given its Nodes. It is pure.
@@ -83,6 +84,9 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case rolling(set, res.templateHash, active):
 		progressing.Reason, progressing.Message = ReasonRollingUpdate,
 			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
+	case set.Status.Group != nil && (set.Status.Group.State == "CREATING" || set.Status.Group.State == "UPDATING" || set.Status.Group.UpdateStatus == "InProgress"):
+		// A driver-native change (EKS managed node groups) is under way.
+		progressing.Reason, progressing.Message = ReasonGroupUpdating, groupProgress(set.Status.Group)
 	case status.Replicas < desired:
 		progressing.Reason, progressing.Message = ReasonScalingUp, fmt.Sprintf("%d of %d nodes created", status.Replicas, desired)
 	case status.Replicas > desired:
@@ -216,4 +220,12 @@ func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
 
 func labelsFor(key, value string) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{key: value})
+}
+
+func groupProgress(g *nodesetv1alpha1.GroupStatus) string {
+	msg := fmt.Sprintf("cloud group %s is %s", g.Name, g.State)
+	if g.UpdateID != "" {
+		msg += fmt.Sprintf("; update %s %s", g.UpdateID, g.UpdateStatus)
+	}
+	return msg
 }

@@ -1,8 +1,8 @@
-// Package eksasg tests the eks-asg group driver end to end: both controllers
+// Package awsdrivers tests the AWS group drivers (eks-asg, eks-managed) end to end: both controllers
 // as processes against a real kube-apiserver, and moto_server standing in
 // for EC2 and Auto Scaling. A small kubelet stand-in reports the instances'
 // Nodes Ready, as the kubelets on real instances would.
-package eksasg
+package awsdrivers
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -83,7 +84,7 @@ func newEnv(t *testing.T) *env {
 	e.kube = kubernetes.NewForConfigOrDie(cfg)
 	e.nodesets = versioned.NewForConfigOrDie(cfg)
 	e.ctrl, err = framework.NewControllers(ctx, framework.Shared, framework.ControllerOptions{NodeArgs: []string{
-		"--drivers=eks-asg", "--cluster-name=" + cluster, "--aws-endpoint-url=" + e.endpoint, "--group-poll-interval=2s",
+		"--drivers=eks-asg,eks-managed", "--cluster-name=" + cluster, "--aws-endpoint-url=" + e.endpoint, "--group-poll-interval=2s",
 	}})
 	require.NoError(t, err)
 	e.ctrl.Node.Env = append(e.ctrl.Node.Env, "AWS_EC2_METADATA_DISABLED=true")
@@ -92,6 +93,12 @@ func newEnv(t *testing.T) *env {
 		if t.Failed() {
 			t.Logf("node-controller logs:\n%s", tail(e.ctrl.Node.Logs(), 80))
 			t.Logf("nodeset-controller logs:\n%s", tail(e.ctrl.NodeSet.Logs(), 40))
+			for _, p := range []*framework.Process{e.ctrl.Node, e.ctrl.NodeSet} {
+				file := filepath.Join(framework.Shared.Dir, "logs", t.Name()+"-"+p.Name+".log")
+				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
+					t.Logf("%s's whole log: %s", p.Name, file)
+				}
+			}
 		}
 		e.ctrl.Stop()
 	})

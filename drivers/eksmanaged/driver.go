@@ -1,0 +1,725 @@
+// Package eksmanaged is the eks-managed group driver: a NodeSet is one EKS
+// managed node group. EKS launches the instances, and with the NodeSet's
+// strategy Managed it also rolls them to a new version. Scale-down stays the
+// NodeSet's choice: the chosen, drained instance is terminated in the node
+// group's Auto Scaling group with the decrement, as for eks-asg.
+package eksmanaged
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/eksasg"
+)
+
+// TagTemplateHash on a node group is the template hash its configuration
+// was last brought in step with.
+const TagTemplateHash = eksasg.TagTemplateHash
+
+// defaultInstanceType is what EKS launches when a node group names none.
+const defaultInstanceType = "t3.medium"
+
+// EKS is the part of the EKS API the driver uses.
+type EKS interface {
+	CreateNodegroup(context.Context, *eks.CreateNodegroupInput, ...func(*eks.Options)) (*eks.CreateNodegroupOutput, error)
+	DescribeNodegroup(context.Context, *eks.DescribeNodegroupInput, ...func(*eks.Options)) (*eks.DescribeNodegroupOutput, error)
+	UpdateNodegroupConfig(context.Context, *eks.UpdateNodegroupConfigInput, ...func(*eks.Options)) (*eks.UpdateNodegroupConfigOutput, error)
+	UpdateNodegroupVersion(context.Context, *eks.UpdateNodegroupVersionInput, ...func(*eks.Options)) (*eks.UpdateNodegroupVersionOutput, error)
+	DescribeUpdate(context.Context, *eks.DescribeUpdateInput, ...func(*eks.Options)) (*eks.DescribeUpdateOutput, error)
+	DeleteNodegroup(context.Context, *eks.DeleteNodegroupInput, ...func(*eks.Options)) (*eks.DeleteNodegroupOutput, error)
+	ListNodegroups(context.Context, *eks.ListNodegroupsInput, ...func(*eks.Options)) (*eks.ListNodegroupsOutput, error)
+}
+
+// API is the clients of one region and set of credentials.
+type API struct {
+	EKS         EKS
+	AutoScaling eksasg.AutoScaling
+	EC2         eksasg.EC2
+}
+
+// Clients gives the API clients for a region and a class's credentials.
+type Clients func(ctx context.Context, region string, credentials map[string][]byte) (API, error)
+
+// SDKClients makes real API clients with the endpoint, rate limit, retries
+// and call counting of c.
+func SDKClients(c eksasg.SDKConfig) Clients {
+	configs := eksasg.NewAWSConfigs(c)
+	asgClients := eksasg.ClientsFrom(configs)
+	var (
+		mu   sync.Mutex
+		eksc = map[*aws.Config]*eks.Client{}
+	)
+	return func(ctx context.Context, region string, credentials map[string][]byte) (API, error) {
+		cfg, err := configs(ctx, region, credentials)
+		if err != nil {
+			return API{}, err
+		}
+		asg, ec2c, err := asgClients(ctx, region, credentials)
+		if err != nil {
+			return API{}, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		client, ok := eksc[cfg]
+		if !ok {
+			client = eks.NewFromConfig(*cfg)
+			eksc[cfg] = client
+		}
+		return API{EKS: client, AutoScaling: asg, EC2: ec2c}, nil
+	}
+}
+
+// Scope is where ListGroups looks for node groups: a cluster in a region,
+// with the credentials of a class there.
+type Scope struct {
+	Region, Cluster string
+	Credentials     map[string][]byte
+}
+
+// Options configure a Driver.
+type Options struct {
+	// Cluster is the name the node controller serves (--cluster-name): part
+	// of every node group's name and tags.
+	Cluster string
+	// Clients makes the API clients. Required.
+	Clients Clients
+	// Scopes are the clusters ListGroups looks in, for orphan collection.
+	Scopes func() []Scope
+}
+
+// Driver serves NodeClasses with driver eks-managed.
+type Driver struct {
+	opts Options
+}
+
+var _ drivers.GroupDriver = (*Driver)(nil)
+
+// New returns the eks-managed driver.
+func New(opts Options) *Driver { return &Driver{opts: opts} }
+
+// Name is the value of spec.driver the driver serves.
+func (d *Driver) Name() string { return nodesetv1alpha1.DriverEKSManaged }
+
+// GroupName is the node group's name: EKS allows 63 characters.
+func (d *Driver) GroupName(owner drivers.Owner) string { return drivers.GroupNameWithin(owner, 63) }
+
+func section(class drivers.Class) (*nodesetv1alpha1.EKSManagedNodeGroup, error) {
+	return drivers.RequireSection(class.Spec.EKSManagedNodeGroup, "spec.eksManagedNodeGroup", nodesetv1alpha1.DriverEKSManaged)
+}
+
+// Validate refuses what EKS would refuse, before any call: missing required
+// fields, and fields a launch template replaces.
+func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct{ field, value string }{
+		{"spec.eksManagedNodeGroup.clusterName", s.ClusterName},
+		{"spec.eksManagedNodeGroup.region", s.Region},
+		{"spec.eksManagedNodeGroup.nodeRole", s.NodeRole},
+	} {
+		if f.value == "" {
+			return drivers.InvalidConfiguration(f.field, "is required")
+		}
+	}
+	if len(s.Subnets) == 0 {
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.subnets", "needs at least one subnet")
+	}
+	if s.LaunchTemplate != nil {
+		switch {
+		case s.DiskSize != nil:
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.diskSize", "cannot be set with launchTemplate: set the volume size in the launch template")
+		case s.RemoteAccess != nil:
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.remoteAccess", "cannot be set with launchTemplate: set the key pair and security groups in the launch template")
+		}
+	}
+	if s.CapacityType == "CAPACITY_BLOCK" && s.LaunchTemplate == nil {
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.capacityType", "CAPACITY_BLOCK needs a launchTemplate that names the capacity reservation")
+	}
+	if s.ReleaseVersion != "" && s.Version == "" {
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.releaseVersion", "needs version (the Kubernetes version it is a release of)")
+	}
+	return nil
+}
+
+// Capacity is what a node of the first instance type offers.
+func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Capacity, error) {
+	s, err := section(class)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	instanceType := defaultInstanceType
+	if len(s.InstanceTypes) > 0 {
+		instanceType = s.InstanceTypes[0]
+	}
+	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	capacity, err := eksasg.InstanceTypeCapacity(ctx, api.EC2, "spec.eksManagedNodeGroup.instanceTypes[0]", s.Region, instanceType)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	if capacity.Labels == nil {
+		capacity.Labels = map[string]string{}
+	}
+	for k, v := range s.Labels {
+		capacity.Labels[k] = v
+	}
+	for _, t := range s.Taints {
+		capacity.Taints = append(capacity.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: kubeEffect(t.Effect)})
+	}
+	if s.CapacityType != "" {
+		capacity.Labels["eks.amazonaws.com/capacityType"] = s.CapacityType
+	}
+	return capacity, nil
+}
+
+func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string) map[string]string {
+	tags := maps.Clone(extra)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags[eksasg.TagCluster] = d.opts.Cluster
+	tags[eksasg.TagNamespace] = owner.Namespace
+	tags[eksasg.TagNodeSet] = owner.Name
+	tags[eksasg.TagNodeSetUID] = string(owner.UID)
+	if hash != "" {
+		tags[TagTemplateHash] = hash
+	}
+	return tags
+}
+
+// labels are the node group's Kubernetes labels: the section's, then the
+// NodeSet's Nodes'.
+func labels(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) map[string]string {
+	out := maps.Clone(s.Labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range group.Labels {
+		out[k] = v
+	}
+	return out
+}
+
+// taints are the node group's taints: the section's, then the NodeSet's
+// Nodes' (a later one replaces an earlier one with the same key and effect).
+func taints(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) []ekstypes.Taint {
+	var out []ekstypes.Taint
+	add := func(key, value string, effect ekstypes.TaintEffect) {
+		for i := range out {
+			if aws.ToString(out[i].Key) == key && out[i].Effect == effect {
+				out[i].Value = optional(value)
+				return
+			}
+		}
+		out = append(out, ekstypes.Taint{Key: aws.String(key), Value: optional(value), Effect: effect})
+	}
+	for _, t := range s.Taints {
+		add(t.Key, t.Value, ekstypes.TaintEffect(t.Effect))
+	}
+	for _, t := range group.Taints {
+		add(t.Key, t.Value, eksEffect(t.Effect))
+	}
+	return out
+}
+
+func eksEffect(e corev1.TaintEffect) ekstypes.TaintEffect {
+	switch e {
+	case corev1.TaintEffectNoExecute:
+		return ekstypes.TaintEffectNoExecute
+	case corev1.TaintEffectPreferNoSchedule:
+		return ekstypes.TaintEffectPreferNoSchedule
+	}
+	return ekstypes.TaintEffectNoSchedule
+}
+
+func kubeEffect(e string) corev1.TaintEffect {
+	switch ekstypes.TaintEffect(e) {
+	case ekstypes.TaintEffectNoExecute:
+		return corev1.TaintEffectNoExecute
+	case ekstypes.TaintEffectPreferNoSchedule:
+		return corev1.TaintEffectPreferNoSchedule
+	}
+	return corev1.TaintEffectNoSchedule
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return aws.String(s)
+}
+
+func launchTemplate(l *nodesetv1alpha1.LaunchTemplateReference) *ekstypes.LaunchTemplateSpecification {
+	if l == nil {
+		return nil
+	}
+	return &ekstypes.LaunchTemplateSpecification{Id: optional(l.ID), Name: optional(l.Name), Version: optional(l.Version)}
+}
+
+func updateConfig(u *nodesetv1alpha1.ManagedUpdateConfig) *ekstypes.NodegroupUpdateConfig {
+	if u == nil {
+		return nil
+	}
+	return &ekstypes.NodegroupUpdateConfig{MaxUnavailable: u.MaxUnavailable, MaxUnavailablePercentage: u.MaxUnavailablePercentage}
+}
+
+// bounds are the node group's min and max: EKS wants max ≥ 1 and ≥ desired.
+func bounds(group drivers.Group, desired int32) (int32, int32) {
+	return min(group.MinReplicas, desired), max(group.MaxReplicas, group.Replicas, desired, 1)
+}
+
+// EnsureGroup creates the node group, or brings it in step:
+//   - the desired size raised to the replicas (never lowered), the bounds,
+//     labels, taints and update config through UpdateNodegroupConfig;
+//   - version, release version or launch template version through
+//     UpdateNodegroupVersion, only when the NodeSet's strategy is Managed;
+//   - an update in progress (group.UpdateID, or the one it starts) tracked
+//     with DescribeUpdate. Nothing else is changed while the group is not
+//     ACTIVE or DEGRADED, or while an update runs: EKS refuses it.
+func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.GroupStatus, error) {
+	s, err := section(group.Class)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	if err := d.Validate(ctx, group.Class); err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	api, err := d.opts.Clients(ctx, s.Region, group.Class.Credentials)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	ng, err := describe(ctx, api.EKS, s.ClusterName, group.Name)
+	if errors.Is(err, drivers.ErrNotFound) {
+		minSize, maxSize := bounds(group, group.Replicas)
+		input := &eks.CreateNodegroupInput{
+			ClusterName:        aws.String(s.ClusterName),
+			NodegroupName:      aws.String(group.Name),
+			NodeRole:           aws.String(s.NodeRole),
+			Subnets:            s.Subnets,
+			InstanceTypes:      s.InstanceTypes,
+			AmiType:            ekstypes.AMITypes(s.AMIType),
+			CapacityType:       ekstypes.CapacityTypes(s.CapacityType),
+			DiskSize:           s.DiskSize,
+			Version:            optional(s.Version),
+			ReleaseVersion:     optional(s.ReleaseVersion),
+			LaunchTemplate:     launchTemplate(s.LaunchTemplate),
+			UpdateConfig:       updateConfig(s.UpdateConfig),
+			Labels:             labels(s, group),
+			Taints:             taints(s, group),
+			Tags:               d.tags(group.Owner, group.TemplateHash, s.Tags),
+			ScalingConfig:      &ekstypes.NodegroupScalingConfig{MinSize: aws.Int32(minSize), MaxSize: aws.Int32(maxSize), DesiredSize: aws.Int32(group.Replicas)},
+			ClientRequestToken: aws.String(token(group.Name, group.TemplateHash)),
+		}
+		if r := s.RemoteAccess; r != nil {
+			input.RemoteAccess = &ekstypes.RemoteAccessConfig{Ec2SshKey: optional(r.EC2SSHKey), SourceSecurityGroups: r.SourceSecurityGroups}
+		}
+		out, err := api.EKS.CreateNodegroup(ctx, input)
+		if err != nil && !eksasg.IsCode(err, "ResourceInUseException") {
+			return drivers.GroupStatus{}, classify("creating node group "+group.Name, err)
+		}
+		if err == nil && out.Nodegroup != nil {
+			return d.status(ctx, api, out.Nodegroup, nil)
+		}
+		return d.DescribeGroup(ctx, group.Class, group.Name)
+	}
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+
+	var update *ekstypes.Update
+	if group.UpdateID != "" {
+		update, err = describeUpdate(ctx, api.EKS, s.ClusterName, group.Name, group.UpdateID)
+		if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+			return drivers.GroupStatus{}, err
+		}
+	}
+	settled := (ng.Status == ekstypes.NodegroupStatusActive || ng.Status == ekstypes.NodegroupStatusDegraded) &&
+		(update == nil || update.Status != ekstypes.UpdateStatusInProgress)
+	if !settled {
+		return d.status(ctx, api, ng, update)
+	}
+	if config := configChanges(ng, s, group); config != nil {
+		config.ClusterName, config.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
+		if _, err := api.EKS.UpdateNodegroupConfig(ctx, config); err != nil {
+			return drivers.GroupStatus{}, classify("updating node group "+group.Name, err)
+		}
+		return d.DescribeGroup(ctx, group.Class, group.Name)
+	}
+	if version := versionChanges(ng, s); version != nil {
+		if !group.ManagedRollout {
+			status, err := d.status(ctx, api, ng, update)
+			status.Message = joinMessages(status.Message, "the version, release version or launch template changed; "+
+				"EKS applies such changes only with the NodeSet's strategy Managed")
+			return status, err
+		}
+		version.ClusterName, version.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
+		version.ClientRequestToken = aws.String(token(group.Name, group.TemplateHash))
+		out, err := api.EKS.UpdateNodegroupVersion(ctx, version)
+		if err != nil {
+			return drivers.GroupStatus{}, classify("updating the version of node group "+group.Name, err)
+		}
+		update = out.Update
+	}
+	return d.status(ctx, api, ng, update)
+}
+
+// token is the idempotency token of a create or version update of the
+// group at a template hash: a retry after a lost answer makes nothing twice.
+func token(name, hash string) string {
+	t := name + "-" + hash
+	if len(t) > 64 {
+		t = t[len(t)-64:]
+	}
+	return t
+}
+
+// configChanges is the UpdateNodegroupConfig that brings ng in step, or nil.
+func configChanges(ng *ekstypes.Nodegroup, s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) *eks.UpdateNodegroupConfigInput {
+	input := &eks.UpdateNodegroupConfigInput{}
+	changed := false
+	var desired int32
+	if sc := ng.ScalingConfig; sc != nil {
+		desired = aws.ToInt32(sc.DesiredSize)
+	}
+	newDesired := max(desired, group.Replicas)
+	minSize, maxSize := bounds(group, newDesired)
+	if sc := ng.ScalingConfig; sc == nil || newDesired != desired || aws.ToInt32(sc.MinSize) != minSize || aws.ToInt32(sc.MaxSize) < maxSize {
+		input.ScalingConfig = &ekstypes.NodegroupScalingConfig{MinSize: aws.Int32(minSize), MaxSize: aws.Int32(maxSize), DesiredSize: aws.Int32(newDesired)}
+		if sc != nil {
+			input.ScalingConfig.MaxSize = aws.Int32(max(maxSize, aws.ToInt32(sc.MaxSize)))
+		}
+		changed = true
+	}
+	want := labels(s, group)
+	payload := &ekstypes.UpdateLabelsPayload{AddOrUpdateLabels: map[string]string{}}
+	for k, v := range want {
+		if ng.Labels[k] != v {
+			payload.AddOrUpdateLabels[k] = v
+		}
+	}
+	for k := range ng.Labels {
+		if _, ok := want[k]; !ok {
+			payload.RemoveLabels = append(payload.RemoveLabels, k)
+		}
+	}
+	sort.Strings(payload.RemoveLabels)
+	if len(payload.AddOrUpdateLabels) > 0 || len(payload.RemoveLabels) > 0 {
+		input.Labels = payload
+		changed = true
+	}
+	wantTaints := taints(s, group)
+	same := func(a, b ekstypes.Taint) bool {
+		return aws.ToString(a.Key) == aws.ToString(b.Key) && a.Effect == b.Effect && aws.ToString(a.Value) == aws.ToString(b.Value)
+	}
+	taintPayload := &ekstypes.UpdateTaintsPayload{}
+	for _, t := range wantTaints {
+		if !slices.ContainsFunc(ng.Taints, func(have ekstypes.Taint) bool { return same(have, t) }) {
+			taintPayload.AddOrUpdateTaints = append(taintPayload.AddOrUpdateTaints, t)
+		}
+	}
+	for _, t := range ng.Taints {
+		if !slices.ContainsFunc(wantTaints, func(w ekstypes.Taint) bool {
+			return aws.ToString(w.Key) == aws.ToString(t.Key) && w.Effect == t.Effect
+		}) {
+			taintPayload.RemoveTaints = append(taintPayload.RemoveTaints, t)
+		}
+	}
+	if len(taintPayload.AddOrUpdateTaints) > 0 || len(taintPayload.RemoveTaints) > 0 {
+		input.Taints = taintPayload
+		changed = true
+	}
+	if u := updateConfig(s.UpdateConfig); u != nil {
+		have := ng.UpdateConfig
+		if have == nil || aws.ToInt32(have.MaxUnavailable) != aws.ToInt32(u.MaxUnavailable) ||
+			aws.ToInt32(have.MaxUnavailablePercentage) != aws.ToInt32(u.MaxUnavailablePercentage) {
+			input.UpdateConfig = u
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return input
+}
+
+// versionChanges is the UpdateNodegroupVersion that brings ng to the
+// section's version, release version and launch template version, or nil.
+func versionChanges(ng *ekstypes.Nodegroup, s *nodesetv1alpha1.EKSManagedNodeGroup) *eks.UpdateNodegroupVersionInput {
+	input := &eks.UpdateNodegroupVersionInput{}
+	changed := false
+	if s.Version != "" && s.Version != aws.ToString(ng.Version) {
+		input.Version, changed = aws.String(s.Version), true
+	}
+	if s.ReleaseVersion != "" && s.ReleaseVersion != aws.ToString(ng.ReleaseVersion) {
+		input.ReleaseVersion, input.Version, changed = aws.String(s.ReleaseVersion), aws.String(s.Version), true
+	}
+	if lt := s.LaunchTemplate; lt != nil && lt.Version != "" && ng.LaunchTemplate != nil && lt.Version != aws.ToString(ng.LaunchTemplate.Version) {
+		input.LaunchTemplate, changed = launchTemplate(lt), true
+	}
+	if !changed {
+		return nil
+	}
+	return input
+}
+
+func describe(ctx context.Context, api EKS, cluster, name string) (*ekstypes.Nodegroup, error) {
+	out, err := api.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String(cluster), NodegroupName: aws.String(name)})
+	if eksasg.IsCode(err, "ResourceNotFoundException") {
+		return nil, fmt.Errorf("node group %s: %w", name, drivers.ErrNotFound)
+	}
+	if err != nil {
+		return nil, classify("describing node group "+name, err)
+	}
+	return out.Nodegroup, nil
+}
+
+func describeUpdate(ctx context.Context, api EKS, cluster, name, id string) (*ekstypes.Update, error) {
+	out, err := api.DescribeUpdate(ctx, &eks.DescribeUpdateInput{Name: aws.String(cluster), NodegroupName: aws.String(name), UpdateId: aws.String(id)})
+	if eksasg.IsCode(err, "ResourceNotFoundException") {
+		return nil, fmt.Errorf("update %s of node group %s: %w", id, name, drivers.ErrNotFound)
+	}
+	if err != nil {
+		return nil, classify("describing update "+id+" of node group "+name, err)
+	}
+	return out.Update, nil
+}
+
+// status is the node group's status: its state, health issues, the update
+// tracked, and the instances of the Auto Scaling group behind it.
+func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, update *ekstypes.Update) (drivers.GroupStatus, error) {
+	status := drivers.GroupStatus{Name: aws.ToString(ng.NodegroupName), State: string(ng.Status), Owner: ownerFromTags(ng.Tags)}
+	if ng.ScalingConfig != nil {
+		status.DesiredSize = aws.ToInt32(ng.ScalingConfig.DesiredSize)
+	}
+	if ng.CreatedAt != nil {
+		status.CreatedAt = ng.CreatedAt.Unix()
+	}
+	if h := ng.Health; h != nil {
+		var issues []string
+		for _, i := range h.Issues {
+			issue := fmt.Sprintf("%s: %s", i.Code, aws.ToString(i.Message))
+			if len(i.ResourceIds) > 0 {
+				issue += " (" + strings.Join(i.ResourceIds, ", ") + ")"
+			}
+			issues = append(issues, issue)
+		}
+		status.Message = strings.Join(issues, "; ")
+	}
+	if update != nil {
+		status.UpdateID, status.UpdateStatus = aws.ToString(update.Id), string(update.Status)
+		if update.Status == ekstypes.UpdateStatusFailed {
+			var errs []string
+			for _, e := range update.Errors {
+				errs = append(errs, fmt.Sprintf("%s: %s", e.ErrorCode, aws.ToString(e.ErrorMessage)))
+			}
+			status.Message = joinMessages(status.Message, "update "+status.UpdateID+" failed: "+strings.Join(errs, "; "))
+		}
+	}
+	if asg := autoScalingGroup(ng); asg != "" {
+		instances, err := eksasg.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
+		switch {
+		case errors.Is(err, drivers.ErrNotFound):
+		case err != nil:
+			return drivers.GroupStatus{}, err
+		default:
+			for _, m := range instances.Machines {
+				m.Owner = status.Owner
+				m.TemplateHash = "" // EKS's launch template, not a nodeset one
+				status.Machines = append(status.Machines, m)
+			}
+		}
+	}
+	return status, nil
+}
+
+func joinMessages(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func autoScalingGroup(ng *ekstypes.Nodegroup) string {
+	if ng.Resources == nil || len(ng.Resources.AutoScalingGroups) == 0 {
+		return ""
+	}
+	return aws.ToString(ng.Resources.AutoScalingGroups[0].Name)
+}
+
+func ownerFromTags(tags map[string]string) drivers.Owner {
+	return drivers.Owner{Cluster: tags[eksasg.TagCluster], Namespace: tags[eksasg.TagNamespace], Name: tags[eksasg.TagNodeSet],
+		UID: types.UID(tags[eksasg.TagNodeSetUID])}
+}
+
+// DescribeGroup returns the node group and its instances, or ErrNotFound.
+func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
+	s, err := section(class)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	ng, err := describe(ctx, api.EKS, s.ClusterName, name)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	return d.status(ctx, api, ng, nil)
+}
+
+// TerminateMachine terminates one instance in the node group's Auto Scaling
+// group with the decrement, then sets the node group's desired size to what
+// the Auto Scaling group now has, so EKS does not launch a replacement.
+func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return err
+	}
+	ng, err := describe(ctx, api.EKS, s.ClusterName, group)
+	if errors.Is(err, drivers.ErrNotFound) {
+		return nil // the group, and so the instance, is gone
+	}
+	if err != nil {
+		return err
+	}
+	asg := autoScalingGroup(ng)
+	if asg == "" {
+		return nil // no instances
+	}
+	terminated, err := eksasg.TerminateInGroup(ctx, api.AutoScaling, asg, providerID)
+	if err != nil || !terminated {
+		return err
+	}
+	after, err := eksasg.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
+	if err != nil || ng.ScalingConfig == nil || aws.ToInt32(ng.ScalingConfig.DesiredSize) == after.DesiredSize {
+		return err
+	}
+	_, err = api.EKS.UpdateNodegroupConfig(ctx, &eks.UpdateNodegroupConfigInput{
+		ClusterName: aws.String(s.ClusterName), NodegroupName: aws.String(group),
+		ScalingConfig: &ekstypes.NodegroupScalingConfig{DesiredSize: aws.Int32(after.DesiredSize),
+			MinSize: aws.Int32(min(aws.ToInt32(ng.ScalingConfig.MinSize), after.DesiredSize)), MaxSize: ng.ScalingConfig.MaxSize},
+	})
+	if eksasg.IsCode(err, "ResourceInUseException") {
+		return nil // an update runs; the next EnsureGroup sees the lower size
+	}
+	return classify("lowering node group "+group+" after terminating "+providerID, err)
+}
+
+// DeleteGroup deletes the node group: ErrInProgress until EKS has removed it.
+func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return err
+	}
+	ng, err := describe(ctx, api.EKS, s.ClusterName, name)
+	switch {
+	case errors.Is(err, drivers.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case ng.Status == ekstypes.NodegroupStatusDeleting:
+		return fmt.Errorf("node group %s: %w", name, drivers.ErrInProgress)
+	}
+	_, err = api.EKS.DeleteNodegroup(ctx, &eks.DeleteNodegroupInput{ClusterName: aws.String(s.ClusterName), NodegroupName: aws.String(name)})
+	switch {
+	case eksasg.IsCode(err, "ResourceNotFoundException"):
+		return nil
+	case err != nil && !eksasg.IsCode(err, "ResourceInUseException"):
+		return classify("deleting node group "+name, err)
+	}
+	if _, err := describe(ctx, api.EKS, s.ClusterName, name); errors.Is(err, drivers.ErrNotFound) {
+		return nil // gone at once
+	}
+	return fmt.Errorf("node group %s: %w", name, drivers.ErrInProgress)
+}
+
+// ListGroups returns the node groups of every scope whose tags name the
+// cluster, for orphan collection; it fails rather than return a partial list.
+func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) {
+	if d.opts.Scopes == nil {
+		return nil, errors.New("eks-managed: no clusters to list node groups in")
+	}
+	prefix := "nodeset-" + d.opts.Cluster + "-"
+	var out []drivers.GroupStatus
+	for _, scope := range d.opts.Scopes() {
+		api, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
+		if err != nil {
+			return nil, err
+		}
+		pages := eks.NewListNodegroupsPaginator(api.EKS, &eks.ListNodegroupsInput{ClusterName: aws.String(scope.Cluster)})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, classify("listing the node groups of "+scope.Cluster, err)
+			}
+			for _, name := range page.Nodegroups {
+				if !strings.HasPrefix(name, prefix) {
+					continue
+				}
+				ng, err := describe(ctx, api.EKS, scope.Cluster, name)
+				if errors.Is(err, drivers.ErrNotFound) {
+					continue // deleted meanwhile
+				}
+				if err != nil {
+					return nil, err
+				}
+				owner := ownerFromTags(ng.Tags)
+				if owner.Cluster != d.opts.Cluster {
+					continue
+				}
+				status := drivers.GroupStatus{Name: name, State: string(ng.Status), Owner: owner}
+				if ng.CreatedAt != nil {
+					status.CreatedAt = ng.CreatedAt.Unix()
+				}
+				status.Class = drivers.Class{Credentials: scope.Credentials, Spec: nodesetv1alpha1.NodeClassSpec{
+					Driver: nodesetv1alpha1.DriverEKSManaged,
+					DriverSections: nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{
+						Region: scope.Region, ClusterName: scope.Cluster}},
+				}}
+				out = append(out, status)
+			}
+		}
+	}
+	return out, nil
+}
+
+// classify is eksasg.Classify with EKS's own codes.
+func classify(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case eksasg.IsCode(err, "InvalidParameterException"), eksasg.IsCode(err, "InvalidRequestException"),
+		eksasg.IsCode(err, "AccessDeniedException"), eksasg.IsCode(err, "ResourceNotFoundException"):
+		return fmt.Errorf("%s: %w: %v", what, drivers.ErrInvalidConfiguration, err)
+	case eksasg.IsCode(err, "ResourceLimitExceededException"):
+		return fmt.Errorf("%s: %w: %v", what, drivers.ErrOutOfCapacity, err)
+	}
+	return eksasg.Classify(what, err)
+}

@@ -1,0 +1,380 @@
+package eksmanaged
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
+	"github.com/aws/smithy-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+const region = "us-east-1"
+
+var testCredentials = map[string][]byte{eksasg.CredentialAccessKeyID: []byte("testing"), eksasg.CredentialSecretAccessKey: []byte("testing")}
+
+// world is moto with a VPC, a subnet and an EKS cluster "prod".
+type world struct {
+	endpoint string
+	subnet   string
+	api      API
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx := context.Background()
+	w := &world{endpoint: framework.StartMoto(t)}
+	var err error
+	w.api, err = SDKClients(eksasg.SDKConfig{Endpoint: w.endpoint})(ctx, region, testCredentials)
+	require.NoError(t, err)
+	ec2c := w.api.EC2.(*ec2.Client)
+	vpc, err := ec2c.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	require.NoError(t, err)
+	subnet, err := ec2c.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
+		AvailabilityZone: aws.String(region + "a")})
+	require.NoError(t, err)
+	w.subnet = aws.ToString(subnet.Subnet.SubnetId)
+	_, err = w.api.EKS.(*eks.Client).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("prod"),
+		RoleArn:            aws.String("arn:aws:iam::123456789012:role/eks"),
+		ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: []string{w.subnet}}})
+	require.NoError(t, err)
+	return w
+}
+
+func (w *world) class() drivers.Class {
+	return drivers.Class{Name: "managed", Credentials: testCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver: nodesetv1alpha1.DriverEKSManaged,
+		DriverSections: nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{
+			ClusterName: "prod", Region: region, NodeRole: "arn:aws:iam::123456789012:role/node", Subnets: []string{w.subnet},
+			InstanceTypes: []string{"t3.large"}, CapacityType: "ON_DEMAND", Version: "1.37",
+			Labels: map[string]string{"pool": "general"},
+			Taints: []nodesetv1alpha1.ManagedTaint{{Key: "pool", Value: "general", Effect: "PREFER_NO_SCHEDULE"}},
+			Tags:   map[string]string{"team": "platform"},
+		}},
+	}}
+}
+
+func (w *world) driver() *Driver {
+	return New(Options{Cluster: "e2e", Clients: func(context.Context, string, map[string][]byte) (API, error) { return w.api, nil },
+		Scopes: func() []Scope { return []Scope{{Region: region, Cluster: "prod", Credentials: testCredentials}} }})
+}
+
+func nodegroup(t *testing.T, api EKS, name string) *ekstypes.Nodegroup {
+	t.Helper()
+	out, err := api.DescribeNodegroup(context.Background(), &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(name)})
+	require.NoError(t, err)
+	return out.Nodegroup
+}
+
+func taintStrings(taints []ekstypes.Taint) []string {
+	var out []string
+	for _, t := range taints {
+		out = append(out, fmt.Sprintf("%s=%s:%s", aws.ToString(t.Key), aws.ToString(t.Value), t.Effect))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestNodeGroupAgainstMoto(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	d := w.driver()
+	class := w.class()
+	require.NoError(t, d.Validate(ctx, class))
+	owner := drivers.Owner{Cluster: "e2e", Namespace: "team-a", Name: "web", UID: "uid-web"}
+	name := d.GroupName(owner)
+	assert.LessOrEqual(t, len(name), 63, "EKS allows 63 characters")
+	group := drivers.Group{Name: name, Owner: owner, Class: class, Replicas: 2, MaxReplicas: 5, TemplateHash: "h1",
+		Labels: map[string]string{"tier": "web", nodesetv1alpha1.LabelNodeSet: "web"},
+		Taints: []corev1.Taint{{Key: "tier", Value: "web", Effect: corev1.TaintEffectNoSchedule}}}
+
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, name, status.Name)
+	assert.EqualValues(t, 2, status.DesiredSize)
+	ng := nodegroup(t, w.api.EKS, name)
+	assert.Equal(t, "arn:aws:iam::123456789012:role/node", aws.ToString(ng.NodeRole))
+	assert.Equal(t, []string{"t3.large"}, ng.InstanceTypes)
+	assert.EqualValues(t, 5, aws.ToInt32(ng.ScalingConfig.MaxSize))
+	assert.Equal(t, map[string]string{"pool": "general", "tier": "web", nodesetv1alpha1.LabelNodeSet: "web"}, ng.Labels)
+	assert.Equal(t, []string{"pool=general:PREFER_NO_SCHEDULE", "tier=web:NO_SCHEDULE"}, taintStrings(ng.Taints))
+	assert.Equal(t, "e2e", ng.Tags[eksasg.TagCluster])
+	assert.Equal(t, "web", ng.Tags[eksasg.TagNodeSet])
+	assert.Equal(t, "uid-web", ng.Tags[eksasg.TagNodeSetUID])
+	assert.Equal(t, "platform", ng.Tags["team"])
+
+	// Scaling up raises the desired size; fewer replicas never lower it.
+	group.Replicas = 3
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, aws.ToInt32(nodegroup(t, w.api.EKS, name).ScalingConfig.DesiredSize))
+	group.Replicas = 1
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, aws.ToInt32(nodegroup(t, w.api.EKS, name).ScalingConfig.DesiredSize),
+		"only a chosen, drained instance's termination lowers the group")
+
+	// Labels and taints follow the NodeSet.
+	group.Labels = map[string]string{"tier": "frontend"}
+	group.Taints = nil
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	ng = nodegroup(t, w.api.EKS, name)
+	assert.Equal(t, map[string]string{"pool": "general", "tier": "frontend"}, ng.Labels)
+	assert.Equal(t, []string{"pool=general:PREFER_NO_SCHEDULE"}, taintStrings(ng.Taints))
+
+	// Orphan collection sees the cluster's node groups.
+	groups, err := d.ListGroups(ctx)
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	assert.Equal(t, name, groups[0].Name)
+	assert.Equal(t, owner, groups[0].Owner)
+
+	capacity, err := d.Capacity(ctx, class)
+	require.NoError(t, err)
+	assert.Equal(t, "2", capacity.Resources.Cpu().String())
+	assert.Equal(t, "general", capacity.Labels["pool"])
+	assert.Equal(t, "ON_DEMAND", capacity.Labels["eks.amazonaws.com/capacityType"])
+
+	var deleteErr error
+	for range 20 {
+		if deleteErr = d.DeleteGroup(ctx, groups[0].Class, name); !errors.Is(deleteErr, drivers.ErrInProgress) {
+			break
+		}
+	}
+	require.NoError(t, deleteErr)
+	_, err = d.DescribeGroup(ctx, class, name)
+	assert.ErrorIs(t, err, drivers.ErrNotFound)
+}
+
+func TestValidateRefusesConflictsBeforeAnyCall(t *testing.T) {
+	d := New(Options{Cluster: "e2e", Clients: func(context.Context, string, map[string][]byte) (API, error) {
+		return API{}, errors.New("no call expected")
+	}})
+	good := func() drivers.Class {
+		return drivers.Class{Spec: nodesetv1alpha1.NodeClassSpec{DriverSections: nodesetv1alpha1.DriverSections{
+			EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{ClusterName: "prod", Region: region,
+				NodeRole: "arn:aws:iam::123456789012:role/node", Subnets: []string{"subnet-1"}}}}}
+	}
+	require.NoError(t, d.Validate(context.Background(), good()))
+	size := int32(50)
+	for field, mutate := range map[string]func(*nodesetv1alpha1.EKSManagedNodeGroup){
+		"spec.eksManagedNodeGroup.nodeRole": func(s *nodesetv1alpha1.EKSManagedNodeGroup) { s.NodeRole = "" },
+		"spec.eksManagedNodeGroup.subnets":  func(s *nodesetv1alpha1.EKSManagedNodeGroup) { s.Subnets = nil },
+		"spec.eksManagedNodeGroup.diskSize": func(s *nodesetv1alpha1.EKSManagedNodeGroup) {
+			s.LaunchTemplate, s.DiskSize = &nodesetv1alpha1.LaunchTemplateReference{Name: "lt"}, &size
+		},
+		"spec.eksManagedNodeGroup.remoteAccess": func(s *nodesetv1alpha1.EKSManagedNodeGroup) {
+			s.LaunchTemplate, s.RemoteAccess = &nodesetv1alpha1.LaunchTemplateReference{Name: "lt"}, &nodesetv1alpha1.RemoteAccess{EC2SSHKey: "k"}
+		},
+		"spec.eksManagedNodeGroup.capacityType":   func(s *nodesetv1alpha1.EKSManagedNodeGroup) { s.CapacityType = "CAPACITY_BLOCK" },
+		"spec.eksManagedNodeGroup.releaseVersion": func(s *nodesetv1alpha1.EKSManagedNodeGroup) { s.ReleaseVersion = "1.37.2-20261101" },
+	} {
+		class := good()
+		mutate(class.Spec.EKSManagedNodeGroup)
+		err := d.Validate(context.Background(), class)
+		assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration, field)
+		assert.ErrorContains(t, err, field)
+		_, err = d.EnsureGroup(context.Background(), drivers.Group{Name: "g", Class: class, Replicas: 1})
+		assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration, "EnsureGroup refuses it too, before any call")
+	}
+}
+
+// fakeEKS models what moto does not: updates and their states, node group
+// status transitions and health, and the Auto Scaling group behind a node
+// group (a real one in moto).
+type fakeEKS struct {
+	EKS
+	mu      sync.Mutex
+	groups  map[string]*ekstypes.Nodegroup
+	updates map[string]*ekstypes.Update
+	calls   []string
+}
+
+func (f *fakeEKS) call(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, name)
+}
+
+func (f *fakeEKS) DescribeNodegroup(_ context.Context, in *eks.DescribeNodegroupInput, _ ...func(*eks.Options)) (*eks.DescribeNodegroupOutput, error) {
+	f.call("DescribeNodegroup")
+	ng, ok := f.groups[aws.ToString(in.NodegroupName)]
+	if !ok {
+		return nil, &smithy.GenericAPIError{Code: "ResourceNotFoundException"}
+	}
+	copied := *ng
+	return &eks.DescribeNodegroupOutput{Nodegroup: &copied}, nil
+}
+
+func (f *fakeEKS) UpdateNodegroupVersion(_ context.Context, in *eks.UpdateNodegroupVersionInput, _ ...func(*eks.Options)) (*eks.UpdateNodegroupVersionOutput, error) {
+	f.call("UpdateNodegroupVersion " + aws.ToString(in.Version))
+	id := fmt.Sprintf("update-%d", len(f.updates)+1)
+	u := &ekstypes.Update{Id: aws.String(id), Status: ekstypes.UpdateStatusInProgress, Type: ekstypes.UpdateTypeVersionUpdate}
+	f.updates[id] = u
+	f.groups[aws.ToString(in.NodegroupName)].Status = ekstypes.NodegroupStatusUpdating
+	return &eks.UpdateNodegroupVersionOutput{Update: u}, nil
+}
+
+func (f *fakeEKS) UpdateNodegroupConfig(_ context.Context, in *eks.UpdateNodegroupConfigInput, _ ...func(*eks.Options)) (*eks.UpdateNodegroupConfigOutput, error) {
+	f.call("UpdateNodegroupConfig")
+	ng := f.groups[aws.ToString(in.NodegroupName)]
+	if sc := in.ScalingConfig; sc != nil {
+		ng.ScalingConfig = sc
+	}
+	return &eks.UpdateNodegroupConfigOutput{}, nil
+}
+
+func (f *fakeEKS) DescribeUpdate(_ context.Context, in *eks.DescribeUpdateInput, _ ...func(*eks.Options)) (*eks.DescribeUpdateOutput, error) {
+	f.call("DescribeUpdate " + aws.ToString(in.UpdateId))
+	u, ok := f.updates[aws.ToString(in.UpdateId)]
+	if !ok {
+		return nil, &smithy.GenericAPIError{Code: "ResourceNotFoundException"}
+	}
+	copied := *u
+	return &eks.DescribeUpdateOutput{Update: &copied}, nil
+}
+
+// managedWorld is a node group "ng" of the fake EKS whose Auto Scaling
+// group "ng-asg" is real, in moto, with two instances.
+func managedWorld(t *testing.T) (*world, *fakeEKS, *Driver) {
+	t.Helper()
+	ctx := context.Background()
+	w := newWorld(t)
+	ec2c := w.api.EC2.(*ec2.Client)
+	images, err := ec2c.DescribeImages(ctx, &ec2.DescribeImagesInput{})
+	require.NoError(t, err)
+	_, err = ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String("eks-ng"),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: images.Images[0].ImageId, InstanceType: "t3.large"}})
+	require.NoError(t, err)
+	_, err = w.api.AutoScaling.CreateAutoScalingGroup(ctx, &autoscaling.CreateAutoScalingGroupInput{AutoScalingGroupName: aws.String("ng-asg"),
+		MinSize: aws.Int32(0), MaxSize: aws.Int32(5), DesiredCapacity: aws.Int32(2), VPCZoneIdentifier: aws.String(w.subnet),
+		LaunchTemplate: &asgtypes.LaunchTemplateSpecification{LaunchTemplateName: aws.String("eks-ng"), Version: aws.String("$Latest")}})
+	require.NoError(t, err)
+	fake := &fakeEKS{updates: map[string]*ekstypes.Update{}, groups: map[string]*ekstypes.Nodegroup{"ng": {
+		NodegroupName: aws.String("ng"), Status: ekstypes.NodegroupStatusActive, Version: aws.String("1.36"),
+		ScalingConfig: &ekstypes.NodegroupScalingConfig{MinSize: aws.Int32(0), MaxSize: aws.Int32(5), DesiredSize: aws.Int32(2)},
+		Labels:        map[string]string{"pool": "general"},
+		Taints:        []ekstypes.Taint{{Key: aws.String("pool"), Value: aws.String("general"), Effect: ekstypes.TaintEffectPreferNoSchedule}},
+		Resources:     &ekstypes.NodegroupResources{AutoScalingGroups: []ekstypes.AutoScalingGroup{{Name: aws.String("ng-asg")}}},
+		Tags:          map[string]string{eksasg.TagCluster: "e2e", eksasg.TagNamespace: "team-a", eksasg.TagNodeSet: "web"},
+		CreatedAt:     aws.Time(time.Now()),
+	}}}
+	d := New(Options{Cluster: "e2e", Clients: func(context.Context, string, map[string][]byte) (API, error) {
+		return API{EKS: fake, AutoScaling: w.api.AutoScaling, EC2: w.api.EC2}, nil
+	}})
+	return w, fake, d
+}
+
+func TestManagedUpdateIsStartedTrackedAndResumed(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	class := w.class() // version 1.37; the node group runs 1.36
+	group := drivers.Group{Name: "ng", Class: class, Replicas: 2, MaxReplicas: 5, TemplateHash: "h2"}
+
+	// Without the Managed strategy the version change waits, and says so.
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Contains(t, status.Message, "strategy Managed")
+	assert.NotContains(t, fake.calls, "UpdateNodegroupVersion 1.37")
+	require.Len(t, status.Machines, 2, "the instances of the Auto Scaling group behind the node group")
+	for _, m := range status.Machines {
+		assert.NotEmpty(t, m.Name)
+		assert.Regexp(t, `^aws:///us-east-1a/i-`, m.ProviderID)
+	}
+
+	group.ManagedRollout = true
+	status, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Contains(t, fake.calls, "UpdateNodegroupVersion 1.37")
+	assert.Equal(t, "update-1", status.UpdateID)
+	assert.Equal(t, "InProgress", status.UpdateStatus)
+
+	// A restarted controller knows the update only from the NodeSet's
+	// status: it resumes tracking it and starts nothing else.
+	restarted := New(Options{Cluster: "e2e", Clients: d.opts.Clients})
+	group.UpdateID = status.UpdateID
+	fake.calls = nil
+	status, err = restarted.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"DescribeNodegroup", "DescribeUpdate update-1"}, fake.calls, "no writes while EKS updates")
+	assert.Equal(t, "UPDATING", status.State)
+	assert.Equal(t, "InProgress", status.UpdateStatus)
+
+	// EKS finishes.
+	fake.updates["update-1"].Status = ekstypes.UpdateStatusSuccessful
+	fake.groups["ng"].Status = ekstypes.NodegroupStatusActive
+	fake.groups["ng"].Version = aws.String("1.37")
+	status, err = restarted.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, "Successful", status.UpdateStatus)
+	assert.Equal(t, "ACTIVE", status.State)
+	assert.Empty(t, status.Message)
+
+	// A failed update says why.
+	fake.updates["update-1"].Status = ekstypes.UpdateStatusFailed
+	fake.updates["update-1"].Errors = []ekstypes.ErrorDetail{{ErrorCode: ekstypes.ErrorCodePodEvictionFailure, ErrorMessage: aws.String("PDB web blocks eviction")}}
+	status, err = restarted.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Contains(t, status.Message, "update update-1 failed: PodEvictionFailure: PDB web blocks eviction")
+}
+
+func TestDegradedHealthIsReported(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	fake.groups["ng"].Version = aws.String("1.37")
+	fake.groups["ng"].Status = ekstypes.NodegroupStatusDegraded
+	fake.groups["ng"].Health = &ekstypes.NodegroupHealth{Issues: []ekstypes.Issue{{Code: ekstypes.NodegroupIssueCodeAsgInstanceLaunchFailures,
+		Message: aws.String("Could not launch On-Demand Instances. InsufficientInstanceCapacity"), ResourceIds: []string{"ng-asg"}}}}
+	status, err := d.EnsureGroup(ctx, drivers.Group{Name: "ng", Class: w.class(), Replicas: 2, MaxReplicas: 5})
+	require.NoError(t, err)
+	assert.Equal(t, "DEGRADED", status.State)
+	assert.Equal(t, "AsgInstanceLaunchFailures: Could not launch On-Demand Instances. InsufficientInstanceCapacity (ng-asg)", status.Message)
+
+	// While EKS creates or updates the group, nothing is written.
+	fake.groups["ng"].Status = ekstypes.NodegroupStatusUpdating
+	fake.calls = nil
+	_, err = d.EnsureGroup(ctx, drivers.Group{Name: "ng", Class: w.class(), Replicas: 4, MaxReplicas: 5})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"DescribeNodegroup"}, fake.calls)
+}
+
+func TestTerminateMachineLowersTheNodeGroupToo(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	status, err := d.DescribeGroup(ctx, w.class(), "ng")
+	require.NoError(t, err)
+	require.Len(t, status.Machines, 2)
+	victim := status.Machines[0].ProviderID
+	require.NoError(t, d.TerminateMachine(ctx, w.class(), "ng", victim))
+	assert.EqualValues(t, 1, aws.ToInt32(fake.groups["ng"].ScalingConfig.DesiredSize), "EKS's desired size follows the decrement")
+	after, err := eksasg.GroupInstances(ctx, w.api.AutoScaling, w.api.EC2, "ng-asg")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, after.DesiredSize)
+	for _, m := range after.Machines {
+		if m.ProviderID == victim {
+			assert.Equal(t, drivers.MachineStopping, m.State)
+		}
+	}
+	fake.calls = nil
+	require.NoError(t, d.TerminateMachine(ctx, w.class(), "ng", victim), "terminating it again is done")
+	assert.NotContains(t, fake.calls, "UpdateNodegroupConfig")
+}

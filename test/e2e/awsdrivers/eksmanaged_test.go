@@ -1,0 +1,109 @@
+package awsdrivers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/drivers/eksmanaged"
+)
+
+// TestManagedNodeGroupLifecycle: a NodeSet of an eks-managed class is one
+// node group in moto, created, scaled, relabelled, retainted and deleted with
+// it. (moto launches no instances for node groups: the instance side is
+// tested with a fake in drivers/eksmanaged.)
+func TestManagedNodeGroupLifecycle(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	api, err := eksmanaged.SDKClients(eksasg.SDKConfig{Endpoint: e.endpoint})(ctx, region, awsCredentials)
+	require.NoError(t, err)
+	_, err = api.EKS.(*eks.Client).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("prod"),
+		RoleArn: aws.String("arn:aws:iam::123456789012:role/eks"), ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: []string{e.subnet}}})
+	require.NoError(t, err)
+	_, err = e.kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "managed-aws"}, Data: awsCredentials}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "managed"},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver:               nodesetv1alpha1.DriverEKSManaged,
+			CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "managed-aws"},
+			DriverSections: nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{
+				ClusterName: "prod", Region: region, NodeRole: "arn:aws:iam::123456789012:role/node", Subnets: []string{e.subnet},
+				InstanceTypes: []string{"t3.large"}, Labels: map[string]string{"pool": "managed"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ns := "team-managed"
+	_, err = e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "managed", Replicas: ptr.To[int32](2),
+			Strategy: nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.ManagedStrategy},
+			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "api"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	name := drivers.GroupNameWithin(drivers.Owner{Cluster: cluster, Namespace: ns, Name: "api"}, 63)
+
+	nodegroupIs := func(what string, ok func(*ekstypes.Nodegroup) bool) {
+		t.Helper()
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			out, err := api.EKS.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(name)})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			ng := out.Nodegroup
+			last = fmt.Sprintf("desired %d, labels %v, taints %d", aws.ToInt32(ng.ScalingConfig.DesiredSize), ng.Labels, len(ng.Taints))
+			return ok(ng), nil
+		})
+		require.NoError(t, err, "%s: %s", what, last)
+	}
+	nodegroupIs("created with 2", func(ng *ekstypes.Nodegroup) bool {
+		return aws.ToInt32(ng.ScalingConfig.DesiredSize) == 2 && ng.Labels["tier"] == "api" && ng.Labels["pool"] == "managed" &&
+			ng.Tags[eksasg.TagNodeSet] == "api"
+	})
+	set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, set.Status.Group)
+	assert.Equal(t, name, set.Status.Group.Name)
+	assert.Contains(t, set.Finalizers, nodesetv1alpha1.FinalizerGroup)
+
+	e.update(ns, "api", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](4) })
+	nodegroupIs("scaled to 4", func(ng *ekstypes.Nodegroup) bool { return aws.ToInt32(ng.ScalingConfig.DesiredSize) == 4 })
+
+	e.update(ns, "api", func(s *nodesetv1alpha1.NodeSet) {
+		s.Spec.Template.Labels = map[string]string{"tier": "backend"}
+		s.Spec.Template.Taints = []nodesetv1alpha1.Taint{{Key: "tier", Value: "backend", Effect: "NoSchedule"}}
+	})
+	nodegroupIs("relabelled and tainted", func(ng *ekstypes.Nodegroup) bool {
+		return ng.Labels["tier"] == "backend" && len(ng.Taints) == 1 && aws.ToString(ng.Taints[0].Key) == "tier" &&
+			ng.Taints[0].Effect == ekstypes.TaintEffectNoSchedule
+	})
+
+	require.NoError(t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}), "the NodeSet goes once its node group is gone")
+	_, err = api.EKS.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(name)})
+	assert.True(t, eksasg.IsCode(err, "ResourceNotFoundException"), "the node group is deleted: %v", err)
+}
