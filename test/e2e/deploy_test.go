@@ -33,7 +33,7 @@ func TestDeployOverlays(t *testing.T) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-	for _, overlay := range []string{"simulated", "docker-machine"} {
+	for _, overlay := range []string{"simulated", "docker-machine", "aws"} {
 		t.Run(overlay, func(t *testing.T) {
 			dir := filepath.Join(root, "deploy", "overlays", overlay)
 			rendered := kubectl(t, "kustomize", dir)
