@@ -526,3 +526,16 @@ func TestGroupUpdateIsProgress(t *testing.T) {
 	assert.Equal(t, ReasonGroupUpdating, progressing.Reason)
 	assert.Equal(t, "cloud group ng is UPDATING; update u-1 InProgress", progressing.Message)
 }
+
+func TestVictimAlreadyGoneDoesNotHoldTheSet(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(1)
+	nodes := []*corev1.Node{setNode(t, set, class, "web-old", 2*time.Hour, true), setNode(t, set, class, "web-new", time.Hour, true)}
+	f := newFixture(t, class, set, nodes...)
+	// Deleted by someone else; the informer has not said so yet.
+	require.NoError(t, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("nodes"), "", "web-new"))
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"web-new"}, f.nodeDeletes())
+	assert.True(t, f.controller.expectations.satisfied("team-a/web"),
+		"a deletion answered NotFound is not waited for: its watch event may have come and gone")
+}

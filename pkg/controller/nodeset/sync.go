@@ -272,6 +272,11 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 			})
 			mu.Lock()
 			defer mu.Unlock()
+			if apierrors.IsNotFound(err) {
+				// Gone already: its deletion may have been observed before
+				// it was expected, and would then never be again.
+				c.expectations.deletionObserved(key, victim.Name)
+			}
 			if err != nil && !apierrors.IsNotFound(err) {
 				c.expectations.deletionObserved(key, victim.Name)
 				if firstErr == nil {
