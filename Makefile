@@ -46,9 +46,10 @@ test: kube-binaries test-deps
 	NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test $(TEST_FLAGS) ./...
 
 ## test-reliability: the long crash sequences (0 -> 50 -> 10 -> 40 -> 0, 24 SIGKILLs, a new seed each run;
-## replay one with NODESET_CRASH_SEED=...), for the simulated and docker-machine drivers: about 2-3 minutes
+## replay one with NODESET_CRASH_SEED=...) for the simulated, docker-machine and eks-asg (moto) drivers, and the
+## cloud-fault run through the fault-injecting proxy: about 4-5 minutes
 test-reliability: kube-binaries test-deps
-	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence' ./test/e2e/lifecycle/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go'
+	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence|TestCloudFaults' ./test/e2e/lifecycle/ ./test/e2e/awsdrivers/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go|reliability_test.go|framework/crash.go'
 
 ## test-unit: only the tests that need no control plane
 test-unit:

@@ -262,14 +262,16 @@ func TestGroupNamesAreDeterministicAndBounded(t *testing.T) {
 
 // callCounter counts the API calls of NewSDKClients by operation.
 type callCounter struct {
-	mu    sync.Mutex
-	calls map[string]int
+	mu       sync.Mutex
+	calls    map[string]int
+	attempts map[string]int
 }
 
-func (c *callCounter) observe(operation, outcome string) {
+func (c *callCounter) observe(operation, outcome string, attempts int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls[operation+" "+outcome]++
+	c.attempts[operation] += attempts
 }
 
 func (c *callCounter) take() map[string]int {
@@ -277,6 +279,7 @@ func (c *callCounter) take() map[string]int {
 	defer c.mu.Unlock()
 	out := c.calls
 	c.calls = map[string]int{}
+	c.attempts = map[string]int{}
 	return out
 }
 
@@ -286,7 +289,7 @@ func (c *callCounter) take() map[string]int {
 func TestCallsPerPollDoNotGrowWithNodeSets(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	counter := &callCounter{calls: map[string]int{}}
+	counter := &callCounter{calls: map[string]int{}, attempts: map[string]int{}}
 	now := time.Unix(1_800_000_000, 0)
 	d := New(Options{Cluster: "prod", Clients: NewSDKClients(SDKConfig{Endpoint: w.endpoint, Observe: counter.observe}),
 		PollInterval: time.Minute, Now: func() time.Time { return now }})
@@ -367,7 +370,7 @@ func TestThrottlingIsRetriedThenReported(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	p := &throttlingProxy{operation: "DescribeAutoScalingGroups", throttle: 2}
-	counter := &callCounter{calls: map[string]int{}}
+	counter := &callCounter{calls: map[string]int{}, attempts: map[string]int{}}
 	d := New(Options{Cluster: "prod", Clients: NewSDKClients(SDKConfig{Endpoint: p.start(t, w.endpoint), Observe: counter.observe, MaxAttempts: 4,
 		MaxBackoff: 200 * time.Millisecond})})
 	group := drivers.Group{Name: GroupName("prod", "team-a", "web"), Owner: drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "web"},
@@ -377,6 +380,7 @@ func TestThrottlingIsRetriedThenReported(t *testing.T) {
 	require.NoError(t, err, "two throttled attempts are retried (with jittered backoff) inside the call")
 	assert.Len(t, status.Machines, 1)
 	assert.Equal(t, 4, p.attempts, "two throttled, the retry that was answered, and the look at the result")
+	assert.Equal(t, 4, counter.attempts["DescribeAutoScalingGroups"], "the retries are counted")
 	calls := counter.take()
 	assert.Zero(t, calls["DescribeAutoScalingGroups throttled"], "%v", calls)
 	assert.Positive(t, calls["DescribeAutoScalingGroups success"], "%v", calls)

@@ -53,9 +53,10 @@ type SDKConfig struct {
 	MaxAttempts int
 	// MaxBackoff caps the wait before a retry. 0 means the SDK's 20s.
 	MaxBackoff time.Duration
-	// Observe, when set, is told every call's operation and outcome
-	// ("success", "throttled", or "error").
-	Observe func(operation, outcome string)
+	// Observe, when set, is told every call's operation, outcome
+	// ("success", "throttled", or "error") and number of attempts (1 when
+	// it was not retried).
+	Observe func(operation, outcome string, attempts int)
 }
 
 // SDKClients makes real API clients sending every call to endpoint (all
@@ -154,7 +155,7 @@ func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds m
 // callMiddleware waits for the client-side rate limiter before each call
 // (its retries are paced by the retryer's backoff) and reports the call's
 // outcome once, after the retries.
-func callMiddleware(limiter *rate.Limiter, observe func(operation, outcome string)) middleware.InitializeMiddleware {
+func callMiddleware(limiter *rate.Limiter, observe func(operation, outcome string, attempts int)) middleware.InitializeMiddleware {
 	return middleware.InitializeMiddlewareFunc("nodesetCalls", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
 		middleware.InitializeOutput, middleware.Metadata, error) {
 		if err := limiter.Wait(ctx); err != nil {
@@ -169,7 +170,11 @@ func callMiddleware(limiter *rate.Limiter, observe func(operation, outcome strin
 			case err != nil:
 				outcome = "error"
 			}
-			observe(awsmiddleware.GetOperationName(ctx), outcome)
+			attempts := 1
+			if results, ok := retry.GetAttemptResults(md); ok && len(results.Results) > 0 {
+				attempts = len(results.Results)
+			}
+			observe(awsmiddleware.GetOperationName(ctx), outcome, attempts)
 		}
 		return out, md, err
 	})

@@ -20,6 +20,7 @@ type Metrics struct {
 	orphans      *prometheus.CounterVec
 	orphanRounds *prometheus.CounterVec
 	cloudCalls   *prometheus.CounterVec
+	cloudRetries *prometheus.CounterVec
 	phases       *phaseCollector
 }
 
@@ -43,11 +44,14 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 		cloudCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "cloud_api_calls_total",
 			Help: "Calls drivers made to cloud APIs, by driver, API operation and outcome (success, throttled, error); retries are part of one call."},
 			[]string{"driver", "operation", "outcome"}),
+		cloudRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "cloud_api_retries_total",
+			Help: "Retries of cloud API calls (throttled, 5xx, dropped connections), by driver and API operation."},
+			[]string{"driver", "operation"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
 			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
 			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil)},
 	}
-	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.cloudCalls, m.phases)
+	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.cloudCalls, m.cloudRetries, m.phases)
 	return m
 }
 
@@ -93,8 +97,13 @@ func (m *Metrics) Initialize(driverNames []string) {
 }
 
 // CloudCalls returns what a driver reports each cloud API call to.
-func (m *Metrics) CloudCalls(driver string) func(operation, outcome string) {
-	return func(operation, outcome string) { m.cloudCalls.WithLabelValues(driver, operation, outcome).Inc() }
+func (m *Metrics) CloudCalls(driver string) func(operation, outcome string, attempts int) {
+	return func(operation, outcome string, attempts int) {
+		m.cloudCalls.WithLabelValues(driver, operation, outcome).Inc()
+		if attempts > 1 {
+			m.cloudRetries.WithLabelValues(driver, operation).Add(float64(attempts - 1))
+		}
+	}
 }
 
 func (m *Metrics) orphanDeleted(driver string) { m.orphans.WithLabelValues(driver).Inc() }

@@ -62,10 +62,18 @@ type env struct {
 	subnet   string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the controllers' AWS calls sent to
+// through(moto's endpoint), such as a fault-injecting proxy.
+func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, endpoint: framework.StartMoto(t)}
+	controllerEndpoint := e.endpoint
+	if through != nil {
+		controllerEndpoint = through(e.endpoint)
+	}
 	asg, ec2c, err := eksasg.SDKClients(e.endpoint)(ctx, region, awsCredentials)
 	require.NoError(t, err)
 	e.asg, e.ec2 = asg.(*autoscaling.Client), ec2c.(*ec2.Client)
@@ -84,7 +92,7 @@ func newEnv(t *testing.T) *env {
 	e.kube = kubernetes.NewForConfigOrDie(cfg)
 	e.nodesets = versioned.NewForConfigOrDie(cfg)
 	e.ctrl, err = framework.NewControllers(ctx, framework.Shared, framework.ControllerOptions{NodeArgs: []string{
-		"--drivers=eks-asg,eks-managed", "--cluster-name=" + cluster, "--aws-endpoint-url=" + e.endpoint, "--group-poll-interval=2s",
+		"--drivers=eks-asg,eks-managed", "--cluster-name=" + cluster, "--aws-endpoint-url=" + controllerEndpoint, "--group-poll-interval=2s",
 	}})
 	require.NoError(t, err)
 	e.ctrl.Node.Env = append(e.ctrl.Node.Env, "AWS_EC2_METADATA_DISABLED=true")
@@ -142,6 +150,23 @@ func ready(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// createSet makes the namespace and a NodeSet of class with replicas.
+func (e *env) createSet(namespace, name, class string, replicas int32) *nodesetv1alpha1.NodeSet {
+	e.t.Helper()
+	ctx := context.Background()
+	_, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(e.t, err)
+	}
+	set, err := e.nodesets.NodesetV1alpha1().NodeSets(namespace).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: class, Replicas: ptr.To(replicas),
+			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "web"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	return set
 }
 
 func (e *env) createClass(name string) {
@@ -288,14 +313,7 @@ func TestAutoScalingGroupLifecycle(t *testing.T) {
 	go e.kubelets(ctx)
 	e.createClass("asg")
 	ns := "team-asg"
-	_, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "asg", Replicas: ptr.To[int32](0),
-			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "web"}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	set := e.createSet(ns, "web", "asg", 0)
 	group := eksasg.GroupName(cluster, ns, "web")
 
 	t.Log("0 -> 3")

@@ -3,11 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"sort"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,56 +14,23 @@ import (
 	"nodeset.dev/nodeset/test/framework"
 )
 
-// crashPlan is a scale sequence and how many SIGKILLs to spread over it.
-type crashPlan struct {
-	sizes []int
-	kills int
-	seed  uint64
-}
-
-// plan is the short, seeded variant inside make test, or with
-// NODESET_RELIABILITY=1 (make test-reliability) the long one. NODESET_CRASH_SEED
-// replays a run.
-func plan(t *testing.T) crashPlan {
-	p := crashPlan{sizes: []int{12, 3, 9, 0}, kills: 8, seed: 20261123}
-	if os.Getenv("NODESET_RELIABILITY") != "" {
-		p = crashPlan{sizes: []int{50, 10, 40, 0}, kills: 24, seed: uint64(time.Now().UnixNano())}
-	}
-	if s := os.Getenv("NODESET_CRASH_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-		p.seed = seed
-	}
-	t.Logf("crash plan: sizes %v, %d kills, NODESET_CRASH_SEED=%d", p.sizes, p.kills, p.seed)
-	return p
-}
-
-// crashSequence scales a NodeSet through the plan's sizes, killing a
-// controller with SIGKILL at random moments of each step and restarting it,
-// then checks the invariants: Nodes = machines = replicas, every Node backed
-// by its own machine, no providerID twice, no machine without a Node.
+// crashSequence scales a NodeSet through the plan's sizes (12→3→9→0 with 8
+// kills in make test, 50→10→40→0 with 24 in make test-reliability), killing
+// a controller with SIGKILL at random moments of each step and restarting
+// it, then checks the invariants: Nodes = machines = replicas, every Node
+// backed by its own machine, no providerID twice, no machine without a Node.
 // machines returns the names of the set's machines as the driver has them.
 func crashSequence(t *testing.T, c *controllers, namespace, name string, machines func() []string) {
 	t.Helper()
-	p := plan(t)
-	rng := rand.New(rand.NewPCG(p.seed, p.seed^0x9e3779b97f4a7c15))
-	kills := 0
-	for step, size := range p.sizes {
-		scale(t, namespace, name, int32(size))
-		for range p.kills / len(p.sizes) {
-			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
-			target := c.nodeset
-			if rng.IntN(2) == 1 {
-				target = c.node
-			}
-			c.restart(t, target, syscall.SIGKILL)
-			kills++
-		}
-		eventually(t, 4*time.Minute, fmt.Sprintf("step %d: %d nodes after the kills", step, size), converged(c, t, namespace, name, size))
-		checkInvariants(t, namespace, name, size, machines)
-	}
-	t.Logf("survived %d SIGKILLs over sizes %v", kills, p.sizes)
-	assert.GreaterOrEqual(t, kills, p.kills-len(p.sizes)+1)
+	p := framework.PlanCrashes(t, framework.CrashPlan{Sizes: []int{12, 3, 9, 0}, Kills: 8, Seed: 20261123},
+		framework.CrashPlan{Sizes: []int{50, 10, 40, 0}, Kills: 24})
+	kills := p.RunCrashes(t, []*framework.Process{c.nodeset, c.node},
+		func(size int) { scale(t, namespace, name, int32(size)) },
+		func(step, size int) {
+			eventually(t, 4*time.Minute, fmt.Sprintf("step %d: %d nodes after the kills", step, size), converged(c, t, namespace, name, size))
+			checkInvariants(t, namespace, name, size, machines)
+		})
+	assert.GreaterOrEqual(t, kills, p.Kills-len(p.Sizes)+1)
 }
 
 func checkInvariants(t *testing.T, namespace, name string, size int, machines func() []string) {

@@ -1,0 +1,100 @@
+package awsdrivers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// settled waits for the set to converge on size and checks the invariants:
+// Nodes = live instances = replicas, one Node per instance (converged), and
+// no instance running anywhere that is not one of them.
+func (e *env) settled(namespace, name, group string, step, size int, timeout time.Duration) {
+	e.t.Helper()
+	nodes := e.converged(namespace, name, group, size, timeout)
+	assert.Equal(e.t, instanceIDs(e.t, providerIDs(nodes)), e.runningInstances(), "step %d: the running instances are exactly the Nodes'", step)
+}
+
+// TestCrashSequenceEKSASG scales an eks-asg NodeSet through a sequence
+// (6→2→5→0 with 8 SIGKILLs in make test; 50→10→40→0 with 24 in make
+// test-reliability), killing either controller at random moments.
+func TestCrashSequenceEKSASG(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	e.createClass("crash")
+	ns := "crash-asg"
+	e.createSet(ns, "seq", "crash", 0)
+	group := eksasg.GroupName(cluster, ns, "seq")
+	p := framework.PlanCrashes(t, framework.CrashPlan{Sizes: []int{6, 2, 5, 0}, Kills: 8, Seed: 20261123},
+		framework.CrashPlan{Sizes: []int{50, 10, 40, 0}, Kills: 24})
+	kills := p.RunCrashes(t, []*framework.Process{e.ctrl.NodeSet, e.ctrl.Node},
+		func(size int) {
+			e.update(ns, "seq", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To(int32(size)) })
+		},
+		func(step, size int) { e.settled(ns, "seq", group, step, size, 4*time.Minute) })
+	assert.GreaterOrEqual(t, kills, p.Kills-len(p.Sizes)+1)
+	t.Logf("%d SIGKILLs survived; instances leaked: %d", kills, len(e.runningInstances()))
+}
+
+// TestCloudFaults runs a scale sequence with the node controller's AWS calls
+// going through a proxy that throttles, fails, slows, drops and loses the
+// answers of a share of them.
+func TestCloudFaults(t *testing.T) {
+	var proxy *framework.FaultProxy
+	e := newEnvWith(t, func(endpoint string) string {
+		proxy = framework.StartFaultProxy(t, endpoint, 20261123)
+		return proxy.URL
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	e.createClass("faulty")
+	ns := "faults"
+	e.createSet(ns, "web", "faulty", 0)
+	group := eksasg.GroupName(cluster, ns, "web")
+	proxy.SetFaults(framework.Faults{Throttle: 0.10, ServerError: 0.05, Slow: 0.05, SlowDelay: time.Second, Drop: 0.05, LoseAnswer: 0.03})
+	for step, size := range []int{6, 2, 5, 0} {
+		e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To(int32(size)) })
+		e.settled(ns, "web", group, step, size, 3*time.Minute)
+	}
+	injected := proxy.Injected()
+	t.Logf("faults injected: %v", injected)
+	for _, kind := range []string{"throttle", "server-error", "slow", "drop", "lose-answer"} {
+		assert.Positive(t, injected[kind], "some %s faults were injected", kind)
+	}
+	retries := metricSum(t, e.ctrl.NodeMetricsPort, "nodeset_cloud_api_retries_total")
+	t.Logf("retries the node controller made: %v", retries)
+	assert.Positive(t, retries, "the SDK retried, and the metric shows it")
+}
+
+// metricSum adds up every series of a counter on a controller's /metrics.
+func metricSum(t *testing.T, port int, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+name+`\{[^}]*\} ([0-9.e+]+)$`).FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		sum += v
+	}
+	return sum
+}

@@ -1,0 +1,161 @@
+package framework
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Faults are the rates (0 to 1) at which a FaultProxy disturbs requests.
+type Faults struct {
+	// Throttle answers with the API's throttling error.
+	Throttle float64
+	// ServerError answers 503.
+	ServerError float64
+	// Slow forwards after SlowDelay.
+	Slow      float64
+	SlowDelay time.Duration
+	// Drop closes the connection without forwarding.
+	Drop float64
+	// LoseAnswer forwards, then closes the connection instead of answering:
+	// the call took effect and the caller does not know.
+	LoseAnswer float64
+}
+
+// FaultProxy stands between the AWS SDK and moto and injects faults: the
+// cloud as it behaves on a bad day.
+type FaultProxy struct {
+	URL string
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	faults   Faults
+	injected map[string]int
+}
+
+// StartFaultProxy starts a proxy to upstream on a loopback port, stopped
+// with the test, injecting nothing until SetFaults.
+func StartFaultProxy(t testing.TB, upstream string, seed uint64) *FaultProxy {
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &FaultProxy{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), injected: map[string]int{}}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		switch p.draw() {
+		case "throttle":
+			throttle(w, r, body)
+		case "server-error":
+			http.Error(w, "Service Unavailable", http.StatusServiceUnavailable)
+		case "slow":
+			time.Sleep(p.slowDelay())
+			forward.ServeHTTP(w, r)
+		case "drop":
+			hangUp(w)
+		case "lose-answer":
+			forward.ServeHTTP(&discard{header: http.Header{}}, r)
+			hangUp(w)
+		default:
+			forward.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(server.Close)
+	p.URL = server.URL
+	return p
+}
+
+// SetFaults sets the rates from now on.
+func (p *FaultProxy) SetFaults(f Faults) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f.SlowDelay == 0 {
+		f.SlowDelay = time.Second
+	}
+	p.faults = f
+}
+
+// Injected counts the faults injected so far, by kind.
+func (p *FaultProxy) Injected() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range p.injected {
+		out[k] = v
+	}
+	return out
+}
+
+func (p *FaultProxy) slowDelay() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faults.SlowDelay
+}
+
+func (p *FaultProxy) draw() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	x := p.rng.Float64()
+	for _, k := range []struct {
+		kind string
+		rate float64
+	}{{"throttle", p.faults.Throttle}, {"server-error", p.faults.ServerError}, {"slow", p.faults.Slow},
+		{"drop", p.faults.Drop}, {"lose-answer", p.faults.LoseAnswer}} {
+		if x < k.rate {
+			p.injected[k.kind]++
+			return k.kind
+		}
+		x -= k.rate
+	}
+	return ""
+}
+
+// throttle answers with the throttling error of the request's protocol:
+// the query protocol's XML for Auto Scaling and EC2, JSON for the REST APIs.
+func throttle(w http.ResponseWriter, r *http.Request, body []byte) {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		form, _ := url.ParseQuery(string(body))
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		if form.Get("Version") == "2011-01-01" { // Auto Scaling
+			fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>fault</RequestId></ErrorResponse>`)
+			return
+		}
+		fmt.Fprint(w, `<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>fault</RequestID></Response>`)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Amzn-ErrorType", "ThrottlingException")
+	w.WriteHeader(http.StatusTooManyRequests)
+	fmt.Fprint(w, `{"message":"Rate exceeded"}`)
+}
+
+// hangUp closes the client's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	hijacker, ok := w.(http.Hijacker)
+	if !ok {
+		panic("the fault proxy's server does not support hijacking")
+	}
+	conn, _, err := hijacker.Hijack()
+	if err == nil {
+		_ = conn.Close()
+	}
+}
+
+// discard is a ResponseWriter that drops the answer.
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
