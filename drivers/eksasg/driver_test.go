@@ -55,17 +55,8 @@ func newWorldAt(t *testing.T, endpoint string) *world {
 	asg, ec2c, err := SDKClients(w.endpoint)(ctx, region, testCredentials)
 	require.NoError(t, err)
 	w.asg, w.ec2 = asg, ec2c.(*ec2.Client)
-	vpc, err := w.ec2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
-	require.NoError(t, err)
-	w.vpc = aws.ToString(vpc.Vpc.VpcId)
-	subnet, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
-		AvailabilityZone: aws.String(region + "a")})
-	require.NoError(t, err)
-	w.subnet = aws.ToString(subnet.Subnet.SubnetId)
-	images, err := w.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{})
-	require.NoError(t, err)
-	require.NotEmpty(t, images.Images, "moto offers AMIs")
-	w.image = aws.ToString(images.Images[0].ImageId)
+	network := framework.NewMotoNetwork(t, w.ec2, region)
+	w.vpc, w.subnet, w.image = network.VPC, network.Subnet, network.Image
 	return w
 }
 

@@ -569,13 +569,20 @@ func ownerFromTags(tags map[string]string) drivers.Owner {
 		UID: types.UID(tags[eksasg.TagNodeSetUID])}
 }
 
-// DescribeGroup returns the node group and its instances, or ErrNotFound.
-func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
+// connect returns the class's section and the API clients of its region
+// and credentials.
+func (d *Driver) connect(ctx context.Context, class drivers.Class) (*nodesetv1alpha1.EKSManagedNodeGroup, API, error) {
 	s, err := section(class)
 	if err != nil {
-		return drivers.GroupStatus{}, err
+		return nil, API{}, err
 	}
 	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	return s, api, err
+}
+
+// DescribeGroup returns the node group and its instances, or ErrNotFound.
+func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
+	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
@@ -590,11 +597,7 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 // group with the decrement, then sets the node group's desired size to what
 // the Auto Scaling group now has, so EKS does not launch a replacement.
 func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
-	s, err := section(class)
-	if err != nil {
-		return err
-	}
-	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return err
 	}
@@ -630,11 +633,7 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 
 // DeleteGroup deletes the node group: ErrInProgress until EKS has removed it.
 func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) error {
-	s, err := section(class)
-	if err != nil {
-		return err
-	}
-	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return err
 	}

@@ -46,12 +46,7 @@ func newWorld(t *testing.T) *world {
 	w.api, err = SDKClients(eksasg.SDKConfig{Endpoint: w.endpoint})(ctx, region, testCredentials)
 	require.NoError(t, err)
 	ec2c := w.api.EC2.(*ec2.Client)
-	vpc, err := ec2c.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
-	require.NoError(t, err)
-	subnet, err := ec2c.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
-		AvailabilityZone: aws.String(region + "a")})
-	require.NoError(t, err)
-	w.subnet = aws.ToString(subnet.Subnet.SubnetId)
+	w.subnet = framework.NewMotoNetwork(t, ec2c, region).Subnet
 	_, err = w.api.EKS.(*eks.Client).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("prod"),
 		RoleArn:            aws.String("arn:aws:iam::123456789012:role/eks"),
 		ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: []string{w.subnet}}})

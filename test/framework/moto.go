@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
 
 // StartMoto starts moto_server (the AWS emulator) on a free loopback port
@@ -90,3 +94,29 @@ from moto.server import main
 
 main(sys.argv[1:])
 `
+
+// MotoNetwork is what the AWS tests launch into: a VPC, a subnet in the
+// region's zone a, and an AMI moto offers.
+type MotoNetwork struct {
+	VPC, Subnet, Image string
+}
+
+// NewMotoNetwork makes a MotoNetwork in moto through ec2c.
+func NewMotoNetwork(t testing.TB, ec2c *ec2.Client, region string) MotoNetwork {
+	t.Helper()
+	ctx := context.Background()
+	vpc, err := ec2c.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	if err != nil {
+		t.Fatalf("creating a VPC in moto: %v", err)
+	}
+	subnet, err := ec2c.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String("10.0.1.0/24"),
+		AvailabilityZone: aws.String(region + "a")})
+	if err != nil {
+		t.Fatalf("creating a subnet in moto: %v", err)
+	}
+	images, err := ec2c.DescribeImages(ctx, &ec2.DescribeImagesInput{})
+	if err != nil || len(images.Images) == 0 {
+		t.Fatalf("moto offers no AMI: %v", err)
+	}
+	return MotoNetwork{VPC: aws.ToString(vpc.Vpc.VpcId), Subnet: aws.ToString(subnet.Subnet.SubnetId), Image: aws.ToString(images.Images[0].ImageId)}
+}

@@ -354,12 +354,7 @@ func TestGroupSizeSurgesDuringARollout(t *testing.T) {
 func TestGroupFailureIsAReplicaFailure(t *testing.T) {
 	set := newSet(2)
 	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "nodeset-web", Message: "out of capacity: InsufficientInstanceCapacity"}
-	f := newFixture(t, asgClass(), set)
-	require.NoError(t, f.sync())
-	got, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
-	require.NoError(t, err)
-	failure := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
-	require.NotNil(t, failure)
+	failure := syncedCondition(t, set, nodesetv1alpha1.NodeSetReplicaFailure)
 	assert.Equal(t, ReasonGroupFailure, failure.Reason)
 	assert.Equal(t, "cloud group nodeset-web: out of capacity: InsufficientInstanceCapacity", failure.Message)
 }
@@ -516,12 +511,7 @@ func TestGroupUpdateIsProgress(t *testing.T) {
 	set := newSet(0)
 	set.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
 	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "UPDATING", UpdateID: "u-1", UpdateStatus: "InProgress"}
-	f := newFixture(t, asgClass(), set)
-	require.NoError(t, f.sync())
-	got, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
-	require.NoError(t, err)
-	progressing := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
-	require.NotNil(t, progressing)
+	progressing := syncedCondition(t, set, nodesetv1alpha1.NodeSetProgressing)
 	assert.Equal(t, metav1.ConditionTrue, progressing.Status)
 	assert.Equal(t, ReasonGroupUpdating, progressing.Reason)
 	assert.Equal(t, "cloud group ng is UPDATING; update u-1 InProgress", progressing.Message)
@@ -538,4 +528,17 @@ func TestVictimAlreadyGoneDoesNotHoldTheSet(t *testing.T) {
 	assert.Equal(t, []string{"web-new"}, f.nodeDeletes())
 	assert.True(t, f.controller.expectations.satisfied("team-a/web"),
 		"a deletion answered NotFound is not waited for: its watch event may have come and gone")
+}
+
+// syncedCondition syncs set (of an eks-asg class) once and returns the
+// condition of type it then has.
+func syncedCondition(t *testing.T, set *nodesetv1alpha1.NodeSet, conditionType string) *metav1.Condition {
+	t.Helper()
+	f := newFixture(t, asgClass(), set)
+	require.NoError(t, f.sync())
+	got, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	condition := meta.FindStatusCondition(got.Status.Conditions, conditionType)
+	require.NotNil(t, condition)
+	return condition
 }

@@ -19,6 +19,18 @@ import (
 	"nodeset.dev/nodeset/test/framework"
 )
 
+// startSet starts the kubelet stand-in, makes an eks-asg class and an empty
+// NodeSet of it, and returns the name of the set's group.
+func (e *env) startSet(class, namespace, name string) string {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	go e.kubelets(ctx)
+	e.createClass(class)
+	e.createSet(namespace, name, class, 0)
+	return eksasg.GroupName(cluster, namespace, name)
+}
+
 // settled waits for the set to converge on size and checks the invariants:
 // Nodes = live instances = replicas, one Node per instance (converged), and
 // no instance running anywhere that is not one of them.
@@ -33,13 +45,8 @@ func (e *env) settled(namespace, name, group string, step, size int, timeout tim
 // test-reliability), killing either controller at random moments.
 func TestCrashSequenceEKSASG(t *testing.T) {
 	e := newEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
-	e.createClass("crash")
 	ns := "crash-asg"
-	e.createSet(ns, "seq", "crash", 0)
-	group := eksasg.GroupName(cluster, ns, "seq")
+	group := e.startSet("crash", ns, "seq")
 	p := framework.PlanCrashes(t, framework.CrashPlan{Sizes: []int{6, 2, 5, 0}, Kills: 8, Seed: 20261123},
 		framework.CrashPlan{Sizes: []int{50, 10, 40, 0}, Kills: 24})
 	kills := p.RunCrashes(t, []*framework.Process{e.ctrl.NodeSet, e.ctrl.Node},
@@ -60,13 +67,8 @@ func TestCloudFaults(t *testing.T) {
 		proxy = framework.StartFaultProxy(t, endpoint, 20261123)
 		return proxy.URL
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
-	e.createClass("faulty")
 	ns := "faults"
-	e.createSet(ns, "web", "faulty", 0)
-	group := eksasg.GroupName(cluster, ns, "web")
+	group := e.startSet("faulty", ns, "web")
 	proxy.SetFaults(framework.Faults{Throttle: 0.10, ServerError: 0.05, Slow: 0.05, SlowDelay: time.Second, Drop: 0.05, LoseAnswer: 0.03})
 	for step, size := range []int{6, 2, 5, 0} {
 		e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To(int32(size)) })
