@@ -121,6 +121,15 @@ type Driver interface {
 	Capacity(ctx context.Context, class Class) (Capacity, error)
 }
 
+// CloudValidator is implemented by drivers that can check a class against
+// the cloud with read-only calls (the image, the subnets, the cluster exist;
+// the credentials work). The node controller calls it after Validate, with
+// the class's credentials, and reports an error wrapping
+// ErrInvalidConfiguration as Valid=False; other errors are retried.
+type CloudValidator interface {
+	ValidateCloud(ctx context.Context, class Class) error
+}
+
 // RegistrationObserver is implemented by machine drivers that keep something
 // only until a machine's kubelet has registered, such as its bootstrap token.
 // The node controller calls Registered (idempotent) when the Node is first

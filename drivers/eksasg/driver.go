@@ -59,6 +59,9 @@ type EC2 interface {
 	DeleteLaunchTemplate(context.Context, *ec2.DeleteLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.DeleteLaunchTemplateOutput, error)
 	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 	DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error)
+	DescribeImages(context.Context, *ec2.DescribeImagesInput, ...func(*ec2.Options)) (*ec2.DescribeImagesOutput, error)
+	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	DescribeSecurityGroups(context.Context, *ec2.DescribeSecurityGroupsInput, ...func(*ec2.Options)) (*ec2.DescribeSecurityGroupsOutput, error)
 }
 
 // Clients gives the API clients for a region and a class's credentials.
@@ -103,7 +106,10 @@ type Driver struct {
 	templates map[string]string
 }
 
-var _ drivers.GroupDriver = (*Driver)(nil)
+var (
+	_ drivers.GroupDriver    = (*Driver)(nil)
+	_ drivers.CloudValidator = (*Driver)(nil)
+)
 
 // New returns the eks-asg driver.
 func New(opts Options) *Driver {
@@ -157,6 +163,52 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 	for i, subnet := range s.SubnetIDs {
 		if !strings.HasPrefix(subnet, "subnet-") {
 			return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksAutoscalingGroup.subnetIDs[%d]", i), "%q is not a subnet id (subnet-...)", subnet)
+		}
+	}
+	return nil
+}
+
+// ValidateCloud checks with read-only calls that the image, the subnets and
+// the security groups exist in the region and that the credentials work.
+func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	_, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return err
+	}
+	images, err := ec2c.DescribeImages(ctx, &ec2.DescribeImagesInput{ImageIds: []string{s.ImageID}})
+	if err != nil {
+		return Classify("spec.eksAutoscalingGroup.imageID "+s.ImageID, err)
+	}
+	if len(images.Images) == 0 {
+		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.imageID", "%s does not exist in %s", s.ImageID, s.Region)
+	}
+	return ValidateNetwork(ctx, ec2c, s.Region, "spec.eksAutoscalingGroup.subnetIDs", s.SubnetIDs,
+		"spec.eksAutoscalingGroup.securityGroupIDs", s.SecurityGroupIDs)
+}
+
+// ValidateNetwork checks that the subnets and security groups exist; the
+// fields name them in the messages.
+func ValidateNetwork(ctx context.Context, ec2c EC2, region, subnetsField string, subnets []string, groupsField string, securityGroups []string) error {
+	if len(subnets) > 0 {
+		out, err := ec2c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: subnets})
+		if err != nil {
+			return Classify(subnetsField+" "+strings.Join(subnets, ","), err)
+		}
+		if len(out.Subnets) != len(subnets) {
+			return drivers.InvalidConfiguration(subnetsField, "%d of %d subnets exist in %s", len(out.Subnets), len(subnets), region)
+		}
+	}
+	if len(securityGroups) > 0 {
+		out, err := ec2c.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: securityGroups})
+		if err != nil {
+			return Classify(groupsField+" "+strings.Join(securityGroups, ","), err)
+		}
+		if len(out.SecurityGroups) != len(securityGroups) {
+			return drivers.InvalidConfiguration(groupsField, "%d of %d security groups exist in %s", len(out.SecurityGroups), len(securityGroups), region)
 		}
 	}
 	return nil
@@ -803,14 +855,17 @@ func Classify(what string, err error) error {
 	if !errors.As(err, &apiErr) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	// The API's code and message, without the SDK's wrapping (request ids).
+	said := apiErr.ErrorCode() + ": " + apiErr.ErrorMessage()
 	switch code := apiErr.ErrorCode(); {
 	case code == "Throttling" || code == "ThrottlingException" || code == "RequestLimitExceeded":
-		return fmt.Errorf("%s: %w: %v", what, drivers.ErrThrottled, err)
+		return fmt.Errorf("%s: %w: %s", what, drivers.ErrThrottled, said)
 	case code == "InsufficientInstanceCapacity" || code == "InsufficientCapacity" || code == "LimitExceeded":
-		return fmt.Errorf("%s: %w: %v", what, drivers.ErrOutOfCapacity, err)
+		return fmt.Errorf("%s: %w: %s", what, drivers.ErrOutOfCapacity, said)
 	case code == "ValidationError" || strings.HasPrefix(code, "InvalidParameter") || strings.HasPrefix(code, "InvalidAMIID") ||
-		strings.HasPrefix(code, "InvalidSubnet") || code == "UnauthorizedOperation" || code == "AccessDenied":
-		return fmt.Errorf("%s: %w: %v", what, drivers.ErrInvalidConfiguration, err)
+		strings.HasPrefix(code, "InvalidSubnet") || strings.HasPrefix(code, "InvalidGroup") || code == "UnauthorizedOperation" ||
+		code == "AccessDenied" || code == "AuthFailure" || code == "InvalidClientTokenId" || code == "SignatureDoesNotMatch":
+		return fmt.Errorf("%s: %w: %s", what, drivers.ErrInvalidConfiguration, said)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -443,3 +443,24 @@ func TestMixedInstancesSpotAndZones(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "m5.large", capacity.Labels[corev1.LabelInstanceTypeStable], "scale-from-zero assumes the first type")
 }
+
+func TestValidateCloudNamesWhatDoesNotExist(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	d := w.driver("prod")
+	require.NoError(t, d.ValidateCloud(ctx, w.class()))
+	for field, mutate := range map[string]func(*nodesetv1alpha1.EKSAutoscalingGroup){
+		"spec.eksAutoscalingGroup.imageID":          func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.ImageID = "ami-0123456789abcdef0" },
+		"spec.eksAutoscalingGroup.subnetIDs":        func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.SubnetIDs = []string{"subnet-0123456789abcdef0"} },
+		"spec.eksAutoscalingGroup.securityGroupIDs": func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.SecurityGroupIDs = []string{"sg-0123456789abcdef0"} },
+	} {
+		class := w.class()
+		section := *class.Spec.EKSAutoscalingGroup
+		mutate(&section)
+		class.Spec.EKSAutoscalingGroup = &section
+		err := d.ValidateCloud(ctx, class)
+		require.ErrorIs(t, err, drivers.ErrInvalidConfiguration, field)
+		assert.ErrorContains(t, err, field)
+		t.Logf("%s: %v", field, err)
+	}
+}

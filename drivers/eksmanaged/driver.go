@@ -42,6 +42,7 @@ type EKS interface {
 	DescribeUpdate(context.Context, *eks.DescribeUpdateInput, ...func(*eks.Options)) (*eks.DescribeUpdateOutput, error)
 	DeleteNodegroup(context.Context, *eks.DeleteNodegroupInput, ...func(*eks.Options)) (*eks.DeleteNodegroupOutput, error)
 	ListNodegroups(context.Context, *eks.ListNodegroupsInput, ...func(*eks.Options)) (*eks.ListNodegroupsOutput, error)
+	DescribeCluster(context.Context, *eks.DescribeClusterInput, ...func(*eks.Options)) (*eks.DescribeClusterOutput, error)
 }
 
 // API is the clients of one region and set of credentials.
@@ -106,7 +107,10 @@ type Driver struct {
 	opts Options
 }
 
-var _ drivers.GroupDriver = (*Driver)(nil)
+var (
+	_ drivers.GroupDriver    = (*Driver)(nil)
+	_ drivers.CloudValidator = (*Driver)(nil)
+)
 
 // New returns the eks-managed driver.
 func New(opts Options) *Driver { return &Driver{opts: opts} }
@@ -155,6 +159,28 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.releaseVersion", "needs version (the Kubernetes version it is a release of)")
 	}
 	return nil
+}
+
+// ValidateCloud checks with read-only calls that the cluster and the
+// subnets exist and that the credentials work.
+func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
+	s, api, err := d.connect(ctx, class)
+	if err != nil {
+		return err
+	}
+	_, err = api.EKS.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(s.ClusterName)})
+	if eksasg.IsCode(err, "ResourceNotFoundException") {
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.clusterName", "EKS cluster %s does not exist in %s", s.ClusterName, s.Region)
+	}
+	if err != nil {
+		return classify("describing EKS cluster "+s.ClusterName, err)
+	}
+	var securityGroups []string
+	if s.RemoteAccess != nil {
+		securityGroups = s.RemoteAccess.SourceSecurityGroups
+	}
+	return eksasg.ValidateNetwork(ctx, api.EC2, s.Region, "spec.eksManagedNodeGroup.subnets", s.Subnets,
+		"spec.eksManagedNodeGroup.remoteAccess.sourceSecurityGroups", securityGroups)
 }
 
 // Capacity is what a node of the first instance type offers.

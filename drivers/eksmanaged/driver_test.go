@@ -373,3 +373,20 @@ func TestTerminateMachineLowersTheNodeGroupToo(t *testing.T) {
 	require.NoError(t, d.TerminateMachine(ctx, w.class(), "ng", victim), "terminating it again is done")
 	assert.NotContains(t, fake.calls, "UpdateNodegroupConfig")
 }
+
+func TestValidateCloudChecksTheClusterAndSubnets(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	d := w.driver()
+	require.NoError(t, d.ValidateCloud(ctx, w.class()))
+	class := w.class()
+	class.Spec.EKSManagedNodeGroup.ClusterName = "staging"
+	err := d.ValidateCloud(ctx, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, "spec.eksManagedNodeGroup.clusterName: EKS cluster staging does not exist in us-east-1")
+	class = w.class()
+	class.Spec.EKSManagedNodeGroup.Subnets = []string{"subnet-0123456789abcdef0"}
+	err = d.ValidateCloud(ctx, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, "spec.eksManagedNodeGroup.subnets subnet-0123456789abcdef0: invalid configuration: InvalidSubnetID.NotFound")
+}

@@ -130,6 +130,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		creds, credsErr = c.credentials(ctx, class)
 		problem = credsErr
 	}
+	if cloud, ok := driver.(drivers.CloudValidator); ok && problem == nil {
+		// The cloud's word on the image, the network, the credentials.
+		err := cloud.ValidateCloud(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
+		if err != nil && !errors.Is(err, drivers.ErrInvalidConfiguration) {
+			return fmt.Errorf("validating NodeClass %s against the cloud: %w", class.Name, err)
+		}
+		problem = err
+	}
 	switch {
 	case problem == nil:
 		condition.Status, condition.Reason = metav1.ConditionTrue, ReasonValid

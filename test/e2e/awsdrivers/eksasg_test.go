@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -161,8 +162,15 @@ func (e *env) createSet(namespace, name, class string, replicas int32) *nodesetv
 	return set
 }
 
-func (e *env) createClass(name string) {
+func (e *env) createClass(name string, mutate ...func(*nodesetv1alpha1.EKSAutoscalingGroup)) {
 	ctx := context.Background()
+	section := &nodesetv1alpha1.EKSAutoscalingGroup{
+		ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
+		Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
+	}
+	for _, m := range mutate {
+		m(section)
+	}
 	_, err := e.kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-aws"},
 		Data:       awsCredentials,
@@ -173,12 +181,9 @@ func (e *env) createClass(name string) {
 		Spec: nodesetv1alpha1.NodeClassSpec{
 			Driver:               nodesetv1alpha1.DriverEKSASG,
 			CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: name + "-aws"},
-			DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
-				ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
-				Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
-			}},
-			RegistrationTimeout: &metav1.Duration{Duration: 5 * time.Minute},
-			Drain:               &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
+			DriverSections:       nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: section},
+			RegistrationTimeout:  &metav1.Duration{Duration: 5 * time.Minute},
+			Drain:                &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(e.t, err)
@@ -473,4 +478,35 @@ func TestOrphanGroupIsCollected(t *testing.T) {
 		return err == nil && len(out.AutoScalingGroups) == 0, nil
 	}), "the orphan group is deleted")
 	assert.Empty(t, e.runningInstances(), "with its instances")
+}
+
+// TestCloudRefusesBadClasses: a class naming an image or subnet the region
+// does not have is Valid=False with AWS's code and message, before any
+// NodeSet uses it.
+func TestCloudRefusesBadClasses(t *testing.T) {
+	e := newEnv(t)
+	e.createClass("bad-ami", func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.ImageID = "ami-0123456789abcdef0" })
+	e.createClass("bad-subnet", func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.SubnetIDs = []string{"subnet-0123456789abcdef0"} })
+	e.createClass("good")
+	for name, want := range map[string]string{
+		"bad-ami":    "spec.eksAutoscalingGroup.imageID ami-0123456789abcdef0: invalid configuration: InvalidAMIID.NotFound",
+		"bad-subnet": "spec.eksAutoscalingGroup.subnetIDs subnet-0123456789abcdef0: invalid configuration: InvalidSubnetID.NotFound",
+		"good":       "driver eks-asg accepts the configuration",
+	} {
+		var last string
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			class, err := e.nodesets.NodesetV1alpha1().NodeClasses().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			valid := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+			if valid == nil {
+				return false, nil
+			}
+			last = string(valid.Status) + " " + valid.Message
+			return strings.Contains(valid.Message, want), nil
+		})
+		require.NoError(t, err, "NodeClass %s: Valid is %q", name, last)
+		assert.NotContains(t, last, "testing", "no credential in the condition")
+	}
 }
