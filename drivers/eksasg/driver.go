@@ -86,7 +86,19 @@ type Options struct {
 	PollInterval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Clusters looks up the API endpoint, CA and service CIDR of a class's
+	// EKS cluster when its bootstrap section leaves them out; without it
+	// they are required.
+	Clusters ClusterLookup
 }
+
+// ClusterInfo is what the user data needs to join a node to its cluster.
+type ClusterInfo struct {
+	Endpoint, CertificateAuthority, ServiceCIDR string
+}
+
+// ClusterLookup returns the ClusterInfo of an EKS cluster.
+type ClusterLookup func(ctx context.Context, region string, credentials map[string][]byte, cluster string) (ClusterInfo, error)
 
 // Scope is a region and the credentials to look in it with.
 type Scope struct {
@@ -104,6 +116,8 @@ type Driver struct {
 	// templates are the template hashes whose launch template version is
 	// known to exist, by group.
 	templates map[string]string
+	// clusters are the EKS clusters looked up, by region and name.
+	clusters map[string]ClusterInfo
 }
 
 var (
@@ -119,7 +133,7 @@ func New(opts Options) *Driver {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}}
+	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}}
 }
 
 // Name is the value of spec.driver the driver serves.
@@ -338,6 +352,10 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 // when the configuration changed (the version's description is the template
 // hash).
 func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup) error {
+	s, err := d.withCluster(ctx, group.Class.Credentials, s)
+	if err != nil {
+		return err
+	}
 	data, err := launchTemplateData(group, s, d.tags(group.Owner, group.TemplateHash, nil))
 	if err != nil {
 		return err
@@ -369,6 +387,44 @@ func (d *Driver) ensureLaunchTemplate(ctx context.Context, ec2c EC2, group drive
 		LaunchTemplateData: data,
 	})
 	return Classify("creating a launch template version of "+group.Name, err)
+}
+
+// withCluster returns s with the bootstrap endpoint, CA and service CIDR it
+// leaves out looked up from EKS (once per cluster).
+func (d *Driver) withCluster(ctx context.Context, credentials map[string][]byte, s *nodesetv1alpha1.EKSAutoscalingGroup) (*nodesetv1alpha1.EKSAutoscalingGroup, error) {
+	b := s.Bootstrap
+	if d.opts.Clusters == nil || (b != nil && b.APIServerEndpoint != "" && b.CertificateAuthority != "") {
+		return s, nil
+	}
+	key := s.Region + "/" + s.ClusterName
+	d.mu.Lock()
+	info, ok := d.clusters[key]
+	d.mu.Unlock()
+	if !ok {
+		var err error
+		if info, err = d.opts.Clusters(ctx, s.Region, credentials, s.ClusterName); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.clusters[key] = info
+		d.mu.Unlock()
+	}
+	out := *s
+	filled := nodesetv1alpha1.EKSBootstrap{}
+	if b != nil {
+		filled = *b
+	}
+	if filled.APIServerEndpoint == "" {
+		filled.APIServerEndpoint = info.Endpoint
+	}
+	if filled.CertificateAuthority == "" {
+		filled.CertificateAuthority = info.CertificateAuthority
+	}
+	if filled.ServiceCIDR == "" {
+		filled.ServiceCIDR = info.ServiceCIDR
+	}
+	out.Bootstrap = &filled
+	return &out, nil
 }
 
 func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGroup, owner map[string]string) (*ec2types.RequestLaunchTemplateData, error) {

@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -463,4 +465,41 @@ func TestValidateCloudNamesWhatDoesNotExist(t *testing.T) {
 		assert.ErrorContains(t, err, field)
 		t.Logf("%s: %v", field, err)
 	}
+}
+
+func TestBootstrapIsLookedUpFromEKS(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	configs := NewAWSConfigs(SDKConfig{Endpoint: w.endpoint})
+	cfg, err := configs(ctx, region, testCredentials)
+	require.NoError(t, err)
+	created, err := eks.NewFromConfig(*cfg).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("prod"),
+		RoleArn: aws.String("arn:aws:iam::123456789012:role/eks"), ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: []string{w.subnet}}})
+	require.NoError(t, err)
+	endpoint := aws.ToString(created.Cluster.Endpoint)
+	require.NotEmpty(t, endpoint)
+	class := w.class()
+	class.Spec.EKSAutoscalingGroup.Bootstrap = nil
+	group := drivers.Group{Name: "looked-up", Owner: drivers.Owner{Cluster: "prod", Namespace: "a", Name: "b"}, Class: class, Replicas: 0, MaxReplicas: 1, TemplateHash: "h"}
+
+	_, err = w.driver("prod").EnsureGroup(ctx, group)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration, "without a lookup the endpoint and CA are required")
+	assert.ErrorContains(t, err, "spec.eksAutoscalingGroup.bootstrap")
+
+	d := New(Options{Cluster: "prod", Clients: ClientsFrom(configs), Clusters: NewClusterLookup(configs)})
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	versions, err := w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String("looked-up")})
+	require.NoError(t, err)
+	userData, err := base64.StdEncoding.DecodeString(aws.ToString(versions.LaunchTemplateVersions[0].LaunchTemplateData.UserData))
+	require.NoError(t, err)
+	assert.Contains(t, string(userData), fmt.Sprintf("apiServerEndpoint: %q", endpoint))
+	assert.Contains(t, string(userData), fmt.Sprintf("certificateAuthority: %q", aws.ToString(created.Cluster.CertificateAuthority.Data)))
+
+	other := w.class()
+	other.Spec.EKSAutoscalingGroup.Bootstrap, other.Spec.EKSAutoscalingGroup.ClusterName = nil, "staging"
+	group.Name, group.Class = "no-cluster", other
+	_, err = d.EnsureGroup(ctx, group)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, "spec.eksAutoscalingGroup.clusterName: EKS cluster staging does not exist in us-east-1")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go/middleware"
 	"golang.org/x/time/rate"
@@ -91,6 +92,36 @@ func ClientsFrom(configs func(ctx context.Context, region string, creds map[stri
 			cache[cfg] = p
 		}
 		return p.asg, p.ec2, nil
+	}
+}
+
+// NewClusterLookup looks EKS clusters up with DescribeCluster, through the
+// shared configurations of NewAWSConfigs.
+func NewClusterLookup(configs func(ctx context.Context, region string, creds map[string][]byte) (*aws.Config, error)) ClusterLookup {
+	return func(ctx context.Context, region string, creds map[string][]byte, cluster string) (ClusterInfo, error) {
+		cfg, err := configs(ctx, region, creds)
+		if err != nil {
+			return ClusterInfo{}, err
+		}
+		out, err := eks.NewFromConfig(*cfg).DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(cluster)})
+		if IsCode(err, "ResourceNotFoundException") {
+			return ClusterInfo{}, drivers.InvalidConfiguration("spec.eksAutoscalingGroup.clusterName", "EKS cluster %s does not exist in %s", cluster, region)
+		}
+		if err != nil {
+			return ClusterInfo{}, Classify("describing EKS cluster "+cluster, err)
+		}
+		c := out.Cluster
+		info := ClusterInfo{Endpoint: aws.ToString(c.Endpoint)}
+		if c.CertificateAuthority != nil {
+			info.CertificateAuthority = aws.ToString(c.CertificateAuthority.Data)
+		}
+		if n := c.KubernetesNetworkConfig; n != nil {
+			info.ServiceCIDR = aws.ToString(n.ServiceIpv4Cidr)
+		}
+		if info.Endpoint == "" || info.CertificateAuthority == "" {
+			return ClusterInfo{}, fmt.Errorf("EKS cluster %s has no endpoint or CA yet (status %s)", cluster, c.Status)
+		}
+		return info, nil
 	}
 }
 
@@ -193,7 +224,7 @@ func UserData(s *nodesetv1alpha1.EKSAutoscalingGroup, labels map[string]string, 
 	}
 	if b.APIServerEndpoint == "" || b.CertificateAuthority == "" {
 		return "", drivers.InvalidConfiguration("spec.eksAutoscalingGroup.bootstrap",
-			"apiServerEndpoint and certificateAuthority are required (they are not looked up from EKS yet)")
+			"apiServerEndpoint and certificateAuthority are required when the node controller cannot look them up from EKS")
 	}
 	var nodeLabels []string
 	for _, k := range sortedKeys(labels) {

@@ -146,9 +146,11 @@ func Main(name string, extra ...Driver) int {
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
 			if _, ok := registry[nodesetv1alpha1.DriverEKSASG]; ok {
 				awsConfig.Observe = metrics.CloudCalls(nodesetv1alpha1.DriverEKSASG)
+				configs := eksasg.NewAWSConfigs(awsConfig)
 				registry[nodesetv1alpha1.DriverEKSASG] = eksasg.New(eksasg.Options{
 					Cluster:      cluster,
-					Clients:      eksasg.NewSDKClients(awsConfig),
+					Clients:      eksasg.ClientsFrom(configs),
+					Clusters:     eksasg.NewClusterLookup(configs),
 					Scopes:       awsScopes(clients.Kube, classes.Lister()),
 					PollInterval: min(15*time.Second, groupPoll/2),
 				})
