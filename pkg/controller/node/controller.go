@@ -85,6 +85,9 @@ type Controller struct {
 	groups      workqueue.TypedRateLimitingInterface[string]
 	nodeIndexer cache.Indexer
 
+	credentialsMu    sync.Mutex
+	credentialsCache map[string]credentialsRead
+
 	terminatedMu sync.Mutex
 	// terminated are the providerIDs of group machines terminated lately.
 	terminated map[string]time.Time
@@ -128,6 +131,8 @@ func NewController(
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
 		nodeIndexer: nodeInformer.Informer().GetIndexer(),
 		terminated:  map[string]time.Time{},
+
+		credentialsCache: map[string]credentialsRead{},
 	}
 	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID}); err != nil {
 		return nil, err

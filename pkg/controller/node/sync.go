@@ -99,9 +99,38 @@ func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class 
 	return drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}, nil
 }
 
-// credentials are the data of the class's credentials Secret, if it has one.
+// credentialsTTL is how long a credentials Secret read is used: every
+// group poll and Node sync needs it, and a rotated Secret is picked up
+// within it.
+const credentialsTTL = 30 * time.Second
+
+// credentials are the data of the class's credentials Secret, if it has
+// one, read at most once per credentialsTTL.
 func (c *Controller) credentials(ctx context.Context, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
-	return ReadCredentials(ctx, c.kube, class)
+	ref := class.Spec.CredentialsSecretRef
+	if ref == nil {
+		return nil, nil
+	}
+	key := ref.Namespace + "/" + ref.Name
+	c.credentialsMu.Lock()
+	cached, ok := c.credentialsCache[key]
+	c.credentialsMu.Unlock()
+	if ok && c.opts.Now().Sub(cached.read) < credentialsTTL {
+		return cached.data, nil
+	}
+	data, err := ReadCredentials(ctx, c.kube, class)
+	if err != nil {
+		return nil, err
+	}
+	c.credentialsMu.Lock()
+	c.credentialsCache[key] = credentialsRead{data: data, read: c.opts.Now()}
+	c.credentialsMu.Unlock()
+	return data, nil
+}
+
+type credentialsRead struct {
+	data map[string][]byte
+	read time.Time
 }
 
 // ReadCredentials returns the data of the class's credentials Secret, nil
