@@ -855,9 +855,33 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Cap
 	return InstanceTypeCapacity(ctx, ec2c, "spec.eksAutoscalingGroup.instanceType", s.Region, instanceType)
 }
 
+// capacities caches instance types' capacities by region and type: they
+// do not change.
+var capacities sync.Map
+
 // InstanceTypeCapacity is what a node of the instance type offers; an
-// unknown type is an invalid configuration of field.
+// unknown type is an invalid configuration of field. Answers are cached for
+// the life of the process.
 func InstanceTypeCapacity(ctx context.Context, ec2c EC2, field, region, instanceType string) (drivers.Capacity, error) {
+	key := region + "/" + instanceType
+	if cached, ok := capacities.Load(key); ok {
+		return copyCapacity(cached.(drivers.Capacity)), nil
+	}
+	capacity, err := describeInstanceType(ctx, ec2c, field, region, instanceType)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	capacities.Store(key, capacity)
+	return copyCapacity(capacity), nil
+}
+
+// copyCapacity is a copy the caller may change.
+func copyCapacity(c drivers.Capacity) drivers.Capacity {
+	return drivers.Capacity{Resources: c.Resources.DeepCopy(), Allocatable: c.Allocatable.DeepCopy(),
+		Labels: maps.Clone(c.Labels), Taints: slices.Clone(c.Taints)}
+}
+
+func describeInstanceType(ctx context.Context, ec2c EC2, field, region, instanceType string) (drivers.Capacity, error) {
 	out, err := ec2c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []ec2types.InstanceType{ec2types.InstanceType(instanceType)}})
 	if err != nil {
 		return drivers.Capacity{}, Classify("describing instance type "+instanceType, err)
