@@ -56,7 +56,9 @@ test-unit:
 	$(GO) test $(TEST_FLAGS) -short ./...
 
 ## bench: for each size (NODESET_BENCH_SIZES, default 100,1000; add 5000 for the large run) a client-go baseline,
-## then a simulated NodeSet 0 -> N Ready -> 0 with both controllers; prints a table, writes _output/bench.json
+## then a simulated NodeSet 0 -> N Ready -> 0 with both controllers; prints a table, writes _output/bench.json;
+## then the eks-asg driver's AWS calls per launched node and per poll against moto (1 and 50 NodeSets),
+## _output/bench-aws.json
 bench: kube-binaries
 	NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=120m -run '^$$' -bench . -benchtime=1x ./test/bench/
 

@@ -47,7 +47,7 @@ const (
 	cluster = "e2e"
 )
 
-var awsCredentials = map[string][]byte{eksasg.CredentialAccessKeyID: []byte("testing"), eksasg.CredentialSecretAccessKey: []byte("testing")}
+var awsCredentials = framework.MotoCredentials
 
 // env is one moto server, both controllers serving eks-asg against it, and
 // the clients the test uses.
@@ -61,6 +61,7 @@ type env struct {
 	ctrl     *framework.Controllers
 	image    string
 	subnet   string
+	network  framework.MotoNetwork
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
@@ -78,8 +79,8 @@ func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 	asg, ec2c, err := eksasg.SDKClients(e.endpoint)(ctx, region, awsCredentials)
 	require.NoError(t, err)
 	e.asg, e.ec2 = asg.(*autoscaling.Client), ec2c.(*ec2.Client)
-	network := framework.NewMotoNetwork(t, e.ec2, region)
-	e.subnet, e.image = network.Subnet, network.Image
+	e.network = framework.NewMotoNetwork(t, e.ec2, region)
+	e.subnet, e.image = e.network.Subnet, e.network.Image
 
 	cfg := framework.Shared.AdminConfig()
 	e.kube = kubernetes.NewForConfigOrDie(cfg)
@@ -114,27 +115,8 @@ func tail(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// kubelets stands in for the kubelets of the instances: every Node with a
-// aws:/// providerID is reported Ready, until ctx is done.
-func (e *env) kubelets(ctx context.Context) {
-	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		nodes, err := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for i := range nodes.Items {
-			n := &nodes.Items[i]
-			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///") || ready(n) || n.DeletionTimestamp != nil {
-				continue
-			}
-			now := metav1.Now()
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-				Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now})
-			_, _ = e.kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		}
-		return false, nil
-	})
-}
+// kubelets stands in for the kubelets of the instances until ctx is done.
+func (e *env) kubelets(ctx context.Context) { framework.ReportAWSNodesReady(ctx, e.kube) }
 
 func ready(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
@@ -164,28 +146,16 @@ func (e *env) createSet(namespace, name, class string, replicas int32) *nodesetv
 
 func (e *env) createClass(name string, mutate ...func(*nodesetv1alpha1.EKSAutoscalingGroup)) {
 	ctx := context.Background()
-	section := &nodesetv1alpha1.EKSAutoscalingGroup{
-		ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
-		Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
-	}
-	for _, m := range mutate {
-		m(section)
-	}
 	_, err := e.kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-aws"},
 		Data:       awsCredentials,
 	}, metav1.CreateOptions{})
 	require.NoError(e.t, err)
-	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: nodesetv1alpha1.NodeClassSpec{
-			Driver:               nodesetv1alpha1.DriverEKSASG,
-			CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: name + "-aws"},
-			DriverSections:       nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: section},
-			RegistrationTimeout:  &metav1.Duration{Duration: 5 * time.Minute},
-			Drain:                &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
-		},
-	}, metav1.CreateOptions{})
+	class := framework.ASGClass(name, region, e.network, name+"-aws")
+	for _, m := range mutate {
+		m(class.Spec.EKSAutoscalingGroup)
+	}
+	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
 	require.NoError(e.t, err)
 }
 
