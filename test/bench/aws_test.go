@@ -25,6 +25,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -139,7 +140,7 @@ func awsFleet(b *testing.B, sets int) *awsResult {
 		}
 		ready := 0
 		for i := range nodes.Items {
-			if isReady(&nodes.Items[i]) && !hasTaint(&nodes.Items[i], nodesetv1alpha1.TaintUnregistered) {
+			if nodeutil.IsReady(&nodes.Items[i]) && !nodeutil.HasStartupTaint(&nodes.Items[i]) {
 				ready++
 			}
 		}
@@ -180,15 +181,6 @@ func setNames(n int) []string {
 		names[i] = fmt.Sprintf("set-%02d", i)
 	}
 	return names
-}
-
-func isReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 var cloudCallRE = regexp.MustCompile(`(?m)^nodeset_cloud_api_calls_total\{driver="eks-asg",operation="([A-Za-z]+)",outcome="[a-z]+"\} ([0-9.e+]+)$`)

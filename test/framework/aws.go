@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // MotoCredentials are the static keys the AWS tests use (moto takes any).
@@ -27,7 +28,7 @@ func ReportAWSNodesReady(ctx context.Context, kube kubernetes.Interface) {
 		}
 		for i := range nodes.Items {
 			n := &nodes.Items[i]
-			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///") || n.DeletionTimestamp != nil || nodeReady(n) {
+			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///") || n.DeletionTimestamp != nil || nodeutil.IsReady(n) {
 				continue
 			}
 			now := metav1.Now()
@@ -37,15 +38,6 @@ func ReportAWSNodesReady(ctx context.Context, kube kubernetes.Interface) {
 		}
 		return false, nil
 	})
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // ASGClass is an eks-asg NodeClass (cluster "prod") launching t3.large

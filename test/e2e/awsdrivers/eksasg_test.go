@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -37,6 +36,7 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -117,15 +117,6 @@ func tail(s string, n int) string {
 
 // kubelets stands in for the kubelets of the instances until ctx is done.
 func (e *env) kubelets(ctx context.Context) { framework.ReportAWSNodesReady(ctx, e.kube) }
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 // createSet makes the namespace and a NodeSet of class with replicas.
 func (e *env) createSet(namespace, name, class string, replicas int32) *nodesetv1alpha1.NodeSet {
@@ -216,7 +207,7 @@ func (e *env) converged(namespace, name, group string, n int, timeout time.Durat
 		readyCount := 0
 		byProvider := map[string]bool{}
 		for _, node := range nodes {
-			if ready(&node) && node.DeletionTimestamp == nil && !hasTaint(&node, nodesetv1alpha1.TaintUnregistered) {
+			if nodeutil.IsReady(&node) && node.DeletionTimestamp == nil && !nodeutil.HasStartupTaint(&node) {
 				readyCount++
 			}
 			byProvider[node.Spec.ProviderID] = true
@@ -231,10 +222,6 @@ func (e *env) converged(namespace, name, group string, n int, timeout time.Durat
 	})
 	require.NoError(e.t, err, "NodeSet %s/%s converging on %d: %s", namespace, name, n, last)
 	return nodes
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
 func (e *env) update(namespace, name string, mutate func(*nodesetv1alpha1.NodeSet)) {
