@@ -27,7 +27,7 @@ import (
 func main() {
 	var opts component.Options
 	var groupDrivers []string
-	var resync, statusInterval time.Duration
+	var resync, statusInterval, nodeEventBatch time.Duration
 	var serving autoscaler.ServingOptions
 	var webhook admission.ServingOptions
 	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
@@ -37,6 +37,8 @@ func main() {
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every NodeSet is reconciled even without changes.")
 	fs.DurationVar(&statusInterval, "status-update-interval", time.Second,
 		"Least time between two status writes of a NodeSet that only count progress (replica counts, condition messages); 0 writes every change.")
+	fs.DurationVar(&nodeEventBatch, "node-event-batch-period", 500*time.Millisecond,
+		"How long a NodeSet's sync waits after a change of one of its Nodes, so that many Nodes' changes are handled by one sync; 0 syncs at once.")
 	serving.AddFlags(fs)
 	webhook.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -67,7 +69,7 @@ func main() {
 			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
 				kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
-				nodesetcontroller.Options{GroupDrivers: groupDrivers, StatusInterval: statusInterval})
+				nodesetcontroller.Options{GroupDrivers: groupDrivers, StatusInterval: statusInterval, NodeEventBatch: nodeEventBatch})
 			if err != nil {
 				return err
 			}

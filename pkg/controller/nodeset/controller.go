@@ -55,6 +55,10 @@ type Options struct {
 	// StatusInterval spaces a set's status writes that only count progress
 	// (replica counts, condition messages); 0 writes every change at once.
 	StatusInterval time.Duration
+	// NodeEventBatch is how long a NodeSet's sync waits after a change of
+	// one of its Nodes, so that the changes of many Nodes (a scale-up, a
+	// drain wave) are handled by one sync; 0 syncs at once.
+	NodeEventBatch time.Duration
 }
 
 // Controller turns NodeSets into Nodes.
@@ -78,6 +82,7 @@ type Controller struct {
 	now          func() time.Time
 
 	statusInterval time.Duration
+	nodeEventBatch time.Duration
 	statusMu       sync.Mutex
 	lastStatus     map[string]time.Time // by set key: the last status write
 }
@@ -123,6 +128,7 @@ func NewController(
 		now:          opts.Now,
 
 		statusInterval: opts.StatusInterval,
+		nodeEventBatch: opts.NodeEventBatch,
 		lastStatus:     map[string]time.Time{},
 	}
 	for _, d := range opts.GroupDrivers {
@@ -284,7 +290,18 @@ func (c *Controller) nodeAdded(obj any) {
 	} else {
 		c.expectations.creationObserved(key)
 	}
-	c.queue.Add(key)
+	c.enqueueForNode(key)
+}
+
+// enqueueForNode syncs a NodeSet after a change of one of its Nodes, at
+// most once per NodeEventBatch: the delaying queue keeps the earliest time
+// a key is due, so every change within the period joins the first.
+func (c *Controller) enqueueForNode(key string) {
+	if c.nodeEventBatch <= 0 {
+		c.queue.Add(key)
+		return
+	}
+	c.queue.AddAfter(key, c.nodeEventBatch)
 }
 
 func (c *Controller) nodeUpdated(oldObj, newObj any) {
@@ -297,10 +314,10 @@ func (c *Controller) nodeUpdated(oldObj, newObj any) {
 		if newNode.DeletionTimestamp != nil && oldNode.DeletionTimestamp == nil {
 			c.expectations.deletionObserved(newKey, newNode.Name)
 		}
-		c.queue.Add(newKey)
+		c.enqueueForNode(newKey)
 	}
 	if oldKey, ok := nodeSetKey(oldNode); ok && oldKey != newKey {
-		c.queue.Add(oldKey)
+		c.enqueueForNode(oldKey)
 	}
 }
 
@@ -314,7 +331,7 @@ func (c *Controller) nodeDeleted(obj any) {
 	}
 	if key, ok := nodeSetKey(node); ok {
 		c.expectations.deletionObserved(key, node.Name)
-		c.queue.Add(key)
+		c.enqueueForNode(key)
 	}
 }
 

@@ -542,3 +542,17 @@ func syncedCondition(t *testing.T, set *nodesetv1alpha1.NodeSet, conditionType s
 	require.NotNil(t, condition)
 	return condition
 }
+
+func TestNodeEventsOfASetAreBatched(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	f := newFixture(t, class, set)
+	f.controller.nodeEventBatch = time.Second
+	for i := range 20 {
+		f.controller.nodeAdded(setNode(t, set, class, fmt.Sprintf("web-%d", i), time.Minute, true))
+	}
+	assert.Zero(t, f.controller.queue.Len(), "nothing synced before the batch period")
+	require.Eventually(t, func() bool { return f.controller.queue.Len() > 0 }, 5*time.Second, 50*time.Millisecond)
+	assert.Equal(t, 1, f.controller.queue.Len(), "20 Node events, one sync")
+	f.controller.queue.ShutDown()
+}
