@@ -285,19 +285,23 @@ func (c *Controller) nodeAdded(obj any) {
 	if !ok {
 		return
 	}
+	waiting := !c.expectations.satisfied(key)
 	if node.DeletionTimestamp != nil {
 		c.expectations.deletionObserved(key, node.Name)
 	} else {
 		c.expectations.creationObserved(key)
 	}
-	c.enqueueForNode(key)
+	c.enqueueForNode(key, waiting)
 }
 
 // enqueueForNode syncs a NodeSet after a change of one of its Nodes, at
 // most once per NodeEventBatch: the delaying queue keeps the earliest time
-// a key is due, so every change within the period joins the first.
-func (c *Controller) enqueueForNode(key string) {
-	if c.nodeEventBatch <= 0 {
+// a key is due, so every change within the period joins the first. When
+// the change is the last one the set's expectations were waiting for
+// (waiting was true before it was observed), the sync is due at once: the
+// next batch of creations or deletions waits for nothing else.
+func (c *Controller) enqueueForNode(key string, waiting bool) {
+	if c.nodeEventBatch <= 0 || (waiting && c.expectations.satisfied(key)) {
 		c.queue.Add(key)
 		return
 	}
@@ -311,13 +315,14 @@ func (c *Controller) nodeUpdated(oldObj, newObj any) {
 	}
 	newKey, ok := nodeSetKey(newNode)
 	if ok {
+		waiting := !c.expectations.satisfied(newKey)
 		if newNode.DeletionTimestamp != nil && oldNode.DeletionTimestamp == nil {
 			c.expectations.deletionObserved(newKey, newNode.Name)
 		}
-		c.enqueueForNode(newKey)
+		c.enqueueForNode(newKey, waiting)
 	}
 	if oldKey, ok := nodeSetKey(oldNode); ok && oldKey != newKey {
-		c.enqueueForNode(oldKey)
+		c.enqueueForNode(oldKey, false)
 	}
 }
 
@@ -330,8 +335,9 @@ func (c *Controller) nodeDeleted(obj any) {
 		return
 	}
 	if key, ok := nodeSetKey(node); ok {
+		waiting := !c.expectations.satisfied(key)
 		c.expectations.deletionObserved(key, node.Name)
-		c.enqueueForNode(key)
+		c.enqueueForNode(key, waiting)
 	}
 }
 

@@ -556,3 +556,16 @@ func TestNodeEventsOfASetAreBatched(t *testing.T) {
 	assert.Equal(t, 1, f.controller.queue.Len(), "20 Node events, one sync")
 	f.controller.queue.ShutDown()
 }
+
+func TestTheLastAwaitedNodeEventSyncsAtOnce(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	f := newFixture(t, class, set)
+	f.controller.nodeEventBatch = time.Hour
+	f.controller.expectations.expectCreations("team-a/web", 2)
+	f.controller.nodeAdded(setNode(t, set, class, "web-a", time.Minute, false))
+	assert.Zero(t, f.controller.queue.Len(), "one creation still awaited: the event waits for the batch")
+	f.controller.nodeAdded(setNode(t, set, class, "web-b", time.Minute, false))
+	assert.Equal(t, 1, f.controller.queue.Len(), "the last awaited creation: the next batch is decided at once")
+	f.controller.queue.ShutDown()
+}
