@@ -2,12 +2,11 @@ package framework
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -16,25 +15,26 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
 
-// StartMoto starts moto_server (the AWS emulator) on a free loopback port
-// for the test and returns its endpoint; it stops with the test. Its log is
-// in the test's temporary directory.
+// StartMoto starts moto_server (the AWS emulator) on a loopback port for
+// the test and returns its endpoint; it stops with the test. Its log is in
+// the test's temporary directory.
+//
+// moto picks its own port (port 0) and the endpoint is read from its log:
+// a port chosen here and handed to it would be free only until moto binds
+// it, a second or two later, and a test process running beside this one
+// could pick it too, leaving both tests talking to one moto.
 func StartMoto(t testing.TB) string {
 	t.Helper()
 	path, err := exec.LookPath("moto_server")
 	if err != nil {
 		t.Fatalf("moto_server is not on PATH (pip install 'moto[server]'): %v", err)
 	}
-	ports, err := freePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	logFile, err := os.Create(filepath.Join(dir, "moto.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-H", "127.0.0.1", "-p", strconv.Itoa(ports[0])}
+	args := []string{"-H", "127.0.0.1", "-p", "0"}
 	cmd := exec.Command(path, args...)
 	// moto_server with its known faults fixed, when the python3 on PATH is
 	// the one moto is installed in (as with pip and pyenv installs).
@@ -55,16 +55,25 @@ func StartMoto(t testing.TB) string {
 		_ = cmd.Wait()
 		logFile.Close()
 	})
-	endpoint := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	running := regexp.MustCompile(`Running on (http://127\.0\.0\.1:[0-9]+)`)
 	client := &http.Client{Timeout: time.Second}
+	endpoint := ""
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if endpoint == "" {
+			logged, _ := os.ReadFile(logFile.Name())
+			m := running.FindSubmatch(logged)
+			if m == nil {
+				continue
+			}
+			endpoint = string(m[1])
+		}
 		resp, err := client.Get(endpoint + "/moto-api/")
 		if err == nil {
 			resp.Body.Close()
 			return endpoint
 		}
 	}
-	t.Fatalf("moto_server did not answer on %s; see %s", endpoint, logFile.Name())
+	t.Fatalf("moto_server did not start (endpoint %q); see %s", endpoint, logFile.Name())
 	return ""
 }
 

@@ -248,7 +248,11 @@ func TestRollingUpdateBounds(t *testing.T) {
 	for _, name := range nodeNames(t, ns, "web") {
 		assert.NotContains(t, before, name, "every node was replaced")
 	}
-	assert.Equal(t, ReasonComplete, progressing(t, ns, "web").Reason)
+	// Status follows the Nodes within the node-event batch period.
+	eventually(t, 30*time.Second, "Progressing Complete", func(context.Context) (bool, string) {
+		reason := progressing(t, ns, "web").Reason
+		return reason == ReasonComplete, reason
+	})
 	reasons := eventuallyEvent(t, "web", "ReplacingOutdatedNode")
 	assert.Contains(t, reasons, "ReplacingOutdatedNode")
 
