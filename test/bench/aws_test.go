@@ -2,16 +2,11 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -229,58 +224,20 @@ func reportAWS(b *testing.B, results []*awsResult) {
 	if len(results) == 0 {
 		return
 	}
-	var out strings.Builder
-	row := func(name string, f func(r *awsResult) string) {
-		fmt.Fprintf(&out, "%-52s", name)
-		for _, r := range results {
-			fmt.Fprintf(&out, "%12s", f(r))
-		}
-		out.WriteString("\n")
+	ops := sortedKeys(results, func(r *awsResult) map[string]float64 { return r.LaunchCalls },
+		func(r *awsResult) map[string]float64 { return r.PollCalls })
+	t := &table[*awsResult]{results: results, label: 52, column: 12}
+	t.row("NodeSets (eks-asg, 2 nodes each)", func(r *awsResult) string { return strconv.Itoa(r.NodeSets) })
+	t.row("nodes launched", func(r *awsResult) string { return strconv.Itoa(r.Nodes) })
+	t.row("seconds until all Ready", func(r *awsResult) string { return num(r.SecondsToReady) })
+	t.row("AWS calls per launched node", func(r *awsResult) string { return num(r.CallsPerNode) })
+	for _, op := range ops {
+		t.row("  launch: "+op, func(r *awsResult) string { return num(r.LaunchCalls[op]) })
 	}
-	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
-	ops := map[string]bool{}
-	for _, r := range results {
-		for op := range r.LaunchCalls {
-			ops[op] = true
-		}
-		for op := range r.PollCalls {
-			ops[op] = true
-		}
+	t.row(fmt.Sprintf("AWS calls per steady poll (every %s)", awsPollInterval), func(r *awsResult) string { return num(r.CallsPerPoll) })
+	for _, op := range ops {
+		t.row("  poll: "+op, func(r *awsResult) string { return num(r.PollCalls[op]) })
 	}
-	sorted := make([]string, 0, len(ops))
-	for op := range ops {
-		sorted = append(sorted, op)
-	}
-	sort.Strings(sorted)
-	row("NodeSets (eks-asg, 2 nodes each)", func(r *awsResult) string { return strconv.Itoa(r.NodeSets) })
-	row("nodes launched", func(r *awsResult) string { return strconv.Itoa(r.Nodes) })
-	row("seconds until all Ready", func(r *awsResult) string { return num(r.SecondsToReady) })
-	row("AWS calls per launched node", func(r *awsResult) string { return num(r.CallsPerNode) })
-	for _, op := range sorted {
-		row("  launch: "+op, func(r *awsResult) string { return num(r.LaunchCalls[op]) })
-	}
-	row(fmt.Sprintf("AWS calls per steady poll (every %s)", awsPollInterval), func(r *awsResult) string { return num(r.CallsPerPoll) })
-	for _, op := range sorted {
-		row("  poll: "+op, func(r *awsResult) string { return num(r.PollCalls[op]) })
-	}
-	fmt.Printf("\nAWS calls (eks-asg against moto):\n%s", out.String())
-	path := os.Getenv("NODESET_BENCH_AWS_JSON")
-	if path == "" {
-		root, err := framework.RepoRoot()
-		if err != nil {
-			b.Fatal(err)
-		}
-		path = filepath.Join(root, "_output", "bench-aws.json")
-	}
-	data, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC().Format(time.RFC3339), "results": results}, "", "  ")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("written to %s\n", path)
+	fmt.Printf("\nAWS calls (eks-asg against moto):\n%s", t.out.String())
+	writeJSON(b, "NODESET_BENCH_AWS_JSON", "bench-aws.json", map[string]any{"results": results})
 }

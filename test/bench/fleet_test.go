@@ -16,12 +16,9 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -125,84 +121,42 @@ func report(b *testing.B, results []*result) {
 	if len(results) == 0 {
 		return
 	}
-	var out strings.Builder
-	row := func(name string, f func(r *result) string) {
-		fmt.Fprintf(&out, "%-46s", name)
-		for _, r := range results {
-			fmt.Fprintf(&out, "%14s", f(r))
-		}
-		out.WriteString("\n")
-	}
-	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
-	row("nodes", func(r *result) string { return strconv.Itoa(r.Nodes) })
-	row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
-	row("  baseline, s", func(r *result) string { return num(r.BaselineToReady) })
-	row("  ratio (target <= 1.5)", func(r *result) string { return num(r.ReadyRatio) })
-	row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
-	row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
-	row("  ratio (target <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
+	t := &table[*result]{results: results, label: 46, column: 14}
+	t.row("nodes", func(r *result) string { return strconv.Itoa(r.Nodes) })
+	t.row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
+	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToReady) })
+	t.row("  ratio (target <= 1.5)", func(r *result) string { return num(r.ReadyRatio) })
+	t.row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
+	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
+	t.row("  ratio (target <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
 	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets"} {
 		label := "writes per node, " + k
 		if k == "controllers" {
 			label += " (target <= 5)"
 		}
-		row(label, func(r *result) string { return num(r.WritesPerNode[k]) })
+		t.row(label, func(r *result) string { return num(r.WritesPerNode[k]) })
 	}
 	for _, k := range sortedKeys(results, func(r *result) map[string]float64 { return r.WritesPerNodeKind }) {
-		row("  "+k, func(r *result) string { return num(r.WritesPerNodeKind[k]) })
+		t.row("  "+k, func(r *result) string { return num(r.WritesPerNodeKind[k]) })
 	}
 	for _, k := range sortedKeys(results, func(r *result) map[string]float64 { return r.RequestsPerNode }) {
-		row("requests per node, "+k, func(r *result) string { return num(r.RequestsPerNode[k]) })
+		t.row("requests per node, "+k, func(r *result) string { return num(r.RequestsPerNode[k]) })
 	}
 	for _, k := range []string{"controllers", "leader-election", "simulated-kubelets"} {
 		label := "idle writes/min, " + k
 		if k == "controllers" {
 			label += " (target 0)"
 		}
-		row(label, func(r *result) string { return num(r.IdleWritesPerMinute[k]) })
+		t.row(label, func(r *result) string { return num(r.IdleWritesPerMinute[k]) })
 	}
 	for _, k := range []string{"nodeset-controller", "node-controller"} {
-		row("CPU s, "+k, func(r *result) string { return num(r.CPUSeconds[k]) })
+		t.row("CPU s, "+k, func(r *result) string { return num(r.CPUSeconds[k]) })
 	}
-	row("peak RSS MiB, nodeset-controller (<= 100)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
-	row("peak RSS MiB, node-controller (<= 200)", func(r *result) string { return num(r.PeakRSSMiB["node-controller"]) })
-	row("API server + etcd CPU s, scale-up", func(r *result) string { return num(r.ControlPlaneCPUSeconds) })
-	fmt.Printf("\nfleet benchmark (idle window %s):\n%s", idleWindow, out.String())
-
-	path := os.Getenv("NODESET_BENCH_JSON")
-	if path == "" {
-		root, err := framework.RepoRoot()
-		if err != nil {
-			b.Fatal(err)
-		}
-		path = filepath.Join(root, "_output", "bench.json")
-	}
-	data, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC().Format(time.RFC3339), "idleWindowSeconds": idleWindow.Seconds(), "results": results}, "", "  ")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("written to %s\n", path)
-}
-
-func sortedKeys(results []*result, m func(*result) map[string]float64) []string {
-	seen := map[string]bool{}
-	var keys []string
-	for _, r := range results {
-		for k := range m(r) {
-			if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
-		}
-	}
-	sort.Strings(keys)
-	return keys
+	t.row("peak RSS MiB, nodeset-controller (<= 100)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
+	t.row("peak RSS MiB, node-controller (<= 200)", func(r *result) string { return num(r.PeakRSSMiB["node-controller"]) })
+	t.row("API server + etcd CPU s, scale-up", func(r *result) string { return num(r.ControlPlaneCPUSeconds) })
+	fmt.Printf("\nfleet benchmark (idle window %s):\n%s", idleWindow, t.out.String())
+	writeJSON(b, "NODESET_BENCH_JSON", "bench.json", map[string]any{"idleWindowSeconds": idleWindow.Seconds(), "results": results})
 }
 
 // qps and burst are the controllers' client limits here, and the baseline's.
@@ -475,16 +429,7 @@ func withRate(cp *framework.ControlPlane) *rest.Config {
 }
 
 func scale(b *testing.B, cs versioned.Interface, ns string, replicas int32) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := cs.NodesetV1alpha1().NodeSets(ns).GetScale(context.Background(), "fleet", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Spec.Replicas = replicas
-		_, err = cs.NodesetV1alpha1().NodeSets(ns).UpdateScale(context.Background(), "fleet", s, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	if err := framework.Scale(context.Background(), cs, ns, "fleet", replicas); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -194,16 +193,7 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 
 func scale(t *testing.T, cs versioned.Interface, namespace, name string, replicas int32) {
 	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := cs.NodesetV1alpha1().NodeSets(namespace).GetScale(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Spec.Replicas = replicas
-		_, err = cs.NodesetV1alpha1().NodeSets(namespace).UpdateScale(context.Background(), name, s, metav1.UpdateOptions{})
-		return err
-	})
-	require.NoError(t, err)
+	require.NoError(t, framework.Scale(context.Background(), cs, namespace, name, replicas))
 }
 
 func readyNodes(ctx context.Context, kube kubernetes.Interface, namespace, name string, n int) (bool, string) {

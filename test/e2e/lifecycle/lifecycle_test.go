@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -78,17 +77,7 @@ func createSet(t *testing.T, namespace, name, class string, replicas int32) *nod
 func scale(t *testing.T, namespace, name string, replicas int32) {
 	t.Helper()
 	_, cs := clients(t)
-	// The controllers write status meanwhile: retry on conflicts, as kubectl scale does.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		scale, err := cs.NodesetV1alpha1().NodeSets(namespace).GetScale(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		scale.Spec.Replicas = replicas
-		_, err = cs.NodesetV1alpha1().NodeSets(namespace).UpdateScale(context.Background(), name, scale, metav1.UpdateOptions{})
-		return err
-	})
-	require.NoError(t, err)
+	require.NoError(t, framework.Scale(context.Background(), cs, namespace, name, replicas))
 }
 
 func setNodes(ctx context.Context, t *testing.T, namespace, name string) ([]corev1.Node, error) {
