@@ -12,7 +12,7 @@ COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/nodeset-controller ./cmd/node-controller ./cmd/kubectl-nodeset
+    go build -tags grpcnotrace -trimpath -ldflags="-s -w" -o /out/ ./cmd/nodeset-controller ./cmd/node-controller ./cmd/kubectl-nodeset
 
 FROM gcr.io/distroless/static-debian12:nonroot AS nodeset-controller
 COPY --from=build /out/nodeset-controller /usr/local/bin/nodeset-controller

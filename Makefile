@@ -10,7 +10,7 @@ all: build
 
 ## build: compile the controllers into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -tags grpcnotrace -o $(BIN)/ ./cmd/...
 
 ## image: build both controller images with docker (IMAGE_REPO, VERSION)
 IMAGE_REPO ?= ghcr.io/nodeset-dev

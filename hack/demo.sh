@@ -29,7 +29,7 @@ kubectl() { "${bin}/kubectl" "$@"; }
 mkdir -p "${run}"
 
 step "building the controllers"
-go build -o "${root}/bin/" ./cmd/nodeset-controller ./cmd/node-controller ./cmd/kubectl-nodeset
+go build -tags grpcnotrace -o "${root}/bin/" ./cmd/nodeset-controller ./cmd/node-controller ./cmd/kubectl-nodeset
 
 step "installing RBAC and starting both controllers (simulated driver)"
 kubectl apply -k deploy/rbac >/dev/null

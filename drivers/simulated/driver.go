@@ -157,7 +157,7 @@ func (d *Driver) Create(_ context.Context, m drivers.Machine) (string, error) {
 
 // Adopt registers a machine that existed before the node controller
 // restarted (rebuilt from its Node); it is up at once unless it fails.
-func (d *Driver) Adopt(name string, createdAt time.Time, class drivers.Class) {
+func (d *Driver) Adopt(name string, createdAt time.Time, class drivers.Class, owner drivers.Owner) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.machines[name]; ok {
@@ -173,6 +173,7 @@ func (d *Driver) Adopt(name string, createdAt time.Time, class drivers.Class) {
 		Fails:     fails(name, failurePercent),
 		Capacity:  EffectiveCapacity(class.Spec.Simulated),
 		CreatedAt: createdAt,
+		Owner:     owner,
 	}
 	d.notify()
 }

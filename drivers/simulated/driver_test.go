@@ -85,12 +85,14 @@ func TestFailurePercent(t *testing.T) {
 
 func TestAdoptIsUpAtOnce(t *testing.T) {
 	d := New(nil)
-	d.Adopt("old-node", time.Now().Add(-time.Hour), class(nil))
-	d.Adopt("old-node", time.Now(), class(nil))
+	owner := drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web"}
+	d.Adopt("old-node", time.Now().Add(-time.Hour), class(nil), owner)
+	d.Adopt("old-node", time.Now(), class(nil), drivers.Owner{})
 	list, err := d.List(context.Background())
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, drivers.MachineRunning, list[0].State)
+	assert.Equal(t, owner, list[0].Owner, "the first adoption holds")
 }
 
 func TestValidateAndCapacity(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -153,7 +154,8 @@ func Run(o Options, p Process) error {
 		}
 	}
 	utilRuntimeScheme()
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx),
+		record.WithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: SpamKeyByReason}))
 	// Events get a client of their own, with its own rate limit, so that
 	// recording what happened never slows down making it happen.
 	eventClients, err := newClients(fenced.Config)
@@ -311,6 +313,18 @@ func newClients(cfg *rest.Config) (clientSet, error) {
 // utilRuntimeScheme lets Events refer to NodeSets and NodeClasses.
 func utilRuntimeScheme() {
 	_ = nodesetscheme.AddToScheme(scheme.Scheme)
+}
+
+// SpamKeyByReason is client-go's key for its Event spam filter (a burst of
+// 25 Events per source, object and type, then one per five minutes) with the
+// reason added, so that one kind of Event cannot use up an object's budget
+// for the others: a NodeSet's routine Provisioned and Registered Events
+// during a long scale-up must not silence its OrphanMachineDeleted or
+// GroupDeleted.
+func SpamKeyByReason(event *corev1.Event) string {
+	ref := event.InvolvedObject
+	return strings.Join([]string{event.Source.Component, event.Source.Host, ref.Kind, ref.Namespace, ref.Name,
+		string(ref.UID), ref.APIVersion, event.Type, event.Reason}, "/")
 }
 
 // StripManagedFields is an informer transform that drops metadata.managedFields

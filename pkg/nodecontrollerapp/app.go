@@ -81,6 +81,8 @@ func Main(name string, extra ...Driver) int {
 		remediation  nodecontroller.RemediationOptions
 		groupPoll    time.Duration
 		awsConfig    eksasg.SDKConfig
+		idWait       time.Duration
+		eventPeriod  time.Duration
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
@@ -101,6 +103,8 @@ func Main(name string, extra ...Driver) int {
 	fs.StringVar(&dm.storePath, "docker-machine-store-path", "/var/lib/nodeset/docker-machine", "Directory docker-machine plugins keep their files in (SSH keys); keep it on a persistent volume.")
 	fs.StringVar(&dm.apiServerURL, "docker-machine-api-server-url", "", "API server address new docker-machine machines join; the node controller's own by default.")
 	fs.DurationVar(&dm.tokenTTL, "bootstrap-token-ttl", time.Hour, "How long the bootstrap token made for each new machine is valid.")
+	fs.DurationVar(&idWait, "provider-id-wait", 10*time.Second, "How long after making a NodeSet's machine its providerID waits for the kubelet to report Ready, so that recording it and lifting the startup taint are one write of the Node; a slower machine gets its providerID on its own. 0 records it at once.")
+	fs.DurationVar(&eventPeriod, "routine-event-period", 5*time.Second, "How often the routine steps of a NodeSet's Nodes (Provisioned, Registered, Deprovisioned, NodeCreated) are told as one Event per step on the NodeSet, naming the Nodes.")
 	fs.DurationVar(&groupPoll, "group-poll-interval", 30*time.Second, "How often the cloud group of each NodeSet of a group driver (eks-asg) is looked at when nothing changes; all the groups of a region are looked at in one batch.")
 	fs.StringVar(&awsConfig.Endpoint, "aws-endpoint-url", "", "Send every AWS API call here instead of AWS (an emulator, a VPC endpoint proxy).")
 	fs.Float64Var(&awsConfig.QPS, "aws-api-qps", 10, "AWS API calls per second of the eks-asg driver, client-side, all regions together.")
@@ -175,7 +179,10 @@ func Main(name string, extra ...Driver) int {
 				registry[d.Name] = driver
 			}
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
-				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll})
+				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{
+					Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll,
+					ProviderIDWait: idWait, EventPeriod: eventPeriod,
+				})
 			if err != nil {
 				return err
 			}
@@ -212,7 +219,7 @@ func Main(name string, extra ...Driver) int {
 				return ctx.Err()
 			}
 			if sim != nil {
-				adoptSimulatedMachines(ctx, sim, lister, classes.Lister().Get)
+				adoptSimulatedMachines(ctx, sim, lister, classes.Lister().Get, cluster)
 				go fleet.Run(ctx)
 			}
 			go func() {
@@ -354,7 +361,7 @@ func (o dockerMachineOptions) driver(clients component.Clients) (*dockermachine.
 
 // adoptSimulatedMachines rebuilds the simulated machines of a restarted node
 // controller from the Nodes that carry a simulated providerID.
-func adoptSimulatedMachines(ctx context.Context, sim *simulated.Driver, nodes corelisters.NodeLister, class func(string) (*nodesetv1alpha1.NodeClass, error)) {
+func adoptSimulatedMachines(ctx context.Context, sim *simulated.Driver, nodes corelisters.NodeLister, class func(string) (*nodesetv1alpha1.NodeClass, error), cluster string) {
 	all, err := nodes.List(labels.Everything())
 	if err != nil {
 		return
@@ -373,7 +380,10 @@ func adoptSimulatedMachines(ctx context.Context, sim *simulated.Driver, nodes co
 		if t, err := time.Parse(time.RFC3339, n.Annotations[nodesetv1alpha1.AnnotationMachineCreated]); err == nil {
 			created = t
 		}
-		sim.Adopt(name, created, machineClass)
+		// The owner as the Node's labels say (without the UID, which only
+		// the machine knew); the cluster is this controller's.
+		sim.Adopt(name, created, machineClass, drivers.Owner{Cluster: cluster,
+			Namespace: n.Labels[nodesetv1alpha1.LabelNodeSetNamespace], Name: n.Labels[nodesetv1alpha1.LabelNodeSet]})
 		adopted++
 	}
 	klog.FromContext(ctx).Info("Adopted simulated machines from their Nodes", "count", adopted)
@@ -385,6 +395,9 @@ type machineEntry struct {
 	Name       string `json:"name"`
 	ProviderID string `json:"providerID"`
 	State      string `json:"state"`
+	// Namespace and NodeSet of the machine's owner; empty for a lone Node's.
+	Namespace string `json:"namespace,omitempty"`
+	NodeSet   string `json:"nodeSet,omitempty"`
 }
 
 // machinesHandler lists every machine of the served machine drivers, for
@@ -403,7 +416,8 @@ func machinesHandler(registry drivers.Registry) http.Handler {
 				return
 			}
 			for _, m := range machines {
-				out = append(out, machineEntry{Driver: name, Name: m.Name, ProviderID: m.ProviderID, State: string(m.State)})
+				out = append(out, machineEntry{Driver: name, Name: m.Name, ProviderID: m.ProviderID, State: string(m.State),
+					Namespace: m.Owner.Namespace, NodeSet: m.Owner.Name})
 			}
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -162,6 +162,13 @@ func report(b *testing.B, results []*result) {
 // qps and burst are the controllers' client limits here, and the baseline's.
 const qps, burst = 200, 400
 
+// kubeletQPS is the limit of the simulated kubelets together. Real kubelets
+// each have a client of their own (50 QPS by default), so N of them are not
+// held to one limit; at the controllers' 200 the simulated kubelets' own
+// writes (a status and a Lease for each new Node, then the renewals) became
+// what the scale-up waited on from N = 1000.
+const kubeletQPS = 1000
+
 func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	ctx := context.Background()
 	cp := framework.Shared
@@ -173,7 +180,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
 		NodeArgs: append([]string{"-v=1", "--workers=16", "--simulated-lease-renew-interval=10s",
-			"--simulated-kube-api-qps=" + strconv.Itoa(qps)}, limits...),
+			"--simulated-kube-api-qps=" + strconv.Itoa(kubeletQPS), "--simulated-kube-api-burst=" + strconv.Itoa(2*kubeletQPS)}, limits...),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -218,6 +218,8 @@ type Machine struct {
 	Name       string `json:"name"`
 	ProviderID string `json:"providerID"`
 	State      string `json:"state"`
+	Namespace  string `json:"namespace"`
+	NodeSet    string `json:"nodeSet"`
 }
 
 // Machines lists the simulated machines the node controller runs; ok is

@@ -22,7 +22,9 @@ func BuildCommands(ctx context.Context, dir string, pkgs ...string) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"build", "-o", dir + string(os.PathSeparator)}, pkgs...)
+	// grpcnotrace: as the Makefile and the image build them (see
+	// cmd/nodeset-controller/size_test.go).
+	args := append([]string{"build", "-tags", "grpcnotrace", "-o", dir + string(os.PathSeparator)}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

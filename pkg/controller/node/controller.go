@@ -64,6 +64,15 @@ type Options struct {
 	// group driver is looked at when nothing changes (every 2s while its
 	// machines come and go). Default 30s.
 	GroupPollInterval time.Duration
+	// ProviderIDWait is how long after making a NodeSet's machine the
+	// providerID waits for the kubelet to report Ready, so that recording it
+	// and lifting the startup taint are one write. A machine whose kubelet
+	// is slower gets its providerID on its own once the wait is over. 0
+	// records it at once.
+	ProviderIDWait time.Duration
+	// EventPeriod is how often the routine steps of a NodeSet's Nodes are
+	// told, as one Event per step on the NodeSet. Default 5s.
+	EventPeriod time.Duration
 }
 
 // Controller provisions, registers, drains and deprovisions the machines behind Nodes.
@@ -91,6 +100,14 @@ type Controller struct {
 	terminatedMu sync.Mutex
 	// terminated are the providerIDs of group machines terminated lately.
 	terminated map[string]time.Time
+
+	madeMu sync.Mutex
+	// made are the machines made for Nodes whose providerID is not
+	// recorded yet (Options.ProviderIDWait), by Node name.
+	made map[string]madeMachine
+
+	routine *routineEvents
+	pods    *podLists
 }
 
 // NewController returns a NodeController for the drivers in registry.
@@ -113,6 +130,9 @@ func NewController(
 	if opts.GroupPollInterval <= 0 {
 		opts.GroupPollInterval = 30 * time.Second
 	}
+	if opts.EventPeriod <= 0 {
+		opts.EventPeriod = 5 * time.Second
+	}
 	if opts.Evict == nil {
 		opts.Evict = evictWithoutRetries(kube)
 	}
@@ -131,6 +151,9 @@ func NewController(
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
 		nodeIndexer: nodeInformer.Informer().GetIndexer(),
 		terminated:  map[string]time.Time{},
+		made:        map[string]madeMachine{},
+		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
+		pods:        &podLists{kube: kube},
 
 		credentialsCache: map[string]credentialsRead{},
 	}
@@ -208,7 +231,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
 		go wait.UntilWithContext(ctx, c.runGroupWorker, time.Second)
 	}
+	go wait.Until(c.routine.flush, c.opts.EventPeriod, ctx.Done())
 	<-ctx.Done()
+	c.routine.flush()
 	logger.Info("Shutting down NodeController")
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -221,6 +222,7 @@ func (f *fixture) get(name string) *corev1.Node {
 }
 
 func (f *fixture) events() []string {
+	f.controller.routine.flush()
 	var out []string
 	for {
 		select {
@@ -274,7 +276,97 @@ func TestStartupTaintLiftedOnlyWhenReady(t *testing.T) {
 	assert.False(t, nodeutil.HasStartupTaint(node))
 	require.Len(t, node.Spec.Taints, 1, "the template's taints stay")
 	assert.Equal(t, "dedicated", node.Spec.Taints[0].Key)
-	assert.Contains(t, f.events(), "Normal Registered The kubelet reports Ready; startup taint removed")
+	assert.Contains(t, f.events(), "Normal Registered 1 node(s) registered (the kubelet reports Ready; startup taint removed): web-a")
+}
+
+// nodeWrites counts the writes of Nodes the controller made.
+func (f *fixture) nodeWrites() int {
+	writes := 0
+	for _, a := range f.kube.Actions() {
+		if a.GetResource().Resource == "nodes" && (a.GetVerb() == "update" || a.GetVerb() == "patch") {
+			writes++
+		}
+	}
+	return writes
+}
+
+func TestProviderIDAndRegistrationAreOneWriteWhenTheKubeletIsQuick(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	f.controller.opts.ProviderIDWait = 10 * time.Second
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, 1, f.driver.creates)
+	assert.Empty(t, f.get("web-a").Spec.ProviderID, "the providerID waits for the kubelet")
+	assert.Zero(t, f.nodeWrites())
+
+	// The kubelet reports Ready 3s later: one write records the machine and
+	// lifts the taint, and the machine is not made again.
+	f.now = testNow.Add(3 * time.Second)
+	ready, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), markReady(f.get("web-a")), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.updateCache(ready)
+	f.kube.ClearActions()
+	require.NoError(t, f.sync("web-a"))
+	node := f.get("web-a")
+	assert.Equal(t, "test:///web-a", node.Spec.ProviderID)
+	assert.Equal(t, testNow.Format(time.RFC3339), node.Annotations[nodesetv1alpha1.AnnotationMachineCreated], "the machine's creation, not the write's")
+	assert.False(t, nodeutil.HasStartupTaint(node))
+	assert.Equal(t, 1, f.nodeWrites())
+	assert.Equal(t, 1, f.driver.creates)
+	assert.Equal(t, []string{
+		"Normal Provisioned Driver simulated created the machines of 1 node(s): web-a",
+		"Normal Registered 1 node(s) registered (the kubelet reports Ready; startup taint removed): web-a",
+	}, sortedEvents(f.events()))
+}
+
+func TestProviderIDIsRecordedAloneWhenTheKubeletIsSlow(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	f.controller.opts.ProviderIDWait = 10 * time.Second
+	require.NoError(t, f.sync("web-a"))
+	f.now = testNow.Add(9 * time.Second)
+	require.NoError(t, f.sync("web-a"))
+	assert.Empty(t, f.get("web-a").Spec.ProviderID, "still waiting")
+	f.now = testNow.Add(10 * time.Second)
+	require.NoError(t, f.sync("web-a"))
+	node := f.get("web-a")
+	assert.Equal(t, "test:///web-a", node.Spec.ProviderID)
+	assert.True(t, nodeutil.HasStartupTaint(node), "not Ready: the taint stays")
+	assert.Equal(t, 1, f.driver.creates, "the machine made first is the one recorded")
+}
+
+func TestALoneNodeIsRecordedAtOnce(t *testing.T) {
+	// A static Node has no finalizer until it is written: recording
+	// cannot wait, or a deletion meanwhile would lose its machine.
+	node := setNode("static-a", "sim")
+	node.Finalizers = nil
+	delete(node.Labels, nodesetv1alpha1.LabelNodeSet)
+	delete(node.Labels, nodesetv1alpha1.LabelNodeSetNamespace)
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
+	f.controller.opts.ProviderIDWait = 10 * time.Second
+	require.NoError(t, f.sync("static-a"))
+	got := f.get("static-a")
+	assert.Equal(t, "test:///static-a", got.Spec.ProviderID)
+	assert.Contains(t, got.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	assert.Equal(t, []string{"Normal Provisioned Driver simulated created machine test:///static-a"}, f.events(),
+		"a lone Node's steps are told on it")
+}
+
+func TestRoutineStepsAreOneEventPerNodeSet(t *testing.T) {
+	var nodes []runtime.Object
+	for i := range 12 {
+		nodes = append(nodes, setNode(fmt.Sprintf("web-%02d", i), "sim"))
+	}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, nodes...)
+	for i := range 12 {
+		require.NoError(t, f.sync(fmt.Sprintf("web-%02d", i)))
+	}
+	assert.Equal(t, []string{"Normal Provisioned Driver simulated created the machines of 12 node(s): " +
+		"web-00, web-01, web-02, web-03, web-04, web-05, web-06, web-07, web-08, web-09 and 2 more"}, f.events())
+	assert.Empty(t, f.events(), "told once")
+}
+
+func sortedEvents(events []string) []string {
+	slices.Sort(events)
+	return events
 }
 
 func TestRegistrationTimeoutDeletesTheSetNode(t *testing.T) {
@@ -319,16 +411,14 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 		return true, nil, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
 	})
 
-	// 1. cordon and record the start
+	// 1. cordon and record the start, then (the same sync) evict; the
+	// mirror pod is left alone; the drain waits for the pod
 	require.NoError(t, f.sync("web-a"))
 	got := f.get("web-a")
 	assert.True(t, got.Spec.Unschedulable)
 	assert.Equal(t, testNow.Format(time.RFC3339), got.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
-	assert.Empty(t, f.driver.deletes, "no deprovisioning before the drain")
-
-	// 2. evict; the mirror pod is left alone; the drain waits for the pod
-	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 1, evictions)
+	assert.True(t, cordonedBeforeEvicting(f.kube.Actions()), "the cordon is written before any eviction")
 	assert.Empty(t, f.get("web-a").Annotations[drainedAnnotation], "the pod was still there when listed")
 	assert.Empty(t, f.driver.deletes)
 	condition := drainCondition(f.get("web-a"))
@@ -336,13 +426,30 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 	assert.Equal(t, ReasonDraining, condition.Reason)
 	assert.Contains(t, condition.Message, "1 pod(s) left to evict", "the mirror pod and the skip-drain pod are not waited for")
 
-	// 3. the pod is gone: drained, deprovisioned, released
+	// 2. the pod is gone: drained, deprovisioned, released
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 1, evictions)
 	assert.Contains(t, f.events(), "Normal Drained All evictable pods are gone")
 	assert.Equal(t, ReasonDrained, drainCondition(f.get("web-a")).Reason)
 	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
 	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+}
+
+// cordonedBeforeEvicting reports whether a Node was cordoned before the
+// first eviction in actions.
+func cordonedBeforeEvicting(actions []core.Action) bool {
+	cordoned := false
+	for _, a := range actions {
+		if u, ok := a.(core.UpdateAction); ok && a.GetResource().Resource == "nodes" {
+			if n, ok := u.GetObject().(*corev1.Node); ok && n.Spec.Unschedulable {
+				cordoned = true
+			}
+		}
+		if a.GetVerb() == "create" && a.GetSubresource() == "eviction" {
+			return cordoned
+		}
+	}
+	return false
 }
 
 func TestNothingToDrainCostsTwoWrites(t *testing.T) {
@@ -352,20 +459,18 @@ func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
 	f.driver.machines["web-a"] = "test:///web-a"
 	require.NoError(t, f.sync("web-a"))
-	assert.True(t, f.get("web-a").Spec.Unschedulable, "cordoned first")
-	assert.Empty(t, f.driver.deletes)
-	require.NoError(t, f.sync("web-a"))
-	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
-	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
-	writes := 0
-	for _, a := range f.kube.Actions() {
-		if a.GetResource().Resource == "nodes" && (a.GetVerb() == "update" || a.GetVerb() == "patch") {
-			writes++
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "cordoned, found empty and deprovisioned in one sync")
+	updates := f.kube.Actions()
+	for _, a := range updates {
+		if a.GetVerb() == "update" {
+			assert.True(t, a.(core.UpdateAction).GetObject().(*corev1.Node).Spec.Unschedulable, "the first write is the cordon")
+			break
 		}
 	}
-	assert.Equal(t, 2, writes, "the cordon and the release, nothing else")
+	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+	assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release, nothing else")
 	assert.Nil(t, drainCondition(f.get("web-a")), "no Draining condition for a drain with nothing in it")
-	assert.Equal(t, []string{"Normal Deprovisioned Driver simulated deleted the machine"}, f.events())
+	assert.Equal(t, []string{"Normal Deprovisioned Driver simulated deleted the machines of 1 node(s): web-a"}, f.events())
 }
 
 func TestDeprovisionInProgressKeepsTheFinalizer(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -73,10 +72,14 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 			node.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = now.UTC().Format(time.RFC3339)
 		}
 		node.Spec.Unschedulable = true
-		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		updated, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		if err != nil {
 			return err
 		}
-		return nil // the update brings us back
+		// Go on with the cordoned Node in this sync: waiting for the
+		// update to come back through the queue took seconds per Node
+		// when hundreds drain at once.
+		node = updated
 	}
 
 	wasDrained := node.Annotations[drainedAnnotation] != ""
@@ -173,7 +176,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed, "Driver %s could not delete the machine: %v", deprovision.driver, err)
 		return err
 	}
-	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDeprovisioned, "Driver %s deleted the machine", deprovision.driver)
+	c.routine.record(node, ReasonDeprovisioned, deprovision.driver, fmt.Sprintf("Driver %s deleted the machine", deprovision.driver))
 	node.Finalizers = nodeutil.WithoutString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
@@ -233,14 +236,12 @@ const drainedAnnotation = nodesetv1alpha1.AnnotationDrainFinished
 // pods). It returns how many such pods are still on the node and how many
 // evictions a PodDisruptionBudget refused.
 func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining, blocked int, err error) {
-	pods, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String(),
-	})
+	pods, err := c.pods.onNode(ctx, nodeName)
 	if err != nil {
-		return 0, 0, fmt.Errorf("listing pods on %s: %w", nodeName, err)
+		return 0, 0, err
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range pods {
+		pod := &pods[i]
 		if !shouldEvict(pod) {
 			continue
 		}

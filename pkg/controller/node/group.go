@@ -335,7 +335,7 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 		if err != nil {
 			return fmt.Errorf("creating Node %s for machine %s: %w", m.Name, m.ProviderID, err)
 		}
-		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeCreated, "Created for machine %s of cloud group %s", m.ProviderID, groupName)
+		c.routine.record(node, ReasonNodeCreated, groupName, fmt.Sprintf("Created for machine %s of cloud group %s", m.ProviderID, groupName))
 		logger.V(2).Info("Created Node for a machine of the group", "node", m.Name, "providerID", m.ProviderID)
 		return nil
 	}

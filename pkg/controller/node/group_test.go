@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -287,9 +288,17 @@ func TestDeletedGroupNodeIsDrainedThenTerminatedInItsGroup(t *testing.T) {
 	require.NoError(t, err)
 	g.updateCache(g.get("ip-100"))
 
-	require.NoError(t, g.sync("ip-100")) // cordon
-	assert.Empty(t, g.group.terminated, "no termination before the drain")
-	require.NoError(t, g.sync("ip-100")) // nothing to drain: terminate, release
+	g.kube.ClearActions()
+	require.NoError(t, g.sync("ip-100")) // cordon; nothing to drain: terminate, release
+	var first *corev1.Node
+	for _, a := range g.kube.Actions() {
+		if u, ok := a.(core.UpdateAction); ok && first == nil {
+			first = u.GetObject().(*corev1.Node)
+		}
+	}
+	require.NotNil(t, first)
+	assert.True(t, first.Spec.Unschedulable, "cordoned first")
+	assert.Contains(t, first.Finalizers, nodesetv1alpha1.FinalizerTermination, "and held until the machine is gone")
 	assert.Equal(t, []string{groupName + " aws:///zone-a/i-100"}, g.group.terminated)
 	assert.NotContains(t, g.get("ip-100").Finalizers, nodesetv1alpha1.FinalizerTermination)
 	assert.EqualValues(t, 1, g.group.groups[groupName].DesiredSize, "the termination lowered the group by one")

@@ -28,6 +28,7 @@ const defaultRegistrationTimeout = 15 * time.Minute
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	cached, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
+		c.setMade(name, madeMachine{})
 		return nil
 	}
 	if err != nil {
@@ -59,6 +60,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		return nil // another node controller's
 	}
 	if node.DeletionTimestamp != nil {
+		c.setMade(name, madeMachine{})
 		machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
 		if class != nil {
 			machineClass.Spec = class.Spec
@@ -157,55 +159,109 @@ func owner(node *corev1.Node, sets func(namespace, name string) (*nodesetv1alpha
 	return o
 }
 
+// madeMachine is a machine made for a Node whose providerID is not
+// recorded yet.
+type madeMachine struct {
+	uid        types.UID
+	providerID string
+	created    time.Time
+}
+
 // provision makes the Node's machine (idempotently, keyed by the Node's
-// name) and records its providerID, the driver and the creation time.
+// name) and records its providerID, the driver and the creation time. A
+// NodeSet's Node waits up to Options.ProviderIDWait for its kubelet, so
+// that one write records the machine and lifts the startup taint.
 func (c *Controller) provision(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) error {
 	logger := klog.FromContext(ctx)
-	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	if !held {
 		// A static node made by an admin: hold it until its machine is gone.
 		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	}
+	registered := false
 	if node.Spec.ProviderID == "" {
-		start := c.opts.Now()
-		providerID, err := driver.Create(ctx, drivers.Machine{
-			Name:   node.Name,
-			Owner:  owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
-			Class:  class,
-			Labels: node.Labels,
-			Taints: node.Spec.Taints,
-		})
-		c.metrics.driverCall(driver.Name(), opCreate, start, err)
-		if err != nil {
-			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
-			// Recorded on the Node, for cluster-autoscaler's view of the group.
-			code := "ProvisioningFailed"
-			if errors.Is(err, drivers.ErrOutOfCapacity) {
-				code = "OutOfCapacity"
+		made, ok := c.madeFor(node)
+		if !ok {
+			start := c.opts.Now()
+			providerID, err := driver.Create(ctx, drivers.Machine{
+				Name:   node.Name,
+				Owner:  owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
+				Class:  class,
+				Labels: node.Labels,
+				Taints: node.Spec.Taints,
+			})
+			c.metrics.driverCall(driver.Name(), opCreate, start, err)
+			if err != nil {
+				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
+				// Recorded on the Node, for cluster-autoscaler's view of the group.
+				code := "ProvisioningFailed"
+				if errors.Is(err, drivers.ErrOutOfCapacity) {
+					code = "OutOfCapacity"
+				}
+				if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
+					logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
+				}
+				if errors.Is(err, drivers.ErrInvalidConfiguration) {
+					c.queue.AddAfter(node.Name, time.Minute)
+					return nil
+				}
+				return err
 			}
-			if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
-				logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
-			}
-			if errors.Is(err, drivers.ErrInvalidConfiguration) {
-				c.queue.AddAfter(node.Name, time.Minute)
-				return nil
-			}
-			return err
+			made = madeMachine{uid: node.UID, providerID: providerID, created: c.opts.Now()}
+			c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(made.created.Sub(node.CreationTimestamp.Time).Seconds())
+			c.routine.record(node, ReasonProvisioned, driver.Name(), fmt.Sprintf("Driver %s created machine %s", driver.Name(), providerID))
+			logger.V(2).Info("Provisioned machine", "providerID", providerID)
 		}
+		ready := nodeutil.IsReady(node)
+		if wait := made.created.Add(c.opts.ProviderIDWait).Sub(c.opts.Now()); held && !ready && wait > 0 && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == "" {
+			// The kubelet's Ready brings the Node back; else the wait's end.
+			c.setMade(node.Name, made)
+			c.queue.AddAfter(node.Name, wait)
+			return nil
+		}
+		c.setMade(node.Name, madeMachine{})
 		delete(node.Annotations, nodesetv1alpha1.AnnotationProvisioningError)
-		c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(c.opts.Now().Sub(node.CreationTimestamp.Time).Seconds())
-		node.Spec.ProviderID = providerID
+		node.Spec.ProviderID = made.providerID
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
 		}
 		node.Annotations[nodesetv1alpha1.AnnotationDriver] = driver.Name()
 		if node.Annotations[nodesetv1alpha1.AnnotationMachineCreated] == "" {
-			node.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = c.opts.Now().UTC().Format(time.RFC3339)
+			node.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = made.created.UTC().Format(time.RFC3339)
 		}
-		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonProvisioned, "Driver %s created machine %s", driver.Name(), providerID)
-		logger.V(2).Info("Provisioned machine", "providerID", providerID)
+		if ready && nodeutil.HasStartupTaint(node) {
+			if err := c.liftStartupTaint(ctx, node, class.Name, driver); err != nil {
+				return err
+			}
+			registered = true
+		}
 	}
-	_, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-	return err
+	if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	if registered {
+		c.registered(node, driver)
+	}
+	return nil
+}
+
+// madeFor is the machine made for node whose providerID waits, if any.
+func (c *Controller) madeFor(node *corev1.Node) (madeMachine, bool) {
+	c.madeMu.Lock()
+	defer c.madeMu.Unlock()
+	made, ok := c.made[node.Name]
+	return made, ok && made.uid == node.UID
+}
+
+// setMade remembers the machine made for the Node name; the zero value forgets it.
+func (c *Controller) setMade(name string, made madeMachine) {
+	c.madeMu.Lock()
+	defer c.madeMu.Unlock()
+	if made.providerID == "" {
+		delete(c.made, name)
+		return
+	}
+	c.made[name] = made
 }
 
 // recordProvisioningError sets the Node's provisioning-error annotation
@@ -234,19 +290,13 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		if !nodeutil.HasStartupTaint(node) {
 			return nil
 		}
-		if observer, ok := driver.(drivers.RegistrationObserver); ok {
-			if err := observer.Registered(ctx, drivers.Class{Name: class.Name}, node.Name); err != nil {
-				return fmt.Errorf("driver %s: after registration of %s: %w", driver.Name(), node.Name, err)
-			}
+		if err := c.liftStartupTaint(ctx, node, class.Name, driver); err != nil {
+			return err
 		}
-		node.Spec.Taints = withoutStartupTaint(node.Spec.Taints)
 		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		if created, ok := machineCreated(node); ok {
-			c.metrics.registration.WithLabelValues(driver.Name()).Observe(c.opts.Now().Sub(created).Seconds())
-		}
-		c.recorder.Event(node, corev1.EventTypeNormal, ReasonRegistered, "The kubelet reports Ready; startup taint removed")
+		c.registered(node, driver)
 		return nil
 	}
 	if !nodeutil.HasStartupTaint(node) {
@@ -285,6 +335,26 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 	delete(node.Annotations, nodesetv1alpha1.AnnotationMachineCreated)
 	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	return err
+}
+
+// liftStartupTaint tells the driver the machine registered, then removes
+// the startup taint from node (in memory; the caller writes it).
+func (c *Controller) liftStartupTaint(ctx context.Context, node *corev1.Node, className string, driver drivers.Driver) error {
+	if observer, ok := driver.(drivers.RegistrationObserver); ok {
+		if err := observer.Registered(ctx, drivers.Class{Name: className}, node.Name); err != nil {
+			return fmt.Errorf("driver %s: after registration of %s: %w", driver.Name(), node.Name, err)
+		}
+	}
+	node.Spec.Taints = withoutStartupTaint(node.Spec.Taints)
+	return nil
+}
+
+// registered records a registration that was written.
+func (c *Controller) registered(node *corev1.Node, driver drivers.Driver) {
+	if created, ok := machineCreated(node); ok {
+		c.metrics.registration.WithLabelValues(driver.Name()).Observe(c.opts.Now().Sub(created).Seconds())
+	}
+	c.routine.record(node, ReasonRegistered, driver.Name(), "The kubelet reports Ready; startup taint removed")
 }
 
 func machineCreated(node *corev1.Node) (time.Time, bool) {

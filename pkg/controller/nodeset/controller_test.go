@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -444,23 +445,22 @@ func TestComputeStatus(t *testing.T) {
 }
 
 func TestSlowStartBatch(t *testing.T) {
-	calls := 0
-	ok, err := slowStartBatch(10, 1, func() error { calls++; return nil })
+	var calls atomic.Int32
+	ok, err := slowStartBatch(10, 1, func() error { calls.Add(1); return nil })
 	require.NoError(t, err)
 	assert.Equal(t, 10, ok)
-	assert.Equal(t, 10, calls)
+	assert.Equal(t, int32(10), calls.Load())
 
-	calls = 0
+	calls.Store(0)
 	ok, err = slowStartBatch(10, 1, func() error {
-		calls++
-		if calls > 3 {
+		if calls.Add(1) > 3 {
 			return errors.New("boom")
 		}
 		return nil
 	})
 	require.Error(t, err)
 	assert.Equal(t, 3, ok)
-	assert.LessOrEqual(t, calls, 7, "batches 1, 2, 4: the failing batch is the last")
+	assert.LessOrEqual(t, calls.Load(), int32(7), "batches 1, 2, 4: the failing batch is the last")
 }
 
 func TestProgressOnlyStatusWritesAreSpaced(t *testing.T) {

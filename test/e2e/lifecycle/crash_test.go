@@ -58,7 +58,7 @@ func TestCrashSequenceSimulated(t *testing.T) {
 		all, ok := c.machines(context.Background())
 		require.True(t, ok)
 		var names []string
-		for name := range setMachines(all, "seq") {
+		for name := range setMachines(all, ns, "seq") {
 			names = append(names, name)
 		}
 		return sortedStrings(names)

@@ -144,13 +144,17 @@ func TestDockerMachineLifecycle(t *testing.T) {
 	eventually(t, 2*time.Minute, "1 node", converged(c, t, ns, "web", 1))
 	assert.Equal(t, []string{kept}, pluginMachines(t, machineDir), "the chosen machine, and only it, is gone")
 
-	// A Node deleted behind nodeset's back (its finalizer removed by hand)
-	// leaves its machine without a Node: orphan collection removes it after
-	// --orphan-min-age (10s here), and a replacement is made.
+	// A Node deleted behind nodeset's back (its finalizer removed by hand
+	// while the node controller is down, which otherwise puts it back
+	// before the delete lands) leaves its machine without a Node: orphan
+	// collection removes it after --orphan-min-age (10s here), and a
+	// replacement is made.
+	c.node.Kill(syscall.SIGTERM)
 	_, err = kube.CoreV1().Nodes().Patch(ctx, kept, "application/merge-patch+json",
 		[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, kept, metav1.DeleteOptions{}))
+	require.NoError(t, c.node.Start())
 	eventually(t, 2*time.Minute, "the orphan collected and replaced", func(ctx context.Context) (bool, string) {
 		machines := pluginMachines(t, machineDir)
 		for _, m := range machines {

@@ -90,11 +90,12 @@ func setNodes(ctx context.Context, t *testing.T, namespace, name string) ([]core
 	return list.Items, nil
 }
 
-// setMachines are the simulated machines whose names belong to the set (<name>-xxxxx).
-func setMachines(all []framework.Machine, setName string) map[string]framework.Machine {
+// setMachines are the simulated machines the set owns.
+func setMachines(all []framework.Machine, namespace, setName string) map[string]framework.Machine {
 	out := map[string]framework.Machine{}
 	for _, m := range all {
-		if strings.HasPrefix(m.Name, setName+"-") && len(m.Name) == len(setName)+6 {
+		// By owner: other tests' sets may have the same name.
+		if m.Namespace == namespace && m.NodeSet == setName {
 			out[m.Name] = m
 		}
 	}
@@ -113,7 +114,7 @@ func converged(c *controllers, t *testing.T, namespace, name string, n int) func
 		if !ok {
 			return false, "node controller not answering /debug/machines"
 		}
-		machines := setMachines(all, name)
+		machines := setMachines(all, namespace, name)
 		if len(nodes) != n || len(machines) != n {
 			return false, fmt.Sprintf("%d nodes and %d machines, want %d", len(nodes), len(machines), n)
 		}
@@ -200,7 +201,7 @@ func TestDeletedNodeIsDrainedDeprovisionedAndReplaced(t *testing.T) {
 		if !ok {
 			return false, "node controller not answering"
 		}
-		if _, has := setMachines(all, "replacer")[victim]; has {
+		if _, has := setMachines(all, ns, "replacer")[victim]; has {
 			return false, "machine still exists"
 		}
 		return true, ""
@@ -234,7 +235,7 @@ func TestNodeSetDeletionRemovesEverything(t *testing.T) {
 			return false, fmt.Sprintf("%d nodes left (%v)", len(nodes), err)
 		}
 		all, ok := c.machines(ctx)
-		if !ok || len(setMachines(all, "doomed")) > 0 {
+		if !ok || len(setMachines(all, ns, "doomed")) > 0 {
 			return false, "machines left"
 		}
 		_, err = cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "doomed", metav1.GetOptions{})
@@ -266,7 +267,7 @@ func TestUnregisteredMachineIsReplaced(t *testing.T) {
 		}
 		if all, ok := c.machines(ctx); ok {
 			// At most the current machine and the one being deprovisioned.
-			assert.LessOrEqual(t, len(setMachines(all, "flaky")), 2, "replaced machines must not pile up")
+			assert.LessOrEqual(t, len(setMachines(all, ns, "flaky")), 2, "replaced machines must not pile up")
 		}
 		return len(seen) >= 3, fmt.Sprintf("saw %d distinct nodes", len(seen))
 	})
