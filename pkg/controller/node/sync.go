@@ -28,7 +28,7 @@ const defaultRegistrationTimeout = 15 * time.Minute
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	cached, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.setMade(name, madeMachine{})
+		c.forgetMade(name)
 		return nil
 	}
 	if err != nil {
@@ -60,7 +60,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		return nil // another node controller's
 	}
 	if node.DeletionTimestamp != nil {
-		c.setMade(name, madeMachine{})
+		c.forgetMade(name)
 		machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
 		if class != nil {
 			machineClass.Spec = class.Spec
@@ -172,7 +172,6 @@ type madeMachine struct {
 // NodeSet's Node waits up to Options.ProviderIDWait for its kubelet, so
 // that one write records the machine and lifts the startup taint.
 func (c *Controller) provision(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) error {
-	logger := klog.FromContext(ctx)
 	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	if !held {
 		// A static node made by an admin: hold it until its machine is gone.
@@ -182,44 +181,25 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	if node.Spec.ProviderID == "" {
 		made, ok := c.madeFor(node)
 		if !ok {
-			start := c.opts.Now()
-			providerID, err := driver.Create(ctx, drivers.Machine{
-				Name:   node.Name,
-				Owner:  owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
-				Class:  class,
-				Labels: node.Labels,
-				Taints: node.Spec.Taints,
-			})
-			c.metrics.driverCall(driver.Name(), opCreate, start, err)
-			if err != nil {
-				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
-				// Recorded on the Node, for cluster-autoscaler's view of the group.
-				code := "ProvisioningFailed"
-				if errors.Is(err, drivers.ErrOutOfCapacity) {
-					code = "OutOfCapacity"
-				}
-				if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
-					logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
-				}
+			var err error
+			if made, err = c.createMachine(ctx, node, class, driver); err != nil {
 				if errors.Is(err, drivers.ErrInvalidConfiguration) {
 					c.queue.AddAfter(node.Name, time.Minute)
 					return nil
 				}
 				return err
 			}
-			made = madeMachine{uid: node.UID, providerID: providerID, created: c.opts.Now()}
-			c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(made.created.Sub(node.CreationTimestamp.Time).Seconds())
-			c.routine.record(node, ReasonProvisioned, driver.Name(), fmt.Sprintf("Driver %s created machine %s", driver.Name(), providerID))
-			logger.V(2).Info("Provisioned machine", "providerID", providerID)
 		}
 		ready := nodeutil.IsReady(node)
+		// A lone Node's finalizer, or a provisioning error to clear, is
+		// written at once.
 		if wait := made.created.Add(c.opts.ProviderIDWait).Sub(c.opts.Now()); held && !ready && wait > 0 && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == "" {
 			// The kubelet's Ready brings the Node back; else the wait's end.
 			c.setMade(node.Name, made)
 			c.queue.AddAfter(node.Name, wait)
 			return nil
 		}
-		c.setMade(node.Name, madeMachine{})
+		c.forgetMade(node.Name)
 		delete(node.Annotations, nodesetv1alpha1.AnnotationProvisioningError)
 		node.Spec.ProviderID = made.providerID
 		if node.Annotations == nil {
@@ -245,6 +225,38 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	return nil
 }
 
+// createMachine has the driver make the Node's machine. A failure is
+// told on the Node (an Event, and the provisioning-error annotation that
+// cluster-autoscaler reads).
+func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) (madeMachine, error) {
+	logger := klog.FromContext(ctx)
+	start := c.opts.Now()
+	providerID, err := driver.Create(ctx, drivers.Machine{
+		Name:   node.Name,
+		Owner:  owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
+		Class:  class,
+		Labels: node.Labels,
+		Taints: node.Spec.Taints,
+	})
+	c.metrics.driverCall(driver.Name(), opCreate, start, err)
+	if err != nil {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
+		code := "ProvisioningFailed"
+		if errors.Is(err, drivers.ErrOutOfCapacity) {
+			code = "OutOfCapacity"
+		}
+		if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
+			logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
+		}
+		return madeMachine{}, err
+	}
+	made := madeMachine{uid: node.UID, providerID: providerID, created: c.opts.Now()}
+	c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(made.created.Sub(node.CreationTimestamp.Time).Seconds())
+	c.routine.record(node, ReasonProvisioned, driver.Name(), fmt.Sprintf("Driver %s created machine %s", driver.Name(), providerID))
+	logger.V(2).Info("Provisioned machine", "providerID", providerID)
+	return made, nil
+}
+
 // madeFor is the machine made for node whose providerID waits, if any.
 func (c *Controller) madeFor(node *corev1.Node) (madeMachine, bool) {
 	c.madeMu.Lock()
@@ -253,15 +265,19 @@ func (c *Controller) madeFor(node *corev1.Node) (madeMachine, bool) {
 	return made, ok && made.uid == node.UID
 }
 
-// setMade remembers the machine made for the Node name; the zero value forgets it.
+// setMade remembers the machine made for the Node name.
 func (c *Controller) setMade(name string, made madeMachine) {
 	c.madeMu.Lock()
 	defer c.madeMu.Unlock()
-	if made.providerID == "" {
-		delete(c.made, name)
-		return
-	}
 	c.made[name] = made
+}
+
+// forgetMade forgets the machine made for the Node name: recorded, or the
+// Node is going.
+func (c *Controller) forgetMade(name string) {
+	c.madeMu.Lock()
+	defer c.madeMu.Unlock()
+	delete(c.made, name)
 }
 
 // recordProvisioningError sets the Node's provisioning-error annotation

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -40,20 +39,6 @@ func tenantSet(name string, class string, replicas int32) *nodesetv1alpha1.NodeS
 	}
 }
 
-// scaleTo sets a NodeSet's replicas through /scale, retrying on conflicts as
-// kubectl scale does: the controller adds its finalizer and status meanwhile.
-func scaleTo(ctx context.Context, cs versioned.Interface, namespace, name string, replicas int32) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		scale, err := cs.NodesetV1alpha1().NodeSets(namespace).GetScale(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		scale.Spec.Replicas = replicas
-		_, err = cs.NodesetV1alpha1().NodeSets(namespace).UpdateScale(ctx, name, scale, metav1.UpdateOptions{})
-		return err
-	})
-}
-
 // TestTenantPermissions: a namespace editor manages NodeSets in its namespace
 // and nothing else.
 func TestTenantPermissions(t *testing.T) {
@@ -65,7 +50,7 @@ func TestTenantPermissions(t *testing.T) {
 
 	set, err := cs.NodesetV1alpha1().NodeSets(mine).Create(ctx, tenantSet("app", "tenant-sim", 1), metav1.CreateOptions{})
 	require.NoError(t, err, "a tenant creates a NodeSet in its namespace")
-	require.NoError(t, scaleTo(ctx, cs, mine, "app", 2), "and scales it")
+	require.NoError(t, framework.Scale(ctx, cs, mine, "app", 2), "and scales it")
 	classes, err := cs.NodesetV1alpha1().NodeClasses().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err, "the catalogue is readable by everyone")
 	assert.NotEmpty(t, classes.Items)
@@ -140,7 +125,7 @@ func TestAdmissionRefusals(t *testing.T) {
 	// Within the limit it is admitted; growing past it is refused.
 	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, tenantSet("fits", "tenant-bounded", 2), metav1.CreateOptions{})
 	require.NoError(t, err)
-	err = scaleTo(ctx, cs, ns, "fits", 5)
+	err = framework.Scale(ctx, cs, ns, "fits", 5)
 	require.Error(t, err, "kubectl scale past the limit is refused too")
 	assert.Contains(t, err.Error(), "spec.limits.maxNodesPerNamespace of 3")
 	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "fits", metav1.GetOptions{})
