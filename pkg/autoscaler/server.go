@@ -324,9 +324,12 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 		if err != nil {
 			return err
 		}
+		// A Node named for deletion is going, even before the controller
+		// has deleted it: DeleteNodes answers when the name is written down.
+		going := nodesetcontroller.DeleteList(set)
 		registered := 0
 		for _, n := range nodes {
-			if n.DeletionTimestamp == nil && nodeutil.IsReady(n) {
+			if n.DeletionTimestamp == nil && !going[n.Name] && nodeutil.IsReady(n) {
 				registered++
 			}
 		}

@@ -228,6 +228,22 @@ func TestDecreaseTargetSizeOnlyForUnregistered(t *testing.T) {
 	assert.Equal(t, int32(2), *f.set(t).Spec.Replicas)
 }
 
+// TestDecreaseTargetSizeAfterDeleteNodes: a Node that DeleteNodes named is
+// going, even while the controller has not deleted it yet, and does not hold
+// the target size up.
+func TestDecreaseTargetSizeAfterDeleteNodes(t *testing.T) {
+	set := testSet(3)
+	set.Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNodes: "web-a"}
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", true),
+		setNode(set, "web-c", "", false))
+	ctx := context.Background()
+	_, err := f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web", Delta: -3})
+	assert.Equal(t, codes.FailedPrecondition, code(err), "web-b is registered and stays")
+	_, err = f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web", Delta: -2})
+	require.NoError(t, err, "web-a is on the delete list and web-c never registered")
+	assert.Equal(t, int32(1), *f.set(t).Spec.Replicas)
+}
+
 func TestNodeGroupNodesStatesAndErrors(t *testing.T) {
 	set := testSet(4)
 	creating := setNode(set, "web-c", "", false)

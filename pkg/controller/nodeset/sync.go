@@ -42,6 +42,10 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return err
 	}
 	set := cached.DeepCopy()
+	// Whether the set's earlier creations and deletions are all observed is
+	// asked before its Nodes are listed: asked after, a Node observed in
+	// between would be neither in the list nor expected, and be made again.
+	observed := c.expectations.satisfied(key)
 	nodes, err := c.nodeLister.List(resolve.Selector(set))
 	if err != nil {
 		return err
@@ -61,7 +65,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 
 	res := c.resolve(set)
 	var manageErr error
-	if res.accepted.Status == metav1.ConditionTrue && c.expectations.satisfied(key) {
+	if res.accepted.Status == metav1.ConditionTrue && observed {
 		manageErr = c.manageReplicas(ctx, set, &res, nodes)
 	}
 	if res.accepted.Status != metav1.ConditionTrue {
@@ -98,7 +102,9 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 			// two NodeSets racing cannot overshoot the limit together.
 			unlock := c.lockClass(res.class.Name)
 			defer unlock()
-			if limit, why := c.creationLimit(res, set); limit < want {
+			limit, why := c.creationLimit(res, set)
+			klog.FromContext(ctx).V(2).Info("Creation within the class's limits", "nodeclass", res.class.Name, "want", want, "allowed", limit)
+			if limit < want {
 				res.accepted = notAccepted(ReasonLimitExceeded, "%s", why)
 				want = limit
 			}

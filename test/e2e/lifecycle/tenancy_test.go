@@ -179,6 +179,19 @@ func TestLimitsHoldWhenNodeSetsRace(t *testing.T) {
 		n, err := count(ctx)
 		require.NoError(t, err)
 		most = max(most, n)
+		if n > 4 {
+			nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
+			require.NoError(t, err)
+			for _, node := range nodes.Items {
+				t.Logf("%s of %s, class %s, created %s", node.Name, node.Labels[nodesetv1alpha1.LabelNodeSet],
+					node.Labels[nodesetv1alpha1.LabelNodeClass], node.CreationTimestamp.Format(time.RFC3339Nano))
+			}
+			for _, line := range strings.Split(shared.nodeset.Logs(), "\n") {
+				if strings.Contains(line, ns+"/") && (strings.Contains(line, "Created Node") || strings.Contains(line, "limits")) {
+					t.Log(line)
+				}
+			}
+		}
 		require.LessOrEqual(t, n, 4, "maxNodesPerNamespace 4 exceeded")
 		time.Sleep(100 * time.Millisecond)
 	}
