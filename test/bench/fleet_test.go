@@ -344,6 +344,10 @@ func countRequests(b *testing.B, cp *framework.ControlPlane, r *result, n int, l
 				if e.ObjectRef.Subresource != "" {
 					kind += "/" + e.ObjectRef.Subresource
 				}
+				if !e.Succeeded() && e.ResponseStatus != nil {
+					// Refused writes (conflicts, not found) are told apart.
+					kind += fmt.Sprintf(" (%d)", e.ResponseStatus.Code)
+				}
 				r.WritesPerNodeKind[src+": "+kind] += 1 / float64(n)
 			}
 		}
