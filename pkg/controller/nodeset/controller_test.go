@@ -13,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -568,4 +570,41 @@ func TestTheLastAwaitedNodeEventSyncsAtOnce(t *testing.T) {
 	f.controller.nodeAdded(setNode(t, set, class, "web-b", time.Minute, false))
 	assert.Equal(t, 1, f.controller.queue.Len(), "the last awaited creation: the next batch is decided at once")
 	f.controller.queue.ShutDown()
+}
+
+// arrivingLister is a Node lister whose cache learns of late, a Node the
+// informer delivers right after the first List has answered.
+type arrivingLister struct {
+	corelisters.NodeLister
+	late    *corev1.Node
+	deliver func(any)
+	lists   int
+}
+
+func (l *arrivingLister) List(selector labels.Selector) ([]*corev1.Node, error) {
+	nodes, err := l.NodeLister.List(selector)
+	l.lists++
+	if l.lists == 1 {
+		l.deliver(l.late)
+		return nodes, err
+	}
+	return append(nodes, l.late), err
+}
+
+// TestNodeObservedDuringTheSyncIsNotMadeTwice: the informer delivers the
+// Node a set was waiting for while the sync lists the set's Nodes. The sync
+// still waits for it instead of making a second one.
+func TestNodeObservedDuringTheSyncIsNotMadeTwice(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	f := newFixture(t, class, set, setNode(t, set, class, "web-a", time.Hour, true))
+	f.controller.expectations.expectCreations("team-a/web", 1)
+	f.controller.nodeLister = &arrivingLister{
+		NodeLister: f.controller.nodeLister,
+		late:       setNode(t, set, class, "web-b", 0, false),
+		deliver:    f.controller.nodeAdded,
+	}
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates(), "web-b was on its way; a third Node would be one too many")
+	assert.True(t, f.controller.expectations.satisfied("team-a/web"), "web-b was observed")
 }
