@@ -32,6 +32,8 @@ var TestUsers = []string{"nodeset-controller", "node-controller", "tenant-a", "t
 
 // Run is a TestMain body: it starts one control plane for the test binary,
 // installs the CRDs from deploy/crds, runs the tests and tears it all down.
+// The control plane's directory (etcd, audit log, logs) is kept when a test
+// fails, or always with NODESET_KEEP=1.
 //
 //	func TestMain(m *testing.M) { os.Exit(framework.Run(m, framework.Options{})) }
 func Run(m *testing.M, opts Options) int {
@@ -74,7 +76,7 @@ func Run(m *testing.M, opts Options) int {
 	Shared = cp
 	code := m.Run()
 	cp.Stop()
-	if code == 0 {
+	if code == 0 && os.Getenv("NODESET_KEEP") == "" {
 		_ = os.RemoveAll(dir)
 	} else {
 		fmt.Fprintf(os.Stderr, "framework: control-plane state and logs kept in %s\n", dir)

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -106,6 +107,12 @@ type Controller struct {
 	// recorded yet (Options.ProviderIDWait), by Node name.
 	made map[string]madeMachine
 
+	releasedMu sync.Mutex
+	// released are the Nodes whose finalizer this controller removed, by
+	// name, until the cache sees them gone: a sync on the cache's older copy
+	// would otherwise deprovision and release them again.
+	released map[string]types.UID
+
 	routine *routineEvents
 	pods    *podLists
 }
@@ -152,6 +159,7 @@ func NewController(
 		nodeIndexer: nodeInformer.Informer().GetIndexer(),
 		terminated:  map[string]time.Time{},
 		made:        map[string]madeMachine{},
+		released:    map[string]types.UID{},
 		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:        &podLists{kube: kube},
 

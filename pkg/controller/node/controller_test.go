@@ -473,6 +473,24 @@ func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 	assert.Equal(t, []string{"Normal Deprovisioned Driver simulated deleted the machines of 1 node(s): web-a"}, f.events())
 }
 
+// TestReleasedNodeIsNotTerminatedTwice: a sync on the cache's older copy of a
+// Node, made before the cache sees it gone, neither deletes the machine again
+// nor writes the Node.
+func TestReleasedNodeIsNotTerminatedTwice(t *testing.T) {
+	node := setNode("web-a", "sim")
+	node.Spec.ProviderID = "test:///web-a"
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
+	f.driver.machines["web-a"] = "test:///web-a"
+	// The cache is not told of the writes: it still has the Node as it was.
+	ctx := context.Background()
+	require.NoError(t, f.controller.syncNode(ctx, "web-a"))
+	require.Equal(t, 2, f.nodeWrites(), "cordoned and released")
+	require.NoError(t, f.controller.syncNode(ctx, "web-a"))
+	assert.Equal(t, 2, f.nodeWrites(), "no write on the older copy")
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "the machine is deleted once")
+}
+
 func TestDeprovisionInProgressKeepsTheFinalizer(t *testing.T) {
 	node := setNode("web-a", "sim")
 	node.DeletionTimestamp = &metav1.Time{Time: testNow}

@@ -29,6 +29,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	cached, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forgetMade(name)
+		c.forgetReleased(name)
 		return nil
 	}
 	if err != nil {
@@ -278,6 +279,29 @@ func (c *Controller) forgetMade(name string) {
 	c.madeMu.Lock()
 	defer c.madeMu.Unlock()
 	delete(c.made, name)
+}
+
+// setReleased remembers that node's finalizer was removed.
+func (c *Controller) setReleased(node *corev1.Node) {
+	c.releasedMu.Lock()
+	defer c.releasedMu.Unlock()
+	c.released[node.Name] = node.UID
+}
+
+// wasReleased reports whether node is a Node whose finalizer was removed
+// already, seen in an older copy.
+func (c *Controller) wasReleased(node *corev1.Node) bool {
+	c.releasedMu.Lock()
+	defer c.releasedMu.Unlock()
+	uid, ok := c.released[node.Name]
+	return ok && uid == node.UID
+}
+
+// forgetReleased forgets the released Node name, once the cache sees it gone.
+func (c *Controller) forgetReleased(name string) {
+	c.releasedMu.Lock()
+	defer c.releasedMu.Unlock()
+	delete(c.released, name)
 }
 
 // recordProvisioningError sets the Node's provisioning-error annotation

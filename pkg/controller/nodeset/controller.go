@@ -77,6 +77,8 @@ type Controller struct {
 	queue        workqueue.TypedRateLimitingInterface[string]
 	expectations *expectations
 	burst        int
+	// nodeWrites holds a slot per Node create or delete in flight.
+	nodeWrites   chan struct{}
 	groupDrivers map[string]bool
 	classLocks   sync.Map // NodeClass name -> *sync.Mutex
 	now          func() time.Time
@@ -124,6 +126,7 @@ func NewController(
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeset"}),
 		expectations: newExpectations(opts.Now),
 		burst:        opts.BurstReplicas,
+		nodeWrites:   make(chan struct{}, maxNodeWritesInFlight),
 		groupDrivers: map[string]bool{},
 		now:          opts.Now,
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -607,4 +608,31 @@ func TestNodeObservedDuringTheSyncIsNotMadeTwice(t *testing.T) {
 	require.NoError(t, f.sync())
 	assert.Empty(t, f.nodeCreates(), "web-b was on its way; a third Node would be one too many")
 	assert.True(t, f.controller.expectations.satisfied("team-a/web"), "web-b was observed")
+}
+
+// TestNodeWritesInFlightAreBounded: however many Nodes a scale-down names,
+// at most maxNodeWritesInFlight requests wait at the API server at once.
+func TestNodeWritesInFlightAreBounded(t *testing.T) {
+	f := newFixture(t, validClass("sim"), newSet(0))
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 * maxNodeWritesInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = f.controller.writeNode(context.Background(), func() error {
+				n := inFlight.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				<-release
+				inFlight.Add(-1)
+				return nil
+			})
+		}()
+	}
+	require.Eventually(t, func() bool { return inFlight.Load() == maxNodeWritesInFlight }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	assert.Equal(t, int32(maxNodeWritesInFlight), most.Load())
 }

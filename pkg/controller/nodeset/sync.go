@@ -26,6 +26,25 @@ import (
 // batch doubles the next, so a failing API server sees one failed call, not a storm.
 const slowStartInitialBatchSize = 1
 
+// maxNodeWritesInFlight caps the Node creations and deletions the controller
+// has in flight at once, over all NodeSets. The client's QPS limit paces the
+// requests anyway; what this bounds is how many wait at the API server. A
+// burst of 500 deletions sent at once overflows the queues that API Priority
+// and Fairness gives one flow (6 queues of 50 by default) and comes back as
+// 429 Too Many Requests, to be sent again.
+const maxNodeWritesInFlight = 32
+
+// writeNode runs one Node create or delete when a slot is free.
+func (c *Controller) writeNode(ctx context.Context, write func() error) error {
+	select {
+	case c.nodeWrites <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.nodeWrites }()
+	return write()
+}
+
 func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "nodeset", key)
 	ctx = klog.NewContext(ctx, logger)
@@ -224,13 +243,14 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 	c.expectations.expectCreations(key, count)
 	template := c.nodeTemplate(set, res)
 	created, err := slowStartBatch(count, slowStartInitialBatchSize, func() error {
-		node := template.DeepCopy()
-		newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		logger.V(2).Info("Created Node", "node", klog.KObj(newNode))
-		return nil
+		return c.writeNode(ctx, func() error {
+			newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, template.DeepCopy(), metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			logger.V(2).Info("Created Node", "node", klog.KObj(newNode))
+			return nil
+		})
 	})
 	// Creations never attempted or failed will not be observed.
 	for range count - created {
@@ -273,8 +293,10 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 		go func() {
 			defer wg.Done()
 			uid := victim.UID
-			err := c.kubeClient.CoreV1().Nodes().Delete(ctx, victim.Name, metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &uid},
+			err := c.writeNode(ctx, func() error {
+				return c.kubeClient.CoreV1().Nodes().Delete(ctx, victim.Name, metav1.DeleteOptions{
+					Preconditions: &metav1.Preconditions{UID: &uid},
+				})
 			})
 			mu.Lock()
 			defer mu.Unlock()
