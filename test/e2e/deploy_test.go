@@ -57,6 +57,7 @@ func TestDeployOverlays(t *testing.T) {
 			assert.Equal(t, 2, kinds["CustomResourceDefinition"])
 			assert.Equal(t, 2, kinds["Deployment"])
 			assert.Equal(t, 1, kinds["ValidatingWebhookConfiguration"])
+			assert.Equal(t, 1, kinds["FlowSchema"], "the controllers' requests have a priority level of their own")
 			for _, d := range deployments {
 				assert.GreaterOrEqual(t, *d.Spec.Replicas, int32(2), "%s runs a standby", d.Name)
 				pod := d.Spec.Template.Spec
@@ -77,6 +78,7 @@ func TestDeployOverlays(t *testing.T) {
 			out := kubectl(t, "apply", "-k", dir, "--dry-run=server")
 			assert.Contains(t, out, "deployment.apps/node-controller created (server dry run)")
 			assert.Contains(t, out, "deployment.apps/nodeset-controller created (server dry run)")
+			assert.Contains(t, out, "flowschema.flowcontrol.apiserver.k8s.io/nodeset-controllers created (server dry run)")
 		})
 	}
 }
