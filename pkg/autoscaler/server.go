@@ -164,8 +164,8 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 			nodeLabels = node.Labels
 		}
 	}
-	namespace, name := nodeLabels[nodesetv1alpha1.LabelNodeSetNamespace], nodeLabels[nodesetv1alpha1.LabelNodeSet]
-	if namespace == "" || name == "" {
+	namespace, name, ok := nodeutil.NodeSetOf(nodeLabels)
+	if !ok {
 		return none, nil
 	}
 	set, err := s.sets.NodeSets(namespace).Get(name)

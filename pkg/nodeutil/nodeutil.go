@@ -25,6 +25,13 @@ const (
 	PhaseDeleting = "deleting"
 )
 
+// NodeSetOf is the namespace and name of the NodeSet whose Node labels
+// these are; ok is false for a Node of no NodeSet (a lone or foreign Node).
+func NodeSetOf(labels map[string]string) (namespace, name string, ok bool) {
+	namespace, name = labels[nodesetv1alpha1.LabelNodeSetNamespace], labels[nodesetv1alpha1.LabelNodeSet]
+	return namespace, name, namespace != "" && name != ""
+}
+
 // Phase returns the Node's phase.
 func Phase(node *corev1.Node) string {
 	switch {

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
 
 func TestIsReady(t *testing.T) {
@@ -24,4 +26,15 @@ func TestWithoutString(t *testing.T) {
 	assert.Equal(t, []string{"b", "c"}, WithoutString(in, "a"))
 	assert.Equal(t, []string{"a", "b", "a", "c"}, in, "the input is not modified")
 	assert.Empty(t, WithoutString(nil, "a"))
+}
+
+func TestNodeSetOf(t *testing.T) {
+	ns, name, ok := NodeSetOf(map[string]string{nodesetv1alpha1.LabelNodeSetNamespace: "team-a", nodesetv1alpha1.LabelNodeSet: "web"})
+	assert.True(t, ok)
+	assert.Equal(t, "team-a", ns)
+	assert.Equal(t, "web", name)
+	_, _, ok = NodeSetOf(map[string]string{nodesetv1alpha1.LabelNodeSet: "web"})
+	assert.False(t, ok, "a set name without a namespace is no set")
+	_, _, ok = NodeSetOf(nil)
+	assert.False(t, ok, "a lone Node")
 }

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -102,16 +101,13 @@ type Controller struct {
 	// terminated are the providerIDs of group machines terminated lately.
 	terminated map[string]time.Time
 
-	madeMu sync.Mutex
 	// made are the machines made for Nodes whose providerID is not
-	// recorded yet (Options.ProviderIDWait), by Node name.
-	made map[string]madeMachine
-
-	releasedMu sync.Mutex
-	// released are the Nodes whose finalizer this controller removed, by
-	// name, until the cache sees them gone: a sync on the cache's older copy
-	// would otherwise deprovision and release them again.
-	released map[string]types.UID
+	// recorded yet (Options.ProviderIDWait).
+	made *nodeMemory[madeMachine]
+	// released are the Nodes whose finalizer this controller removed, until
+	// the cache sees them gone: a sync on the cache's older copy would
+	// otherwise deprovision and release them again.
+	released *nodeMemory[struct{}]
 
 	routine *routineEvents
 	pods    *podLists
@@ -158,8 +154,8 @@ func NewController(
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
 		nodeIndexer: nodeInformer.Informer().GetIndexer(),
 		terminated:  map[string]time.Time{},
-		made:        map[string]madeMachine{},
-		released:    map[string]types.UID{},
+		made:        newNodeMemory[madeMachine](),
+		released:    newNodeMemory[struct{}](),
 		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:        &podLists{kube: kube},
 

@@ -390,17 +390,24 @@ func TestRegistrationTimeoutDeletesTheSetNode(t *testing.T) {
 	assert.Empty(t, f.driver.deletes, "its machine goes through the deletion path (drain, then deprovision)")
 }
 
-func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
+// deletedNodeFixture is a fixture with Node web-a of class sim deleted, its
+// machine made, and objects (its pods) besides.
+func deletedNodeFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	node := setNode("web-a", "sim")
 	node.Spec.ProviderID = "test:///web-a"
 	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, append([]runtime.Object{node}, objects...)...)
+	f.driver.machines["web-a"] = "test:///web-a"
+	return f
+}
+
+func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static", Namespace: "kube-system",
 		Annotations: map[string]string{mirrorPodAnnotation: "x"}}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	skipped := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: "team-a",
 		Annotations: map[string]string{nodesetv1alpha1.AnnotationSkipDrain: "true"}}, Spec: corev1.PodSpec{NodeName: "web-a"}}
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node, pod, mirror, skipped)
-	f.driver.machines["web-a"] = "test:///web-a"
+	f := deletedNodeFixture(t, pod, mirror, skipped)
 	evictions := 0
 	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
 		if action.GetSubresource() != "eviction" {
@@ -453,11 +460,7 @@ func cordonedBeforeEvicting(actions []core.Action) bool {
 }
 
 func TestNothingToDrainCostsTwoWrites(t *testing.T) {
-	node := setNode("web-a", "sim")
-	node.Spec.ProviderID = "test:///web-a"
-	node.DeletionTimestamp = &metav1.Time{Time: testNow}
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
-	f.driver.machines["web-a"] = "test:///web-a"
+	f := deletedNodeFixture(t)
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "cordoned, found empty and deprovisioned in one sync")
 	updates := f.kube.Actions()
@@ -477,11 +480,7 @@ func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 // Node, made before the cache sees it gone, neither deletes the machine again
 // nor writes the Node.
 func TestReleasedNodeIsNotTerminatedTwice(t *testing.T) {
-	node := setNode("web-a", "sim")
-	node.Spec.ProviderID = "test:///web-a"
-	node.DeletionTimestamp = &metav1.Time{Time: testNow}
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
-	f.driver.machines["web-a"] = "test:///web-a"
+	f := deletedNodeFixture(t)
 	// The cache is not told of the writes: it still has the Node as it was.
 	ctx := context.Background()
 	require.NoError(t, f.controller.syncNode(ctx, "web-a"))

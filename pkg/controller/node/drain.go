@@ -46,7 +46,7 @@ func machineDeprovisioner(driver drivers.MachineDriver, class drivers.Class, nam
 // Each step is one short call; waiting is done by requeueing, never by
 // blocking a worker.
 func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, deprovision deprovisioner) error {
-	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) || c.wasReleased(node) {
+	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) || c.released.has(node) {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
@@ -179,14 +179,12 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	c.routine.record(node, ReasonDeprovisioned, deprovision.driver, fmt.Sprintf("Driver %s deleted the machine", deprovision.driver))
 	node.Finalizers = nodeutil.WithoutString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-	if err == nil || apierrors.IsNotFound(err) {
-		c.setReleased(node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
 	}
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
+	c.released.set(node, struct{}{})
 	logger.V(2).Info("Machine deprovisioned; finalizer removed")
-	return err
+	return nil
 }
 
 // DrainCondition is the Node condition that shows a drain's progress.

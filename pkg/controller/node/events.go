@@ -12,6 +12,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // routineEvents gathers the routine steps of a NodeSet's Nodes (a machine
@@ -45,8 +46,8 @@ func newRoutineEvents(recorder record.EventRecorder, sets listers.NodeSetLister)
 // next flush; for a lone Node, as an Event on it now, with single as its
 // message.
 func (e *routineEvents) record(node *corev1.Node, reason, detail, single string) {
-	namespace, set := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]
-	if namespace == "" || set == "" {
+	namespace, set, ok := nodeutil.NodeSetOf(node.Labels)
+	if !ok {
 		e.recorder.Event(node, corev1.EventTypeNormal, reason, single)
 		return
 	}

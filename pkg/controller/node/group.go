@@ -80,8 +80,7 @@ func (c *Controller) enqueueNodeGroup(node *corev1.Node) {
 	if node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" {
 		return
 	}
-	ns, name := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]
-	if ns != "" && name != "" {
+	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
 		c.groups.Add(ns + "/" + name)
 	}
 }

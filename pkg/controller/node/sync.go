@@ -28,8 +28,8 @@ const defaultRegistrationTimeout = 15 * time.Minute
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	cached, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.forgetMade(name)
-		c.forgetReleased(name)
+		c.made.forget(name)
+		c.released.forget(name)
 		return nil
 	}
 	if err != nil {
@@ -61,7 +61,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		return nil // another node controller's
 	}
 	if node.DeletionTimestamp != nil {
-		c.forgetMade(name)
+		c.made.forget(name)
 		machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
 		if class != nil {
 			machineClass.Spec = class.Spec
@@ -86,7 +86,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 // class with its NodeSet's permitted overrides, and the class's credentials.
 func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) (drivers.Class, error) {
 	var set *nodesetv1alpha1.NodeSet
-	if ns, name := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]; ns != "" && name != "" {
+	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
 		if s, err := c.sets.NodeSets(ns).Get(name); err == nil {
 			set = s
 		}
@@ -163,7 +163,6 @@ func owner(node *corev1.Node, sets func(namespace, name string) (*nodesetv1alpha
 // madeMachine is a machine made for a Node whose providerID is not
 // recorded yet.
 type madeMachine struct {
-	uid        types.UID
 	providerID string
 	created    time.Time
 }
@@ -180,7 +179,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	}
 	registered := false
 	if node.Spec.ProviderID == "" {
-		made, ok := c.madeFor(node)
+		made, ok := c.made.get(node)
 		if !ok {
 			var err error
 			if made, err = c.createMachine(ctx, node, class, driver); err != nil {
@@ -196,11 +195,11 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		// written at once.
 		if wait := made.created.Add(c.opts.ProviderIDWait).Sub(c.opts.Now()); held && !ready && wait > 0 && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == "" {
 			// The kubelet's Ready brings the Node back; else the wait's end.
-			c.setMade(node.Name, made)
+			c.made.set(node, made)
 			c.queue.AddAfter(node.Name, wait)
 			return nil
 		}
-		c.forgetMade(node.Name)
+		c.made.forget(node.Name)
 		delete(node.Annotations, nodesetv1alpha1.AnnotationProvisioningError)
 		node.Spec.ProviderID = made.providerID
 		if node.Annotations == nil {
@@ -251,57 +250,11 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 		}
 		return madeMachine{}, err
 	}
-	made := madeMachine{uid: node.UID, providerID: providerID, created: c.opts.Now()}
+	made := madeMachine{providerID: providerID, created: c.opts.Now()}
 	c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(made.created.Sub(node.CreationTimestamp.Time).Seconds())
 	c.routine.record(node, ReasonProvisioned, driver.Name(), fmt.Sprintf("Driver %s created machine %s", driver.Name(), providerID))
 	logger.V(2).Info("Provisioned machine", "providerID", providerID)
 	return made, nil
-}
-
-// madeFor is the machine made for node whose providerID waits, if any.
-func (c *Controller) madeFor(node *corev1.Node) (madeMachine, bool) {
-	c.madeMu.Lock()
-	defer c.madeMu.Unlock()
-	made, ok := c.made[node.Name]
-	return made, ok && made.uid == node.UID
-}
-
-// setMade remembers the machine made for the Node name.
-func (c *Controller) setMade(name string, made madeMachine) {
-	c.madeMu.Lock()
-	defer c.madeMu.Unlock()
-	c.made[name] = made
-}
-
-// forgetMade forgets the machine made for the Node name: recorded, or the
-// Node is going.
-func (c *Controller) forgetMade(name string) {
-	c.madeMu.Lock()
-	defer c.madeMu.Unlock()
-	delete(c.made, name)
-}
-
-// setReleased remembers that node's finalizer was removed.
-func (c *Controller) setReleased(node *corev1.Node) {
-	c.releasedMu.Lock()
-	defer c.releasedMu.Unlock()
-	c.released[node.Name] = node.UID
-}
-
-// wasReleased reports whether node is a Node whose finalizer was removed
-// already, seen in an older copy.
-func (c *Controller) wasReleased(node *corev1.Node) bool {
-	c.releasedMu.Lock()
-	defer c.releasedMu.Unlock()
-	uid, ok := c.released[node.Name]
-	return ok && uid == node.UID
-}
-
-// forgetReleased forgets the released Node name, once the cache sees it gone.
-func (c *Controller) forgetReleased(name string) {
-	c.releasedMu.Lock()
-	defer c.releasedMu.Unlock()
-	delete(c.released, name)
 }
 
 // recordProvisioningError sets the Node's provisioning-error annotation

@@ -25,6 +25,7 @@ import (
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // Event reasons.
@@ -275,8 +276,8 @@ func (c *Controller) namespaceUpdated(oldObj, newObj any) {
 
 // nodeSetKey returns the key of the NodeSet a Node belongs to, from its labels.
 func nodeSetKey(node *corev1.Node) (string, bool) {
-	namespace, name := node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet]
-	if namespace == "" || name == "" {
+	namespace, name, ok := nodeutil.NodeSetOf(node.Labels)
+	if !ok {
 		return "", false
 	}
 	return namespace + "/" + name, true
