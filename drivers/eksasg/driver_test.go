@@ -21,19 +21,19 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
-	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/test/framework"
 )
 
 const region = "us-east-1"
 
-var testCredentials = map[string][]byte{CredentialAccessKeyID: []byte("testing"), CredentialSecretAccessKey: []byte("testing")}
+var testCredentials = map[string][]byte{awscloud.CredentialAccessKeyID: []byte("testing"), awscloud.CredentialSecretAccessKey: []byte("testing")}
 
 // world is a moto server with a VPC, a subnet and an AMI to launch from.
 type world struct {
@@ -41,7 +41,7 @@ type world struct {
 	vpc      string
 	subnet   string
 	image    string
-	asg      AutoScaling
+	asg      awscloud.AutoScaling
 	ec2      *ec2.Client
 }
 
@@ -54,7 +54,7 @@ func newWorldAt(t *testing.T, endpoint string) *world {
 	t.Helper()
 	ctx := context.Background()
 	w := &world{endpoint: endpoint}
-	asg, ec2c, err := SDKClients(w.endpoint)(ctx, region, testCredentials)
+	asg, ec2c, err := awscloud.SDKClients(w.endpoint)(ctx, region, testCredentials)
 	require.NoError(t, err)
 	w.asg, w.ec2 = asg, ec2c.(*ec2.Client)
 	network := framework.NewMotoNetwork(t, w.ec2, region)
@@ -74,7 +74,7 @@ func (w *world) class() drivers.Class {
 }
 
 func (w *world) driver(cluster string) *Driver {
-	return New(Options{Cluster: cluster, Clients: SDKClients(w.endpoint), Scopes: func() []Scope { return []Scope{{Region: region, Credentials: testCredentials}} }})
+	return New(Options{Cluster: cluster, Clients: awscloud.SDKClients(w.endpoint), Scopes: func() []Scope { return []Scope{{Region: region, Credentials: testCredentials}} }})
 }
 
 func TestGroupLifecycleAgainstMoto(t *testing.T) {
@@ -93,7 +93,7 @@ func TestGroupLifecycleAgainstMoto(t *testing.T) {
 	assert.EqualValues(t, 3, status.DesiredSize)
 	require.Len(t, status.Machines, 3)
 	for _, m := range status.Machines {
-		_, err := InstanceID(m.ProviderID)
+		_, err := awscloud.InstanceID(m.ProviderID)
 		assert.NoError(t, err, m.ProviderID)
 		assert.Regexp(t, `^aws:///us-east-1a/i-`, m.ProviderID)
 		assert.NotEmpty(t, m.Name, "the Node name is the instance's private DNS name")
@@ -101,16 +101,16 @@ func TestGroupLifecycleAgainstMoto(t *testing.T) {
 		assert.Equal(t, "h1", m.TemplateHash, "instances carry the hash of their launch template version")
 	}
 
-	g, err := describeGroup(ctx, w.asg, name)
+	g, err := awscloud.FindGroup(ctx, w.asg, name)
 	require.NoError(t, err)
 	tags := map[string]string{}
 	for _, tag := range g.Tags {
 		tags[aws.ToString(tag.Key)] = aws.ToString(tag.Value)
 	}
-	assert.Equal(t, "prod", tags[TagCluster])
-	assert.Equal(t, "team-a", tags[TagNamespace])
-	assert.Equal(t, "web", tags[TagNodeSet])
-	assert.Equal(t, "uid-1", tags[TagNodeSetUID])
+	assert.Equal(t, "prod", tags[awscloud.TagCluster])
+	assert.Equal(t, "team-a", tags[awscloud.TagNamespace])
+	assert.Equal(t, "web", tags[awscloud.TagNodeSet])
+	assert.Equal(t, "uid-1", tags[awscloud.TagNodeSetUID])
 	assert.Equal(t, "a", tags["team"])
 	assert.NotContains(t, tags, "k8s.io/cluster-autoscaler/enabled", "nodeset, not the group, is cluster-autoscaler's target")
 	var suspended []string
@@ -228,23 +228,6 @@ func TestValidateNamesTheField(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
-	for code, want := range map[string]error{
-		"Throttling":                   drivers.ErrThrottled,
-		"RequestLimitExceeded":         drivers.ErrThrottled,
-		"InsufficientInstanceCapacity": drivers.ErrOutOfCapacity,
-		"ValidationError":              drivers.ErrInvalidConfiguration,
-		"InvalidAMIID.NotFound":        drivers.ErrInvalidConfiguration,
-	} {
-		err := Classify("creating", &smithy.GenericAPIError{Code: code, Message: "m"})
-		assert.ErrorIs(t, err, want, code)
-	}
-	err := Classify("creating", &smithy.GenericAPIError{Code: "InternalFailure"})
-	for _, e := range []error{drivers.ErrThrottled, drivers.ErrOutOfCapacity, drivers.ErrInvalidConfiguration} {
-		assert.NotErrorIs(t, err, e, "a transient error is only an error")
-	}
-}
-
 func TestGroupNamesAreDeterministicAndBounded(t *testing.T) {
 	a := GroupName("prod", "team-a", "web")
 	assert.Equal(t, a, GroupName("prod", "team-a", "web"))
@@ -253,7 +236,7 @@ func TestGroupNamesAreDeterministicAndBounded(t *testing.T) {
 	assert.LessOrEqual(t, len(long), 128, "launch template names are at most 128 characters")
 }
 
-// callCounter counts the API calls of NewSDKClients by operation.
+// callCounter counts the API calls of awscloud.NewSDKClients by operation.
 type callCounter struct {
 	mu       sync.Mutex
 	calls    map[string]int
@@ -284,7 +267,7 @@ func TestCallsPerPollDoNotGrowWithNodeSets(t *testing.T) {
 	w := newWorld(t)
 	counter := &callCounter{calls: map[string]int{}, attempts: map[string]int{}}
 	now := time.Unix(1_800_000_000, 0)
-	d := New(Options{Cluster: "prod", Clients: NewSDKClients(SDKConfig{Endpoint: w.endpoint, Observe: counter.observe}),
+	d := New(Options{Cluster: "prod", Clients: awscloud.NewSDKClients(awscloud.SDKConfig{Endpoint: w.endpoint, Observe: counter.observe}),
 		PollInterval: time.Minute, Now: func() time.Time { return now }})
 	class := w.class()
 	group := func(i int) drivers.Group {
@@ -364,7 +347,7 @@ func TestThrottlingIsRetriedThenReported(t *testing.T) {
 	w := newWorld(t)
 	p := &throttlingProxy{operation: "DescribeAutoScalingGroups", throttle: 2}
 	counter := &callCounter{calls: map[string]int{}, attempts: map[string]int{}}
-	d := New(Options{Cluster: "prod", Clients: NewSDKClients(SDKConfig{Endpoint: p.start(t, w.endpoint), Observe: counter.observe, MaxAttempts: 4,
+	d := New(Options{Cluster: "prod", Clients: awscloud.NewSDKClients(awscloud.SDKConfig{Endpoint: p.start(t, w.endpoint), Observe: counter.observe, MaxAttempts: 4,
 		MaxBackoff: 200 * time.Millisecond})})
 	group := drivers.Group{Name: GroupName("prod", "team-a", "web"), Owner: drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "web"},
 		Class: w.class(), Replicas: 1, MaxReplicas: 1, TemplateHash: "h1"}
@@ -390,7 +373,7 @@ func TestThrottlingIsRetriedThenReported(t *testing.T) {
 // recordingAutoScaling passes calls to moto and keeps the group's creation
 // input, for what moto does not model (spot, mixed instances, zones).
 type recordingAutoScaling struct {
-	AutoScaling
+	awscloud.AutoScaling
 	created *autoscaling.CreateAutoScalingGroupInput
 }
 
@@ -406,9 +389,9 @@ func TestMixedInstancesSpotAndZones(t *testing.T) {
 	subnetB, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(w.vpc), CidrBlock: aws.String("10.0.2.0/24"),
 		AvailabilityZone: aws.String(region + "b")})
 	require.NoError(t, err)
-	real := SDKClients(w.endpoint)
+	real := awscloud.SDKClients(w.endpoint)
 	recorder := &recordingAutoScaling{}
-	d := New(Options{Cluster: "prod", Clients: func(ctx context.Context, r string, creds map[string][]byte) (AutoScaling, EC2, error) {
+	d := New(Options{Cluster: "prod", Clients: func(ctx context.Context, r string, creds map[string][]byte) (awscloud.AutoScaling, awscloud.EC2, error) {
 		asg, ec2c, err := real(ctx, r, creds)
 		recorder.AutoScaling = asg
 		return recorder, ec2c, err
@@ -470,7 +453,7 @@ func TestValidateCloudNamesWhatDoesNotExist(t *testing.T) {
 func TestBootstrapIsLookedUpFromEKS(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	configs := NewAWSConfigs(SDKConfig{Endpoint: w.endpoint})
+	configs := awscloud.NewAWSConfigs(awscloud.SDKConfig{Endpoint: w.endpoint})
 	cfg, err := configs(ctx, region, testCredentials)
 	require.NoError(t, err)
 	created, err := eks.NewFromConfig(*cfg).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("prod"),
@@ -486,7 +469,7 @@ func TestBootstrapIsLookedUpFromEKS(t *testing.T) {
 	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration, "without a lookup the endpoint and CA are required")
 	assert.ErrorContains(t, err, "spec.eksAutoscalingGroup.bootstrap")
 
-	d := New(Options{Cluster: "prod", Clients: ClientsFrom(configs), Clusters: NewClusterLookup(configs)})
+	d := New(Options{Cluster: "prod", Clients: awscloud.ClientsFrom(configs), Clusters: NewClusterLookup(configs)})
 	_, err = d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	versions, err := w.ec2.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateName: aws.String("looked-up")})

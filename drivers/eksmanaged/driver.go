@@ -23,12 +23,8 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/drivers/awscloud"
 )
-
-// TagTemplateHash on a node group is the template hash its configuration
-// was last brought in step with.
-const TagTemplateHash = eksasg.TagTemplateHash
 
 // defaultInstanceType is what EKS launches when a node group names none.
 const defaultInstanceType = "t3.medium"
@@ -48,8 +44,8 @@ type EKS interface {
 // API is the clients of one region and set of credentials.
 type API struct {
 	EKS         EKS
-	AutoScaling eksasg.AutoScaling
-	EC2         eksasg.EC2
+	AutoScaling awscloud.AutoScaling
+	EC2         awscloud.EC2
 }
 
 // Clients gives the API clients for a region and a class's credentials.
@@ -57,9 +53,9 @@ type Clients func(ctx context.Context, region string, credentials map[string][]b
 
 // SDKClients makes real API clients with the endpoint, rate limit, retries
 // and call counting of c.
-func SDKClients(c eksasg.SDKConfig) Clients {
-	configs := eksasg.NewAWSConfigs(c)
-	asgClients := eksasg.ClientsFrom(configs)
+func SDKClients(c awscloud.SDKConfig) Clients {
+	configs := awscloud.NewAWSConfigs(c)
+	asgClients := awscloud.ClientsFrom(configs)
 	var (
 		mu   sync.Mutex
 		eksc = map[*aws.Config]*eks.Client{}
@@ -169,7 +165,7 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
 		return err
 	}
 	_, err = api.EKS.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(s.ClusterName)})
-	if eksasg.IsCode(err, "ResourceNotFoundException") {
+	if awscloud.IsCode(err, "ResourceNotFoundException") {
 		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.clusterName", "EKS cluster %s does not exist in %s", s.ClusterName, s.Region)
 	}
 	if err != nil {
@@ -179,7 +175,7 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
 	if s.RemoteAccess != nil {
 		securityGroups = s.RemoteAccess.SourceSecurityGroups
 	}
-	return eksasg.ValidateNetwork(ctx, api.EC2, s.Region, "spec.eksManagedNodeGroup.subnets", s.Subnets,
+	return awscloud.ValidateNetwork(ctx, api.EC2, s.Region, "spec.eksManagedNodeGroup.subnets", s.Subnets,
 		"spec.eksManagedNodeGroup.remoteAccess.sourceSecurityGroups", securityGroups)
 }
 
@@ -197,7 +193,7 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Cap
 	if err != nil {
 		return drivers.Capacity{}, err
 	}
-	capacity, err := eksasg.InstanceTypeCapacity(ctx, api.EC2, "spec.eksManagedNodeGroup.instanceTypes[0]", s.Region, instanceType)
+	capacity, err := awscloud.InstanceTypeCapacity(ctx, api.EC2, "spec.eksManagedNodeGroup.instanceTypes[0]", s.Region, instanceType)
 	if err != nil {
 		return drivers.Capacity{}, err
 	}
@@ -221,12 +217,12 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 	if tags == nil {
 		tags = map[string]string{}
 	}
-	tags[eksasg.TagCluster] = d.opts.Cluster
-	tags[eksasg.TagNamespace] = owner.Namespace
-	tags[eksasg.TagNodeSet] = owner.Name
-	tags[eksasg.TagNodeSetUID] = string(owner.UID)
+	tags[awscloud.TagCluster] = d.opts.Cluster
+	tags[awscloud.TagNamespace] = owner.Namespace
+	tags[awscloud.TagNodeSet] = owner.Name
+	tags[awscloud.TagNodeSetUID] = string(owner.UID)
 	if hash != "" {
-		tags[TagTemplateHash] = hash
+		tags[awscloud.TagTemplateHash] = hash // the hash the configuration was last brought in step with
 	}
 	return tags
 }
@@ -358,7 +354,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 			input.RemoteAccess = &ekstypes.RemoteAccessConfig{Ec2SshKey: optional(r.EC2SSHKey), SourceSecurityGroups: r.SourceSecurityGroups}
 		}
 		out, err := api.EKS.CreateNodegroup(ctx, input)
-		if err != nil && !eksasg.IsCode(err, "ResourceInUseException") {
+		if err != nil && !awscloud.IsCode(err, "ResourceInUseException") {
 			return drivers.GroupStatus{}, classify("creating node group "+group.Name, err)
 		}
 		if err == nil && out.Nodegroup != nil {
@@ -508,7 +504,7 @@ func versionChanges(ng *ekstypes.Nodegroup, s *nodesetv1alpha1.EKSManagedNodeGro
 
 func describe(ctx context.Context, api EKS, cluster, name string) (*ekstypes.Nodegroup, error) {
 	out, err := api.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String(cluster), NodegroupName: aws.String(name)})
-	if eksasg.IsCode(err, "ResourceNotFoundException") {
+	if awscloud.IsCode(err, "ResourceNotFoundException") {
 		return nil, fmt.Errorf("node group %s: %w", name, drivers.ErrNotFound)
 	}
 	if err != nil {
@@ -519,7 +515,7 @@ func describe(ctx context.Context, api EKS, cluster, name string) (*ekstypes.Nod
 
 func describeUpdate(ctx context.Context, api EKS, cluster, name, id string) (*ekstypes.Update, error) {
 	out, err := api.DescribeUpdate(ctx, &eks.DescribeUpdateInput{Name: aws.String(cluster), NodegroupName: aws.String(name), UpdateId: aws.String(id)})
-	if eksasg.IsCode(err, "ResourceNotFoundException") {
+	if awscloud.IsCode(err, "ResourceNotFoundException") {
 		return nil, fmt.Errorf("update %s of node group %s: %w", id, name, drivers.ErrNotFound)
 	}
 	if err != nil {
@@ -560,7 +556,7 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 		}
 	}
 	if asg := autoScalingGroup(ng); asg != "" {
-		instances, err := eksasg.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
+		instances, err := awscloud.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
 		switch {
 		case errors.Is(err, drivers.ErrNotFound):
 		case err != nil:
@@ -591,8 +587,8 @@ func autoScalingGroup(ng *ekstypes.Nodegroup) string {
 }
 
 func ownerFromTags(tags map[string]string) drivers.Owner {
-	return drivers.Owner{Cluster: tags[eksasg.TagCluster], Namespace: tags[eksasg.TagNamespace], Name: tags[eksasg.TagNodeSet],
-		UID: types.UID(tags[eksasg.TagNodeSetUID])}
+	return drivers.Owner{Cluster: tags[awscloud.TagCluster], Namespace: tags[awscloud.TagNamespace], Name: tags[awscloud.TagNodeSet],
+		UID: types.UID(tags[awscloud.TagNodeSetUID])}
 }
 
 // connect returns the class's section and the API clients of its region
@@ -638,11 +634,11 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 	if asg == "" {
 		return nil // no instances
 	}
-	terminated, err := eksasg.TerminateInGroup(ctx, api.AutoScaling, asg, providerID)
+	terminated, err := awscloud.TerminateInGroup(ctx, api.AutoScaling, asg, providerID)
 	if err != nil || !terminated {
 		return err
 	}
-	after, err := eksasg.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
+	after, err := awscloud.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
 	if err != nil || ng.ScalingConfig == nil || aws.ToInt32(ng.ScalingConfig.DesiredSize) == after.DesiredSize {
 		return err
 	}
@@ -651,7 +647,7 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 		ScalingConfig: &ekstypes.NodegroupScalingConfig{DesiredSize: aws.Int32(after.DesiredSize),
 			MinSize: aws.Int32(min(aws.ToInt32(ng.ScalingConfig.MinSize), after.DesiredSize)), MaxSize: ng.ScalingConfig.MaxSize},
 	})
-	if eksasg.IsCode(err, "ResourceInUseException") {
+	if awscloud.IsCode(err, "ResourceInUseException") {
 		return nil // an update runs; the next EnsureGroup sees the lower size
 	}
 	return classify("lowering node group "+group+" after terminating "+providerID, err)
@@ -674,9 +670,9 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	}
 	_, err = api.EKS.DeleteNodegroup(ctx, &eks.DeleteNodegroupInput{ClusterName: aws.String(s.ClusterName), NodegroupName: aws.String(name)})
 	switch {
-	case eksasg.IsCode(err, "ResourceNotFoundException"):
+	case awscloud.IsCode(err, "ResourceNotFoundException"):
 		return nil
-	case err != nil && !eksasg.IsCode(err, "ResourceInUseException"):
+	case err != nil && !awscloud.IsCode(err, "ResourceInUseException"):
 		return classify("deleting node group "+name, err)
 	}
 	if _, err := describe(ctx, api.EKS, s.ClusterName, name); errors.Is(err, drivers.ErrNotFound) {
@@ -735,16 +731,16 @@ func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) 
 	return out, nil
 }
 
-// classify is eksasg.Classify with EKS's own codes.
+// classify is awscloud.Classify with EKS's own codes.
 func classify(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case eksasg.IsCode(err, "InvalidParameterException"), eksasg.IsCode(err, "InvalidRequestException"),
-		eksasg.IsCode(err, "AccessDeniedException"), eksasg.IsCode(err, "ResourceNotFoundException"):
+	case awscloud.IsCode(err, "InvalidParameterException"), awscloud.IsCode(err, "InvalidRequestException"),
+		awscloud.IsCode(err, "AccessDeniedException"), awscloud.IsCode(err, "ResourceNotFoundException"):
 		return fmt.Errorf("%s: %w: %v", what, drivers.ErrInvalidConfiguration, err)
-	case eksasg.IsCode(err, "ResourceLimitExceededException"):
+	case awscloud.IsCode(err, "ResourceLimitExceededException"):
 		return fmt.Errorf("%s: %w: %v", what, drivers.ErrOutOfCapacity, err)
 	}
-	return eksasg.Classify(what, err)
+	return awscloud.Classify(what, err)
 }

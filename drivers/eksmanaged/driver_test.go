@@ -23,13 +23,13 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/test/framework"
 )
 
 const region = "us-east-1"
 
-var testCredentials = map[string][]byte{eksasg.CredentialAccessKeyID: []byte("testing"), eksasg.CredentialSecretAccessKey: []byte("testing")}
+var testCredentials = map[string][]byte{awscloud.CredentialAccessKeyID: []byte("testing"), awscloud.CredentialSecretAccessKey: []byte("testing")}
 
 // world is moto with a VPC, a subnet and an EKS cluster "prod".
 type world struct {
@@ -43,7 +43,7 @@ func newWorld(t *testing.T) *world {
 	ctx := context.Background()
 	w := &world{endpoint: framework.StartMoto(t)}
 	var err error
-	w.api, err = SDKClients(eksasg.SDKConfig{Endpoint: w.endpoint})(ctx, region, testCredentials)
+	w.api, err = SDKClients(awscloud.SDKConfig{Endpoint: w.endpoint})(ctx, region, testCredentials)
 	require.NoError(t, err)
 	ec2c := w.api.EC2.(*ec2.Client)
 	w.subnet = framework.NewMotoNetwork(t, ec2c, region).Subnet
@@ -111,9 +111,9 @@ func TestNodeGroupAgainstMoto(t *testing.T) {
 	assert.EqualValues(t, 5, aws.ToInt32(ng.ScalingConfig.MaxSize))
 	assert.Equal(t, map[string]string{"pool": "general", "tier": "web", nodesetv1alpha1.LabelNodeSet: "web"}, ng.Labels)
 	assert.Equal(t, []string{"pool=general:PREFER_NO_SCHEDULE", "tier=web:NO_SCHEDULE"}, taintStrings(ng.Taints))
-	assert.Equal(t, "e2e", ng.Tags[eksasg.TagCluster])
-	assert.Equal(t, "web", ng.Tags[eksasg.TagNodeSet])
-	assert.Equal(t, "uid-web", ng.Tags[eksasg.TagNodeSetUID])
+	assert.Equal(t, "e2e", ng.Tags[awscloud.TagCluster])
+	assert.Equal(t, "web", ng.Tags[awscloud.TagNodeSet])
+	assert.Equal(t, "uid-web", ng.Tags[awscloud.TagNodeSetUID])
 	assert.Equal(t, "platform", ng.Tags["team"])
 
 	// Scaling up raises the desired size; fewer replicas never lower it.
@@ -270,7 +270,7 @@ func managedWorld(t *testing.T) (*world, *fakeEKS, *Driver) {
 		Labels:        map[string]string{"pool": "general"},
 		Taints:        []ekstypes.Taint{{Key: aws.String("pool"), Value: aws.String("general"), Effect: ekstypes.TaintEffectPreferNoSchedule}},
 		Resources:     &ekstypes.NodegroupResources{AutoScalingGroups: []ekstypes.AutoScalingGroup{{Name: aws.String("ng-asg")}}},
-		Tags:          map[string]string{eksasg.TagCluster: "e2e", eksasg.TagNamespace: "team-a", eksasg.TagNodeSet: "web"},
+		Tags:          map[string]string{awscloud.TagCluster: "e2e", awscloud.TagNamespace: "team-a", awscloud.TagNodeSet: "web"},
 		CreatedAt:     aws.Time(time.Now()),
 	}}}
 	d := New(Options{Cluster: "e2e", Clients: func(context.Context, string, map[string][]byte) (API, error) {
@@ -361,7 +361,7 @@ func TestTerminateMachineLowersTheNodeGroupToo(t *testing.T) {
 	victim := status.Machines[0].ProviderID
 	require.NoError(t, d.TerminateMachine(ctx, w.class(), "ng", victim))
 	assert.EqualValues(t, 1, aws.ToInt32(fake.groups["ng"].ScalingConfig.DesiredSize), "EKS's desired size follows the decrement")
-	after, err := eksasg.GroupInstances(ctx, w.api.AutoScaling, w.api.EC2, "ng-asg")
+	after, err := awscloud.GroupInstances(ctx, w.api.AutoScaling, w.api.EC2, "ng-asg")
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, after.DesiredSize)
 	for _, m := range after.Machines {

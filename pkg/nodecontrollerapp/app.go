@@ -29,6 +29,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/drivers/dockermachine"
 	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/drivers/eksmanaged"
@@ -80,7 +81,7 @@ func Main(name string, extra ...Driver) int {
 		orphanAge    time.Duration
 		remediation  nodecontroller.RemediationOptions
 		groupPoll    time.Duration
-		awsConfig    eksasg.SDKConfig
+		awsConfig    awscloud.SDKConfig
 		idWait       time.Duration
 		eventPeriod  time.Duration
 	)
@@ -150,10 +151,10 @@ func Main(name string, extra ...Driver) int {
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
 			if _, ok := registry[nodesetv1alpha1.DriverEKSASG]; ok {
 				awsConfig.Observe = metrics.CloudCalls(nodesetv1alpha1.DriverEKSASG)
-				configs := eksasg.NewAWSConfigs(awsConfig)
+				configs := awscloud.NewAWSConfigs(awsConfig)
 				registry[nodesetv1alpha1.DriverEKSASG] = eksasg.New(eksasg.Options{
 					Cluster:      cluster,
-					Clients:      eksasg.ClientsFrom(configs),
+					Clients:      awscloud.ClientsFrom(configs),
 					Clusters:     eksasg.NewClusterLookup(configs),
 					Scopes:       awsScopes(clients.Kube, classes.Lister()),
 					PollInterval: min(15*time.Second, groupPoll/2),
@@ -328,7 +329,7 @@ func classScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassList
 			}
 			scope.credentials = secret.Data
 		}
-		key := scope.region + "/" + scope.cluster + "/" + string(scope.credentials[eksasg.CredentialAccessKeyID])
+		key := scope.region + "/" + scope.cluster + "/" + string(scope.credentials[awscloud.CredentialAccessKeyID])
 		if !seen[key] {
 			seen[key] = true
 			out = append(out, scope)

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/test/framework"
@@ -69,7 +69,7 @@ func awsFleet(b *testing.B, sets int) *awsResult {
 	ctx := context.Background()
 	cp := framework.Shared
 	endpoint := framework.StartMoto(b)
-	_, ec2c, err := eksasg.SDKClients(endpoint)(ctx, awsRegion, framework.MotoCredentials)
+	_, ec2c, err := awscloud.SDKClients(endpoint)(ctx, awsRegion, framework.MotoCredentials)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/nodeutil"
@@ -76,7 +77,7 @@ func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 	if through != nil {
 		controllerEndpoint = through(e.endpoint)
 	}
-	asg, ec2c, err := eksasg.SDKClients(e.endpoint)(ctx, region, awsCredentials)
+	asg, ec2c, err := awscloud.SDKClients(e.endpoint)(ctx, region, awsCredentials)
 	require.NoError(t, err)
 	e.asg, e.ec2 = asg.(*autoscaling.Client), ec2c.(*ec2.Client)
 	e.network = framework.NewMotoNetwork(t, e.ec2, region)
@@ -163,7 +164,7 @@ func (e *env) instances(group string) (desired int32, live map[string]string, er
 		if strings.HasPrefix(string(i.LifecycleState), "Terminat") {
 			continue
 		}
-		live[eksasg.ProviderID(aws.ToString(i.AvailabilityZone), aws.ToString(i.InstanceId))] = string(i.LifecycleState)
+		live[awscloud.ProviderID(aws.ToString(i.AvailabilityZone), aws.ToString(i.InstanceId))] = string(i.LifecycleState)
 	}
 	return aws.ToInt32(g.DesiredCapacity), live, nil
 }
@@ -249,7 +250,7 @@ func providerIDs(nodes []corev1.Node) []string {
 func instanceIDs(t *testing.T, providerIDs []string) []string {
 	var out []string
 	for _, p := range providerIDs {
-		id, err := eksasg.InstanceID(p)
+		id, err := awscloud.InstanceID(p)
 		require.NoError(t, err)
 		out = append(out, id)
 	}
@@ -319,7 +320,7 @@ func TestAutoScalingGroupLifecycle(t *testing.T) {
 			newcomer = id
 		}
 	}
-	id, err := eksasg.InstanceID(newcomer)
+	id, err := awscloud.InstanceID(newcomer)
 	require.NoError(t, err)
 	described, err := e.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
 	require.NoError(t, err)
@@ -416,7 +417,7 @@ func TestOrphanGroupIsCollected(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.createClass("orphans")
-	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: eksasg.SDKClients(e.endpoint)})
+	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: awscloud.SDKClients(e.endpoint)})
 	class := drivers.Class{Name: "orphans", Credentials: awsCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
 		Driver: nodesetv1alpha1.DriverEKSASG,
 		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{

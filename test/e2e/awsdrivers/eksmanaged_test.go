@@ -19,7 +19,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/drivers/eksmanaged"
 )
 
@@ -30,7 +30,7 @@ import (
 func TestManagedNodeGroupLifecycle(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	api, err := eksmanaged.SDKClients(eksasg.SDKConfig{Endpoint: e.endpoint})(ctx, region, awsCredentials)
+	api, err := eksmanaged.SDKClients(awscloud.SDKConfig{Endpoint: e.endpoint})(ctx, region, awsCredentials)
 	require.NoError(t, err)
 	_, err = api.EKS.(*eks.Client).CreateCluster(ctx, &eks.CreateClusterInput{Name: aws.String("prod"),
 		RoleArn: aws.String("arn:aws:iam::123456789012:role/eks"), ResourcesVpcConfig: &ekstypes.VpcConfigRequest{SubnetIds: []string{e.subnet}}})
@@ -79,7 +79,7 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 	}
 	nodegroupIs("created with 2", func(ng *ekstypes.Nodegroup) bool {
 		return aws.ToInt32(ng.ScalingConfig.DesiredSize) == 2 && ng.Labels["tier"] == "api" && ng.Labels["pool"] == "managed" &&
-			ng.Tags[eksasg.TagNodeSet] == "api"
+			ng.Tags[awscloud.TagNodeSet] == "api"
 	})
 	set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -105,5 +105,5 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	}), "the NodeSet goes once its node group is gone")
 	_, err = api.EKS.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(name)})
-	assert.True(t, eksasg.IsCode(err, "ResourceNotFoundException"), "the node group is deleted: %v", err)
+	assert.True(t, awscloud.IsCode(err, "ResourceNotFoundException"), "the node group is deleted: %v", err)
 }

@@ -1,0 +1,78 @@
+package awscloud
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"nodeset.dev/nodeset/drivers"
+)
+
+// capacities caches instance types' capacities by region and type: they
+// do not change.
+var capacities sync.Map
+
+// InstanceTypeCapacity is what a node of the instance type offers; an
+// unknown type is an invalid configuration of field. Answers are cached for
+// the life of the process.
+func InstanceTypeCapacity(ctx context.Context, ec2c EC2, field, region, instanceType string) (drivers.Capacity, error) {
+	key := region + "/" + instanceType
+	if cached, ok := capacities.Load(key); ok {
+		return copyCapacity(cached.(drivers.Capacity)), nil
+	}
+	capacity, err := describeInstanceType(ctx, ec2c, field, region, instanceType)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	capacities.Store(key, capacity)
+	return copyCapacity(capacity), nil
+}
+
+// copyCapacity is a copy the caller may change.
+func copyCapacity(c drivers.Capacity) drivers.Capacity {
+	return drivers.Capacity{Resources: c.Resources.DeepCopy(), Allocatable: c.Allocatable.DeepCopy(),
+		Labels: maps.Clone(c.Labels), Taints: slices.Clone(c.Taints)}
+}
+
+func describeInstanceType(ctx context.Context, ec2c EC2, field, region, instanceType string) (drivers.Capacity, error) {
+	out, err := ec2c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []ec2types.InstanceType{ec2types.InstanceType(instanceType)}})
+	if err != nil {
+		return drivers.Capacity{}, Classify("describing instance type "+instanceType, err)
+	}
+	if len(out.InstanceTypes) == 0 {
+		return drivers.Capacity{}, drivers.InvalidConfiguration(field, "%q is not an EC2 instance type in %s", instanceType, region)
+	}
+	return capacityOf(out.InstanceTypes[0]), nil
+}
+
+// capacityOf is a node's capacity from its instance type. Pods follow the
+// VPC CNI's limit: ENIs × (IPv4 addresses per ENI − 1) + 2.
+func capacityOf(t ec2types.InstanceTypeInfo) drivers.Capacity {
+	c := drivers.Capacity{Resources: corev1.ResourceList{}, Labels: map[string]string{
+		corev1.LabelInstanceTypeStable: string(t.InstanceType),
+	}}
+	if t.VCpuInfo != nil && t.VCpuInfo.DefaultVCpus != nil {
+		c.Resources[corev1.ResourceCPU] = *resource.NewQuantity(int64(*t.VCpuInfo.DefaultVCpus), resource.DecimalSI)
+	}
+	if t.MemoryInfo != nil && t.MemoryInfo.SizeInMiB != nil {
+		c.Resources[corev1.ResourceMemory] = *resource.NewQuantity(*t.MemoryInfo.SizeInMiB*1024*1024, resource.BinarySI)
+	}
+	if n := t.NetworkInfo; n != nil && n.MaximumNetworkInterfaces != nil && n.Ipv4AddressesPerInterface != nil {
+		pods := int64(*n.MaximumNetworkInterfaces)*(int64(*n.Ipv4AddressesPerInterface)-1) + 2
+		c.Resources[corev1.ResourcePods] = *resource.NewQuantity(pods, resource.DecimalSI)
+	}
+	if p := t.ProcessorInfo; p != nil && len(p.SupportedArchitectures) > 0 {
+		arch := string(p.SupportedArchitectures[0])
+		if arch == "x86_64" {
+			arch = "amd64"
+		}
+		c.Labels[corev1.LabelArchStable] = arch
+	}
+	return c
+}

@@ -1,0 +1,43 @@
+package awscloud
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/smithy-go"
+
+	"nodeset.dev/nodeset/drivers"
+)
+
+// IsCode reports whether err is an AWS API error with this code.
+func IsCode(err error, code string) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == code
+}
+
+// Classify wraps an AWS error in the driver error the controllers act on:
+// throttling, capacity, and configuration or permission errors; others are
+// transient.
+func Classify(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	// The API's code and message, without the SDK's wrapping (request ids).
+	said := apiErr.ErrorCode() + ": " + apiErr.ErrorMessage()
+	switch code := apiErr.ErrorCode(); {
+	case code == "Throttling" || code == "ThrottlingException" || code == "RequestLimitExceeded":
+		return fmt.Errorf("%s: %w: %s", what, drivers.ErrThrottled, said)
+	case code == "InsufficientInstanceCapacity" || code == "InsufficientCapacity" || code == "LimitExceeded":
+		return fmt.Errorf("%s: %w: %s", what, drivers.ErrOutOfCapacity, said)
+	case code == "ValidationError" || strings.HasPrefix(code, "InvalidParameter") || strings.HasPrefix(code, "InvalidAMIID") ||
+		strings.HasPrefix(code, "InvalidSubnet") || strings.HasPrefix(code, "InvalidGroup") || code == "UnauthorizedOperation" ||
+		code == "AccessDenied" || code == "AuthFailure" || code == "InvalidClientTokenId" || code == "SignatureDoesNotMatch":
+		return fmt.Errorf("%s: %w: %s", what, drivers.ErrInvalidConfiguration, said)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

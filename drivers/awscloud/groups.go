@@ -1,0 +1,158 @@
+package awscloud
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"nodeset.dev/nodeset/drivers"
+)
+
+// ProviderID is the Node providerID of an instance, as the AWS cloud
+// provider writes it.
+func ProviderID(zone, instanceID string) string { return "aws:///" + zone + "/" + instanceID }
+
+var providerIDRE = regexp.MustCompile(`^aws:///[^/]*/(i-[0-9a-f]+)$`)
+
+// InstanceID is the instance id of an aws:/// providerID.
+func InstanceID(providerID string) (string, error) {
+	m := providerIDRE.FindStringSubmatch(providerID)
+	if m == nil {
+		return "", fmt.Errorf("%q is not an aws:///<zone>/<instance id> providerID", providerID)
+	}
+	return m[1], nil
+}
+
+// FindGroup describes the Auto Scaling group name, or returns ErrNotFound.
+func FindGroup(ctx context.Context, asg AutoScaling, name string) (*asgtypes.AutoScalingGroup, error) {
+	out, err := asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{name}})
+	if err != nil {
+		return nil, Classify("describing Auto Scaling group "+name, err)
+	}
+	for i := range out.AutoScalingGroups {
+		if aws.ToString(out.AutoScalingGroups[i].AutoScalingGroupName) == name {
+			return &out.AutoScalingGroups[i], nil
+		}
+	}
+	return nil, fmt.Errorf("Auto Scaling group %s: %w", name, drivers.ErrNotFound)
+}
+
+// GroupInstances describes the Auto Scaling group name with its instances
+// (names, launch times, template hashes), or ErrNotFound.
+func GroupInstances(ctx context.Context, asg AutoScaling, ec2c EC2, name string) (drivers.GroupStatus, error) {
+	g, err := FindGroup(ctx, asg, name)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	instances, err := DescribeInstances(ctx, ec2c, []asgtypes.AutoScalingGroup{*g})
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	return StatusOf(name, g, instances), nil
+}
+
+// DescribeInstances describes the instances of groups, 200 ids a call.
+func DescribeInstances(ctx context.Context, ec2c EC2, groups []asgtypes.AutoScalingGroup) (map[string]ec2types.Instance, error) {
+	var ids []string
+	for _, g := range groups {
+		for _, i := range g.Instances {
+			ids = append(ids, aws.ToString(i.InstanceId))
+		}
+	}
+	details := map[string]ec2types.Instance{}
+	for chunk := range slices.Chunk(ids, 200) {
+		pages := ec2.NewDescribeInstancesPaginator(ec2c, &ec2.DescribeInstancesInput{InstanceIds: chunk})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, Classify("describing instances", err)
+			}
+			for _, r := range page.Reservations {
+				for _, inst := range r.Instances {
+					details[aws.ToString(inst.InstanceId)] = inst
+				}
+			}
+		}
+	}
+	return details, nil
+}
+
+// StatusOf is a group's status, with its instances' names, launch times
+// and template hashes from details.
+func StatusOf(name string, g *asgtypes.AutoScalingGroup, details map[string]ec2types.Instance) drivers.GroupStatus {
+	status := drivers.GroupStatus{Name: name, DesiredSize: aws.ToInt32(g.DesiredCapacity), State: "ACTIVE", Owner: OwnerFromTags(g.Tags)}
+	if g.Status != nil {
+		status.State = aws.ToString(g.Status) // "Delete in progress"
+	}
+	if g.CreatedTime != nil {
+		status.CreatedAt = g.CreatedTime.Unix()
+	}
+	for _, i := range g.Instances {
+		id := aws.ToString(i.InstanceId)
+		m := drivers.MachineStatus{ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), id), Owner: status.Owner, State: machineState(i.LifecycleState)}
+		if inst, ok := details[id]; ok {
+			m.Name = aws.ToString(inst.PrivateDnsName)
+			if inst.LaunchTime != nil {
+				m.CreatedAt = inst.LaunchTime.Unix()
+			}
+			for _, t := range inst.Tags {
+				if aws.ToString(t.Key) == TagTemplateHash {
+					m.TemplateHash = aws.ToString(t.Value)
+				}
+			}
+		}
+		if aws.ToString(i.HealthStatus) == "Unhealthy" {
+			m.State, m.Message = drivers.MachineFailed, "Auto Scaling reports the instance unhealthy"
+		}
+		status.Machines = append(status.Machines, m)
+	}
+	sort.Slice(status.Machines, func(a, b int) bool { return status.Machines[a].ProviderID < status.Machines[b].ProviderID })
+	return status
+}
+
+func machineState(s asgtypes.LifecycleState) drivers.MachineState {
+	switch {
+	case s == asgtypes.LifecycleStateInService:
+		return drivers.MachineRunning
+	case strings.HasPrefix(string(s), "Pending"), strings.HasPrefix(string(s), "Warmed"):
+		return drivers.MachinePending
+	default: // Terminating*, Detaching, Detached, EnteringStandby, Standby
+		return drivers.MachineStopping
+	}
+}
+
+// TerminateInGroup terminates the instance of providerID in the Auto Scaling
+// group and lowers the group's desired capacity in the same call. It
+// terminates nothing, and reports false, when the instance is not in the
+// group any more (terminated, or detached by someone).
+func TerminateInGroup(ctx context.Context, asg AutoScaling, group, providerID string) (bool, error) {
+	id, err := InstanceID(providerID)
+	if err != nil {
+		return false, err
+	}
+	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
+	if err != nil {
+		return false, Classify("looking up "+id, err)
+	}
+	inGroup := false
+	for _, i := range found.AutoScalingInstances {
+		if aws.ToString(i.InstanceId) == id && aws.ToString(i.AutoScalingGroupName) == group {
+			inGroup = !strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat")
+		}
+	}
+	if !inGroup {
+		return false, nil
+	}
+	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
+		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
+	return err == nil, Classify("terminating "+id+" in "+group, err)
+}
