@@ -15,7 +15,6 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 
-	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/admission"
 	"nodeset.dev/nodeset/pkg/autoscaler"
 	"nodeset.dev/nodeset/pkg/component"
@@ -26,14 +25,11 @@ import (
 
 func main() {
 	var opts component.Options
-	var groupDrivers []string
 	var resync, statusInterval, nodeEventBatch time.Duration
 	var serving autoscaler.ServingOptions
 	var webhook admission.ServingOptions
 	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
 	opts.AddFlags(fs, 4)
-	fs.StringSliceVar(&groupDrivers, "group-drivers", []string{nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged},
-		"Drivers whose Nodes the node controller creates from cloud-group instances; for every other driver this controller creates the Nodes.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every NodeSet is reconciled even without changes.")
 	fs.DurationVar(&statusInterval, "status-update-interval", time.Second,
 		"Least time between two status writes of a NodeSet that only count progress (replica counts, condition messages); 0 writes every change.")
@@ -69,7 +65,7 @@ func main() {
 			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
 				kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
-				nodesetcontroller.Options{GroupDrivers: groupDrivers, StatusInterval: statusInterval, NodeEventBatch: nodeEventBatch})
+				nodesetcontroller.Options{StatusInterval: statusInterval, NodeEventBatch: nodeEventBatch})
 			if err != nil {
 				return err
 			}
@@ -78,7 +74,7 @@ func main() {
 			// cluster-autoscaler's writes are its own requests, made with
 			// optimistic concurrency: any replica may make them.
 			server := autoscaler.NewServer(clients.Unfenced.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
-				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister())
+				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister(), c.ClassUsage)
 			kubeFactory.Start(ctx.Done())
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()

@@ -26,12 +26,11 @@ import (
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
-	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -70,11 +69,19 @@ type Server struct {
 	sets    listers.NodeSetLister
 	classes listers.NodeClassLister
 	nodes   corelisters.NodeLister
+	usage   UsageCounter
 }
 
-// NewServer returns a Server that reads from the listers and writes NodeSets through client.
-func NewServer(client versioned.Interface, sets listers.NodeSetLister, classes listers.NodeClassLister, nodes corelisters.NodeLister) *Server {
-	return &Server{client: client, sets: sets, classes: classes, nodes: nodes}
+// UsageCounter counts what is in use of a NodeClass's limits in namespace,
+// leaving out the NodeSet with key except: plan.CountUsage over the nodeset
+// controller's view, so that a scale-up passes here exactly when the
+// controller would make its Nodes.
+type UsageCounter func(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error)
+
+// NewServer returns a Server that reads from the listers, counts class
+// usage with usage and writes NodeSets through client.
+func NewServer(client versioned.Interface, sets listers.NodeSetLister, classes listers.NodeClassLister, nodes corelisters.NodeLister, usage UsageCounter) *Server {
+	return &Server{client: client, sets: sets, classes: classes, nodes: nodes, usage: usage}
 }
 
 // GroupID is a NodeSet's node-group id.
@@ -113,16 +120,9 @@ func protoGroup(set *nodesetv1alpha1.NodeSet) *protos.NodeGroup {
 		MinSize: set.Spec.Autoscaling.MinReplicas,
 		MaxSize: set.Spec.Autoscaling.MaxReplicas,
 		Debug: fmt.Sprintf("NodeSet %s/%s (NodeClass %s): replicas %d, ready %d, min %d, max %d",
-			set.Namespace, set.Name, set.Spec.NodeClassName, replicas(set), set.Status.ReadyReplicas,
+			set.Namespace, set.Name, set.Spec.NodeClassName, plan.Replicas(set), set.Status.ReadyReplicas,
 			set.Spec.Autoscaling.MinReplicas, set.Spec.Autoscaling.MaxReplicas),
 	}
-}
-
-func replicas(set *nodesetv1alpha1.NodeSet) int32 {
-	if set.Spec.Replicas == nil {
-		return 1
-	}
-	return *set.Spec.Replicas
 }
 
 func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) {
@@ -181,7 +181,7 @@ func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTar
 	if err != nil {
 		return nil, err
 	}
-	return &protos.NodeGroupTargetSizeResponse{TargetSize: replicas(set)}, nil
+	return &protos.NodeGroupTargetSizeResponse{TargetSize: plan.Replicas(set)}, nil
 }
 
 // NodeGroupIncreaseSize raises spec.replicas within maxReplicas and the class's limits.
@@ -190,12 +190,12 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 		return nil, status.Errorf(codes.InvalidArgument, "size increase must be positive, got %d", req.GetDelta())
 	}
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
-		target := replicas(set) + req.GetDelta()
+		target := plan.Replicas(set) + req.GetDelta()
 		if target > set.Spec.Autoscaling.MaxReplicas {
 			return status.Errorf(codes.InvalidArgument, "size increase too large: %s would have %d nodes, spec.autoscaling.maxReplicas is %d",
 				GroupID(set), target, set.Spec.Autoscaling.MaxReplicas)
 		}
-		if err := s.checkLimits(set, req.GetDelta()); err != nil {
+		if err := s.checkLimits(set, target); err != nil {
 			return err
 		}
 		set.Spec.Replicas = &target
@@ -208,48 +208,21 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 	return &protos.NodeGroupIncreaseSizeResponse{}, nil
 }
 
-// checkLimits refuses growth past the class's maxNodes or maxNodesPerNamespace.
-func (s *Server) checkLimits(set *nodesetv1alpha1.NodeSet, delta int32) error {
+// checkLimits refuses a target size that does not fit the class's
+// maxNodes or maxNodesPerNamespace beside everything else of the class.
+func (s *Server) checkLimits(set *nodesetv1alpha1.NodeSet, target int32) error {
 	class, err := s.classes.Get(set.Spec.NodeClassName)
-	if err != nil || class.Spec.Limits == nil {
+	if err != nil || !plan.Limited(class) {
 		return nil
 	}
-	classNodes, err := s.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
+	others, err := s.usage(class, set.Namespace, set.Namespace+"/"+set.Name)
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "counting the Nodes of NodeClass %s: %v", class.Name, err)
+		return status.Errorf(codes.Unavailable, "counting the nodes of NodeClass %s: %v", class.Name, err)
 	}
-	active, inNamespace := 0, 0
-	for _, n := range classNodes {
-		if n.DeletionTimestamp != nil {
-			continue
-		}
-		active++
-		if n.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace {
-			inNamespace++
-		}
-	}
-	// Nodes the set will create but has not yet count too.
-	pending := max(int(replicas(set))-s.activeCount(set), 0)
-	if l := class.Spec.Limits.MaxNodes; l != nil && active+pending+int(delta) > int(*l) {
-		return status.Errorf(codes.ResourceExhausted, "NodeClass %s allows at most %d nodes (spec.limits.maxNodes); it has %d and %d more are coming",
-			class.Name, *l, active, pending)
-	}
-	if l := class.Spec.Limits.MaxNodesPerNamespace; l != nil && inNamespace+pending+int(delta) > int(*l) {
-		return status.Errorf(codes.ResourceExhausted, "NodeClass %s allows at most %d nodes per namespace (spec.limits.maxNodesPerNamespace); namespace %s has %d and %d more are coming",
-			class.Name, *l, set.Namespace, inNamespace, pending)
+	if refusal := plan.Fits(class, set.Namespace, others, int64(target)); refusal != "" {
+		return status.Errorf(codes.ResourceExhausted, "node group %s: %s", GroupID(set), refusal)
 	}
 	return nil
-}
-
-func (s *Server) activeCount(set *nodesetv1alpha1.NodeSet) int {
-	nodes, _ := s.nodes.List(resolve.Selector(set))
-	n := 0
-	for _, node := range nodes {
-		if node.DeletionTimestamp == nil {
-			n++
-		}
-	}
-	return n
 }
 
 // NodeGroupDeleteNodes removes exactly the named Nodes: the lowered replicas
@@ -261,7 +234,7 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 		if err != nil {
 			return err
 		}
-		if nodesetcontroller.RollingOut(set, nodes) {
+		if plan.RollingOut(set, nodes) {
 			return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
 		}
 		byName, byInstance := map[string]*corev1.Node{}, map[string]*corev1.Node{}
@@ -269,7 +242,7 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 			byName[n.Name] = n
 			byInstance[InstanceID(n)] = n
 		}
-		listed := nodesetcontroller.DeleteList(set)
+		listed := plan.DeleteList(set)
 		victims = victims[:0]
 		for _, want := range req.GetNodes() {
 			node := byName[want.GetName()]
@@ -289,7 +262,7 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 		if len(victims) == 0 {
 			return nil
 		}
-		target := replicas(set) - int32(len(victims))
+		target := plan.Replicas(set) - int32(len(victims))
 		if target < set.Spec.Autoscaling.MinReplicas {
 			return status.Errorf(codes.FailedPrecondition, "deleting %d node(s) would take %s to %d nodes, below spec.autoscaling.minReplicas %d",
 				len(victims), GroupID(set), target, set.Spec.Autoscaling.MinReplicas)
@@ -326,17 +299,17 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 		}
 		// A Node named for deletion is going, even before the controller
 		// has deleted it: DeleteNodes answers when the name is written down.
-		going := nodesetcontroller.DeleteList(set)
+		going := plan.DeleteList(set)
 		registered := 0
 		for _, n := range nodes {
 			if n.DeletionTimestamp == nil && !going[n.Name] && nodeutil.IsReady(n) {
 				registered++
 			}
 		}
-		target := replicas(set) + req.GetDelta()
+		target := plan.Replicas(set) + req.GetDelta()
 		if target < int32(registered) {
 			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d registered nodes, target size %d + %d would be %d",
-				GroupID(set), registered, replicas(set), req.GetDelta(), target)
+				GroupID(set), registered, plan.Replicas(set), req.GetDelta(), target)
 		}
 		set.Spec.Replicas = &target
 		return nil
@@ -366,7 +339,7 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 		if err := mutate(set); err != nil {
 			return err
 		}
-		if replicas(before) == replicas(set) && before.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] == set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] {
+		if plan.Replicas(before) == plan.Replicas(set) && before.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] == set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] {
 			return nil
 		}
 		_, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
@@ -449,17 +422,9 @@ func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "node group %s: %v", GroupID(set), err)
 	}
-	var capacity *nodesetv1alpha1.NodeCapacity
-	if effective.Simulated != nil {
-		// The simulated driver's capacity is a pure function of the effective spec.
-		c := simulated.EffectiveCapacity(effective.Simulated)
-		capacity = &nodesetv1alpha1.NodeCapacity{Resources: c.Resources, Allocatable: c.Allocatable, Labels: c.Labels, Taints: c.Taints}
-	} else {
-		capacity = class.Status.Capacity
-	}
-	if capacity == nil || len(capacity.Resources) == 0 {
-		return nil, status.Errorf(codes.Unimplemented, "node group %s: the driver of NodeClass %s has not reported a node's capacity (status.capacity)",
-			GroupID(set), class.Name)
+	capacity, err := templateCapacity(class, set, &effective)
+	if err != nil {
+		return nil, status.Errorf(codes.Unimplemented, "node group %s: %v", GroupID(set), err)
 	}
 	name := fmt.Sprintf("template-node-for-%s-%s", set.Namespace, set.Name)
 	nodeLabels := map[string]string{
@@ -489,6 +454,20 @@ func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error
 				Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
 		},
 	}, nil
+}
+
+// templateCapacity is what a new node of the set offers: the capacity the
+// node controller published for the set's current template, or, for a set
+// that overrides nothing of its class's driver section, the class's.
+func templateCapacity(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, effective *nodesetv1alpha1.NodeClassSpec) (*nodesetv1alpha1.NodeCapacity, error) {
+	hash := resolve.TemplateHash(effective, set)
+	if c := set.Status.Capacity; c != nil && c.TemplateHash == hash && len(c.Resources) > 0 {
+		return &c.NodeCapacity, nil
+	}
+	if !resolve.Overrides(set) && class.Status.Capacity != nil && len(class.Status.Capacity.Resources) > 0 {
+		return class.Status.Capacity, nil
+	}
+	return nil, fmt.Errorf("the driver of NodeClass %s has not reported the capacity of a node of template %s (NodeSet status.capacity)", class.Name, hash)
 }
 
 // NodeGroupGetOptions returns the caller's defaults with the NodeSet's

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -24,6 +25,7 @@ import (
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
 	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -34,9 +36,13 @@ func testClass() *nodesetv1alpha1.NodeClass {
 			Driver: nodesetv1alpha1.DriverSimulated,
 			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small",
 				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}}},
-			NodeTemplate: nodesetv1alpha1.NodeTemplate{Taints: []nodesetv1alpha1.Taint{{Key: "class", Value: "sim", Effect: "NoSchedule"}}},
-			Limits:       &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](8)},
+			NodeTemplate:    nodesetv1alpha1.NodeTemplate{Taints: []nodesetv1alpha1.Taint{{Key: "class", Value: "sim", Effect: "NoSchedule"}}},
+			Limits:          &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](8)},
+			TenantOverrides: []string{"instanceType", "capacity"},
 		},
+		Status: nodesetv1alpha1.NodeClassStatus{Capacity: &nodesetv1alpha1.NodeCapacity{
+			Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+			Labels:    map[string]string{corev1.LabelInstanceTypeStable: "sim.small"}}},
 	}
 }
 
@@ -87,8 +93,13 @@ func newFixture(t *testing.T, objects []runtime.Object, set *nodesetv1alpha1.Nod
 	}
 	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(class))
 	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer().Add(set))
+	nodeLister := kubeFactory.Core().V1().Nodes().Lister()
+	usage := func(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error) {
+		classNodes, err := nodeLister.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
+		return plan.CountUsage(classNodes, nil, namespace, except), err
+	}
 	return &fixture{nodesets: nodesets, server: NewServer(nodesets, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
-		nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister())}
+		nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), nodeLister, usage)}
 }
 
 func (f *fixture) set(t *testing.T) *nodesetv1alpha1.NodeSet {
@@ -371,4 +382,39 @@ func TestProtocolAnswers(t *testing.T) {
 	size, err := f.server.NodeGroupTargetSize(ctx, &protos.NodeGroupTargetSizeRequest{Id: "team-a/web"})
 	require.NoError(t, err)
 	assert.Equal(t, int32(1), size.TargetSize)
+}
+
+// TestOverridingSetGetsItsOwnTemplateNode: a NodeSet that overrides the
+// class's machine is scaled from zero with the capacity published for its
+// own template, never the class's; until it is published there is none.
+func TestOverridingSetGetsItsOwnTemplateNode(t *testing.T) {
+	set := testSet(0)
+	set.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.large",
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")}}
+	f := newFixture(t, nil, set)
+	_, err := f.server.TemplateNode(set)
+	assert.Equal(t, codes.Unimplemented, code(err), "no capacity published for the set's template yet: not the class's 4 CPUs: %v", err)
+
+	class := testClass()
+	effective, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	hash := resolve.TemplateHash(&effective, set)
+	set.Status.Capacity = &nodesetv1alpha1.TemplateCapacity{TemplateHash: "stale", NodeCapacity: nodesetv1alpha1.NodeCapacity{
+		Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}
+	_, err = f.server.TemplateNode(set)
+	assert.Equal(t, codes.Unimplemented, code(err), "a capacity of another template is stale: %v", err)
+
+	set.Status.Capacity = &nodesetv1alpha1.TemplateCapacity{TemplateHash: hash, NodeCapacity: nodesetv1alpha1.NodeCapacity{
+		Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")},
+		Labels:    map[string]string{corev1.LabelInstanceTypeStable: "sim.large"}}}
+	node, err := f.server.TemplateNode(set)
+	require.NoError(t, err)
+	assert.Equal(t, "16", ptr.To(node.Status.Capacity[corev1.ResourceCPU]).String())
+	assert.Equal(t, "64Gi", ptr.To(node.Status.Allocatable[corev1.ResourceMemory]).String())
+	assert.Equal(t, "sim.large", node.Labels[corev1.LabelInstanceTypeStable])
+
+	plain := testSet(0)
+	node, err = f.server.TemplateNode(plain)
+	require.NoError(t, err, "a set that overrides nothing uses the class's capacity")
+	assert.Equal(t, "4", ptr.To(node.Status.Capacity[corev1.ResourceCPU]).String())
 }

@@ -28,6 +28,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -262,10 +263,7 @@ func (o *options) status(ctx context.Context, c *clients, name string, events in
 		return err
 	}
 	out := o.streams.Out
-	desired := int32(1)
-	if set.Spec.Replicas != nil {
-		desired = *set.Spec.Replicas
-	}
+	desired := plan.Replicas(set)
 	fmt.Fprintf(out, "NodeSet %s/%s (class %s): %d desired, %d current, %d ready, %d up-to-date, %d available\n",
 		set.Namespace, set.Name, set.Spec.NodeClassName, desired, set.Status.Replicas, set.Status.ReadyReplicas,
 		set.Status.UpdatedReplicas, set.Status.AvailableReplicas)

@@ -1,5 +1,7 @@
 // Package nodecontrollerapp is the node-controller program: flags, clients,
-// leader election, the built-in drivers (simulated, docker-machine) and the
+// leader election, the drivers (the built-in simulated, docker-machine,
+// eks-asg and eks-managed, and any an out-of-tree binary adds, machine or
+// group drivers alike, all made by one kind of factory) and the
 // NodeController, NodeClassController and orphan collection on top of them.
 // An out-of-tree driver is a binary that calls Main with its own Driver (see
 // docs/drivers/out-of-tree.md).
@@ -43,15 +45,63 @@ import (
 	"nodeset.dev/nodeset/pkg/kubestore"
 )
 
-// builtinDrivers are the drivers every node controller can serve.
-var builtinDrivers = []string{nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged}
-
-// Driver is a driver a node-controller binary adds to the built-in ones.
+// Driver is a driver a node controller can serve: one of the built-in ones,
+// or one an out-of-tree binary adds.
 type Driver struct {
 	// Name is the NodeClass spec.driver value it serves.
 	Name string
-	// New makes the driver once the API clients exist.
-	New func(ctx context.Context, clients component.Clients) (drivers.MachineDriver, error)
+	// New makes the driver once the API clients exist, when the driver is
+	// served (--drivers). It returns a drivers.MachineDriver or a
+	// drivers.GroupDriver; the node controller publishes which in the
+	// status.driverKind of the driver's NodeClasses.
+	New func(ctx context.Context, env Env) (drivers.Driver, error)
+}
+
+// Env is what a driver may need when it is made.
+type Env struct {
+	// Clients are the process's API clients.
+	Clients component.Clients
+	// Cluster is --cluster-name, for the owner tags of machines.
+	Cluster string
+	// NodeClasses lists the NodeClasses, once the caches have synced.
+	NodeClasses nodesetlisters.NodeClassLister
+	// CloudCalls returns the observer of a driver's cloud API calls for
+	// the nodeset_cloud_api_* metrics.
+	CloudCalls func(driver string) func(operation, outcome string, attempts int)
+}
+
+// builtins are the drivers every node controller can serve, made from the
+// flags they read.
+func builtins(dm *dockerMachineOptions, aws *awscloud.SDKConfig, groupPoll *time.Duration) []Driver {
+	return []Driver{
+		{Name: nodesetv1alpha1.DriverSimulated, New: func(context.Context, Env) (drivers.Driver, error) {
+			return simulated.New(nil), nil
+		}},
+		{Name: nodesetv1alpha1.DriverDockerMachine, New: func(_ context.Context, env Env) (drivers.Driver, error) {
+			return dm.driver(env.Clients)
+		}},
+		{Name: nodesetv1alpha1.DriverEKSASG, New: func(_ context.Context, env Env) (drivers.Driver, error) {
+			config := *aws
+			config.Observe = env.CloudCalls(nodesetv1alpha1.DriverEKSASG)
+			configs := awscloud.NewAWSConfigs(config)
+			return eksasg.New(eksasg.Options{
+				Cluster:      env.Cluster,
+				Clients:      awscloud.ClientsFrom(configs),
+				Clusters:     eksasg.NewClusterLookup(configs),
+				Scopes:       awsScopes(env.Clients.Kube, env.NodeClasses),
+				PollInterval: min(15*time.Second, *groupPoll/2),
+			}), nil
+		}},
+		{Name: nodesetv1alpha1.DriverEKSManaged, New: func(_ context.Context, env Env) (drivers.Driver, error) {
+			config := *aws
+			config.Observe = env.CloudCalls(nodesetv1alpha1.DriverEKSManaged)
+			return eksmanaged.New(eksmanaged.Options{
+				Cluster: env.Cluster,
+				Clients: eksmanaged.SDKClients(config),
+				Scopes:  eksManagedScopes(env.Clients.Kube, env.NodeClasses),
+			}), nil
+		}},
+	}
 }
 
 // Main runs a node controller named name (its user agent, event source and
@@ -59,15 +109,6 @@ type Driver struct {
 // the process's exit code. --drivers chooses which are served; it defaults
 // to extra's names, or simulated when there are none.
 func Main(name string, extra ...Driver) int {
-	knownDrivers := append([]string{}, builtinDrivers...)
-	defaultDrivers := []string{nodesetv1alpha1.DriverSimulated}
-	if len(extra) > 0 {
-		defaultDrivers = nil
-	}
-	for _, d := range extra {
-		knownDrivers = append(knownDrivers, d.Name)
-		defaultDrivers = append(defaultDrivers, d.Name)
-	}
 	var (
 		opts         component.Options
 		driverNames  []string
@@ -87,7 +128,7 @@ func Main(name string, extra ...Driver) int {
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
 	opts.AddFlags(fs, 8)
-	fs.StringSliceVar(&driverNames, "drivers", defaultDrivers, "Drivers to serve, comma-separated. Known: "+strings.Join(knownDrivers, ", ")+".")
+	fs.StringSliceVar(&driverNames, "drivers", nil, "Drivers to serve, comma-separated.")
 	fs.StringVar(&cluster, "cluster-name", "nodeset", "Cluster name drivers put in the owner tags of machines.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every Node is reconciled even without changes.")
 	fs.DurationVar(&kubelets.RenewInterval, "simulated-lease-renew-interval", 10*time.Second, "How often simulated kubelets renew their node Lease.")
@@ -111,13 +152,33 @@ func Main(name string, extra ...Driver) int {
 	fs.Float64Var(&awsConfig.QPS, "aws-api-qps", 10, "AWS API calls per second of the eks-asg driver, client-side, all regions together.")
 	fs.IntVar(&awsConfig.Burst, "aws-api-burst", 20, "Burst of AWS API calls of the eks-asg driver.")
 	fs.IntVar(&awsConfig.MaxAttempts, "aws-max-attempts", 5, "Attempts of an AWS API call that was throttled or failed on the server side; retries back off exponentially with jitter.")
+	known := append(builtins(&dm, &awsConfig, &groupPoll), extra...)
+	defaultDrivers := []string{nodesetv1alpha1.DriverSimulated}
+	if len(extra) > 0 {
+		defaultDrivers = nil
+		for _, d := range extra {
+			defaultDrivers = append(defaultDrivers, d.Name)
+		}
+	}
+	var knownNames []string
+	for _, d := range known {
+		knownNames = append(knownNames, d.Name)
+	}
+	fs.Lookup("drivers").Usage = "Drivers to serve, comma-separated. Known: " + strings.Join(knownNames, ", ") + "."
+	fs.Lookup("drivers").DefValue = strings.Join(defaultDrivers, ",")
 	_ = fs.Parse(os.Args[1:])
+	if !fs.Changed("drivers") {
+		driverNames = defaultDrivers
+	}
 
-	registry, sim, err := buildRegistry(driverNames, knownDrivers, extra)
+	served, err := chooseDrivers(driverNames, known)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 2
 	}
+	// Made at leader start, once the clients exist; published whole, so
+	// /debug/machines never reads a registry being filled.
+	var registryOnce atomic.Pointer[drivers.Registry]
 	var nodeLister atomic.Pointer[corelisters.NodeLister]
 	var controller atomic.Pointer[nodecontroller.Controller]
 	metricsRegistry := prometheus.NewRegistry()
@@ -136,49 +197,18 @@ func Main(name string, extra ...Driver) int {
 			c := controller.Load()
 			return c != nil && c.HasSynced()
 		},
-		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registry)},
+		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registryOnce.Load)},
 		Start: func(ctx context.Context, clients component.Clients) error {
-			if _, ok := registry[nodesetv1alpha1.DriverDockerMachine]; ok {
-				driver, err := dm.driver(clients)
-				if err != nil {
-					return err
-				}
-				registry[nodesetv1alpha1.DriverDockerMachine] = driver
-			}
 			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripManagedFields))
 			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			nodes := kubeFactory.Core().V1().Nodes()
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
-			if _, ok := registry[nodesetv1alpha1.DriverEKSASG]; ok {
-				awsConfig.Observe = metrics.CloudCalls(nodesetv1alpha1.DriverEKSASG)
-				configs := awscloud.NewAWSConfigs(awsConfig)
-				registry[nodesetv1alpha1.DriverEKSASG] = eksasg.New(eksasg.Options{
-					Cluster:      cluster,
-					Clients:      awscloud.ClientsFrom(configs),
-					Clusters:     eksasg.NewClusterLookup(configs),
-					Scopes:       awsScopes(clients.Kube, classes.Lister()),
-					PollInterval: min(15*time.Second, groupPoll/2),
-				})
+			registry, err := makeDrivers(ctx, served, Env{Clients: clients, Cluster: cluster, NodeClasses: classes.Lister(), CloudCalls: metrics.CloudCalls})
+			if err != nil {
+				return err
 			}
-			if _, ok := registry[nodesetv1alpha1.DriverEKSManaged]; ok {
-				managedConfig := awsConfig
-				managedConfig.Observe = metrics.CloudCalls(nodesetv1alpha1.DriverEKSManaged)
-				registry[nodesetv1alpha1.DriverEKSManaged] = eksmanaged.New(eksmanaged.Options{
-					Cluster: cluster,
-					Clients: eksmanaged.SDKClients(managedConfig),
-					Scopes:  eksManagedScopes(clients.Kube, classes.Lister()),
-				})
-			}
-			for _, d := range extra {
-				if _, ok := registry[d.Name]; !ok {
-					continue
-				}
-				driver, err := d.New(ctx, clients)
-				if err != nil {
-					return fmt.Errorf("driver %s: %w", d.Name, err)
-				}
-				registry[d.Name] = driver
-			}
+			registryOnce.Store(&registry)
+			sim, _ := registry[nodesetv1alpha1.DriverSimulated].(*simulated.Driver)
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{
 					Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll,
@@ -187,7 +217,7 @@ func Main(name string, extra ...Driver) int {
 			if err != nil {
 				return err
 			}
-			classController, err := nodeclass.NewController(clients.Nodeset, classes, registry,
+			classController, err := nodeclass.NewController(clients.Nodeset, classes, nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry,
 				func(ctx context.Context, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
 					return nodecontroller.ReadCredentials(ctx, clients.Kube, class)
 				})
@@ -242,28 +272,52 @@ func Main(name string, extra ...Driver) int {
 	return 0
 }
 
-func buildRegistry(names, knownDrivers []string, extra []Driver) (drivers.Registry, *simulated.Driver, error) {
-	registry := drivers.Registry{}
-	var sim *simulated.Driver
+// chooseDrivers are the known drivers named in --drivers.
+func chooseDrivers(names []string, known []Driver) ([]Driver, error) {
+	var knownNames []string
+	for _, d := range known {
+		knownNames = append(knownNames, d.Name)
+	}
+	var out []Driver
 	for _, name := range names {
-		switch strings.TrimSpace(name) {
-		case nodesetv1alpha1.DriverSimulated:
-			sim = simulated.New(nil)
-			registry[name] = sim
-		case nodesetv1alpha1.DriverDockerMachine, nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverEKSManaged:
-			registry[name] = nil // needs the clients: made in Start
-		default:
-			if slices.ContainsFunc(extra, func(d Driver) bool { return d.Name == name }) {
-				registry[name] = nil // made in Start
-				continue
-			}
-			return nil, nil, fmt.Errorf("unknown driver %q in --drivers; known drivers: %s", name, strings.Join(knownDrivers, ", "))
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(known, func(d Driver) bool { return d.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown driver %q in --drivers; known drivers: %s", name, strings.Join(knownNames, ", "))
+		}
+		if !slices.ContainsFunc(out, func(d Driver) bool { return d.Name == name }) {
+			out = append(out, known[i])
 		}
 	}
-	if len(registry) == 0 {
-		return nil, nil, fmt.Errorf("--drivers is empty; known drivers: %s", strings.Join(knownDrivers, ", "))
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--drivers is empty; known drivers: %s", strings.Join(knownNames, ", "))
 	}
-	return registry, sim, nil
+	return out, nil
+}
+
+// makeDrivers makes the served drivers, each through its factory, and
+// checks each is a machine or a group driver serving the name it is
+// registered under.
+func makeDrivers(ctx context.Context, served []Driver, env Env) (drivers.Registry, error) {
+	registry := drivers.Registry{}
+	for _, d := range served {
+		driver, err := d.New(ctx, env)
+		if err != nil {
+			return nil, fmt.Errorf("driver %s: %w", d.Name, err)
+		}
+		_, machine := driver.(drivers.MachineDriver)
+		_, group := driver.(drivers.GroupDriver)
+		switch {
+		case driver == nil || (!machine && !group):
+			return nil, fmt.Errorf("driver %s is neither a drivers.MachineDriver nor a drivers.GroupDriver", d.Name)
+		case machine && group:
+			return nil, fmt.Errorf("driver %s is both a drivers.MachineDriver and a drivers.GroupDriver; it must be one", d.Name)
+		case driver.Name() != d.Name:
+			return nil, fmt.Errorf("driver %s calls itself %q (Name)", d.Name, driver.Name())
+		}
+		registry[d.Name] = driver
+	}
+	return registry, nil
 }
 
 // awsScopes are the regions of the eks-asg classes, each with the
@@ -402,12 +456,17 @@ type machineEntry struct {
 }
 
 // machinesHandler lists every machine of the served machine drivers, for
-// operators and tests.
-func machinesHandler(registry drivers.Registry) http.Handler {
+// operators and tests; 503 until the leader has made its drivers.
+func machinesHandler(registry func() *drivers.Registry) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		current := registry()
+		if current == nil {
+			http.Error(w, "the drivers are made when this replica leads", http.StatusServiceUnavailable)
+			return
+		}
 		out := []machineEntry{}
-		for name := range registry {
-			driver, ok := registry.Machine(name)
+		for name := range *current {
+			driver, ok := current.Machine(name)
 			if !ok {
 				continue
 			}

@@ -345,3 +345,10 @@ func NewNode(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodese
 func StartupTaint() corev1.Taint {
 	return corev1.Taint{Key: nodesetv1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoExecute}
 }
+
+// Overrides reports whether the NodeSet sets any field of a driver section,
+// so that its machines may differ from the class's.
+func Overrides(set *nodesetv1alpha1.NodeSet) bool {
+	name, _ := nodeSetSection(set)
+	return name != ""
+}

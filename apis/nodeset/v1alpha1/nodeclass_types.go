@@ -260,7 +260,25 @@ type NodeClassStatus struct {
 	// cluster-autoscaler uses it to scale a NodeSet of the class up from zero.
 	// +optional
 	Capacity *NodeCapacity `json:"capacity,omitempty"`
+	// driverKind is what the driver serving the class makes, as the node
+	// controller serving it says: Machine (one machine per Node; the nodeset
+	// controller creates the Nodes) or Group (a cloud group that names its
+	// machines; the node controller creates their Nodes and keeps the group's
+	// size). Written with the Valid condition.
+	// +optional
+	DriverKind DriverKind `json:"driverKind,omitempty"`
 }
+
+// DriverKind is the kind of a driver.
+// +kubebuilder:validation:Enum=Machine;Group
+type DriverKind string
+
+const (
+	// DriverKindMachine makes one machine per Node, named by the controller.
+	DriverKindMachine DriverKind = "Machine"
+	// DriverKindGroup runs a cloud group per NodeSet; the cloud names the machines.
+	DriverKindGroup DriverKind = "Group"
+)
 
 // NodeCapacity is what one node offers.
 type NodeCapacity struct {

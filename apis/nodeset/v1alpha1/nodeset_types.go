@@ -237,11 +237,26 @@ type NodeSetStatus struct {
 	// group is the state of the cloud group behind the set, for group drivers.
 	// +optional
 	Group *GroupStatus `json:"group,omitempty"`
+	// capacity is what one new node of the set offers, from its effective
+	// configuration (the class's with the set's overrides), as the driver
+	// serving the class reports it; written by the node controller.
+	// cluster-autoscaler's template node for the set is built from it.
+	// +optional
+	Capacity *TemplateCapacity `json:"capacity,omitempty"`
 	// conditions: Accepted, Available, Progressing and ReplicaFailure.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TemplateCapacity is what one node of a given template offers.
+type TemplateCapacity struct {
+	// templateHash is the template the capacity was computed for; a
+	// capacity of another hash than the set's current one is stale.
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash"`
+	NodeCapacity `json:",inline"`
 }
 
 // GroupStatus is the state of the cloud group behind a NodeSet.

@@ -90,3 +90,8 @@ const (
 	// the node controller.
 	NodeSetRemediationAllowed = "RemediationAllowed"
 )
+
+// ReasonLimitExceeded is the Accepted=False reason of a NodeSet that asks
+// for more nodes than its class's limits allow. Unlike the other reasons it
+// does not stop the set: its Nodes are capped at the limit.
+const ReasonLimitExceeded = "LimitExceeded"

@@ -25,6 +25,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
@@ -231,10 +232,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !c.WaitForCacheSync(ctx) {
 		return fmt.Errorf("caches did not sync")
 	}
-	for range workers {
-		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
-		go wait.UntilWithContext(ctx, c.runGroupWorker, time.Second)
-	}
+	component.StartWorkers(ctx, c.queue, workers, "node", c.syncNode)
+	component.StartWorkers(ctx, c.groups, workers, "nodeset", c.syncGroup)
 	go wait.Until(c.routine.flush, c.opts.EventPeriod, ctx.Done())
 	<-ctx.Done()
 	c.routine.flush()
@@ -248,26 +247,6 @@ func (c *Controller) registryNames() []string {
 		names = append(names, name)
 	}
 	return names
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	name, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.syncNode(ctx, name); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Node; requeuing", "node", name)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
 }
 
 func (c *Controller) enqueueNode(obj any) {

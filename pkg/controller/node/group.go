@@ -12,14 +12,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -85,26 +86,6 @@ func (c *Controller) enqueueNodeGroup(node *corev1.Node) {
 	}
 }
 
-func (c *Controller) runGroupWorker(ctx context.Context) {
-	for c.processNextGroup(ctx) {
-	}
-}
-
-func (c *Controller) processNextGroup(ctx context.Context) bool {
-	key, shutdown := c.groups.Get()
-	if shutdown {
-		return false
-	}
-	defer c.groups.Done(key)
-	if err := c.syncGroup(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Error syncing the cloud group of a NodeSet; requeuing", "nodeset", key)
-		c.groups.AddRateLimited(key)
-		return true
-	}
-	c.groups.Forget(key)
-	return true
-}
-
 // syncGroup keeps the cloud group of a NodeSet in step: its size raised to
 // what the set needs (never lowered here), a Node for every machine the
 // group reports, Nodes of machines that left deleted, the group's state in
@@ -142,8 +123,9 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 	if set.DeletionTimestamp != nil {
 		return c.deleteGroup(ctx, set, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}, driver, groupName, nodes)
 	}
-	if !meta.IsStatusConditionTrue(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted) {
-		return nil // the nodeset controller says why; the group waits
+	if accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted == nil ||
+		(accepted.Status != metav1.ConditionTrue && accepted.Reason != nodesetv1alpha1.ReasonLimitExceeded) {
+		return nil // the nodeset controller says why; the group waits (over its limits, it is capped below)
 	}
 	spec, err := resolve.EffectiveSpec(class, set)
 	if err != nil {
@@ -160,7 +142,10 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 		}
 		set = updated
 	}
-	size := nodeset.GroupSize(set, hash, nodes)
+	size, err := c.cappedGroupSize(class, set, hash, nodes)
+	if err != nil {
+		return err
+	}
 	minSize, maxSize := size, size
 	if a := set.Spec.Autoscaling; a != nil {
 		minSize, maxSize = min(a.MinReplicas, size), max(a.MaxReplicas, size)
@@ -207,6 +192,28 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 	}
 	c.groups.AddAfter(key, next)
 	return nil
+}
+
+// cappedGroupSize is the size the set's group should have (plan.GroupSize),
+// no more than its class's limits allow beside everything else of the class
+// (plan.CountUsage, with the unseen instances of the other groups). The
+// group is never lowered here, so a cap below its size changes nothing.
+func (c *Controller) cappedGroupSize(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, hash string, nodes []*corev1.Node) (int32, error) {
+	size := plan.GroupSize(set, hash, nodes)
+	if !plan.Limited(class) {
+		return size, nil
+	}
+	classNodes, err := c.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
+	if err != nil {
+		return 0, err
+	}
+	sets, err := c.sets.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	others := plan.CountUsage(classNodes, plan.UnseenGroupMachines(sets, class.Name, classNodes), set.Namespace, set.Namespace+"/"+set.Name)
+	room, _ := plan.Room(class, set.Namespace, others)
+	return int32(min(int64(size), room)), nil
 }
 
 // lastUpdateID is the driver-native update the set's status records, if it

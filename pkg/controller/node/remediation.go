@@ -16,6 +16,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -115,10 +116,7 @@ func (c *Controller) mayReplace(ctx context.Context, node *corev1.Node, class *n
 			unhealthy++
 		}
 	}
-	replicas := int32(1)
-	if set.Spec.Replicas != nil {
-		replicas = *set.Spec.Replicas
-	}
+	replicas := plan.Replicas(set)
 	limit := c.opts.Remediation.remediationCap(replicas)
 	allowed := unhealthy <= limit
 	cond := metav1.Condition{Type: nodesetv1alpha1.NodeSetRemediationAllowed, Status: metav1.ConditionTrue, Reason: ReasonWithinLimit,

@@ -1,25 +1,26 @@
 // Package nodeclass is the NodeClassController: in the node controller, it
 // asks each served driver whether a NodeClass's configuration can work and
-// writes the answer as the class's Valid condition.
+// writes the answer as the class's Valid condition, with what kind of driver
+// serves it and what a node of the class offers; and for each NodeSet of a
+// valid class, what a node of the set's own template offers.
 package nodeclass
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
@@ -36,9 +37,13 @@ const (
 type Controller struct {
 	client   versioned.Interface
 	lister   listers.NodeClassLister
-	synced   cache.InformerSynced
+	sets     listers.NodeSetLister
+	synced   []cache.InformerSynced
 	registry drivers.Registry
 	queue    workqueue.TypedRateLimitingInterface[string]
+	// setQueue holds the NodeSets ("namespace/name") whose template
+	// capacity may be stale.
+	setQueue workqueue.TypedRateLimitingInterface[string]
 	// credentials reads a class's credentials for the driver's calls.
 	credentials Credentials
 }
@@ -48,7 +53,8 @@ type Controller struct {
 type Credentials func(ctx context.Context, class *nodesetv1alpha1.NodeClass) (map[string][]byte, error)
 
 // NewController returns a NodeClassController for the drivers in registry.
-func NewController(client versioned.Interface, informer informers.NodeClassInformer, registry drivers.Registry, credentials Credentials) (*Controller, error) {
+func NewController(client versioned.Interface, informer informers.NodeClassInformer, setInformer informers.NodeSetInformer,
+	registry drivers.Registry, credentials Credentials) (*Controller, error) {
 	if credentials == nil {
 		credentials = func(context.Context, *nodesetv1alpha1.NodeClass) (map[string][]byte, error) { return nil, nil }
 	}
@@ -56,54 +62,64 @@ func NewController(client versioned.Interface, informer informers.NodeClassInfor
 		client:      client,
 		credentials: credentials,
 		lister:      informer.Lister(),
-		synced:      informer.Informer().HasSynced,
+		sets:        setInformer.Lister(),
+		synced:      []cache.InformerSynced{informer.Informer().HasSynced, setInformer.Informer().HasSynced},
 		registry:    registry,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass"}),
+		setQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeset_capacity"}),
 	}
 	enqueue := func(obj any) {
 		if class, ok := obj.(*nodesetv1alpha1.NodeClass); ok && registry[class.Spec.Driver] != nil {
 			c.queue.Add(class.Name)
 		}
 	}
-	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	_, err := setInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueSet,
+		UpdateFunc: func(old, obj any) {
+			// Progress in the status changes nothing here.
+			if o, n := old.(*nodesetv1alpha1.NodeSet), obj.(*nodesetv1alpha1.NodeSet); o.Generation != n.Generation || o.Status.TemplateHash != n.Status.TemplateHash || capacityHash(o) != capacityHash(n) {
+				c.enqueueSet(obj)
+			}
+		},
 	})
 	return c, err
+}
+
+func (c *Controller) enqueueSet(obj any) {
+	if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok && set.DeletionTimestamp == nil {
+		c.setQueue.Add(set.Namespace + "/" + set.Name)
+	}
+}
+
+func capacityHash(set *nodesetv1alpha1.NodeSet) string {
+	if set.Status.Capacity == nil {
+		return ""
+	}
+	return set.Status.Capacity.TemplateHash
 }
 
 // Run validates classes until ctx is done.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSync("nodeclass", ctx.Done(), c.synced) {
+	defer c.setQueue.ShutDown()
+	if !cache.WaitForNamedCacheSync("nodeclass", ctx.Done(), c.synced...) {
 		return fmt.Errorf("caches did not sync")
 	}
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.processNextWorkItem(ctx) {
-			}
-		}, time.Second)
-	}
+	component.StartWorkers(ctx, c.queue, workers, "nodeclass", c.sync)
+	component.StartWorkers(ctx, c.setQueue, workers, "nodeset", c.syncSetCapacity)
 	<-ctx.Done()
 	return nil
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	name, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Error validating NodeClass; requeuing", "nodeclass", name)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -149,6 +165,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	status.ObservedGeneration = class.Generation
 	meta.SetStatusCondition(&status.Conditions, condition)
 	status.Capacity = nil
+	status.DriverKind = KindOf(driver)
 	if problem == nil {
 		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
 		switch {
@@ -166,6 +183,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 	}
 	if equality.Semantic.DeepEqual(status, class.Status) {
+		c.enqueueSetsOf(class.Name)
 		return credsErr
 	}
 	class.Status = status
@@ -173,5 +191,6 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if _, err := c.client.NodesetV1alpha1().NodeClasses().UpdateStatus(ctx, class, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
+	c.enqueueSetsOf(class.Name)
 	return credsErr
 }

@@ -25,7 +25,7 @@ const (
 	ReasonNamespaceNotAllowed  = "NamespaceNotAllowed"
 	ReasonOverrideNotAllowed   = "OverrideNotAllowed"
 	ReasonInvalidTemplate      = "InvalidTemplate"
-	ReasonLimitExceeded        = "LimitExceeded"
+	ReasonLimitExceeded        = nodesetv1alpha1.ReasonLimitExceeded
 	ReasonStrategyNotSupported = "StrategyNotSupported"
 )
 
@@ -36,6 +36,9 @@ type resolution struct {
 	class        *nodesetv1alpha1.NodeClass
 	effective    nodesetv1alpha1.NodeClassSpec
 	templateHash string
+	// group is true when the class's driver runs cloud groups: the node
+	// controller makes the set's Nodes from the group's machines.
+	group bool
 	// accepted is the Accepted condition; Status False stops creations and deletions.
 	accepted metav1.Condition
 }
@@ -70,7 +73,12 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	case valid.Status != metav1.ConditionTrue:
 		res.accepted = notAccepted(ReasonNodeClassInvalid, "NodeClass %q is not valid: %s", class.Name, valid.Message)
 		return res
+	case class.Status.DriverKind == "":
+		res.accepted = notAccepted(ReasonDriverNotServed,
+			"the node controller serving driver %q has not said what kind of driver it is (status.driverKind of NodeClass %q)", class.Spec.Driver, class.Name)
+		return res
 	}
+	res.group = class.Status.DriverKind == nodesetv1alpha1.DriverKindGroup
 	if ok, why := c.namespaceAllowed(class, set.Namespace); !ok {
 		res.accepted = notAccepted(ReasonNamespaceNotAllowed,
 			"namespace %q may not use NodeClass %q: %s", set.Namespace, class.Name, why)
@@ -87,7 +95,7 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", msg)
 		return res
 	}
-	if set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && !c.groupDrivers[class.Spec.Driver] {
+	if set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && !res.group {
 		res.accepted = notAccepted(ReasonStrategyNotSupported,
 			"spec.strategy.type Managed lets a group driver roll the nodes, and NodeClass %q uses driver %q, which rolls nothing itself: use RollingUpdate or OnDelete",
 			class.Name, class.Spec.Driver)

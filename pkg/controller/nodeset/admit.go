@@ -2,13 +2,13 @@ package nodeset
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/plan"
 )
 
 // Admit is the admission-time check of a NodeSet being created (old nil) or
@@ -58,41 +58,24 @@ func (c *Controller) AdmitScale(namespace, name string, replicas int32) (reason,
 	return c.Admit(set, old)
 }
 
-// admitLimits refuses a NodeSet whose replicas, added to those of the other
-// NodeSets of its class, would exceed the class's limits. Only growth is
-// refused: an update that keeps or lowers replicas always passes.
+// admitLimits refuses a NodeSet whose replicas do not fit its class's
+// limits beside everything else of the class (plan.CountUsage, as the
+// controller counts before it creates). Only growth is refused: an update
+// that keeps or lowers replicas always passes.
 func (c *Controller) admitLimits(class *nodesetv1alpha1.NodeClass, set, old *nodesetv1alpha1.NodeSet) (reason, message string) {
-	limits := class.Spec.Limits
-	if limits == nil || (limits.MaxNodes == nil && limits.MaxNodesPerNamespace == nil) {
+	if !plan.Limited(class) {
 		return "", ""
 	}
-	want := ptrValue(set.Spec.Replicas)
-	if old != nil && want <= ptrValue(old.Spec.Replicas) {
+	want := plan.Replicas(set)
+	if old != nil && want <= plan.Replicas(old) {
 		return "", ""
 	}
-	sets, err := c.nodeSetLister.List(everything)
+	others, err := c.ClassUsage(class, set.Namespace, set.Namespace+"/"+set.Name)
 	if err != nil {
 		return "", "" // the controller caps creations in any case
 	}
-	var inClass, inNamespace int32
-	for _, other := range sets {
-		if other.Spec.NodeClassName != class.Name || (other.Namespace == set.Namespace && other.Name == set.Name) || other.DeletionTimestamp != nil {
-			continue
-		}
-		inClass += ptrValue(other.Spec.Replicas)
-		if other.Namespace == set.Namespace {
-			inNamespace += ptrValue(other.Spec.Replicas)
-		}
-	}
-	if l := limits.MaxNodesPerNamespace; l != nil && inNamespace+want > *l {
-		return ReasonLimitExceeded, fmt.Sprintf(
-			"spec.replicas: %d nodes would exceed NodeClass %q's spec.limits.maxNodesPerNamespace of %d: the other NodeSets of namespace %q already ask for %d",
-			want, class.Name, *l, set.Namespace, inNamespace)
-	}
-	if l := limits.MaxNodes; l != nil && inClass+want > *l {
-		return ReasonLimitExceeded, fmt.Sprintf(
-			"spec.replicas: %d nodes would exceed NodeClass %q's spec.limits.maxNodes of %d: its other NodeSets already ask for %d",
-			want, class.Name, *l, inClass)
+	if refusal := plan.Fits(class, set.Namespace, others, int64(want)); refusal != "" {
+		return ReasonLimitExceeded, refusal
 	}
 	return "", ""
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
@@ -47,10 +47,6 @@ const byClassIndex = "byNodeClass"
 type Options struct {
 	// BurstReplicas caps the Node creations or deletions of one sync. Default 500.
 	BurstReplicas int
-	// GroupDrivers are the drivers whose Nodes the node controller creates
-	// from the cloud group's instances; the NodeSetController creates Nodes
-	// only for the other (machine) drivers.
-	GroupDrivers []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// StatusInterval spaces a set's status writes that only count progress
@@ -79,10 +75,9 @@ type Controller struct {
 	expectations *expectations
 	burst        int
 	// nodeWrites holds a slot per Node create or delete in flight.
-	nodeWrites   chan struct{}
-	groupDrivers map[string]bool
-	classLocks   sync.Map // NodeClass name -> *sync.Mutex
-	now          func() time.Time
+	nodeWrites chan struct{}
+	classLocks sync.Map // NodeClass name -> *sync.Mutex
+	now        func() time.Time
 
 	statusInterval time.Duration
 	nodeEventBatch time.Duration
@@ -128,15 +123,11 @@ func NewController(
 		expectations: newExpectations(opts.Now),
 		burst:        opts.BurstReplicas,
 		nodeWrites:   make(chan struct{}, maxNodeWritesInFlight),
-		groupDrivers: map[string]bool{},
 		now:          opts.Now,
 
 		statusInterval: opts.StatusInterval,
 		nodeEventBatch: opts.NodeEventBatch,
 		lastStatus:     map[string]time.Time{},
-	}
-	for _, d := range opts.GroupDrivers {
-		c.groupDrivers[d] = true
 	}
 	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{byClassIndex: func(obj any) ([]string, error) {
 		set, ok := obj.(*nodesetv1alpha1.NodeSet)
@@ -188,9 +179,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("nodeset", ctx.Done(), c.synced...) {
 		return fmt.Errorf("caches did not sync")
 	}
-	for range workers {
-		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
-	}
+	component.StartWorkers(ctx, c.queue, workers, "nodeset", c.syncNodeSet)
 	logger.Info("Started workers", "count", workers)
 	<-ctx.Done()
 	logger.Info("Shutting down NodeSetController")
@@ -209,27 +198,6 @@ func (c *Controller) HasSynced() bool {
 			return false
 		}
 	}
-	return true
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.syncNodeSet(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	utilruntime.HandleErrorWithContext(ctx, err, "Error syncing NodeSet; requeuing", "key", key)
-	c.queue.AddRateLimited(key)
 	return true
 }
 

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -50,7 +49,8 @@ func validClass(name string) *nodesetv1alpha1.NodeClass {
 			Tenancy:        nodesetv1alpha1.TenancyShared,
 		},
 		Status: nodesetv1alpha1.NodeClassStatus{Conditions: []metav1.Condition{{
-			Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue, ObservedGeneration: 1, Reason: "Valid"}}},
+			Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue, ObservedGeneration: 1, Reason: "Valid"}},
+			DriverKind: nodesetv1alpha1.DriverKindMachine},
 	}
 }
 
@@ -116,7 +116,7 @@ func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1al
 	c, err := NewController(context.Background(), f.kube, f.nodesets, f.recorder,
 		kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 		nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
-		Options{Now: func() time.Time { return testNow }, GroupDrivers: []string{nodesetv1alpha1.DriverEKSASG}})
+		Options{Now: func() time.Time { return testNow }})
 	require.NoError(t, err)
 	for _, n := range nodes {
 		require.NoError(t, kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
@@ -212,45 +212,6 @@ func TestScaleDownPicksVictims(t *testing.T) {
 	assert.Len(t, f.nodeDeletes(), 3)
 }
 
-func TestChooseVictims(t *testing.T) {
-	class := validClass("sim")
-	set := newSet(1)
-	old := setNode(t, set, class, "a-old", 3*time.Hour, true)
-	mid := setNode(t, set, class, "b-mid", 2*time.Hour, true)
-	young := setNode(t, set, class, "c-new", time.Hour, true)
-	outdated := setNode(t, set, class, "d-outdated", 30*time.Minute, true)
-	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "stale"
-	hash := old.Labels[nodesetv1alpha1.LabelTemplateHash]
-	tests := []struct {
-		name   string
-		policy nodesetv1alpha1.DeletePolicy
-		nodes  []*corev1.Node
-		count  int
-		want   []string
-	}{
-		{"newest first", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old, mid, young}, 2, []string{"c-new", "b-mid"}},
-		{"oldest first", nodesetv1alpha1.DeletePolicyOldest, []*corev1.Node{young, mid, old}, 2, []string{"a-old", "b-mid"}},
-		{"outdated before up-to-date", nodesetv1alpha1.DeletePolicyOldest, []*corev1.Node{old, outdated}, 1, []string{"d-outdated"}},
-		{"random takes count", nodesetv1alpha1.DeletePolicyRandom, []*corev1.Node{old, mid, young}, 2, nil},
-		{"count above size", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old}, 3, []string{"a-old"}},
-		{"zero", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old}, 0, []string{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := chooseVictims(tt.nodes, tt.count, tt.policy, hash)
-			names := []string{}
-			for _, n := range got {
-				names = append(names, n.Name)
-			}
-			if tt.want == nil {
-				assert.Len(t, names, tt.count)
-				return
-			}
-			assert.Equal(t, tt.want, names)
-		})
-	}
-}
-
 func TestNotAcceptedCreatesNothing(t *testing.T) {
 	unserved := validClass("sim")
 	unserved.Status.Conditions = nil
@@ -313,6 +274,7 @@ func asgClass() *nodesetv1alpha1.NodeClass {
 	class.Spec.Driver = nodesetv1alpha1.DriverEKSASG
 	class.Spec.Simulated = nil
 	class.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Region: "eu-west-1"}
+	class.Status.DriverKind = nodesetv1alpha1.DriverKindGroup
 	return class
 }
 
@@ -336,23 +298,6 @@ func TestGroupDriverScaleDownChoosesTheVictims(t *testing.T) {
 	assert.ElementsMatch(t, []string{"ip-marked", "ip-new"}, f.nodeDeletes(),
 		"the NodeSet chooses which instances go; the node controller terminates them with the decrement")
 	assert.Empty(t, f.nodeCreates())
-}
-
-func TestGroupSizeSurgesDuringARollout(t *testing.T) {
-	class := asgClass()
-	set := newSet(2)
-	current := setNode(t, set, class, "ip-a", time.Hour, true)
-	outdated := setNode(t, set, class, "ip-b", time.Hour, true)
-	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
-	hash := resolve.TemplateHash(&spec, set)
-	assert.EqualValues(t, 2, GroupSize(set, hash, []*corev1.Node{current, current.DeepCopy()}), "nothing to replace")
-	assert.EqualValues(t, 3, GroupSize(set, hash, []*corev1.Node{current, outdated}), "replicas + maxSurge while outdated Nodes remain")
-	set.Spec.Strategy.RollingUpdate = &nodesetv1alpha1.RollingUpdateNodeSet{MaxSurge: ptr.To(intstr.FromInt32(5))}
-	assert.EqualValues(t, 3, GroupSize(set, hash, []*corev1.Node{current, outdated}), "never more surge than outdated Nodes")
-	set.Spec.Strategy.Type = nodesetv1alpha1.OnDeleteStrategy
-	assert.EqualValues(t, 2, GroupSize(set, hash, []*corev1.Node{current, outdated}), "OnDelete replaces nothing")
 }
 
 func TestGroupFailureIsAReplicaFailure(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"nodeset.dev/nodeset/pkg/plan"
 )
 
 // expectationsTTL bounds how long a controller waits for its informer to
@@ -72,17 +74,17 @@ func (e *expectations) current(key string) *expectation {
 	return exp
 }
 
-// pendingCreations sums the unobserved creations of the keys match accepts.
-func (e *expectations) pendingCreations(match func(key string) bool) int {
+// pendingCreations are the unobserved creations of the keys match accepts.
+func (e *expectations) pendingCreations(match func(key string) bool) plan.Pending {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	total := 0
+	out := plan.Pending{}
 	for key, exp := range e.items {
 		if exp.creations > 0 && e.now().Sub(exp.timestamp) <= expectationsTTL && match(key) {
-			total += exp.creations
+			out[key] += int64(exp.creations)
 		}
 	}
-	return total
+	return out
 }
 
 // creationObserved lowers the pending creations of key by one: the informer

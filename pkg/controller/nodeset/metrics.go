@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/plan"
 )
 
 // ReplicasCollector exposes every NodeSet's replica counts from the informer
@@ -37,11 +38,7 @@ func (r *ReplicasCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, set := range sets {
-		desired := int32(1)
-		if set.Spec.Replicas != nil {
-			desired = *set.Spec.Replicas
-		}
-		for typ, v := range map[string]int32{"desired": desired, "current": set.Status.Replicas, "ready": set.Status.ReadyReplicas,
+		for typ, v := range map[string]int32{"desired": plan.Replicas(set), "current": set.Status.Replicas, "ready": set.Status.ReadyReplicas,
 			"available": set.Status.AvailableReplicas, "updated": set.Status.UpdatedReplicas} {
 			ch <- prometheus.MustNewConstMetric(r.desc, prometheus.GaugeValue, float64(v), set.Namespace, set.Name, set.Spec.NodeClassName, typ)
 		}

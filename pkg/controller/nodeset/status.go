@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -38,16 +40,16 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	status.Selector = resolve.Selector(set).String()
 	status.TemplateHash = res.templateHash
 
-	active := activeNodes(nodes)
+	active := plan.Active(nodes)
 	status.Replicas = int32(len(active))
 	status.ReadyReplicas, status.AvailableReplicas, status.UpdatedReplicas = 0, 0, 0
 	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
 	for _, node := range active {
-		if readySince, ready := readyTransition(node); ready {
+		if nodeutil.IsReady(node) {
 			status.ReadyReplicas++
-			if minReady == 0 || !readySince.Add(minReady).After(now) {
-				status.AvailableReplicas++
-			}
+		}
+		if plan.Available(node, minReady, now) {
+			status.AvailableReplicas++
 		}
 		if res.templateHash != "" && node.Labels[nodesetv1alpha1.LabelTemplateHash] == res.templateHash {
 			status.UpdatedReplicas++
@@ -60,7 +62,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	}
 	setCondition(res.accepted)
 
-	desired := ptrValue(set.Spec.Replicas)
+	desired := plan.Replicas(set)
 	minAvailable := desired - maxUnavailable(set, desired)
 	if status.AvailableReplicas >= minAvailable {
 		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetAvailable, Status: metav1.ConditionTrue,
@@ -78,10 +80,10 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case set.Spec.Paused && outdated > 0:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused,
 			fmt.Sprintf("the NodeSet is paused with %d of %d nodes updated", status.UpdatedReplicas, status.Replicas)
-	case rolling(set, res.templateHash, active) && manageErr != nil:
+	case plan.Rolling(set, res.templateHash, active) && manageErr != nil:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonStalled,
 			fmt.Sprintf("rolling update stalled with %d of %d nodes updated: %v", status.UpdatedReplicas, desired, manageErr)
-	case rolling(set, res.templateHash, active):
+	case plan.Rolling(set, res.templateHash, active):
 		progressing.Reason, progressing.Message = ReasonRollingUpdate,
 			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
 	case set.Status.Group != nil && (set.Status.Group.State == "CREATING" || set.Status.Group.State == "UPDATING" || set.Status.Group.UpdateStatus == "InProgress"):
@@ -124,20 +126,11 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 // maxUnavailable is how many nodes may be unavailable: the rolling update's
 // bound, 0 for the other strategies.
 func maxUnavailable(set *nodesetv1alpha1.NodeSet, replicas int32) int32 {
-	if !isRollingUpdate(set) {
+	if !plan.RollingUpdate(set) {
 		return 0
 	}
-	_, unavailable := rollingBounds(set, int(replicas))
+	_, unavailable := plan.Bounds(set, int(replicas))
 	return int32(unavailable)
-}
-
-func readyTransition(node *corev1.Node) (time.Time, bool) {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
-		}
-	}
-	return time.Time{}, false
 }
 
 // updateStatus writes status when it differs from what the set has. While

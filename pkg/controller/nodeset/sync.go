@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -13,12 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -107,15 +106,23 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 // Nodes of its current template, within its rollout strategy.
 func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node) error {
 	key := set.Namespace + "/" + set.Name
-	p := planReplicas(set, res.templateHash, nodes, c.now())
-	if c.groupDrivers[res.class.Spec.Driver] {
+	p := plan.Decide(set, res.templateHash, nodes, c.now())
+	if res.group {
 		// The cloud group makes the machines and the node controller their
-		// Nodes; what is decided here is which Nodes go.
-		p.create = 0
+		// Nodes, within the class's limits; what is decided here is which
+		// Nodes go, and whether the set asks for more than the limits allow.
+		p.Create = 0
+		if plan.Limited(res.class) {
+			if used, err := c.ClassUsage(res.class, set.Namespace, key); err == nil {
+				if refusal := plan.Fits(res.class, set.Namespace, used, int64(plan.Replicas(set))); refusal != "" {
+					res.accepted = notAccepted(ReasonLimitExceeded, "%s", refusal)
+				}
+			}
+		}
 	}
 	var errs []error
-	if want := min(p.create, c.burst); want > 0 {
-		if limits := res.class.Spec.Limits; limits != nil && (limits.MaxNodes != nil || limits.MaxNodesPerNamespace != nil) {
+	if want := min(p.Create, c.burst); want > 0 {
+		if plan.Limited(res.class) {
 			// One NodeSet of a limited class decides and creates at a time,
 			// counting the creations of the others not yet in the cache, so
 			// two NodeSets racing cannot overshoot the limit together.
@@ -132,9 +139,9 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 			errs = append(errs, c.createNodes(ctx, set, res, key, want))
 		}
 	}
-	if len(p.remove) > 0 {
-		victims := p.remove[:min(len(p.remove), c.burst)]
-		if p.replacing {
+	if len(p.Remove) > 0 {
+		victims := p.Remove[:min(len(p.Remove), c.burst)]
+		if p.Replacing {
 			for _, v := range victims {
 				c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonReplacingNode,
 					"Replacing outdated node %s (template %s, current %s)", v.Name, v.Labels[nodesetv1alpha1.LabelTemplateHash], res.templateHash)
@@ -168,7 +175,7 @@ func (c *Controller) classOf(key string) string {
 // pruneDeleteList drops from the set's delete-nodes annotation the names of
 // Nodes that are gone.
 func (c *Controller) pruneDeleteList(ctx context.Context, set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) error {
-	listed := DeleteList(set)
+	listed := plan.DeleteList(set)
 	if len(listed) == 0 {
 		return nil
 	}
@@ -200,40 +207,38 @@ func (c *Controller) pruneDeleteList(ctx context.Context, set *nodesetv1alpha1.N
 	return nil
 }
 
-// creationLimit is how many more Nodes the class's limits allow this set.
+// creationLimit is how many more Nodes the class's limits allow this set,
+// and when they bind, why.
 func (c *Controller) creationLimit(res *resolution, set *nodesetv1alpha1.NodeSet) (int, string) {
-	limits := res.class.Spec.Limits
-	if limits == nil || (limits.MaxNodes == nil && limits.MaxNodesPerNamespace == nil) {
-		return int(^uint(0) >> 1), ""
-	}
-	nodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, res.class.Name))
+	used, err := c.ClassUsage(res.class, set.Namespace, "")
 	if err != nil {
 		return 0, fmt.Sprintf("cannot count the nodes of NodeClass %q: %v", res.class.Name, err)
 	}
-	// Nodes created but not yet in the cache count too.
-	classNodes := len(nodes) + c.expectations.pendingCreations(func(key string) bool {
-		return c.classOf(key) == res.class.Name
-	})
-	inNamespace := c.expectations.pendingCreations(func(key string) bool {
-		return strings.HasPrefix(key, set.Namespace+"/") && c.classOf(key) == res.class.Name
-	})
-	for _, node := range nodes {
-		if node.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace {
-			inNamespace++
-		}
+	room, binding := plan.Room(res.class, set.Namespace, used)
+	if binding == nil {
+		return int(room), ""
 	}
-	limit := int(^uint(0) >> 1)
-	why := ""
-	if limits.MaxNodes != nil && int(*limits.MaxNodes)-classNodes < limit {
-		limit = int(*limits.MaxNodes) - classNodes
-		why = fmt.Sprintf("NodeClass %q allows at most %d nodes (spec.limits.maxNodes) and has %d", res.class.Name, *limits.MaxNodes, classNodes)
+	return int(room), binding.String()
+}
+
+// ClassUsage is plan.CountUsage over this controller's view of a class:
+// its Nodes in the cache, the creations made and not yet observed, and the
+// instances of its cloud groups that have no Node yet, leaving out the
+// NodeSet with key except ("" for none).
+func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error) {
+	nodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, class.Name))
+	if err != nil {
+		return plan.Usage{}, err
 	}
-	if limits.MaxNodesPerNamespace != nil && int(*limits.MaxNodesPerNamespace)-inNamespace < limit {
-		limit = int(*limits.MaxNodesPerNamespace) - inNamespace
-		why = fmt.Sprintf("NodeClass %q allows at most %d nodes per namespace (spec.limits.maxNodesPerNamespace) and namespace %q has %d",
-			res.class.Name, *limits.MaxNodesPerNamespace, set.Namespace, inNamespace)
+	sets, err := c.nodeSetLister.List(everything)
+	if err != nil {
+		return plan.Usage{}, err
 	}
-	return max(limit, 0), why
+	pending := plan.UnseenGroupMachines(sets, class.Name, nodes)
+	for key, count := range c.expectations.pendingCreations(func(key string) bool { return c.classOf(key) == class.Name }) {
+		pending[key] += count
+	}
+	return plan.CountUsage(nodes, pending, namespace, except), nil
 }
 
 // createNodes creates count Nodes in slow-start batches, with the expectations
@@ -334,7 +339,7 @@ func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 		return nil
 	}
 	key := set.Namespace + "/" + set.Name
-	if active := activeNodes(nodes); len(active) > 0 {
+	if active := plan.Active(nodes); len(active) > 0 {
 		if !c.expectations.satisfied(key) {
 			return nil
 		}
@@ -350,54 +355,6 @@ func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 		return nil
 	}
 	return err
-}
-
-// chooseVictims picks count Nodes to remove: those marked with the
-// delete-node annotation first, then those not Ready (unregistered or
-// unhealthy), then outdated ones, then by the delete policy.
-func chooseVictims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.DeletePolicy, templateHash string) []*corev1.Node {
-	if count <= 0 {
-		return nil
-	}
-	ranked := append([]*corev1.Node(nil), nodes...)
-	tiebreak := map[types.UID]uint64{}
-	if policy == nodesetv1alpha1.DeletePolicyRandom {
-		for _, n := range ranked {
-			tiebreak[n.UID] = rand.Uint64()
-		}
-	}
-	rank := func(n *corev1.Node) int {
-		switch {
-		case n.Annotations[nodesetv1alpha1.AnnotationDeleteNode] != "":
-			return 0
-		case !nodeutil.IsReady(n):
-			return 1
-		case n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash:
-			return 2
-		}
-		return 3
-	}
-	sort.SliceStable(ranked, func(i, j int) bool {
-		a, b := ranked[i], ranked[j]
-		if ra, rb := rank(a), rank(b); ra != rb {
-			return ra < rb
-		}
-		ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
-		switch policy {
-		case nodesetv1alpha1.DeletePolicyOldest:
-			if !ta.Equal(tb) {
-				return ta.Before(tb)
-			}
-		case nodesetv1alpha1.DeletePolicyRandom:
-			return tiebreak[a.UID] < tiebreak[b.UID]
-		default: // Newest
-			if !ta.Equal(tb) {
-				return ta.After(tb)
-			}
-		}
-		return a.Name > b.Name
-	})
-	return ranked[:min(count, len(ranked))]
 }
 
 // slowStartBatch calls fn count times in batches that start at initial and
@@ -427,21 +384,4 @@ func slowStartBatch(count, initial int, fn func() error) (int, error) {
 		remaining -= batch
 	}
 	return successes, nil
-}
-
-func activeNodes(nodes []*corev1.Node) []*corev1.Node {
-	out := make([]*corev1.Node, 0, len(nodes))
-	for _, n := range nodes {
-		if n.DeletionTimestamp == nil {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func ptrValue(p *int32) int32 {
-	if p == nil {
-		return 1
-	}
-	return *p
 }

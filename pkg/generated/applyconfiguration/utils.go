@@ -83,6 +83,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodesetv1alpha1.SimulatedMachineApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Taint"):
 		return &nodesetv1alpha1.TaintApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TemplateCapacity"):
+		return &nodesetv1alpha1.TemplateCapacityApplyConfiguration{}
 
 	}
 	return nil

@@ -9,6 +9,7 @@ package v1alpha1
 
 import (
 	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
 
 // NodeClassStatusApplyConfiguration represents a declarative configuration of the NodeClassStatus type for use
@@ -24,6 +25,12 @@ type NodeClassStatusApplyConfiguration struct {
 	// (absent when the driver cannot know before a machine exists).
 	// cluster-autoscaler uses it to scale a NodeSet of the class up from zero.
 	Capacity *NodeCapacityApplyConfiguration `json:"capacity,omitempty"`
+	// driverKind is what the driver serving the class makes, as the node
+	// controller serving it says: Machine (one machine per Node; the nodeset
+	// controller creates the Nodes) or Group (a cloud group that names its
+	// machines; the node controller creates their Nodes and keeps the group's
+	// size). Written with the Valid condition.
+	DriverKind *nodesetv1alpha1.DriverKind `json:"driverKind,omitempty"`
 }
 
 // NodeClassStatusApplyConfiguration constructs a declarative configuration of the NodeClassStatus type for use with
@@ -58,5 +65,13 @@ func (b *NodeClassStatusApplyConfiguration) WithConditions(values ...*v1.Conditi
 // If called multiple times, the Capacity field is set to the value of the last call.
 func (b *NodeClassStatusApplyConfiguration) WithCapacity(value *NodeCapacityApplyConfiguration) *NodeClassStatusApplyConfiguration {
 	b.Capacity = value
+	return b
+}
+
+// WithDriverKind sets the DriverKind field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DriverKind field is set to the value of the last call.
+func (b *NodeClassStatusApplyConfiguration) WithDriverKind(value nodesetv1alpha1.DriverKind) *NodeClassStatusApplyConfiguration {
+	b.DriverKind = &value
 	return b
 }

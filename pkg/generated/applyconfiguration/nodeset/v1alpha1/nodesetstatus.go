@@ -33,6 +33,11 @@ type NodeSetStatusApplyConfiguration struct {
 	TemplateHash *string `json:"templateHash,omitempty"`
 	// group is the state of the cloud group behind the set, for group drivers.
 	Group *GroupStatusApplyConfiguration `json:"group,omitempty"`
+	// capacity is what one new node of the set offers, from its effective
+	// configuration (the class's with the set's overrides), as the driver
+	// serving the class reports it; written by the node controller.
+	// cluster-autoscaler's template node for the set is built from it.
+	Capacity *TemplateCapacityApplyConfiguration `json:"capacity,omitempty"`
 	// conditions: Accepted, Available, Progressing and ReplicaFailure.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
@@ -104,6 +109,14 @@ func (b *NodeSetStatusApplyConfiguration) WithTemplateHash(value string) *NodeSe
 // If called multiple times, the Group field is set to the value of the last call.
 func (b *NodeSetStatusApplyConfiguration) WithGroup(value *GroupStatusApplyConfiguration) *NodeSetStatusApplyConfiguration {
 	b.Group = value
+	return b
+}
+
+// WithCapacity sets the Capacity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Capacity field is set to the value of the last call.
+func (b *NodeSetStatusApplyConfiguration) WithCapacity(value *TemplateCapacityApplyConfiguration) *NodeSetStatusApplyConfiguration {
+	b.Capacity = value
 	return b
 }
 

@@ -1,4 +1,4 @@
-package nodeset
+package plan
 
 import (
 	"fmt"
@@ -40,11 +40,11 @@ func (f *fleet) add(hash string, ready bool) {
 	f.nodes = append(f.nodes, n)
 }
 
-func (f *fleet) apply(p plan, hash string) {
-	for range p.create {
+func (f *fleet) apply(p Plan, hash string) {
+	for range p.Create {
 		f.add(hash, false)
 	}
-	for _, victim := range p.remove {
+	for _, victim := range p.Remove {
 		victim.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
 	}
 }
@@ -81,7 +81,7 @@ func (f *fleet) counts(hash string) (total, availableActive, current int) {
 		if n.DeletionTimestamp != nil {
 			continue
 		}
-		if isAvailable(n, 0, testNow) {
+		if Available(n, 0, testNow) {
 			availableActive++
 		}
 		if n.Labels[nodesetv1alpha1.LabelTemplateHash] == hash {
@@ -136,7 +136,7 @@ func testRollout(t *testing.T, split bool, surge, unavailable intstr.IntOrString
 			}
 			rounds := 0
 			for ; rounds < 50; rounds++ {
-				p := planReplicas(set, "new", f.nodes, testNow)
+				p := Decide(set, "new", f.nodes, testNow)
 				f.apply(p, "new")
 				total, available, _ := f.counts("new")
 				require.LessOrEqual(t, total, tt.maxTotal, "round %d: more than replicas+maxSurge nodes", rounds)
@@ -152,7 +152,7 @@ func testRollout(t *testing.T, split bool, surge, unavailable intstr.IntOrString
 			}
 			total, available, current := f.counts("new")
 			assert.Equal(t, [3]int{6, 6, 6}, [3]int{total, available, current}, "every node replaced")
-			assert.Empty(t, planReplicas(set, "new", f.nodes, testNow).remove, "a finished rollout is stable")
+			assert.Empty(t, Decide(set, "new", f.nodes, testNow).Remove, "a finished rollout is stable")
 		})
 	}
 }
@@ -163,11 +163,11 @@ func TestRollingUpdateReplacesUnhealthyOutdatedNodesFirst(t *testing.T) {
 	f.add("old", true)
 	f.add("old", false) // never became Ready
 	f.add("old", true)
-	p := planReplicas(set, "new", f.nodes, testNow)
-	assert.Equal(t, 1, p.create)
-	require.Len(t, p.remove, 1, "an unavailable outdated node costs no availability")
-	assert.Equal(t, "n002", p.remove[0].Name)
-	assert.True(t, p.replacing)
+	p := Decide(set, "new", f.nodes, testNow)
+	assert.Equal(t, 1, p.Create)
+	require.Len(t, p.Remove, 1, "an unavailable outdated node costs no availability")
+	assert.Equal(t, "n002", p.Remove[0].Name)
+	assert.True(t, p.Replacing)
 }
 
 func TestNewNodesComingUpHoldBackRemovals(t *testing.T) {
@@ -177,15 +177,15 @@ func TestNewNodesComingUpHoldBackRemovals(t *testing.T) {
 		f.add("old", true)
 	}
 	f.add("new", false)
-	p := planReplicas(set, "new", f.nodes, testNow)
-	assert.Zero(t, p.create, "4 nodes: the surge is used")
-	assert.Len(t, p.remove, 1, "3 available, 2 required: one old node may go")
+	p := Decide(set, "new", f.nodes, testNow)
+	assert.Zero(t, p.Create, "4 nodes: the surge is used")
+	assert.Len(t, p.Remove, 1, "3 available, 2 required: one old node may go")
 
 	f.nodes[3].Labels[nodesetv1alpha1.LabelTemplateHash] = "new"
 	f.nodes[0].Status.Conditions = nil // an old node fails meanwhile
-	p = planReplicas(set, "new", f.nodes, testNow)
-	require.Len(t, p.remove, 1, "2 available, 2 required: only the failed old node may go")
-	assert.Equal(t, "n001", p.remove[0].Name)
+	p = Decide(set, "new", f.nodes, testNow)
+	require.Len(t, p.Remove, 1, "2 available, 2 required: only the failed old node may go")
+	assert.Equal(t, "n001", p.Remove[0].Name)
 }
 
 func TestOnDeleteAndPausedReplaceNothing(t *testing.T) {
@@ -202,15 +202,15 @@ func TestOnDeleteAndPausedReplaceNothing(t *testing.T) {
 			for range 3 {
 				f.add("old", true)
 			}
-			assert.Equal(t, plan{}, planReplicas(set, "new", f.nodes, testNow))
+			assert.Equal(t, Plan{}, Decide(set, "new", f.nodes, testNow))
 
 			// A deleted node is replaced by one of the new template; scaling works.
 			f.nodes[0].DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
-			assert.Equal(t, 1, planReplicas(set, "new", f.nodes, testNow).create)
+			assert.Equal(t, 1, Decide(set, "new", f.nodes, testNow).Create)
 			set.Spec.Replicas = ptr.To[int32](1)
-			p := planReplicas(set, "new", f.nodes, testNow)
-			assert.Len(t, p.remove, 1)
-			assert.False(t, p.replacing)
+			p := Decide(set, "new", f.nodes, testNow)
+			assert.Len(t, p.Remove, 1)
+			assert.False(t, p.Replacing)
 		})
 	}
 }
@@ -228,7 +228,7 @@ func TestRollingBounds(t *testing.T) {
 	} {
 		set := newSet(int32(tt.replicas))
 		set.Spec.Strategy.RollingUpdate = &nodesetv1alpha1.RollingUpdateNodeSet{MaxSurge: tt.surge, MaxUnavailable: tt.unavailable}
-		s, u := rollingBounds(set, tt.replicas)
+		s, u := Bounds(set, tt.replicas)
 		assert.Equal(t, tt.want, [2]int{s, u}, "surge %v unavailable %v of %d", tt.surge, tt.unavailable, tt.replicas)
 	}
 }
@@ -248,11 +248,11 @@ func TestRolloutTailCountsDrainingNodes(t *testing.T) {
 	for _, n := range f.nodes[4:] {
 		n.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
 	}
-	assert.Zero(t, planReplicas(set, "new", f.nodes, testNow).create, "7 Nodes exist (3 draining): maxSurge 1 allows no more")
+	assert.Zero(t, Decide(set, "new", f.nodes, testNow).Create, "7 Nodes exist (3 draining): maxSurge 1 allows no more")
 	f.nodes = f.nodes[:6] // two drains finished
-	assert.Equal(t, 1, planReplicas(set, "new", f.nodes, testNow).create)
+	assert.Equal(t, 1, Decide(set, "new", f.nodes, testNow).Create)
 
 	// OnDelete has no surge: a deleted Node is replaced at once.
 	set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
-	assert.Equal(t, 2, planReplicas(set, "new", f.nodes, testNow).create)
+	assert.Equal(t, 2, Decide(set, "new", f.nodes, testNow).Create)
 }

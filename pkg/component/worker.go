@@ -1,0 +1,42 @@
+package component
+
+import (
+	"context"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// StartWorkers starts workers goroutines that take keys from queue and
+// sync them until ctx is done or the queue shuts down, in the style of
+// sample-controller: a key synced without error is forgotten by the rate
+// limiter; one that failed is logged, naming it as what (the logged key's
+// name: "nodeset", "node", ...), and added again rate-limited.
+func StartWorkers[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], workers int, what string,
+	sync func(context.Context, T) error) {
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for processNext(ctx, queue, what, sync) {
+			}
+		}, time.Second)
+	}
+}
+
+// processNext syncs one key; false once the queue has shut down.
+func processNext[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], what string,
+	sync func(context.Context, T) error) bool {
+	key, shutdown := queue.Get()
+	if shutdown {
+		return false
+	}
+	defer queue.Done(key)
+	if err := sync(ctx, key); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing; requeuing", what, key)
+		queue.AddRateLimited(key)
+		return true
+	}
+	queue.Forget(key)
+	return true
+}

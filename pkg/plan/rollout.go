@@ -1,0 +1,181 @@
+package plan
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// Plan is what one sync does to a NodeSet's Nodes.
+type Plan struct {
+	// Create is how many Nodes to create with the current template.
+	Create int
+	// Remove are the Nodes to delete, in order.
+	Remove []*corev1.Node
+	// Replacing is true when Remove holds outdated Nodes a rollout replaces.
+	Replacing bool
+}
+
+// RollingUpdate reports whether the set's strategy is RollingUpdate (the default).
+func RollingUpdate(set *nodesetv1alpha1.NodeSet) bool {
+	return set.Spec.Strategy.Type == "" || set.Spec.Strategy.Type == nodesetv1alpha1.RollingUpdateStrategy
+}
+
+// Rolling reports whether the set is in a rolling update: its strategy is
+// RollingUpdate, it is not paused and some of its active Nodes are outdated.
+func Rolling(set *nodesetv1alpha1.NodeSet, templateHash string, active []*corev1.Node) bool {
+	if set.Spec.Paused || !RollingUpdate(set) {
+		return false
+	}
+	for _, n := range active {
+		if n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash {
+			return true
+		}
+	}
+	return false
+}
+
+// RollingOut reports whether a rolling update of the set is under way, by
+// the template hash its status last recorded: some Node not being deleted
+// has another one.
+func RollingOut(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) bool {
+	return set.Status.TemplateHash != "" && Rolling(set, set.Status.TemplateHash, Active(nodes))
+}
+
+// Decide returns the creations and deletions that bring the set's Nodes
+// (nodes, terminating ones included) towards spec.replicas Nodes of the
+// current template.
+//
+// Nodes on the delete list go first, whatever else happens; the rest is
+// planned without them. Outside a rolling update the set is a ReplicaSet:
+// create or delete the difference, outdated and unhealthy Nodes going first.
+// In a rolling update it is a Deployment with one Node per pod: never more
+// than replicas + maxSurge Nodes (a terminating Node counts, its machine
+// still exists) and never fewer than replicas - maxUnavailable available
+// Nodes that are not terminating.
+func Decide(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node, now time.Time) Plan {
+	listed := DeleteList(set)
+	var forced, rest []*corev1.Node
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil && listed[n.Name] {
+			forced = append(forced, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	p := decideRest(set, templateHash, rest, now)
+	if len(forced) > 0 {
+		p.Remove = append(forced, p.Remove...)
+	}
+	return p
+}
+
+func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node, now time.Time) Plan {
+	replicas := int(Replicas(set))
+	active := Active(nodes)
+	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
+	if !Rolling(set, templateHash, active) {
+		switch diff := len(active) - replicas; {
+		case diff < 0:
+			create := -diff
+			if RollingUpdate(set) {
+				// Nodes still draining count toward maxSurge here too: at the
+				// tail of a rollout the last outdated Nodes are terminating
+				// while the last new ones are still to be made.
+				surge, _ := Bounds(set, replicas)
+				create = min(create, max(replicas+surge-len(nodes), 0))
+			}
+			return Plan{Create: create}
+		case diff > 0:
+			return Plan{Remove: Victims(active, diff, set.Spec.DeletePolicy, templateHash)}
+		}
+		return Plan{}
+	}
+
+	surge, unavailable := Bounds(set, replicas)
+	var current, outdated []*corev1.Node
+	available := 0
+	for _, n := range active {
+		if Available(n, minReady, now) {
+			available++
+		}
+		if n.Labels[nodesetv1alpha1.LabelTemplateHash] == templateHash {
+			current = append(current, n)
+		} else {
+			outdated = append(outdated, n)
+		}
+	}
+
+	p := Plan{Replacing: true}
+	if room := replicas + surge - len(nodes); room > 0 {
+		p.Create = max(min(room, replicas-len(current)), 0)
+	}
+
+	// Remove outdated Nodes while enough stay available: an unavailable one
+	// costs nothing, an available one costs one. Nodes of the new template
+	// still coming up are not available, so they hold removals back.
+	minAvailable := replicas - unavailable
+	for _, n := range Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash) {
+		if Available(n, minReady, now) {
+			if available-1 < minAvailable {
+				continue
+			}
+			available--
+		}
+		p.Remove = append(p.Remove, n)
+	}
+	return p
+}
+
+// Bounds resolves maxSurge (rounded up) and maxUnavailable (rounded down)
+// against replicas, with the defaults 1 and 0. When both come to zero (small
+// percentages of few replicas) maxUnavailable is 1, as for Deployments, so
+// that a rollout can always move.
+func Bounds(set *nodesetv1alpha1.NodeSet, replicas int) (surge, unavailable int) {
+	surgeValue, unavailableValue := intstr.FromInt32(1), intstr.FromInt32(0)
+	if ru := set.Spec.Strategy.RollingUpdate; ru != nil {
+		if ru.MaxSurge != nil {
+			surgeValue = *ru.MaxSurge
+		}
+		if ru.MaxUnavailable != nil {
+			unavailableValue = *ru.MaxUnavailable
+		}
+	}
+	surge, err := intstr.GetScaledValueFromIntOrPercent(&surgeValue, replicas, true)
+	if err != nil {
+		surge = 1
+	}
+	unavailable, err = intstr.GetScaledValueFromIntOrPercent(&unavailableValue, replicas, false)
+	if err != nil {
+		unavailable = 0
+	}
+	if surge == 0 && unavailable == 0 {
+		unavailable = 1
+	}
+	return surge, min(unavailable, replicas)
+}
+
+// GroupSize is the size the cloud group of a group-driver NodeSet should
+// have: spec.replicas, plus maxSurge while a rolling update replaces
+// outdated Nodes (never more than there are outdated Nodes left). The node
+// controller raises the group to it; the rollout then removes outdated
+// Nodes as the new ones become available, each removal lowering the group
+// by one.
+func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node) int32 {
+	replicas := int(Replicas(set))
+	active := Active(nodes)
+	if !Rolling(set, templateHash, active) {
+		return int32(replicas)
+	}
+	outdated := 0
+	for _, n := range active {
+		if n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash {
+			outdated++
+		}
+	}
+	surge, _ := Bounds(set, replicas)
+	return int32(replicas + min(surge, outdated))
+}
