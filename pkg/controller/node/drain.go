@@ -49,118 +49,157 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) || c.released.has(node) {
 		return nil
 	}
-	logger := klog.FromContext(ctx)
-	now := c.opts.Now()
-	timeout, onTimeout := defaultDrainTimeout, nodesetv1alpha1.DrainTimeoutDeprovision
-	if class != nil && class.Spec.Drain != nil {
-		if class.Spec.Drain.Timeout != nil {
-			timeout = class.Spec.Drain.Timeout.Duration
-		}
-		if class.Spec.Drain.OnTimeout != "" {
-			onTimeout = class.Spec.Drain.OnTimeout
-		}
+	node, started, err := c.cordon(ctx, node)
+	if err != nil {
+		return err
 	}
-
-	// Cordon, and record when the drain started.
-	started, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
-	if err != nil || !node.Spec.Unschedulable {
-		if err != nil {
-			started = now
-			if node.Annotations == nil {
-				node.Annotations = map[string]string{}
-			}
-			node.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = now.UTC().Format(time.RFC3339)
-		}
-		node.Spec.Unschedulable = true
-		updated, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-		if err != nil {
-			return err
-		}
-		// Go on with the cordoned Node in this sync: waiting for the
-		// update to come back through the queue took seconds per Node
-		// when hundreds drain at once.
-		node = updated
-	}
-
 	wasDrained := node.Annotations[drainedAnnotation] != ""
 	if !wasDrained {
-		remaining, blocked, err := c.evictPods(ctx, node.Name)
-		if err != nil {
+		done, err := c.drain(ctx, node, drainPolicyOf(class), started)
+		if err != nil || !done {
 			return err
-		}
-		attached := 0
-		if class != nil && class.Spec.Drain != nil && class.Spec.Drain.WaitForVolumeDetach {
-			// The attach/detach controller lists what is still attached.
-			attached = len(node.Status.VolumesAttached)
-		}
-		switch {
-		case remaining == 0 && attached > 0 && now.Sub(started) < timeout:
-			if err := c.setDrainCondition(ctx, node, ReasonDraining, fmt.Sprintf(
-				"all evictable pods are gone; waiting for %d volume(s) to detach (drain.waitForVolumeDetach), drain timeout at %s",
-				attached, started.Add(timeout).UTC().Format(time.RFC3339))); err != nil {
-				return err
-			}
-			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
-			return nil
-		case remaining == 0:
-			c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
-			if drainCondition(node) != nil {
-				// Pods were evicted: say so. A Node that had nothing to
-				// drain goes straight on, with no write for it.
-				c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
-				if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
-					return err
-				}
-			}
-		case now.Sub(started) < timeout:
-			if drainCondition(node) == nil {
-				c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; evicting %d pod(s) with a drain timeout of %s", remaining, timeout)
-			}
-			msg := fmt.Sprintf("%d pod(s) left to evict, drain timeout at %s", remaining, started.Add(timeout).UTC().Format(time.RFC3339))
-			if blocked > 0 {
-				logger.V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
-				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionBlocked,
-					"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", blocked, timeout)
-				msg = fmt.Sprintf("%d pod(s) left to evict, %d held by a PodDisruptionBudget; drain timeout at %s",
-					remaining, blocked, started.Add(timeout).UTC().Format(time.RFC3339))
-			}
-			if err := c.setDrainCondition(ctx, node, ReasonDraining, msg); err != nil {
-				return err
-			}
-			c.queue.AddAfter(node.Name, min(c.opts.DrainRecheck, started.Add(timeout).Sub(now)+time.Second))
-			return nil
-		case onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
-			msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
-				"The machine is deprovisioned once they are gone.", remaining, timeout)
-			if drainCondition(node) == nil || drainCondition(node).Reason != ReasonDrainTimedOut {
-				c.metrics.drains.WithLabelValues(drainTimedOutCordoned).Observe(now.Sub(started).Seconds())
-				c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
-			}
-			if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
-				return err
-			}
-			// Keep looking, slowly: once a human has moved the pods, the drain ends.
-			c.queue.AddAfter(node.Name, time.Minute)
-			return nil
-		default:
-			c.metrics.drains.WithLabelValues(drainTimedOut).Observe(now.Sub(started).Seconds())
-			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDrainTimedOut,
-				"%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, timeout)
-			if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut,
-				fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, timeout)); err != nil {
-				return err
-			}
 		}
 		// Drained (or given up): deprovision in this same sync. The drain's
 		// end is written only if the machine takes a while to go, so that
 		// a restart does not drain again and the Node shows "deleting".
-		node.Annotations[drainedAnnotation] = now.UTC().Format(time.RFC3339)
+		node.Annotations[drainedAnnotation] = c.opts.Now().UTC().Format(time.RFC3339)
 	}
+	return c.deprovision(ctx, node, wasDrained, deprovision)
+}
 
-	// Deprovision. Even a Node that never got a providerID may have a machine
-	// (a crash between create and record): the delete is keyed by the name.
+// drainPolicy is a class's drain settings with their defaults.
+type drainPolicy struct {
+	timeout         time.Duration
+	onTimeout       nodesetv1alpha1.DrainTimeoutAction
+	waitForDetached bool
+}
+
+func drainPolicyOf(class *nodesetv1alpha1.NodeClass) drainPolicy {
+	policy := drainPolicy{timeout: defaultDrainTimeout, onTimeout: nodesetv1alpha1.DrainTimeoutDeprovision}
+	if class == nil || class.Spec.Drain == nil {
+		return policy
+	}
+	if class.Spec.Drain.Timeout != nil {
+		policy.timeout = class.Spec.Drain.Timeout.Duration
+	}
+	if class.Spec.Drain.OnTimeout != "" {
+		policy.onTimeout = class.Spec.Drain.OnTimeout
+	}
+	policy.waitForDetached = class.Spec.Drain.WaitForVolumeDetach
+	return policy
+}
+
+// cordon marks the Node unschedulable and records when its drain started,
+// in one write when either is missing, and returns the cordoned Node.
+func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Node, time.Time, error) {
+	started, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
+	if err == nil && node.Spec.Unschedulable {
+		return node, started, nil
+	}
+	if err != nil {
+		started = c.opts.Now()
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = started.UTC().Format(time.RFC3339)
+	}
+	node.Spec.Unschedulable = true
+	updated, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, started, err
+	}
+	// Go on with the cordoned Node in this sync: waiting for the update to
+	// come back through the queue took seconds per Node when hundreds drain
+	// at once.
+	return updated, started, nil
+}
+
+// drain evicts the Node's pods and reports whether the machine may go now:
+// every evictable pod is gone (and, when the class asks, every volume
+// detached), or the drain timed out with onTimeout Deprovision. Otherwise
+// it records the drain's progress on the Node and looks again later.
+func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainPolicy, started time.Time) (bool, error) {
+	now := c.opts.Now()
+	deadline := started.Add(policy.timeout)
+	recheck := min(c.opts.DrainRecheck, deadline.Sub(now)+time.Second)
+	remaining, blocked, err := c.evictPods(ctx, node.Name)
+	if err != nil {
+		return false, err
+	}
+	attached := 0
+	if policy.waitForDetached {
+		// The attach/detach controller lists what is still attached.
+		attached = len(node.Status.VolumesAttached)
+	}
+	switch {
+	case remaining == 0 && attached > 0 && now.Before(deadline):
+		if err := c.setDrainCondition(ctx, node, ReasonDraining, fmt.Sprintf(
+			"all evictable pods are gone; waiting for %d volume(s) to detach (drain.waitForVolumeDetach), drain timeout at %s",
+			attached, deadline.UTC().Format(time.RFC3339))); err != nil {
+			return false, err
+		}
+		c.queue.AddAfter(node.Name, recheck)
+		return false, nil
+	case remaining == 0:
+		c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
+		if drainCondition(node) != nil {
+			// Pods were evicted: say so. A Node that had nothing to drain
+			// goes straight on, with no write for it.
+			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
+			if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	case now.Before(deadline):
+		if drainCondition(node) == nil {
+			c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; evicting %d pod(s) with a drain timeout of %s", remaining, policy.timeout)
+		}
+		msg := fmt.Sprintf("%d pod(s) left to evict, drain timeout at %s", remaining, deadline.UTC().Format(time.RFC3339))
+		if blocked > 0 {
+			klog.FromContext(ctx).V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionBlocked,
+				"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", blocked, policy.timeout)
+			msg = fmt.Sprintf("%d pod(s) left to evict, %d held by a PodDisruptionBudget; drain timeout at %s",
+				remaining, blocked, deadline.UTC().Format(time.RFC3339))
+		}
+		if err := c.setDrainCondition(ctx, node, ReasonDraining, msg); err != nil {
+			return false, err
+		}
+		c.queue.AddAfter(node.Name, recheck)
+		return false, nil
+	case policy.onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
+		msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
+			"The machine is deprovisioned once they are gone.", remaining, policy.timeout)
+		if drainCondition(node) == nil || drainCondition(node).Reason != ReasonDrainTimedOut {
+			c.metrics.drains.WithLabelValues(drainTimedOutCordoned).Observe(now.Sub(started).Seconds())
+			c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
+		}
+		if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
+			return false, err
+		}
+		// Keep looking, slowly: once a human has moved the pods, the drain ends.
+		c.queue.AddAfter(node.Name, time.Minute)
+		return false, nil
+	default:
+		msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, policy.timeout)
+		c.metrics.drains.WithLabelValues(drainTimedOut).Observe(now.Sub(started).Seconds())
+		c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
+		if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
+// deprovision removes the drained Node's machine, and once the driver says
+// it is gone, the Node's finalizer. Even a Node that never got a providerID
+// may have a machine (a crash between create and record): the delete is
+// keyed by the name.
+func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrained bool, deprovision deprovisioner) error {
+	logger := klog.FromContext(ctx)
 	start := c.opts.Now()
-	err = deprovision.remove(ctx)
+	err := deprovision.remove(ctx)
 	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)
 	if err != nil && !wasDrained {
 		// The machine takes a while: record the drain's end now.
