@@ -1,0 +1,229 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
+)
+
+// reconcileGroupNodes makes a Node for every machine of the group (or
+// adopts the one its kubelet registered first) and deletes the Nodes of
+// machines that left the group.
+func (c *Controller) reconcileGroupNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, className string, spec *nodesetv1alpha1.NodeClassSpec,
+	hash, groupName string, driver drivers.GroupDriver, groupClass drivers.Class, status drivers.GroupStatus, nodes []*corev1.Node) error {
+	var errs []error
+	present := map[string]bool{}
+	for _, m := range status.Machines {
+		if m.State == drivers.MachineStopping {
+			continue
+		}
+		present[m.ProviderID] = true
+		if m.Name == "" || c.recentlyTerminated(m.ProviderID) {
+			continue // named once it has an address; or on its way out
+		}
+		machineHash := m.TemplateHash
+		if machineHash == "" {
+			machineHash = hash
+		}
+		if err := c.ensureMachineNode(ctx, set, className, spec, machineHash, groupName, driver.Name(), m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var gone []*corev1.Node
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil && n.Spec.ProviderID != "" && !present[n.Spec.ProviderID] {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		// Looks may be shared and a little old: ask the cloud again before
+		// taking a Node away.
+		start := c.opts.Now()
+		fresh, err := driver.DescribeGroup(ctx, groupClass, groupName)
+		c.metrics.driverCall(driver.Name(), opDescribeGroup, start, err)
+		if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+			return errors.Join(append(errs, err)...)
+		}
+		live := map[string]bool{}
+		for _, m := range fresh.Machines {
+			if m.State != drivers.MachineStopping {
+				live[m.ProviderID] = true
+			}
+		}
+		for _, n := range gone {
+			if live[n.Spec.ProviderID] {
+				continue
+			}
+			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonMachineGone, "Machine %s left cloud group %s; deleting the Node", n.Spec.ProviderID, groupName)
+			uid := n.UID
+			err := c.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ensureMachineNode makes the Node of a group's machine: named as the cloud
+// named the machine, with its providerID, the set's labels, taints and the
+// startup taint. A Node the kubelet registered first (same providerID, or
+// same name without one) is adopted instead: it gets the same labels,
+// taints, annotations and finalizer. A Node of another set, or of another
+// machine, is left alone and reported.
+func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1.NodeSet, className string, spec *nodesetv1alpha1.NodeClassSpec,
+	hash, groupName, driverName string, m drivers.MachineStatus) error {
+	logger := klog.FromContext(ctx)
+	want := resolve.NewNode(spec, className, set, hash)
+	want.Name = m.Name
+	want.Spec.ProviderID = m.ProviderID
+	created := c.opts.Now()
+	if m.CreatedAt > 0 {
+		created = time.Unix(m.CreatedAt, 0)
+	}
+	want.Annotations[nodesetv1alpha1.AnnotationDriver] = driverName
+	want.Annotations[nodesetv1alpha1.AnnotationGroup] = groupName
+	want.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = created.UTC().Format(time.RFC3339)
+
+	existing := c.nodeByProviderID(m.ProviderID)
+	if existing == nil {
+		n, err := c.nodes.Get(m.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		case n.Spec.ProviderID != "" && n.Spec.ProviderID != m.ProviderID:
+			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonNodeConflict,
+				"Machine %s of cloud group %s has this Node's name, but the Node has providerID %s; no Node is made for the machine", m.ProviderID, groupName, n.Spec.ProviderID)
+			return nil
+		default:
+			existing = n
+		}
+	}
+	if existing == nil {
+		node, err := c.kube.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the kubelet was quicker: adopted on the next sync
+		}
+		if err != nil {
+			return fmt.Errorf("creating Node %s for machine %s: %w", m.Name, m.ProviderID, err)
+		}
+		c.routine.record(node, ReasonNodeCreated, groupName, fmt.Sprintf("Created for machine %s of cloud group %s", m.ProviderID, groupName))
+		logger.V(2).Info("Created Node for a machine of the group", "node", m.Name, "providerID", m.ProviderID)
+		return nil
+	}
+	if existing.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace && existing.Labels[nodesetv1alpha1.LabelNodeSet] == set.Name {
+		return nil // ours already
+	}
+	if existing.Labels[nodesetv1alpha1.LabelNodeClass] != "" || existing.DeletionTimestamp != nil {
+		c.recorder.Eventf(existing, corev1.EventTypeWarning, ReasonNodeConflict,
+			"Machine %s of cloud group %s registered as this Node, which belongs to another NodeSet or is being deleted; left alone", m.ProviderID, groupName)
+		return nil
+	}
+	// Adopt the kubelet's Node.
+	node := existing.DeepCopy()
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		node.Labels[k] = v
+	}
+	for k, v := range want.Annotations {
+		node.Annotations[k] = v
+	}
+	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	}
+	node.Spec.ProviderID = m.ProviderID
+	for _, t := range want.Spec.Taints {
+		if t.Key == nodesetv1alpha1.TaintUnregistered && nodeutil.IsReady(node) {
+			continue // registered already
+		}
+		if !slices.ContainsFunc(node.Spec.Taints, func(have corev1.Taint) bool { return have.Key == t.Key && have.Effect == t.Effect }) {
+			node.Spec.Taints = append(node.Spec.Taints, t)
+		}
+	}
+	if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("adopting Node %s of machine %s: %w", node.Name, m.ProviderID, err)
+	}
+	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeAdopted, "The kubelet registered first; adopted for machine %s of cloud group %s", m.ProviderID, groupName)
+	logger.Info("Adopted a kubelet-registered Node", "node", node.Name, "providerID", m.ProviderID)
+	return nil
+}
+
+func (c *Controller) nodeByProviderID(providerID string) *corev1.Node {
+	objs, err := c.nodeIndexer.ByIndex(providerIDIndex, providerID)
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	node, _ := objs[0].(*corev1.Node)
+	return node
+}
+
+func (c *Controller) rememberTerminated(providerID string) {
+	c.terminatedMu.Lock()
+	defer c.terminatedMu.Unlock()
+	now := c.opts.Now()
+	for id, at := range c.terminated {
+		if now.Sub(at) > terminatedMemory {
+			delete(c.terminated, id)
+		}
+	}
+	c.terminated[providerID] = now
+}
+
+func (c *Controller) recentlyTerminated(providerID string) bool {
+	c.terminatedMu.Lock()
+	defer c.terminatedMu.Unlock()
+	at, ok := c.terminated[providerID]
+	return ok && c.opts.Now().Sub(at) < terminatedMemory
+}
+
+// syncGroupNode runs a group machine's Node: the startup taint lifted once
+// Ready, and on deletion a drain, then the machine terminated in its group
+// with the group's size lowered by one in the same call.
+func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.GroupDriver) error {
+	if node.DeletionTimestamp != nil {
+		if class == nil {
+			// Without its class the cloud cannot be reached; the orphan
+			// collection of the class's region removes the group.
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed,
+				"NodeClass %s is gone: machine %s cannot be terminated from here", node.Labels[nodesetv1alpha1.LabelNodeClass], node.Spec.ProviderID)
+			return nil
+		}
+		machineClass, err := c.machineClass(ctx, node, class)
+		if err != nil {
+			return err
+		}
+		group, providerID := node.Annotations[nodesetv1alpha1.AnnotationGroup], node.Spec.ProviderID
+		return c.terminate(ctx, node, class, deprovisioner{driver: driver.Name(), op: opTerminate, remove: func(ctx context.Context) error {
+			if group == "" || providerID == "" {
+				return nil // never had a machine of a group
+			}
+			if err := driver.TerminateMachine(ctx, machineClass, group, providerID); err != nil {
+				return err
+			}
+			c.rememberTerminated(providerID)
+			return nil
+		}})
+	}
+	if class == nil || node.Spec.ProviderID == "" {
+		return nil
+	}
+	return c.register(ctx, node, class, driver)
+}
