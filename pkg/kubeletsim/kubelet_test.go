@@ -35,8 +35,8 @@ func TestMain(m *testing.M) {
 func fleet(t *testing.T) (*simulated.Driver, kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, framework.InstallRBAC(ctx, framework.Shared))
-	client := kubernetes.NewForConfigOrDie(framework.Shared.Config("node-controller"))
+	require.NoError(t, framework.InstallRBAC(ctx, framework.Shared(t)))
+	client := kubernetes.NewForConfigOrDie(framework.Shared(t).Config("node-controller"))
 	factory := kubeinformers.NewSharedInformerFactory(client, 0)
 	nodes := factory.Core().V1().Nodes()
 	driver := simulated.New(nil)
@@ -56,7 +56,7 @@ func fleet(t *testing.T) (*simulated.Driver, kubernetes.Interface) {
 		<-done
 		factory.Shutdown()
 	})
-	return driver, kubernetes.NewForConfigOrDie(framework.Shared.AdminConfig())
+	return driver, kubernetes.NewForConfigOrDie(framework.Shared(t).AdminConfig())
 }
 
 func class(mutate func(*nodesetv1alpha1.SimulatedMachine)) drivers.Class {
@@ -173,7 +173,23 @@ func TestFailingMachineNeverBecomesReady(t *testing.T) {
 		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-healthy", metav1.GetOptions{})
 		return err == nil && nodeutil.IsReady(node), "not ready"
 	})
-	time.Sleep(time.Second) // several reconcile rounds
+	// Every reconcile round looks at every machine: two more renewals of
+	// the healthy machine's Lease are two more rounds for the broken one.
+	renewals := 0
+	var last time.Time
+	eventually(t, 30*time.Second, "two more reconcile rounds", func(ctx context.Context) (bool, string) {
+		lease, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-healthy", metav1.GetOptions{})
+		if err != nil || lease.Spec.RenewTime == nil {
+			return false, fmt.Sprint("no renewed Lease: ", err)
+		}
+		if renewed := lease.Spec.RenewTime.Time; !renewed.Equal(last) {
+			if !last.IsZero() {
+				renewals++
+			}
+			last = renewed
+		}
+		return renewals >= 2, fmt.Sprintf("%d renewals", renewals)
+	})
 	node, err := kube.CoreV1().Nodes().Get(ctx, "kl-broken", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.False(t, nodeutil.IsReady(node), "a machine with failurePercent 100 must never report Ready")

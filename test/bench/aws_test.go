@@ -67,7 +67,7 @@ func BenchmarkAWSCalls(b *testing.B) {
 
 func awsFleet(b *testing.B, sets int) *awsResult {
 	ctx := context.Background()
-	cp := framework.Shared
+	cp := framework.Shared(b)
 	endpoint := framework.StartMoto(b)
 	_, ec2c, err := awscloud.SDKClients(endpoint)(ctx, awsRegion, framework.MotoCredentials)
 	if err != nil {
@@ -147,6 +147,9 @@ func awsFleet(b *testing.B, sets int) *awsResult {
 	r.CallsPerNode = total(r.LaunchCalls) / float64(r.Nodes)
 
 	// Let the settling polls (every 2 s) end, then count a few regular ones.
+	// Nothing the node controller exposes says which kind of poll it is at,
+	// so two poll intervals stand for "settled"; the steady window is the
+	// measurement itself (calls per poll interval), so it is fixed.
 	time.Sleep(2 * awsPollInterval)
 	steadyStart := cloudCalls(b, controllers.NodeMetricsPort)
 	time.Sleep(awsSteadyPolls * awsPollInterval)

@@ -99,7 +99,7 @@ func BenchmarkFleet(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for i := range b.N {
 				r := &result{Nodes: n}
-				r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared, n)
+				r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared(b), n)
 				scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%d", n, i), r)
 				r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
 				results = append(results, r)
@@ -171,7 +171,7 @@ const kubeletQPS = 1000
 
 func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	ctx := context.Background()
-	cp := framework.Shared
+	cp := framework.Shared(b)
 	// The deployment's leader-election timings, not the tests' short ones: a
 	// controller busy with thousands of Nodes on two shared cores must not
 	// lose its lease over a slow renewal.
@@ -265,10 +265,11 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	r.ToReady = upEnd.Sub(upStart).Seconds()
 	r.ControlPlaneCPUSeconds = (cpu()["controlplane"] - first["controlplane"]).Seconds()
 
-	// Let the last status writes of the scale-up land, then count what
-	// nothing changing costs.
-	time.Sleep(15 * time.Second)
+	// The scale-up's last status write, then what nothing changing costs.
+	setStatus(b, cs, ns, "fleet", n)
 	idleStart := time.Now()
+	// The idle window is the measurement: writes per minute while nothing
+	// changes, so a fixed window is the point.
 	time.Sleep(idleWindow)
 	idleEnd := time.Now()
 
@@ -284,8 +285,8 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	})
 	downEnd := time.Now()
 	r.ToGone = downEnd.Sub(downStart).Seconds()
-	// The NodeSet's last status writes after its Nodes are gone.
-	time.Sleep(5 * time.Second)
+	// The NodeSet's last status write after its Nodes are gone.
+	setStatus(b, cs, ns, "fleet", 0)
 	last := cpu()
 	r.CPUSeconds, r.PeakRSSMiB = map[string]float64{}, map[string]float64{}
 	for name, pid := range pids {
@@ -293,7 +294,9 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 		_, peak, _ := framework.Memory(pid)
 		r.PeakRSSMiB[name] = float64(peak) / (1 << 20)
 	}
-	time.Sleep(framework.AuditLogFlush)
+	if err := cp.SyncAuditLog(ctx); err != nil {
+		b.Fatal(err)
+	}
 	countRequests(b, cp, r, n, [][2]time.Time{{upStart, idleStart}, {downStart, time.Now()}}, [2]time.Time{idleStart, idleEnd})
 	_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "fleet", metav1.DeleteOptions{})
 	_ = cs.NodesetV1alpha1().NodeClasses().Delete(ctx, name, metav1.DeleteOptions{})
@@ -452,6 +455,22 @@ func hasTaint(node *corev1.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// setStatus waits until the NodeSet's status says the controller has seen
+// its latest generation and counts n Nodes, all Ready and available: its
+// last status write of a scale to n.
+func setStatus(b *testing.B, cs versioned.Interface, namespace, name string, n int) {
+	b.Helper()
+	waitFor(b, 5*time.Minute, fmt.Sprintf("NodeSet status of %d Ready Nodes", n), func(ctx context.Context) (bool, string) {
+		s, err := cs.NodesetV1alpha1().NodeSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := s.Status
+		return st.ObservedGeneration == s.Generation && int(st.Replicas) == n && int(st.ReadyReplicas) == n && int(st.AvailableReplicas) == n,
+			fmt.Sprintf("observed %d of %d, %d Nodes, %d Ready, %d available", st.ObservedGeneration, s.Generation, st.Replicas, st.ReadyReplicas, st.AvailableReplicas)
+	})
 }
 
 func waitFor(b *testing.B, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {

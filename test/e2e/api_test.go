@@ -35,12 +35,12 @@ import (
 )
 
 var (
-	nodeClassGVR = nodesetv1alpha1.SchemeGroupVersion.WithResource("nodeclasses")
-	nodeSetGVR   = nodesetv1alpha1.SchemeGroupVersion.WithResource("nodesets")
+	nodeClassGVR = schema.GroupVersion(nodesetv1alpha1.GroupVersion).WithResource("nodeclasses")
+	nodeSetGVR   = schema.GroupVersion(nodesetv1alpha1.GroupVersion).WithResource("nodesets")
 )
 
 func TestCRDsDiscoverable(t *testing.T) {
-	disco, err := discovery.NewDiscoveryClientForConfig(framework.Shared.AdminConfig())
+	disco, err := discovery.NewDiscoveryClientForConfig(framework.Shared(t).AdminConfig())
 	require.NoError(t, err)
 	resources, err := disco.ServerResourcesForGroupVersion("nodeset.dev/v1alpha1")
 	require.NoError(t, err)
@@ -259,8 +259,8 @@ func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, framework.Shared.Kubectl(), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+framework.Shared.KubeconfigPath)
+	cmd := exec.CommandContext(ctx, framework.Shared(t).Kubectl(), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+framework.Shared(t).KubeconfigPath)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
 	return string(out)
@@ -268,21 +268,21 @@ func kubectl(t *testing.T, args ...string) string {
 
 func clientset(t *testing.T) versioned.Interface {
 	t.Helper()
-	cs, err := versioned.NewForConfig(framework.Shared.AdminConfig())
+	cs, err := versioned.NewForConfig(framework.Shared(t).AdminConfig())
 	require.NoError(t, err)
 	return cs
 }
 
 func kubeClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(framework.Shared.AdminConfig())
+	cs, err := kubernetes.NewForConfig(framework.Shared(t).AdminConfig())
 	require.NoError(t, err)
 	return cs
 }
 
 func dynamicClient(t *testing.T) dynamic.Interface {
 	t.Helper()
-	client, err := dynamic.NewForConfig(framework.Shared.AdminConfig())
+	client, err := dynamic.NewForConfig(framework.Shared(t).AdminConfig())
 	require.NoError(t, err)
 	return client
 }

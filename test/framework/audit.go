@@ -2,11 +2,21 @@ package framework
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 )
 
 // AuditEvent is what the tests read from the API server's audit log
@@ -50,9 +60,53 @@ func (e AuditEvent) IsLeaderElection() bool {
 	return e.ObjectRef != nil && e.ObjectRef.Resource == "leases" && e.ObjectRef.Namespace == "nodeset-system"
 }
 
-// AuditLogFlush is how long readers wait for the last requests' events (the
-// log is written in blocking mode, so this is only a margin).
-const AuditLogFlush = time.Second
+// SyncAuditLog returns once the audit log holds the events of the requests
+// that completed before it was called. It sends a marker request (a GET of a
+// ConfigMap nobody has, named at random) and waits for the marker's event:
+// the log is written in blocking mode, one event after another, so an
+// earlier request's event is in the log before the marker's.
+func (cp *ControlPlane) SyncAuditLog(ctx context.Context) error {
+	path := filepath.Join(cp.Dir, "audit.log")
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	offset := info.Size() // the marker's event comes after what is there
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	var random [8]byte
+	_, _ = rand.Read(random[:])
+	marker := "audit-marker-" + hex.EncodeToString(random[:])
+	_, _ = kube.CoreV1().ConfigMaps(metav1.NamespaceDefault).Get(ctx, marker, metav1.GetOptions{})
+	needle := []byte(`"name":"` + marker + `"`)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		if info, err := f.Stat(); err == nil && info.Size() < offset {
+			offset = 0 // rotated
+		}
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return false, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			if bytes.Contains(sc.Bytes(), needle) && bytes.Contains(sc.Bytes(), []byte(`"stage":"ResponseComplete"`)) {
+				return true, nil
+			}
+		}
+		return false, sc.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("framework: the audit log has no event of marker request %s: %w", marker, err)
+	}
+	return nil
+}
 
 // AuditEvents reads the completed requests the API server received in
 // [from, to) (to zero: no end), in the order it received them.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,8 +25,28 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Shared is the control plane of the running test binary, set by Run.
-var Shared *ControlPlane
+// shared is the control plane of the running test binary, set by Run.
+var shared *ControlPlane
+
+// Shared is the control plane Run started for the test binary. Under -short
+// Run starts none and Shared skips the calling test: every test that talks
+// to the API server reaches it through here.
+func Shared(t testing.TB) *ControlPlane {
+	t.Helper()
+	SkipIfShort(t, "a control plane (etcd, kube-apiserver)")
+	if shared == nil {
+		t.Fatal("framework: no control plane: the package's TestMain calls framework.Run")
+	}
+	return shared
+}
+
+// SkipIfShort skips the test under -short, saying what it needs.
+func SkipIfShort(t testing.TB, needs string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: not run with -short", needs)
+	}
+}
 
 // TestUsers are the identities every test control plane authenticates, besides the admin.
 var TestUsers = []string{"nodeset-controller", "node-controller", "tenant-a", "tenant-b"}
@@ -33,10 +54,17 @@ var TestUsers = []string{"nodeset-controller", "node-controller", "tenant-a", "t
 // Run is a TestMain body: it starts one control plane for the test binary,
 // installs the CRDs from deploy/crds, runs the tests and tears it all down.
 // The control plane's directory (etcd, audit log, logs) is kept when a test
-// fails, or always with NODESET_KEEP=1.
+// fails, or always with NODESET_KEEP=1. Under -short it builds and starts
+// nothing and runs the tests, which skip when they ask for Shared.
 //
 //	func TestMain(m *testing.M) { os.Exit(framework.Run(m, framework.Options{})) }
 func Run(m *testing.M, opts Options) int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if testing.Short() {
+		return m.Run()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	root, err := RepoRoot()
@@ -73,7 +101,7 @@ func Run(m *testing.M, opts Options) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "framework: control plane at %s ready in %s\n", cp.Host, time.Since(start).Round(time.Millisecond))
-	Shared = cp
+	shared = cp
 	code := m.Run()
 	cp.Stop()
 	if code == 0 && os.Getenv("NODESET_KEEP") == "" {

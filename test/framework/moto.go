@@ -25,6 +25,7 @@ import (
 // could pick it too, leaving both tests talking to one moto.
 func StartMoto(t testing.TB) string {
 	t.Helper()
+	SkipIfShort(t, "moto_server")
 	path, err := exec.LookPath("moto_server")
 	if err != nil {
 		t.Fatalf("moto_server is not on PATH (pip install 'moto[server]'): %v", err)

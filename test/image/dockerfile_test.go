@@ -44,6 +44,9 @@ func dockerfile(t *testing.T, root string) []string {
 }
 
 func TestDockerfileBuildsStaticBinariesForTheManifests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the three binaries as the Dockerfile does, minutes on two cores: not run with -short")
+	}
 	root, err := framework.RepoRoot()
 	require.NoError(t, err)
 	instructions := dockerfile(t, root)

@@ -83,10 +83,10 @@ func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 	e.network = framework.NewMotoNetwork(t, e.ec2, region)
 	e.subnet, e.image = e.network.Subnet, e.network.Image
 
-	cfg := framework.Shared.AdminConfig()
+	cfg := framework.Shared(t).AdminConfig()
 	e.kube = kubernetes.NewForConfigOrDie(cfg)
 	e.nodesets = versioned.NewForConfigOrDie(cfg)
-	e.ctrl, err = framework.NewControllers(ctx, framework.Shared, framework.ControllerOptions{NodeArgs: []string{
+	e.ctrl, err = framework.NewControllers(ctx, framework.Shared(t), framework.ControllerOptions{NodeArgs: []string{
 		"--drivers=eks-asg,eks-managed", "--cluster-name=" + cluster, "--aws-endpoint-url=" + controllerEndpoint, "--group-poll-interval=2s",
 	}})
 	require.NoError(t, err)
@@ -97,7 +97,7 @@ func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 			t.Logf("node-controller logs:\n%s", tail(e.ctrl.Node.Logs(), 80))
 			t.Logf("nodeset-controller logs:\n%s", tail(e.ctrl.NodeSet.Logs(), 40))
 			for _, p := range []*framework.Process{e.ctrl.Node, e.ctrl.NodeSet} {
-				file := filepath.Join(framework.Shared.Dir, "logs", t.Name()+"-"+p.Name+".log")
+				file := filepath.Join(framework.Shared(t).Dir, "logs", t.Name()+"-"+p.Name+".log")
 				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
 					t.Logf("%s's whole log: %s", p.Name, file)
 				}

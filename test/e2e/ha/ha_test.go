@@ -100,7 +100,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 // per replica.
 func TestNeverTwoLeadersAct(t *testing.T) {
 	ctx := context.Background()
-	cp := framework.Shared
+	cp := framework.Shared(t)
 	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
 	require.NoError(t, err)
 	nodesetStandby, _, err := c.Replica(c.NodeSet)
@@ -135,7 +135,10 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 		Spec: nodesetv1alpha1.NodeClassSpec{
 			Driver: nodesetv1alpha1.DriverSimulated,
 			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
-				InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: 300 * time.Millisecond}}},
+				InstanceType: "sim.small", BootDelay: &metav1.Duration{Duration: 2 * time.Second}}},
+			// A drain behind a budget that allows no eviction gives up at
+			// this timeout: what keeps a scale-down in flight for the pause.
+			Drain: &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -150,10 +153,18 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 		pause *replicas
 	}
 	var takeovers []time.Duration
-	for _, s := range []step{{8, nodes}, {2, sets}, {6, sets}, {0, nodes}} {
+	current := 0
+	for i, s := range []step{{8, nodes}, {2, sets}, {6, sets}, {0, nodes}} {
 		leader, standby := s.pause.leader(t, kube)
+		if int(s.size) < current {
+			// Each drain waits for a budget that allows no eviction until the
+			// class's drain timeout, so the scale-down is still in flight
+			// when the leader is paused.
+			guard(t, kube, "ha", fmt.Sprintf("guard-%d", i), nodeNamesOf(ctx, kube, "ha", "web"))
+		}
 		scale(t, cs, "ha", "web", s.size)
-		time.Sleep(300 * time.Millisecond) // mid-flight
+		inFlight(t, kube, "ha", "web", current, int(s.size))
+		current = int(s.size)
 		was := identity(leader)
 		require.NoError(t, leader.Signal(syscall.SIGSTOP))
 		paused := time.Now()
@@ -172,9 +183,9 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 	}
 	t.Logf("standby took over a paused leader after %v (lease duration %v)", takeovers, leaseDuration)
 
-	// The audit log (flushed every second) has every write; each replica's
-	// writes must form one run that no other replica's write interrupts.
-	time.Sleep(framework.AuditLogFlush)
+	// Once the audit log has every write, each replica's writes must form
+	// one run that no other replica's write interrupts.
+	require.NoError(t, cp.SyncAuditLog(ctx))
 	for _, r := range []*replicas{sets, nodes} {
 		writers := writeRuns(t, r.name)
 		t.Logf("%s: writes by %d replica runs, in order: %v", r.name, len(writers), writers)
@@ -194,6 +205,54 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 func scale(t *testing.T, cs versioned.Interface, namespace, name string, replicas int32) {
 	t.Helper()
 	require.NoError(t, framework.Scale(context.Background(), cs, namespace, name, replicas))
+}
+
+// inFlight waits until the set's scale from Nodes from to to has begun and
+// not finished: a scale-up has made a Node and not all are Ready, a
+// scale-down has deleted a Node and not all are gone. It fails the test
+// when the scale finished before it was seen in flight: what would have
+// been interrupted then is nothing.
+func inFlight(t *testing.T, kube kubernetes.Interface, namespace, name string, from, to int) {
+	t.Helper()
+	finished := false
+	eventually(t, time.Minute, fmt.Sprintf("the scale from %d to %d Nodes under way", from, to), func(ctx context.Context) (bool, string) {
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()})
+		if err != nil {
+			return false, err.Error()
+		}
+		live, ready := 0, 0
+		for i := range list.Items {
+			node := &list.Items[i]
+			if node.DeletionTimestamp != nil {
+				continue
+			}
+			live++
+			if nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
+				ready++
+			}
+		}
+		total := len(list.Items)
+		begun := (to > from && total > from) || (to < from && live < from)
+		finished = total == to && ready == to
+		why := fmt.Sprintf("%d Nodes, %d of them terminating, %d Ready", total, total-live, ready)
+		return begun || finished, why
+	})
+	require.False(t, finished, "the scale from %d to %d Nodes finished before it was seen in flight", from, to)
+}
+
+// nodeNamesOf is the names of the set's Nodes.
+func nodeNamesOf(ctx context.Context, kube kubernetes.Interface, namespace, name string) []string {
+	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()})
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, n := range list.Items {
+		names = append(names, n.Name)
+	}
+	return names
 }
 
 func readyNodes(ctx context.Context, kube kubernetes.Interface, namespace, name string, n int) (bool, string) {
@@ -232,7 +291,7 @@ var replicaRE = regexp.MustCompile(`replica/(\S+)`)
 // Leases: those are every replica's business.
 func writes(t *testing.T, user string, since time.Time) []framework.AuditEvent {
 	t.Helper()
-	events, err := framework.Shared.AuditEvents(since, time.Time{})
+	events, err := framework.Shared(t).AuditEvents(since, time.Time{})
 	require.NoError(t, err)
 	var out []framework.AuditEvent
 	for _, e := range events {

@@ -69,7 +69,7 @@ func supervise(t *testing.T, procs ...*framework.Process) func() int {
 // API was away.
 func TestAPIServerAndEtcdOutages(t *testing.T) {
 	ctx := context.Background()
-	cp := framework.Shared
+	cp := framework.Shared(t)
 	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
 	require.NoError(t, err)
 	require.NoError(t, c.Start())
@@ -109,6 +109,8 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	outage := func(component string) {
 		t.Helper()
 		require.NoError(t, cp.StopComponent(component))
+		// The outage's length is what is tested: longer than the lease, so
+		// the leaders lose it and exit while nothing answers.
 		time.Sleep(2 * leaseDuration)
 		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
@@ -118,7 +120,7 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	// nodeWrites counts the controllers' successful creates and deletes of
 	// Nodes since a moment.
 	nodeWrites := func(since time.Time) (created, deleted int) {
-		time.Sleep(framework.AuditLogFlush)
+		require.NoError(t, cp.SyncAuditLog(ctx))
 		for _, e := range writes(t, "", since) {
 			if e.ObjectRef.Resource != "nodes" || e.ObjectRef.Subresource != "" || !e.Succeeded() {
 				continue
@@ -159,7 +161,7 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	// 1. kube-apiserver goes away while 8 machines boot.
 	mark := time.Now()
 	scale(t, cs, "outage", "web", 8)
-	time.Sleep(500 * time.Millisecond)
+	inFlight(t, kube, "outage", "web", 0, 8)
 	outage("kube-apiserver")
 	converge(8)
 	created, deleted := nodeWrites(mark)
@@ -169,7 +171,7 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	// 2. kube-apiserver goes away while 5 Nodes drain behind a budget that
 	// allows no eviction; they are deprovisioned at the drain timeout.
 	names := nodeNames(ctx, kube)
-	guard(t, kube, names)
+	guard(t, kube, "outage", "guard", names)
 	mark = time.Now()
 	scale(t, cs, "outage", "web", 3)
 	eventually(t, time.Minute, "drains under way", func(ctx context.Context) (bool, string) {
@@ -198,7 +200,7 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	// 3. etcd goes away while 4 more machines boot.
 	mark = time.Now()
 	scale(t, cs, "outage", "web", 7)
-	time.Sleep(500 * time.Millisecond)
+	inFlight(t, kube, "outage", "web", 3, 7)
 	outage("etcd")
 	converge(7)
 	created, deleted = nodeWrites(mark)
@@ -224,15 +226,16 @@ func nodeNames(ctx context.Context, kube kubernetes.Interface) []string {
 	return names
 }
 
-// guard runs a Running, Ready pod on each node behind one budget that allows
-// no disruption (its status written as the disruption controller would).
-func guard(t *testing.T, kube kubernetes.Interface, nodes []string) {
+// guard runs a Running, Ready pod on each node behind one budget, named
+// budget, that allows no disruption (its status written as the disruption
+// controller would).
+func guard(t *testing.T, kube kubernetes.Interface, namespace, budget string, nodes []string) {
 	t.Helper()
 	ctx := context.Background()
-	labels := map[string]string{"app": "guarded"}
+	labels := map[string]string{"app": budget}
 	for _, node := range nodes {
-		pod, err := kube.CoreV1().Pods("outage").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "guarded-" + node, Labels: labels},
+		pod, err := kube.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: budget + "-" + node, Labels: labels},
 			Spec: corev1.PodSpec{
 				NodeName:                      node,
 				TerminationGracePeriodSeconds: ptr.To[int64](1),
@@ -243,11 +246,11 @@ func guard(t *testing.T, kube kubernetes.Interface, nodes []string) {
 		require.NoError(t, err)
 		pod.Status.Phase = corev1.PodRunning
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		_, err = kube.CoreV1().Pods("outage").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		_, err = kube.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		require.NoError(t, err)
 	}
-	pdb, err := kube.PolicyV1().PodDisruptionBudgets("outage").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
+	pdb, err := kube.PolicyV1().PodDisruptionBudgets(namespace).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: budget},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt32(int32(len(nodes)))),
 			Selector:     &metav1.LabelSelector{MatchLabels: labels},
@@ -257,7 +260,7 @@ func guard(t *testing.T, kube kubernetes.Interface, nodes []string) {
 	n := int32(len(nodes))
 	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
 		CurrentHealthy: n, DesiredHealthy: n, ExpectedPods: n, DisruptionsAllowed: 0}
-	_, err = kube.PolicyV1().PodDisruptionBudgets("outage").UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	_, err = kube.PolicyV1().PodDisruptionBudgets(namespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
 	require.NoError(t, err)
 }
 

@@ -263,8 +263,20 @@ func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
 		require.NoError(t, err)
 		pods = append(pods, name)
 	}
-	time.Sleep(2 * time.Second)
+	// kube-scheduler has tried each pod and found no node for it.
 	for _, name := range pods {
+		eventually(t, time.Minute, name+" Unschedulable", func(ctx context.Context) (bool, string) {
+			pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled {
+					return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable, c.Reason + ": " + c.Message
+				}
+			}
+			return false, "not tried by the scheduler yet"
+		})
 		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Empty(t, pod.Spec.NodeName, "no node fits %s yet", name)

@@ -42,7 +42,7 @@ func dockerMachineClass(t *testing.T, name string, sshd *framework.SSHD) (machin
 	ctx := context.Background()
 	kube, _ := clients(t)
 	machineDir, joinDir = t.TempDir(), t.TempDir()
-	admin, err := framework.Shared.WriteKubeconfig(framework.AdminName)
+	admin, err := framework.Shared(t).WriteKubeconfig(framework.AdminName)
 	require.NoError(t, err)
 	secretName := name + "-credentials"
 	_, err = kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
@@ -63,7 +63,7 @@ func dockerMachineClass(t *testing.T, name string, sshd *framework.SSHD) (machin
 			CredentialOptions: map[string]string{"fake-token": "token"},
 			Provisioning: &nodesetv1alpha1.MachineProvisioning{
 				Method: nodesetv1alpha1.ProvisioningSSH,
-				Script: fmt.Sprintf(joinScript, joinDir, framework.Shared.Kubectl(), admin),
+				Script: fmt.Sprintf(joinScript, joinDir, framework.Shared(t).Kubectl(), admin),
 			},
 		}
 	})

@@ -43,11 +43,12 @@ var (
 // and again whenever a test left one stopped.
 func startControllers(t *testing.T) *controllers {
 	t.Helper()
+	cp := framework.Shared(t) // skips under -short, before the Once
 	setupOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		var c *framework.Controllers
-		c, setupErr = framework.NewControllers(ctx, framework.Shared, framework.ControllerOptions{})
+		c, setupErr = framework.NewControllers(ctx, cp, framework.ControllerOptions{})
 		if setupErr == nil {
 			shared = &controllers{Controllers: c, nodeset: c.NodeSet, node: c.Node}
 		}
@@ -62,7 +63,7 @@ func startControllers(t *testing.T) *controllers {
 			t.Logf("nodeset-controller logs:\n%s", tail(shared.nodeset.Logs(), 60))
 			t.Logf("node-controller logs:\n%s", tail(shared.node.Logs(), 60))
 			for _, p := range []*framework.Process{shared.nodeset, shared.node} {
-				file := filepath.Join(framework.Shared.Dir, "logs", p.Name+".log")
+				file := filepath.Join(cp.Dir, "logs", p.Name+".log")
 				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
 					t.Logf("%s's whole log: %s", p.Name, file)
 				}
@@ -86,7 +87,7 @@ func (c *controllers) machines(ctx context.Context) ([]framework.Machine, bool) 
 
 func clients(t *testing.T) (kubernetes.Interface, versioned.Interface) {
 	t.Helper()
-	cfg := framework.Shared.AdminConfig()
+	cfg := framework.Shared(t).AdminConfig()
 	return kubernetes.NewForConfigOrDie(cfg), versioned.NewForConfigOrDie(cfg)
 }
 

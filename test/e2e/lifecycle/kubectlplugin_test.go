@@ -23,7 +23,7 @@ import (
 // printed, or its error as kubectl-nodeset prints it.
 func plugin(t *testing.T, user string, args ...string) (string, string) {
 	t.Helper()
-	kubeconfig, err := framework.Shared.WriteKubeconfig(user)
+	kubeconfig, err := framework.Shared(t).WriteKubeconfig(user)
 	require.NoError(t, err)
 	var out, errOut bytes.Buffer
 	cmd := kubectlplugin.Command(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})

@@ -167,8 +167,8 @@ func TestScaleConverges(t *testing.T) {
 	}
 
 	// kubectl scale, as a tenant would type it.
-	cmd := exec.Command(framework.Shared.Kubectl(), "scale", "-n", ns, "nodeset/scaler", "--replicas=2")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+framework.Shared.KubeconfigPath)
+	cmd := exec.Command(framework.Shared(t).Kubectl(), "scale", "-n", ns, "nodeset/scaler", "--replicas=2")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+framework.Shared(t).KubeconfigPath)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	eventually(t, 2*time.Minute, "scale to 2", converged(c, t, ns, "scaler", 2))

@@ -31,15 +31,15 @@ func TestOutOfTreeDriver(t *testing.T) {
 	ctx := context.Background()
 	kube, cs := clients(t)
 	binDir, machineDir := t.TempDir(), t.TempDir()
-	bins, err := framework.BuildCommands(ctx, binDir, "./drivers/example/node-controller")
+	bins, err := framework.BuildCommands(ctx, binDir, "./cmd/example-node-controller")
 	require.NoError(t, err)
-	kubeconfig, err := framework.Shared.WriteKubeconfig("node-controller")
+	kubeconfig, err := framework.Shared(t).WriteKubeconfig("node-controller")
 	require.NoError(t, err)
 	ports, err := framework.FreePort()
 	require.NoError(t, err)
 	health, err := framework.FreePort()
 	require.NoError(t, err)
-	p := &framework.Process{Name: "example-node-controller", Path: bins["node-controller"], Args: []string{
+	p := &framework.Process{Name: "example-node-controller", Path: bins["example-node-controller"], Args: []string{
 		"--kubeconfig=" + kubeconfig,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),

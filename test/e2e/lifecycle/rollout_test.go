@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -44,9 +45,14 @@ type fleetWatcher struct {
 
 func watchFleet(t *testing.T, namespace, name string, maxTotal, minReady int) *fleetWatcher {
 	t.Helper()
+	return watchNodes(t, resolve.Selector(&nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String(), maxTotal, minReady)
+}
+
+// watchNodes is watchFleet for the Nodes a label selector selects.
+func watchNodes(t *testing.T, selector string, maxTotal, minReady int) *fleetWatcher {
+	t.Helper()
 	kube, _ := clients(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	selector := resolve.Selector(&nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()
 	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 	require.NoError(t, err)
 	w, err := kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
@@ -202,6 +208,21 @@ func nodeNames(t *testing.T, namespace, name string) []string {
 	return names
 }
 
+// untouched asserts that the set's Nodes are still before, none of them
+// terminating: nothing was created, replaced or deleted.
+func untouched(t *testing.T, namespace, name string, before []string, msg string) {
+	t.Helper()
+	nodes, err := setNodes(context.Background(), t, namespace, name)
+	require.NoError(t, err)
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+		assert.Nil(t, n.DeletionTimestamp, "%s: %s is being deleted", msg, n.Name)
+	}
+	sort.Strings(names)
+	assert.Equal(t, before, names, msg)
+}
+
 func progressing(t *testing.T, namespace, name string) metav1.Condition {
 	t.Helper()
 	_, cs := clients(t)
@@ -346,10 +367,17 @@ func TestOnDeleteReplacesOnlyDeletedNodes(t *testing.T) {
 	before := nodeNames(t, ns, "batch")
 
 	updateSet(t, ns, "batch", setVersion("2"))
-	eventually(t, time.Minute, "template change observed", observed(t, ns, "batch"))
-	time.Sleep(3 * time.Second) // time enough for a rollout to start, were there one
-	assert.Equal(t, before, nodeNames(t, ns, "batch"), "OnDelete replaces nothing by itself")
-	assert.Contains(t, progressing(t, ns, "batch").Message, "3 outdated, replaced when deleted (strategy OnDelete)")
+	// The sync that saw the new template wrote this status after deciding
+	// what to create and delete: what it did is visible now.
+	eventually(t, time.Minute, "template change observed and left to deletions", func(ctx context.Context) (bool, string) {
+		ok, why := observed(t, ns, "batch")(ctx)
+		if !ok {
+			return false, why
+		}
+		p := progressing(t, ns, "batch")
+		return strings.Contains(p.Message, "3 outdated, replaced when deleted (strategy OnDelete)"), p.Reason + ": " + p.Message
+	})
+	untouched(t, ns, "batch", before, "OnDelete replaces nothing by itself")
 
 	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, before[0], metav1.DeleteOptions{}))
 	eventually(t, 2*time.Minute, "replacement", converged(c, t, ns, "batch", 3))
@@ -391,8 +419,7 @@ func TestPauseAndResume(t *testing.T) {
 		p := progressing(t, ns, "api")
 		return p.Reason == "Paused", p.Reason + ": " + p.Message
 	})
-	time.Sleep(3 * time.Second)
-	assert.Equal(t, before, nodeNames(t, ns, "api"), "a paused NodeSet replaces nothing")
+	untouched(t, ns, "api", before, "a paused NodeSet replaces nothing")
 
 	w := watchFleet(t, ns, "api", 4, 3)
 	updateSet(t, ns, "api", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Paused = false })

@@ -27,8 +27,8 @@ import (
 // tenant returns clients acting as user, an editor of namespace.
 func tenant(t *testing.T, user, namespace string) (kubernetes.Interface, versioned.Interface) {
 	t.Helper()
-	require.NoError(t, framework.BindTenant(context.Background(), framework.Shared, user, namespace))
-	cfg := framework.Shared.Config(user)
+	require.NoError(t, framework.BindTenant(context.Background(), framework.Shared(t), user, namespace))
+	cfg := framework.Shared(t).Config(user)
 	return kubernetes.NewForConfigOrDie(cfg), versioned.NewForConfigOrDie(cfg)
 }
 
@@ -145,6 +145,8 @@ func TestLimitsHoldWhenNodeSetsRace(t *testing.T) {
 	createClass(t, "tenant-race-sim", func(c *nodesetv1alpha1.NodeClass) {
 		c.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](4)}
 	})
+	// The watch sees every change to the namespace's Nodes: never more than 4.
+	w := watchNodes(t, nodesetv1alpha1.LabelNodeSetNamespace+"="+ns, 4, 0)
 	var wg sync.WaitGroup
 	admitted := make([]bool, 4)
 	for i := range admitted {
@@ -173,28 +175,51 @@ func TestLimitsHoldWhenNodeSetsRace(t *testing.T) {
 		}
 	}
 	require.Positive(t, want, "at least one racer is admitted")
-	most := 0
-	deadline := time.Now().Add(8 * time.Second)
-	for time.Now().Before(deadline) {
-		n, err := count(ctx)
-		require.NoError(t, err)
-		most = max(most, n)
-		if n > 4 {
-			nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
-			require.NoError(t, err)
-			for _, node := range nodes.Items {
-				t.Logf("%s of %s, class %s, created %s", node.Name, node.Labels[nodesetv1alpha1.LabelNodeSet],
-					node.Labels[nodesetv1alpha1.LabelNodeClass], node.CreationTimestamp.Format(time.RFC3339Nano))
+	// Until the controller has decided on every admitted set: each has its
+	// 3 Nodes or says the limit holds it back, and the namespace has what
+	// the limit allows.
+	eventually(t, 2*time.Minute, "every admitted set decided", func(ctx context.Context) (bool, string) {
+		for i, ok := range admitted {
+			if !ok {
+				continue
 			}
-			for _, line := range strings.Split(shared.nodeset.Logs(), "\n") {
-				if strings.Contains(line, ns+"/") && (strings.Contains(line, "Created Node") || strings.Contains(line, "limits")) {
-					t.Log(line)
-				}
+			set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, fmt.Sprintf("racer-%d", i), metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if set.Status.ObservedGeneration != set.Generation {
+				return false, set.Name + " not observed yet"
+			}
+			limited := false
+			for _, c := range set.Status.Conditions {
+				limited = limited || (c.Type == nodesetv1alpha1.NodeSetAccepted && c.Reason == nodesetv1alpha1.ReasonLimitExceeded)
+			}
+			if set.Status.Replicas != 3 && !limited {
+				return false, fmt.Sprintf("%s has %d Nodes and no %s", set.Name, set.Status.Replicas, nodesetv1alpha1.ReasonLimitExceeded)
 			}
 		}
-		require.LessOrEqual(t, n, 4, "maxNodesPerNamespace 4 exceeded")
-		time.Sleep(100 * time.Millisecond)
+		n, err := count(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == want, fmt.Sprintf("%d Nodes in the namespace", n)
+	})
+	w.close()
+	most := w.highest
+	if most > 4 {
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
+		require.NoError(t, err)
+		for _, node := range nodes.Items {
+			t.Logf("%s of %s, class %s, created %s", node.Name, node.Labels[nodesetv1alpha1.LabelNodeSet],
+				node.Labels[nodesetv1alpha1.LabelNodeClass], node.CreationTimestamp.Format(time.RFC3339Nano))
+		}
+		for _, line := range strings.Split(shared.nodeset.Logs(), "\n") {
+			if strings.Contains(line, ns+"/") && (strings.Contains(line, "Created Node") || strings.Contains(line, "limits")) {
+				t.Log(line)
+			}
+		}
 	}
+	w.assertHeld(t)
 	assert.Equal(t, want, most, "the admitted sets get their nodes, up to the namespace's limit")
 }
 
