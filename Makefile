@@ -26,12 +26,14 @@ generate:
 	hack/update-api-docs.sh
 	hack/update-proto.sh
 
-## verify: fail when generated code is stale, code is unformatted or go.mod untidy; go vet
+## verify: fail when generated code is stale, code is unformatted or go.mod untidy; go vet; staticcheck
+## (pinned in hack/verify-staticcheck.sh, built from the Go module proxy)
 verify:
 	hack/verify-codegen.sh
 	hack/verify-proto.sh
 	hack/verify-gofmt.sh
 	$(GO) vet ./...
+	hack/verify-staticcheck.sh
 
 ## kube-binaries: build (once, cached) etcd, kube-apiserver, kube-scheduler and kubectl
 kube-binaries:
@@ -51,7 +53,8 @@ test: kube-binaries test-deps
 test-reliability: kube-binaries test-deps
 	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence|TestCloudFaults' ./test/e2e/lifecycle/ ./test/e2e/awsdrivers/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go|reliability_test.go|framework/crash.go'
 
-## test-unit: only the tests that need no control plane
+## test-unit: only the tests that need no control plane, moto or sshd (-short: the harness, test/framework,
+## builds and starts nothing and skips each test that asks for a control plane or moto); under two minutes
 test-unit:
 	$(GO) test $(TEST_FLAGS) -short ./...
 

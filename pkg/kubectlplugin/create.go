@@ -116,7 +116,7 @@ func (o *options) create(ctx context.Context, name string, co *createOptions) er
 		spec[section] = values
 	}
 	obj := map[string]any{
-		"apiVersion": nodesetv1alpha1.SchemeGroupVersion.String(), "kind": "NodeSet",
+		"apiVersion": nodesetv1alpha1.GroupVersion.String(), "kind": "NodeSet",
 		"metadata": map[string]any{"name": name, "namespace": c.namespace},
 		"spec":     spec,
 	}
@@ -144,7 +144,7 @@ func (o *options) create(ctx context.Context, name string, co *createOptions) er
 		}
 		set = created
 	}
-	set.APIVersion, set.Kind = nodesetv1alpha1.SchemeGroupVersion.String(), "NodeSet"
+	set.APIVersion, set.Kind = nodesetv1alpha1.GroupVersion.String(), "NodeSet"
 	switch co.output {
 	case "yaml":
 		if co.dryRun == "client" {

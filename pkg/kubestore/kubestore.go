@@ -87,7 +87,7 @@ func recordFrom(secret *corev1.Secret) (dockermachine.Record, error) {
 	r.CreatedAt, _ = strconv.ParseInt(string(secret.Data[keyCreatedAt]), 10, 64)
 	if owner := secret.Annotations[AnnotationOwner]; owner != "" {
 		if err := json.Unmarshal([]byte(owner), &r.Owner); err != nil {
-			return r, fmt.Errorf("Secret %s/%s: owner: %w", secret.Namespace, secret.Name, err)
+			return r, fmt.Errorf("secret %s/%s: owner: %w", secret.Namespace, secret.Name, err)
 		}
 	}
 	return r, nil
