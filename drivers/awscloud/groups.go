@@ -43,7 +43,7 @@ func FindGroup(ctx context.Context, asg AutoScaling, name string) (*asgtypes.Aut
 			return &out.AutoScalingGroups[i], nil
 		}
 	}
-	return nil, fmt.Errorf("Auto Scaling group %s: %w", name, drivers.ErrNotFound)
+	return nil, fmt.Errorf("the Auto Scaling group %s: %w", name, drivers.ErrNotFound)
 }
 
 // GroupInstances describes the Auto Scaling group name with its instances

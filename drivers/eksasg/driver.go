@@ -316,7 +316,7 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 				break // gone at once
 			}
 		}
-		return fmt.Errorf("Auto Scaling group %s: %w", name, drivers.ErrInProgress)
+		return fmt.Errorf("the Auto Scaling group %s is being deleted: %w", name, drivers.ErrInProgress)
 	case !errors.Is(err, drivers.ErrNotFound):
 		return err
 	}

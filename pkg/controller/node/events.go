@@ -98,7 +98,7 @@ func (e *routineEvents) setRef(namespace, name string) runtime.Object {
 		return set
 	}
 	return &corev1.ObjectReference{
-		APIVersion: nodesetv1alpha1.SchemeGroupVersion.String(), Kind: "NodeSet",
+		APIVersion: nodesetv1alpha1.GroupVersion.String(), Kind: "NodeSet",
 		Namespace: namespace, Name: name,
 	}
 }
