@@ -165,6 +165,7 @@ func TestScaleUpCreatesCompleteNodesOnce(t *testing.T) {
 	set := newSet(3)
 	f := newFixture(t, class, set)
 	require.NoError(t, f.sync())
+	status := f.status()
 
 	created := f.nodeCreates()
 	require.Len(t, created, 3)
@@ -184,7 +185,6 @@ func TestScaleUpCreatesCompleteNodesOnce(t *testing.T) {
 	require.NoError(t, f.sync())
 	assert.Len(t, f.nodeCreates(), 3, "a lagging cache must not create Nodes twice")
 
-	status := f.status()
 	assert.Equal(t, "nodeset.dev/nodeset=web,nodeset.dev/nodeset-namespace=team-a", status.Selector)
 	assert.Equal(t, int64(2), status.ObservedGeneration)
 	accepted := findCondition(status.Conditions, nodesetv1alpha1.NodeSetAccepted)
@@ -580,4 +580,23 @@ func TestNodeWritesInFlightAreBounded(t *testing.T) {
 	close(release)
 	wg.Wait()
 	assert.Equal(t, int32(maxNodeWritesInFlight), most.Load())
+}
+
+// TestObservedGenerationWaitsForTheDecision: while earlier writes are not
+// observed, a sync decides nothing, and status.observedGeneration does not
+// claim the new generation was acted on; the sync that decides advances it.
+func TestObservedGenerationWaitsForTheDecision(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.Status.ObservedGeneration = 1
+	f := newFixture(t, class, set)
+	f.controller.expectations.expectCreations("team-a/web", 1)
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates(), "waiting for the creation in flight")
+	assert.EqualValues(t, 1, f.status().ObservedGeneration, "generation 2 not acted on yet")
+
+	f.controller.expectations.creationObserved("team-a/web")
+	require.NoError(t, f.sync())
+	assert.NotEmpty(t, f.nodeCreates())
+	assert.EqualValues(t, 2, f.status().ObservedGeneration)
 }

@@ -96,6 +96,12 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return err
 	}
 	status := computeStatus(set, &res, nodes, manageErr, c.now())
+	if res.accepted.Status == metav1.ConditionTrue && !observed {
+		// The creations and deletions for this generation are not decided
+		// until the earlier ones are observed: observedGeneration says a
+		// sync has looked at the spec and acted on it (or decided not to).
+		status.ObservedGeneration = set.Status.ObservedGeneration
+	}
 	if err := c.updateStatus(ctx, set, status); err != nil {
 		return err
 	}
