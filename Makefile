@@ -46,6 +46,10 @@ test-deps:
 ## test: every test, the real-control-plane ones included
 test: kube-binaries test-deps
 	NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test $(TEST_FLAGS) ./...
+	$(GO) test $(TEST_FLAGS) -race $(RACE_PACKAGES)
+
+## RACE_PACKAGES: the packages whose goroutines share state, run again under the race detector by make test
+RACE_PACKAGES ?= ./pkg/nodecontrollerapp/ ./pkg/plan/ ./pkg/component/ ./pkg/controller/...
 
 ## test-reliability: the long crash sequences (0 -> 50 -> 10 -> 40 -> 0, 24 SIGKILLs, a new seed each run;
 ## replay one with NODESET_CRASH_SEED=...) for the simulated, docker-machine and eks-asg (moto) drivers, and the
