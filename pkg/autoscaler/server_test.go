@@ -38,7 +38,7 @@ func testClass() *nodesetv1alpha1.NodeClass {
 				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}}},
 			NodeTemplate:    nodesetv1alpha1.NodeTemplate{Taints: []nodesetv1alpha1.Taint{{Key: "class", Value: "sim", Effect: "NoSchedule"}}},
 			Limits:          &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](8)},
-			TenantOverrides: []string{"instanceType", "capacity"},
+			TenantOverrides: []string{"instanceType", "capacity", "capacity.cpu", "capacity.memory"},
 		},
 		Status: nodesetv1alpha1.NodeClassStatus{Capacity: &nodesetv1alpha1.NodeCapacity{
 			Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -35,8 +37,17 @@ func (e *RestrictedFieldError) Error() string {
 	if len(e.Allowed) > 0 {
 		allowed = strings.Join(e.Allowed, ", ")
 	}
-	return fmt.Sprintf("%s restricted by NodeClass %s; the fields tenants may override are: %s",
+	msg := fmt.Sprintf("%s restricted by NodeClass %s; the fields tenants may override are: %s",
 		strings.Join(e.Fields, ", ")+pluralIs(len(e.Fields)), e.Class, allowed)
+	for _, field := range e.Fields {
+		// spec.<section>.<map>.<key> under a listed map: the class sets the key.
+		parts := strings.SplitN(field, ".", 3)
+		if len(parts) == 3 && slices.ContainsFunc(e.Allowed, func(a string) bool { return strings.HasPrefix(parts[2], a+".") }) {
+			msg += fmt.Sprintf(" (tenants may add keys to a listed map, but a key the class sets, such as %s, is the class's unless it is listed itself)", parts[2])
+			break
+		}
+	}
+	return msg
 }
 
 func pluralIs(n int) string {
@@ -136,7 +147,7 @@ func mergeOverrides(base, patch map[string]any, prefix string, allowed map[strin
 		case allowed[path]:
 			if patchMap, ok := value.(map[string]any); ok {
 				if baseMap, ok := baseValue.(map[string]any); ok {
-					base[key] = mergeMap(baseMap, patchMap, path, allowed)
+					base[key] = mergeMap(baseMap, patchMap, path, allowed, restricted)
 					continue
 				}
 			}
@@ -156,15 +167,19 @@ func mergeOverrides(base, patch map[string]any, prefix string, allowed map[strin
 	return base
 }
 
-// mergeMap merges an overridable map: the tenant adds keys; the class's keys
-// win unless the key itself is listed as overridable.
-func mergeMap(base, patch map[string]any, path string, allowed map[string]bool) map[string]any {
+// mergeMap merges an overridable map: the tenant adds keys; a key the
+// class sets stays the class's unless that key itself is listed, and a
+// tenant value for it is restricted (refused, never silently dropped).
+func mergeMap(base, patch map[string]any, path string, allowed map[string]bool, restricted func(string)) map[string]any {
 	out := make(map[string]any, len(base)+len(patch))
-	for k, v := range patch {
+	for k, v := range base {
 		out[k] = v
 	}
-	for k, v := range base {
-		if _, tenantSet := patch[k]; tenantSet && allowed[path+"."+k] {
+	for k, v := range patch {
+		if classValue, classSets := base[k]; classSets && !allowed[path+"."+k] {
+			if !reflect.DeepEqual(classValue, v) {
+				restricted(path + "." + k)
+			}
 			continue
 		}
 		out[k] = v

@@ -85,12 +85,19 @@ func TestEffectiveSpec(t *testing.T) {
 			},
 		},
 		{
-			name:  "allowed map merges and the class's keys win",
+			name:  "allowed map: the tenant adds keys",
 			class: asgClass("tags"),
-			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"team": "web", "app": "shop"}}),
+			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"app": "shop", "team": "platform"}}),
 			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
-				assert.Equal(t, map[string]string{"team": "platform", "cost-center": "42", "app": "shop"}, got.Tags)
+				assert.Equal(t, map[string]string{"team": "platform", "cost-center": "42", "app": "shop"}, got.Tags,
+					"a class key set to the class's own value is no change")
 			},
+		},
+		{
+			name:       "allowed map: a class key is refused, never dropped",
+			class:      asgClass("tags"),
+			set:        asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"team": "web", "app": "shop"}}),
+			restricted: []string{"spec.eksAutoscalingGroup.tags.team"},
 		},
 		{
 			name:  "a listed map key may be replaced",

@@ -356,3 +356,59 @@ func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
 	}
 	log.add("3 nodes left, each with its pod")
 }
+
+// TestTemplateNodeIsPerNodeSet: cluster-autoscaler's template node is per
+// node group. A NodeSet that overrides its class's machine (here the
+// simulated capacity, as a tenant overrides instanceType) scales from zero
+// as its own machine; its neighbour of the same class as the class's.
+func TestTemplateNodeIsPerNodeSet(t *testing.T) {
+	c := startControllers(t)
+	_, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca-template")
+	createClass(t, "ca-overridable", func(class *nodesetv1alpha1.NodeClass) {
+		twoCPUs(class)
+		class.Spec.TenantOverrides = []string{"instanceType", "capacity.cpu", "capacity.memory"}
+	})
+	createAutoscaledSet(t, ns, "plain", "ca-overridable", 3)
+	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{
+			NodeClassName: "ca-overridable",
+			Replicas:      ptr.To[int32](0),
+			Autoscaling:   &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 3},
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.xlarge",
+				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")}}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ca := autoscalerClient(t, c)
+	templateOf := func(ctx context.Context, name string) (*corev1.Node, error) {
+		resp, err := ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: ns + "/" + name})
+		if err != nil {
+			return nil, err
+		}
+		node := &corev1.Node{}
+		return node, node.Unmarshal(resp.NodeBytes)
+	}
+	eventually(t, time.Minute, "the overriding set's own template node", func(ctx context.Context) (bool, string) {
+		node, err := templateOf(ctx, "big")
+		if err != nil {
+			return false, err.Error()
+		}
+		cpu := ptr.To(node.Status.Allocatable[corev1.ResourceCPU]).String()
+		return cpu == "16" && node.Labels[corev1.LabelInstanceTypeStable] == "sim.xlarge", cpu + " " + node.Labels[corev1.LabelInstanceTypeStable]
+	})
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "big", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, set.Status.Capacity, "published in the NodeSet's status")
+	assert.Equal(t, set.Status.TemplateHash, set.Status.Capacity.TemplateHash, "for the set's current template")
+	eventually(t, time.Minute, "the plain set's template node is the class's machine", func(ctx context.Context) (bool, string) {
+		node, err := templateOf(ctx, "plain")
+		if err != nil {
+			return false, err.Error()
+		}
+		cpu := ptr.To(node.Status.Allocatable[corev1.ResourceCPU]).String()
+		return cpu == "2", cpu
+	})
+}
