@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
@@ -296,6 +298,9 @@ func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Ti
 	// The kubelet keeps its well-known labels on an existing Node.
 	labels := map[string]string{corev1.LabelHostname: m.Name}
 	for k, v := range m.Capacity.Labels {
+		if strings.HasPrefix(k, nodesetv1alpha1.ReservedKeyPrefix) {
+			continue // nodeset's own labels tie the Node to its NodeSet: never the kubelet's
+		}
 		labels[k] = v
 	}
 	missing := map[string]string{}

@@ -2,15 +2,12 @@ package nodeset
 
 import (
 	"context"
-
 	"fmt"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/resolve"
@@ -60,10 +57,30 @@ func (c *Controller) resolve(set *nodesetv1alpha1.NodeSet) resolution {
 	return c.resolveWith(set, class)
 }
 
-// resolveWith is resolve with the class already read.
+// resolveWith is resolve with the class already read. The rules that
+// protect other tenants (the namespace may use the class, the overrides
+// stay inside its boundary, nothing reaches a Node that a tenant may not
+// set) are checked first, whatever the driver's verdict on the class: a
+// class not yet validated is no way around them.
 func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.NodeClass) resolution {
 	var err error
 	res := resolution{class: class}
+	if ok, why := c.namespaceAllowed(class, set.Namespace); !ok {
+		res.accepted = notAccepted(ReasonNamespaceNotAllowed,
+			"namespace %q may not use NodeClass %q: %s", set.Namespace, class.Name, why)
+		return res
+	}
+	res.effective, err = resolve.EffectiveSpec(class, set)
+	if err != nil {
+		// A restricted field or a section of another driver: both are
+		// overrides the class does not allow.
+		res.accepted = notAccepted(ReasonOverrideNotAllowed, "%s", err)
+		return res
+	}
+	if problems := resolve.TenantErrors(set); len(problems) > 0 {
+		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", strings.Join(problems, "; "))
+		return res
+	}
 	valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
 	switch {
 	case valid == nil || valid.ObservedGeneration != class.Generation:
@@ -79,22 +96,6 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 		return res
 	}
 	res.group = class.Status.DriverKind == nodesetv1alpha1.DriverKindGroup
-	if ok, why := c.namespaceAllowed(class, set.Namespace); !ok {
-		res.accepted = notAccepted(ReasonNamespaceNotAllowed,
-			"namespace %q may not use NodeClass %q: %s", set.Namespace, class.Name, why)
-		return res
-	}
-	res.effective, err = resolve.EffectiveSpec(class, set)
-	if err != nil {
-		// A restricted field or a section of another driver: both are
-		// overrides the class does not allow.
-		res.accepted = notAccepted(ReasonOverrideNotAllowed, "%s", err)
-		return res
-	}
-	if msg := templateErrors(&set.Spec.Template); msg != "" {
-		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", msg)
-		return res
-	}
 	if set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && !res.group {
 		res.accepted = notAccepted(ReasonStrategyNotSupported,
 			"spec.strategy.type Managed lets a group driver roll the nodes, and NodeClass %q uses driver %q, which rolls nothing itself: use RollingUpdate or OnDelete",
@@ -139,27 +140,6 @@ func (c *Controller) namespaceAllowed(class *nodesetv1alpha1.NodeClass, namespac
 		return true, ""
 	}
 	return false, fmt.Sprintf("unknown spec.allowedNamespaces.from %q", allowed.From)
-}
-
-// templateErrors checks label keys and values, annotation keys and taint keys
-// with Kubernetes's own rules (the schema cannot afford to), naming each bad one.
-func templateErrors(template *nodesetv1alpha1.NodeTemplate) string {
-	var problems []string
-	for k, v := range template.Labels {
-		for _, msg := range validation.IsQualifiedName(k) {
-			problems = append(problems, fmt.Sprintf("spec.template.labels key %q: %s", k, msg))
-		}
-		for _, msg := range validation.IsValidLabelValue(v) {
-			problems = append(problems, fmt.Sprintf("spec.template.labels[%q] value %q: %s", k, v, msg))
-		}
-	}
-	for k := range template.Annotations {
-		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
-			problems = append(problems, fmt.Sprintf("spec.template.annotations key %q: %s", k, msg))
-		}
-	}
-	sort.Strings(problems)
-	return strings.Join(problems, "; ")
 }
 
 func findCondition(conditions []metav1.Condition, conditionType string) *metav1.Condition {

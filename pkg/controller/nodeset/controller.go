@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -144,7 +145,7 @@ func NewController(
 	}{
 		{nodeSetInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueue,
-			UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+			UpdateFunc: c.nodeSetUpdated,
 			DeleteFunc: c.enqueue,
 		}},
 		{nodeClassInformer.Informer(), cache.ResourceEventHandlerFuncs{
@@ -225,6 +226,48 @@ func (c *Controller) enqueueClass(obj any) {
 	}
 	for _, set := range sets {
 		c.enqueue(set)
+	}
+}
+
+// nodeSetUpdated syncs a changed NodeSet, except when the change is the
+// status this controller wrote itself: a sync whose status write queued the
+// set again at once would retry a failure in a hot loop, past the rate
+// limiter's backoff. A periodic resync (same resourceVersion) always syncs.
+func (c *Controller) nodeSetUpdated(oldObj, newObj any) {
+	oldSet, newSet := oldObj.(*nodesetv1alpha1.NodeSet), newObj.(*nodesetv1alpha1.NodeSet)
+	if oldSet.ResourceVersion != newSet.ResourceVersion && onlyOwnStatusChanged(oldSet, newSet) {
+		return
+	}
+	c.enqueue(newObj)
+}
+
+// onlyOwnStatusChanged reports whether two versions of a NodeSet differ in
+// nothing but the status fields the nodeset controller writes (the node
+// controller's status.group is read by the sync, so a change of it counts).
+func onlyOwnStatusChanged(old, cur *nodesetv1alpha1.NodeSet) bool {
+	return old.Generation == cur.Generation &&
+		equality.Semantic.DeepEqual(old.Labels, cur.Labels) &&
+		equality.Semantic.DeepEqual(old.Annotations, cur.Annotations) &&
+		equality.Semantic.DeepEqual(old.Finalizers, cur.Finalizers) &&
+		equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) &&
+		equality.Semantic.DeepEqual(old.Status.Group, cur.Status.Group)
+}
+
+// wakeLimited syncs at once the NodeSets of a class that wait for room in
+// its limits, when a machine of the class is gone.
+func (c *Controller) wakeLimited(class string) {
+	if class == "" {
+		return
+	}
+	sets, err := c.nodeSetIndexer.ByIndex(byClassIndex, class)
+	if err != nil {
+		return
+	}
+	for _, obj := range sets {
+		set := obj.(*nodesetv1alpha1.NodeSet)
+		if accepted := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Reason == ReasonLimitExceeded {
+			c.enqueue(set)
+		}
 	}
 }
 
@@ -311,6 +354,7 @@ func (c *Controller) nodeDeleted(obj any) {
 		c.expectations.deletionObserved(key, node.Name)
 		c.enqueueForNode(key, waiting)
 	}
+	c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass])
 }
 
 // isNotFound is apierrors.IsNotFound, named for the listers' errors too.

@@ -600,3 +600,79 @@ func TestObservedGenerationWaitsForTheDecision(t *testing.T) {
 	assert.NotEmpty(t, f.nodeCreates())
 	assert.EqualValues(t, 2, f.status().ObservedGeneration)
 }
+
+// TestRefusedCreateSaysTheSameEachTime: the API server names the Node it
+// refused by its random name; the status and the Event say it the same way
+// on every retry, so a failing set neither rewrites its status each time
+// nor floods Events.
+func TestRefusedCreateSaysTheSameEachTime(t *testing.T) {
+	f := newFixture(t, validClass("sim"), newSet(1))
+	attempt := 0
+	f.kube.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {
+		attempt++
+		name := []string{"web-x7k2q", "web-b9zzt"}[attempt%2]
+		return true, nil, fmt.Errorf("Node %q is invalid: metadata.labels: Invalid value", name)
+	})
+	var messages []string
+	for range 2 {
+		err := f.sync()
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "x7k2q")
+		assert.NotContains(t, err.Error(), "b9zzt")
+		failure := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+		require.NotNil(t, failure)
+		messages = append(messages, failure.Message)
+	}
+	assert.Equal(t, messages[0], messages[1])
+	assert.Contains(t, messages[0], `Node "web-<random>" is invalid`)
+}
+
+// TestOwnStatusWritesDoNotQueueTheSet: a status this controller wrote is no
+// reason to sync again (a failing set would retry at once, past its
+// backoff); a new generation, a resync or the node controller's group
+// status is.
+func TestOwnStatusWritesDoNotQueueTheSet(t *testing.T) {
+	f := newFixture(t, validClass("sim"), newSet(1))
+	old := newSet(1)
+	old.ResourceVersion = "1"
+	statusOnly := old.DeepCopy()
+	statusOnly.ResourceVersion = "2"
+	statusOnly.Status.Replicas = 1
+	statusOnly.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue}}
+	f.controller.nodeSetUpdated(old, statusOnly)
+	assert.Zero(t, f.controller.queue.Len(), "its own status write")
+
+	for name, cur := range map[string]*nodesetv1alpha1.NodeSet{
+		"resync":           old.DeepCopy(),
+		"a new generation": func() *nodesetv1alpha1.NodeSet { s := statusOnly.DeepCopy(); s.Generation++; return s }(),
+		"group status": func() *nodesetv1alpha1.NodeSet {
+			s := statusOnly.DeepCopy()
+			s.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "g", Message: "throttled"}
+			return s
+		}(),
+	} {
+		f.controller.nodeSetUpdated(old, cur)
+		assert.Equal(t, 1, f.controller.queue.Len(), name)
+		key, _ := f.controller.queue.Get()
+		f.controller.queue.Done(key)
+	}
+}
+
+// TestFreedCapacityWakesLimitedSets: when a machine of a class is gone, the
+// NodeSets of that class waiting for room in its limits sync at once.
+func TestFreedCapacityWakesLimitedSets(t *testing.T) {
+	class := validClass("sim")
+	waiting := newSet(3)
+	waiting.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: ReasonLimitExceeded}}
+	f := newFixture(t, class, waiting)
+	other := newSet(1)
+	other.Name = "other"
+	other.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	require.NoError(t, f.controller.nodeSetIndexer.Add(other))
+	gone := setNode(t, other, class, "other-a", time.Hour, true)
+	f.controller.nodeEventBatch = time.Hour // only the wake-up can queue anything now
+	f.controller.nodeDeleted(gone)
+	require.Equal(t, 1, f.controller.queue.Len())
+	key, _ := f.controller.queue.Get()
+	assert.Equal(t, "team-a/web", key, "the set over its limit, at once")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -271,11 +272,30 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 		c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created %d node(s)", created)
 	}
 	if err != nil {
+		// The API server names the Node it refused, with its random
+		// suffix: said as is, every retry would be a new status message
+		// and a new Event instead of one that counts up.
+		err = &stableError{err: err, message: generatedName(set.Name).ReplaceAllString(err.Error(), set.Name+"-<random>")}
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating node: %v", err)
 		return fmt.Errorf("creating nodes for %s: %w", key, err)
 	}
 	return nil
 }
+
+// generatedName matches the names generateName makes for the set's Nodes:
+// the prefix and five characters of the API server's alphabet.
+func generatedName(set string) *regexp.Regexp {
+	return regexp.MustCompile(regexp.QuoteMeta(set+"-") + `[bcdfghjklmnpqrstvwxz2456789]{5}\b`)
+}
+
+// stableError is an error with its message made the same on every retry.
+type stableError struct {
+	err     error
+	message string
+}
+
+func (e *stableError) Error() string { return e.message }
+func (e *stableError) Unwrap() error { return e.err }
 
 // nodeTemplate is a Node of the set as it is created: its name is
 // <nodeset>-<5 random characters>, it carries the set's labels, annotations

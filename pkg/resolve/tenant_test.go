@@ -1,0 +1,89 @@
+package resolve
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+func TestReservedForTenants(t *testing.T) {
+	for key, reserved := range map[string]bool{
+		"tier":                                  false,
+		"example.com/pool":                      false,
+		"nodeset.dev/nodeset":                   true,
+		"nodeset.dev/nodeset-namespace":         true,
+		"sub.nodeset.dev/x":                     true,
+		"node-role.kubernetes.io/control-plane": true,
+		"node-restriction.kubernetes.io/pci":    true,
+		"kubernetes.io/hostname":                true,
+		"topology.kubernetes.io/zone":           true,
+		"node.kubernetes.io/instance-type":      true,
+		"x.k8s.io/y":                            true,
+		"notkubernetes.io/x":                    false,
+	} {
+		assert.Equal(t, reserved, ReservedForTenants(key) != "", key)
+	}
+}
+
+func TestTenantErrors(t *testing.T) {
+	set := func(mutate func(*nodesetv1alpha1.NodeSet)) *nodesetv1alpha1.NodeSet {
+		s := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"}}
+		mutate(s)
+		return s
+	}
+	tests := []struct {
+		name string
+		set  *nodesetv1alpha1.NodeSet
+		want []string // substrings of the one problem expected, "" for none
+	}{
+		{"a plain template", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Labels = map[string]string{"tier": "web"}
+			s.Spec.Template.Taints = []nodesetv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}}
+		}), nil},
+		{"a name too long for the label value", set(func(s *nodesetv1alpha1.NodeSet) { s.Name = strings.Repeat("a", 64) }),
+			[]string{"metadata.name", "nodeset.dev/nodeset", "63"}},
+		{"node-role label", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Labels = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+		}), []string{"spec.template.labels", "node-role.kubernetes.io/control-plane", "reserved for the cluster admin"}},
+		{"node-restriction taint", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Taints = []nodesetv1alpha1.Taint{{Key: "node-restriction.kubernetes.io/x", Effect: "NoSchedule"}}
+		}), []string{"spec.template.taints[0].key", "reserved for the cluster admin"}},
+		{"a taint key with a prefix over 253", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Taints = []nodesetv1alpha1.Taint{{Key: strings.Repeat("a", 254) + "/x", Effect: "NoSchedule"}}
+		}), []string{"spec.template.taints[0].key", "253"}},
+		{"annotations over 256 KiB", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Annotations = map[string]string{"a": strings.Repeat("x", 300*1024)}
+		}), []string{"spec.template.annotations", "262144"}},
+		{"a nodeset label through the simulated kubelet", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{Labels: map[string]string{"nodeset.dev/nodeset": "theirs"}}
+		}), []string{"spec.simulated.labels", "nodeset.dev/nodeset", "reserved for nodeset"}},
+		{"a hostname label through an EKS node group", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSManagedNodeGroup = &nodesetv1alpha1.EKSManagedNodeGroup{Labels: map[string]string{"kubernetes.io/hostname": "x"}}
+		}), []string{"spec.eksManagedNodeGroup.labels", "kubernetes.io/hostname"}},
+		{"a reserved taint through an EKS node group", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSManagedNodeGroup = &nodesetv1alpha1.EKSManagedNodeGroup{Taints: []nodesetv1alpha1.ManagedTaint{{Key: "nodeset.dev/tenant", Effect: "NO_SCHEDULE"}}}
+		}), []string{"spec.eksManagedNodeGroup.taints[0].key", "reserved for nodeset"}},
+		{"node labels through kubelet flags", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels=nodeset.dev/nodeset=x"}}}
+		}), []string{"spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[1]", "--node-labels", "spec.template"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			problems := TenantErrors(tt.set)
+			if tt.want == nil {
+				assert.Empty(t, problems)
+				return
+			}
+			if assert.Len(t, problems, 1, "%v", problems) {
+				for _, want := range tt.want {
+					assert.Contains(t, problems[0], want)
+				}
+			}
+		})
+	}
+}
