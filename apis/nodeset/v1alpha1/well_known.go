@@ -95,3 +95,7 @@ const (
 // for more nodes than its class's limits allow. Unlike the other reasons it
 // does not stop the set: its Nodes are capped at the limit.
 const ReasonLimitExceeded = "LimitExceeded"
+
+// FinalizerInUse holds a NodeClass while NodeSets use it, as
+// kubernetes.io/pvc-protection holds a PersistentVolumeClaim in use.
+const FinalizerInUse = "nodeset.dev/in-use"

@@ -17,6 +17,7 @@ import (
 const (
 	ReasonAccepted             = "Accepted"
 	ReasonNodeClassNotFound    = "NodeClassNotFound"
+	ReasonNodeClassDeleting    = "NodeClassDeleting"
 	ReasonNodeClassInvalid     = "NodeClassInvalid"
 	ReasonDriverNotServed      = "DriverNotServed"
 	ReasonNamespaceNotAllowed  = "NamespaceNotAllowed"

@@ -2,6 +2,7 @@ package nodeset
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -43,6 +44,9 @@ func (c *Controller) Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message s
 	}
 	if res.class == nil {
 		return "", ""
+	}
+	if old == nil && res.class.DeletionTimestamp != nil {
+		return ReasonNodeClassDeleting, fmt.Sprintf("NodeClass %q is being deleted: it waits for its NodeSets to go, and takes no new one", res.class.Name)
 	}
 	return c.admitLimits(res.class, set, old)
 }

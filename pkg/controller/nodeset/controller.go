@@ -72,7 +72,10 @@ type Controller struct {
 	nodeSetIndexer  cache.Indexer
 	synced          []cache.InformerSynced
 
-	queue        workqueue.TypedRateLimitingInterface[string]
+	queue workqueue.TypedRateLimitingInterface[string]
+	// classQueue holds the NodeClasses whose in-use finalizer may need
+	// adding or removing.
+	classQueue   workqueue.TypedRateLimitingInterface[string]
 	expectations *expectations
 	burst        int
 	// nodeWrites holds a slot per Node create or delete in flight.
@@ -121,6 +124,9 @@ func NewController(
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeset"}),
+		classQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass_protection"}),
 		expectations: newExpectations(opts.Now),
 		burst:        opts.BurstReplicas,
 		nodeWrites:   make(chan struct{}, maxNodeWritesInFlight),
@@ -146,7 +152,7 @@ func NewController(
 		{nodeSetInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueue,
 			UpdateFunc: c.nodeSetUpdated,
-			DeleteFunc: c.enqueue,
+			DeleteFunc: c.nodeSetDeleted,
 		}},
 		{nodeClassInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueueClass,
@@ -175,12 +181,14 @@ func NewController(
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	defer c.classQueue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting NodeSetController")
 	if !cache.WaitForNamedCacheSync("nodeset", ctx.Done(), c.synced...) {
 		return fmt.Errorf("caches did not sync")
 	}
 	component.StartWorkers(ctx, c.queue, workers, "nodeset", c.syncNodeSet)
+	component.StartWorkers(ctx, c.classQueue, 1, "nodeclass", c.syncClassProtection)
 	logger.Info("Started workers", "count", workers)
 	<-ctx.Done()
 	logger.Info("Shutting down NodeSetController")
@@ -219,6 +227,7 @@ func (c *Controller) enqueueClass(obj any) {
 	if !ok {
 		return
 	}
+	c.classQueue.Add(class.Name)
 	sets, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
 	if err != nil {
 		utilruntime.HandleError(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,12 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -213,4 +216,42 @@ func limitExceededWith(t *testing.T, namespace, name string, n int) func(ctx con
 		return accepted.Reason == nodesetv1alpha1.ReasonLimitExceeded && len(nodes) == n,
 			fmt.Sprintf("%d nodes; %s: %s", len(nodes), accepted.Reason, accepted.Message)
 	}
+}
+
+// TestNodeClassInUseIsProtected: a NodeClass deleted while a NodeSet uses it
+// stays until the NodeSet is gone, as a PersistentVolumeClaim in use does;
+// meanwhile its NodeSet goes on working and no new NodeSet takes it.
+func TestNodeClassInUseIsProtected(t *testing.T) {
+	c := startControllers(t)
+	_, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "protected")
+	createClass(t, "protected", nil)
+	eventually(t, time.Minute, "the class carries the in-use finalizer", func(ctx context.Context) (bool, string) {
+		class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "protected", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(class.Finalizers, nodesetv1alpha1.FinalizerInUse), fmt.Sprint(class.Finalizers)
+	})
+	createSet(t, ns, "user", "protected", 1)
+	eventually(t, 2*time.Minute, "the set's node", converged(c, t, ns, "user", 1))
+
+	require.NoError(t, cs.NodesetV1alpha1().NodeClasses().Delete(ctx, "protected", metav1.DeleteOptions{}))
+	eventuallyEvent(t, "protected", nodesetcontroller.ReasonClassInUse)
+	class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "protected", metav1.GetOptions{})
+	require.NoError(t, err, "the class in use stays")
+	require.NotNil(t, class.DeletionTimestamp)
+
+	require.NoError(t, framework.Scale(ctx, cs, ns, "user", 2))
+	eventually(t, 2*time.Minute, "the set of a deleting class still scales", converged(c, t, ns, "user", 2))
+	_, err = cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, tenantSet("late", "protected", 1), metav1.CreateOptions{})
+	require.Error(t, err, "no new NodeSet for a class being deleted")
+	assert.Contains(t, err.Error(), "NodeClassDeleting")
+
+	require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "user", metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "the class goes with its last NodeSet", func(ctx context.Context) (bool, string) {
+		_, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "protected", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }
