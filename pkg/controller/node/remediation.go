@@ -25,6 +25,8 @@ const (
 	ReasonUnhealthy        = "Unhealthy"
 	ReasonTooManyUnhealthy = "TooManyUnhealthy"
 	ReasonWithinLimit      = "WithinLimit"
+	// ReasonRemediationHeld: a Node due for replacement that the cap holds back.
+	ReasonRemediationHeld = "RemediationHeld"
 )
 
 // RemediationOptions say when unhealthy Nodes are replaced, and how many.
@@ -195,6 +197,11 @@ func (c *Controller) remediate(ctx context.Context, node *corev1.Node, class *no
 		return err
 	}
 	if !allowed {
+		// Said on the Node each time it is looked at, with the same words,
+		// so the Events count up: the decision not to act, made and seen.
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonRemediationHeld,
+			"Not replaced (%s): too many nodes of NodeSet %s/%s are unhealthy; see its RemediationAllowed condition",
+			reason, node.Labels[nodesetv1alpha1.LabelNodeSetNamespace], node.Labels[nodesetv1alpha1.LabelNodeSet])
 		c.queue.AddAfter(node.Name, remediationRecheck)
 		return nil
 	}

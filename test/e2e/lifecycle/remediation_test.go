@@ -69,10 +69,11 @@ func TestMeltdownProtection(t *testing.T) {
 	cond := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetRemediationAllowed)
 	assert.Contains(t, cond.Message, "3 of 6 nodes are unhealthy, more than the 2 replaced automatically")
 	eventuallyEvent(t, "fleet", "TooManyUnhealthy")
-	// The node controller wrote that condition when it refused to replace a
-	// node past its unhealthy timeout, counting the 3 overdue: every later
-	// decision counts them too while they stay NotReady, and a replacement
-	// decided before would show now.
+	// Each of the 3 overdue nodes was looked at and held back (a Node-level
+	// RemediationHeld Event): a replacement decided before would show now.
+	for _, name := range half {
+		eventuallyEvent(t, name, "RemediationHeld")
+	}
 	nodes, err = setNodes(ctx, t, ns, "fleet")
 	require.NoError(t, err)
 	for _, n := range nodes {
