@@ -90,6 +90,11 @@ type Clients struct {
 	// leads: for servers that write on behalf of their callers (the
 	// autoscaler API), never for controllers.
 	Unfenced UnfencedClients
+	// MayAct is nil while this replica may act, by the same rule as the
+	// fenced clients' writes, and a *NotLeadingError otherwise: for side
+	// effects that do not go through the API clients (driver calls to a
+	// cloud). Without leader election it is always nil.
+	MayAct func() error
 }
 
 // UnfencedClients write without leading.
@@ -166,7 +171,11 @@ func Run(o Options, p Process) error {
 	defer broadcaster.Shutdown()
 	clients := Clients{Config: fenced.Config, Kube: fenced.Kube, Nodeset: fenced.Nodeset,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
-		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity}
+		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity,
+		MayAct: func() error { return nil }}
+	if writes != nil {
+		clients.MayAct = writes.mayAct
+	}
 	kube := unfenced.Kube
 
 	if p.Registry == nil {

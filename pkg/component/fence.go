@@ -44,6 +44,14 @@ func (f *fence) open() (bool, string) {
 	return true, ""
 }
 
+// mayAct is open as an error: nil, or why this replica may not act.
+func (f *fence) mayAct() error {
+	if ok, reason := f.open(); !ok {
+		return &NotLeadingError{Reason: reason}
+	}
+	return nil
+}
+
 func (f *fence) renewedAt(start time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -212,7 +212,7 @@ func Main(name string, extra ...Driver) int {
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{
 					Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll,
-					ProviderIDWait: idWait, EventPeriod: eventPeriod,
+					ProviderIDWait: idWait, EventPeriod: eventPeriod, MayAct: clients.MayAct,
 				})
 			if err != nil {
 				return err

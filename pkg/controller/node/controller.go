@@ -74,6 +74,11 @@ type Options struct {
 	// EventPeriod is how often the routine steps of a NodeSet's Nodes are
 	// told, as one Event per step on the NodeSet. Default 5s.
 	EventPeriod time.Duration
+	// MayAct says whether this replica may make a driver call with a side
+	// effect now (create, delete, resize or terminate a machine or group):
+	// nil while it surely leads. The API clients are fenced the same way;
+	// this fence covers the clouds. Nil: always.
+	MayAct func() error
 }
 
 // Controller provisions, registers, drains and deprovisions the machines behind Nodes.

@@ -198,6 +198,9 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 // keyed by the name.
 func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrained bool, deprovision deprovisioner) error {
 	logger := klog.FromContext(ctx)
+	if err := c.mayAct(deprovision.op); err != nil {
+		return err
+	}
 	start := c.opts.Now()
 	err := deprovision.remove(ctx)
 	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)

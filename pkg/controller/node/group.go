@@ -150,6 +150,9 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 		minSize, maxSize = min(a.MinReplicas, size), max(a.MaxReplicas, size)
 	}
 	groupClass := drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}
+	if err := c.mayAct(opEnsureGroup); err != nil {
+		return err
+	}
 	start := c.opts.Now()
 	status, err := driver.EnsureGroup(ctx, drivers.Group{
 		Name: groupName, Owner: owner, Class: groupClass,
@@ -252,6 +255,9 @@ func (c *Controller) deleteGroup(ctx context.Context, set *nodesetv1alpha1.NodeS
 		return nil
 	}
 	start := c.opts.Now()
+	if err := c.mayAct(opDeleteGroup); err != nil {
+		return err
+	}
 	err := driver.DeleteGroup(ctx, class, groupName)
 	c.metrics.driverCall(driver.Name(), opDeleteGroup, start, err)
 	if errors.Is(err, drivers.ErrInProgress) {

@@ -215,6 +215,9 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 			if group == "" || providerID == "" {
 				return nil // never had a machine of a group
 			}
+			if err := c.mayAct(opTerminate); err != nil {
+				return err
+			}
 			if err := driver.TerminateMachine(ctx, machineClass, group, providerID); err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ type Metrics struct {
 	orphanRounds *prometheus.CounterVec
 	cloudCalls   *prometheus.CounterVec
 	cloudRetries *prometheus.CounterVec
+	fenced       *prometheus.CounterVec
 	phases       *phaseCollector
 }
 
@@ -47,11 +48,14 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 		cloudRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "cloud_api_retries_total",
 			Help: "Retries of cloud API calls (throttled, 5xx, dropped connections), by driver and API operation."},
 			[]string{"driver", "operation"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "driver_calls_fenced_total",
+			Help: "Driver calls with a side effect not made because this replica was not sure it led, by operation."},
+			[]string{"operation"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
 			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
 			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil)},
 	}
-	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.cloudCalls, m.cloudRetries, m.phases)
+	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.cloudCalls, m.cloudRetries, m.fenced, m.phases)
 	return m
 }
 
@@ -109,6 +113,8 @@ func (m *Metrics) CloudCalls(driver string) func(operation, outcome string, atte
 func (m *Metrics) orphanDeleted(driver string) { m.orphans.WithLabelValues(driver).Inc() }
 
 func (m *Metrics) orphanRound(outcome string) { m.orphanRounds.WithLabelValues(outcome).Inc() }
+
+func (m *Metrics) fencedCall(operation string) { m.fenced.WithLabelValues(operation).Inc() }
 
 func (m *Metrics) driverCall(driver, operation string, start time.Time, err error) {
 	outcome := "success"

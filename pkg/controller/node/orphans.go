@@ -101,6 +101,10 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		if _, err := c.kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			continue
 		}
+		if err := c.mayAct(opDelete); err != nil {
+			logger.Info("Orphan collection stopped: this replica may not act", "reason", err)
+			return removed, err
+		}
 		driver, _ := c.registry.Machine(cand.driver)
 		start := time.Now()
 		err := driver.Delete(ctx, drivers.Class{}, m.Name)
@@ -134,6 +138,10 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			continue
+		}
+		if err := c.mayAct(opDeleteGroup); err != nil {
+			logger.Info("Orphan collection stopped: this replica may not act", "reason", err)
+			return removed, err
 		}
 		driver, _ := c.registry.Group(cand.driver)
 		start := time.Now()

@@ -230,6 +230,9 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 // cluster-autoscaler reads).
 func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) (madeMachine, error) {
 	logger := klog.FromContext(ctx)
+	if err := c.mayAct(opCreate); err != nil {
+		return madeMachine{}, err
+	}
 	start := c.opts.Now()
 	providerID, err := driver.Create(ctx, drivers.Machine{
 		Name:   node.Name,

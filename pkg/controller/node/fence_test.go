@@ -1,0 +1,81 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+var errNotLeading = errors.New("this replica does not lead")
+
+// TestNoDriverCallWhileNotSureToLead: a replica whose fence is closed makes
+// no driver call with a side effect — no machine made, none deleted, no
+// group raised — and tries again later; once it leads again it acts.
+func TestNoDriverCallWhileNotSureToLead(t *testing.T) {
+	leading := false
+	mayAct := func() error {
+		if !leading {
+			return errNotLeading
+		}
+		return nil
+	}
+
+	t.Run("create", func(t *testing.T) {
+		f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+		f.controller.opts.MayAct = mayAct
+		leading = false
+		err := f.sync("web-a")
+		require.ErrorIs(t, err, errNotLeading)
+		assert.Zero(t, f.driver.creates, "no machine made")
+		assert.Empty(t, f.get("web-a").Spec.ProviderID)
+		leading = true
+		require.NoError(t, f.sync("web-a"))
+		assert.Equal(t, 1, f.driver.creates)
+	})
+
+	t.Run("deprovision", func(t *testing.T) {
+		f := deletedNodeFixture(t)
+		f.controller.opts.MayAct = mayAct
+		leading = false
+		require.ErrorIs(t, f.sync("web-a"), errNotLeading)
+		assert.Empty(t, f.driver.deletes, "no machine deleted")
+		assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+		leading = true
+		require.NoError(t, f.sync("web-a"))
+		assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+	})
+
+	t.Run("orphans", func(t *testing.T) {
+		f := newFixture(t, nil)
+		synced(f)
+		f.controller.opts.MayAct = mayAct
+		f.driver.machines = map[string]string{"web-orphan": "test:///web-orphan"}
+		f.driver.createdAt = map[string]int64{"web-orphan": f.now.Add(-time.Hour).Unix()}
+		leading = false
+		removed, err := f.controller.CollectOrphans(context.Background(), time.Minute)
+		require.ErrorIs(t, err, errNotLeading)
+		assert.Empty(t, removed)
+		assert.Empty(t, f.driver.deletes, "an orphan is not deleted by a replica that may not lead")
+		leading = true
+		removed, err = f.controller.CollectOrphans(context.Background(), time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"web-orphan"}, removed)
+	})
+
+	t.Run("group", func(t *testing.T) {
+		g := newGroupFixture(t, 2)
+		g.controller.opts.MayAct = mayAct
+		leading = false
+		require.ErrorIs(t, g.syncGroup(), errNotLeading)
+		assert.Empty(t, g.group.ensured, "the group is not raised")
+		leading = true
+		require.NoError(t, g.syncGroup())
+		assert.NotEmpty(t, g.group.ensured)
+	})
+}
