@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all build image generate verify test test-unit test-deps test-reliability kube-binaries demo demo-down local-up local-down bench clean
+.PHONY: all build image generate verify test test-stress test-unit test-deps test-reliability kube-binaries demo demo-down local-up local-down bench clean
 
 all: build
 
@@ -56,6 +56,11 @@ RACE_PACKAGES ?= ./pkg/nodecontrollerapp/ ./pkg/plan/ ./pkg/component/ ./pkg/con
 ## cloud-fault run through the fault-injecting proxy: about 4-5 minutes
 test-reliability: kube-binaries test-deps
 	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence|TestCloudFaults' ./test/e2e/lifecycle/ ./test/e2e/awsdrivers/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go|reliability_test.go|framework/crash.go'
+
+## test-stress: make test three times in a row (NODESET_STRESS_RUNS) beside a CPU hog (stress-ng, installed from Debian,
+## one busy worker per core), as on a busy CI host; logs in _output/test-stress/
+test-stress:
+	hack/test-stress.sh
 
 ## test-unit: only the tests that need no control plane, moto or sshd (-short: the harness, test/framework,
 ## builds and starts nothing and skips each test that asks for a control plane or moto); under two minutes
