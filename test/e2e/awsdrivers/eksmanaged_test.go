@@ -81,9 +81,14 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 		return aws.ToInt32(ng.ScalingConfig.DesiredSize) == 2 && ng.Labels["tier"] == "api" && ng.Labels["pool"] == "managed" &&
 			ng.Tags[awscloud.TagNodeSet] == "api"
 	})
-	set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NotNil(t, set.Status.Group)
+	// The node controller records the group in the set's status after the
+	// cloud call that made it: on a busy machine, a moment later.
+	var set *nodesetv1alpha1.NodeSet
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		set, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
+		return err == nil && set.Status.Group != nil, nil
+	})
+	require.NoError(t, err, "status.group of the set: %+v", set)
 	assert.Equal(t, name, set.Status.Group.Name)
 	assert.Contains(t, set.Finalizers, nodesetv1alpha1.FinalizerGroup)
 
