@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -429,16 +430,43 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
+	// Below the kernel's ephemeral range: a port from it, free now, can be
+	// taken by any process's next outgoing connection (there are hundreds
+	// to the API server) before the server that was given it binds it, or
+	// binds it again after a restart.
+	lowest, highest := 10000, ephemeralLow()-1
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempt := 0; len(ports) < n; attempt++ {
+		if attempt > 1000 {
+			return nil, fmt.Errorf("no free loopback port in %d-%d", lowest, highest)
+		}
+		port := lowest + mathrand.IntN(highest-lowest+1)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			return nil, err
+			continue // taken
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range
+// (32768 when it cannot be read).
+func ephemeralLow() int {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil || low <= 10001 {
+		return 32768
+	}
+	return low
 }
 
 // FreePort returns a free loopback TCP port.

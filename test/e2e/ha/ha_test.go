@@ -169,6 +169,10 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 		require.NoError(t, leader.Signal(syscall.SIGSTOP))
 		paused := time.Now()
 		eventually(t, time.Minute, s.pause.name+" standby takes over", func(ctx context.Context) (bool, string) {
+			if !standby.Running() {
+				logs := standby.Logs()
+				return false, "the standby is not running; the end of its log:\n" + logs[max(0, len(logs)-3000):]
+			}
 			h := holder(ctx, kube, s.pause.name)
 			return h != was && h == identity(standby), "lease held by " + h
 		})
