@@ -109,9 +109,29 @@ func (cp *ControlPlane) SyncAuditLog(ctx context.Context) error {
 }
 
 // AuditEvents reads the completed requests the API server received in
-// [from, to) (to zero: no end), in the order it received them.
+// [from, to) (to zero: no end), in the order it received them, from the
+// audit log and every file it was rotated into. A line that is not an event
+// (other than the last line of the live file, which may be half written) is
+// an error: a count from a damaged log would be wrong without saying so.
 func (cp *ControlPlane) AuditEvents(from, to time.Time) ([]AuditEvent, error) {
-	f, err := os.Open(filepath.Join(cp.Dir, "audit.log"))
+	rotated, err := filepath.Glob(filepath.Join(cp.Dir, "audit-*.log"))
+	if err != nil {
+		return nil, err
+	}
+	var out []AuditEvent
+	for _, file := range append(rotated, filepath.Join(cp.Dir, "audit.log")) {
+		events, err := readAuditFile(file, file == filepath.Join(cp.Dir, "audit.log"), from, to)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, events...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].RequestReceived.Before(out[j].RequestReceived) })
+	return out, nil
+}
+
+func readAuditFile(path string, live bool, from, to time.Time) ([]AuditEvent, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +139,14 @@ func (cp *ControlPlane) AuditEvents(from, to time.Time) ([]AuditEvent, error) {
 	var out []AuditEvent
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
+	var damaged error
+	for line := 1; sc.Scan(); line++ {
+		if damaged != nil {
+			return nil, damaged // a bad line that was not the last one
+		}
 		var e AuditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			damaged = fmt.Errorf("framework: audit log %s line %d is not an event: %w", path, line, err)
 			continue
 		}
 		if e.Stage != "ResponseComplete" || e.RequestReceived.Before(from) || (!to.IsZero() && !e.RequestReceived.Before(to)) {
@@ -132,6 +157,8 @@ func (cp *ControlPlane) AuditEvents(from, to time.Time) ([]AuditEvent, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].RequestReceived.Before(out[j].RequestReceived) })
+	if damaged != nil && !live {
+		return nil, damaged
+	}
 	return out, nil
 }
