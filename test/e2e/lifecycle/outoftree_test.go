@@ -35,32 +35,8 @@ func TestOutOfTreeDriver(t *testing.T) {
 	startControllers(t)
 	ctx := context.Background()
 	kube, cs := clients(t)
-	binDir, machineDir := t.TempDir(), t.TempDir()
-	bins, err := framework.BuildCommands(ctx, binDir, "./cmd/example-node-controller")
-	require.NoError(t, err)
-	kubeconfig, err := framework.Shared(t).WriteKubeconfig("node-controller")
-	require.NoError(t, err)
-	ports, err := framework.FreePort()
-	require.NoError(t, err)
-	health, err := framework.FreePort()
-	require.NoError(t, err)
-	p := &framework.Process{Name: "example-node-controller", Path: bins["example-node-controller"], Args: []string{
-		"--kubeconfig=" + kubeconfig,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	}, Env: []string{"EXAMPLE_MACHINE_DIR=" + machineDir}}
-	require.NoError(t, p.Start())
-	t.Cleanup(func() {
-		p.Kill(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("example-node-controller logs:\n%s", tail(p.Logs(), 60))
-		}
-	})
-	eventually(t, time.Minute, "example node controller ready", func(ctx context.Context) (bool, string) {
-		code, body, err := get(ctx, health, "/readyz")
-		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
-	})
+	machineDir := t.TempDir()
+	runExampleNodeController(t, nil, []string{"EXAMPLE_MACHINE_DIR=" + machineDir})
 
 	createClass(t, "example-small", func(class *nodesetv1alpha1.NodeClass) {
 		class.Spec.Driver = example.Name
