@@ -76,3 +76,42 @@ func capacityOf(t ec2types.InstanceTypeInfo) drivers.Capacity {
 	}
 	return c
 }
+
+// ValidateInstanceTypes checks that every instance type exists in the
+// region, in one call; field names them in the message.
+func ValidateInstanceTypes(ctx context.Context, ec2c EC2, field, region string, instanceTypes []string) error {
+	var want []ec2types.InstanceType
+	for _, t := range instanceTypes {
+		if t != "" {
+			want = append(want, ec2types.InstanceType(t))
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	out, err := ec2c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: want})
+	if err != nil {
+		return Classify(field+" "+joinTypes(want), err)
+	}
+	found := map[ec2types.InstanceType]bool{}
+	for _, t := range out.InstanceTypes {
+		found[t.InstanceType] = true
+	}
+	for _, t := range want {
+		if !found[t] {
+			return drivers.InvalidConfiguration(field, "%q is not an EC2 instance type in %s", t, region)
+		}
+	}
+	return nil
+}
+
+func joinTypes(types []ec2types.InstanceType) string {
+	out := ""
+	for i, t := range types {
+		if i > 0 {
+			out += ","
+		}
+		out += string(t)
+	}
+	return out
+}

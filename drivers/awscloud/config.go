@@ -92,6 +92,9 @@ func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds m
 				return stack.Initialize.Add(callMiddleware(limiter, c.Observe), middleware.Before)
 			}}),
 		}
+		if (id == "") != (secret == "") {
+			return nil, fmt.Errorf("AWS credentials need both %s and %s, or neither", CredentialAccessKeyID, CredentialSecretAccessKey)
+		}
 		if id != "" && secret != "" {
 			opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(id, secret, token)))
 		}

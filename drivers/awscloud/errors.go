@@ -34,7 +34,7 @@ func Classify(what string, err error) error {
 		return fmt.Errorf("%s: %w: %s", what, drivers.ErrThrottled, said)
 	case code == "InsufficientInstanceCapacity" || code == "InsufficientCapacity" || code == "LimitExceeded":
 		return fmt.Errorf("%s: %w: %s", what, drivers.ErrOutOfCapacity, said)
-	case code == "ValidationError" || strings.HasPrefix(code, "InvalidParameter") || strings.HasPrefix(code, "InvalidAMIID") ||
+	case code == "ValidationError" || strings.HasPrefix(code, "InvalidParameter") || strings.HasPrefix(code, "InvalidAMIID") || strings.HasPrefix(code, "InvalidInstanceType") ||
 		strings.HasPrefix(code, "InvalidSubnet") || strings.HasPrefix(code, "InvalidGroup") || code == "UnauthorizedOperation" ||
 		code == "AccessDenied" || code == "AuthFailure" || code == "InvalidClientTokenId" || code == "SignatureDoesNotMatch":
 		return fmt.Errorf("%s: %w: %s", what, drivers.ErrInvalidConfiguration, said)

@@ -16,6 +16,7 @@ func TestClassify(t *testing.T) {
 		"InsufficientInstanceCapacity": drivers.ErrOutOfCapacity,
 		"ValidationError":              drivers.ErrInvalidConfiguration,
 		"InvalidAMIID.NotFound":        drivers.ErrInvalidConfiguration,
+		"InvalidInstanceType":          drivers.ErrInvalidConfiguration,
 	} {
 		err := Classify("creating", &smithy.GenericAPIError{Code: code, Message: "m"})
 		assert.ErrorIs(t, err, want, code)

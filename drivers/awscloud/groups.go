@@ -131,10 +131,14 @@ func machineState(s asgtypes.LifecycleState) drivers.MachineState {
 }
 
 // TerminateInGroup terminates the instance of providerID in the Auto Scaling
-// group and lowers the group's desired capacity in the same call. It
-// terminates nothing, and reports false, when the instance is not in the
-// group any more (terminated, or detached by someone).
-func TerminateInGroup(ctx context.Context, asg AutoScaling, group, providerID string) (bool, error) {
+// group and lowers the group's desired capacity in the same call, and
+// reports true. An instance that is not in the group any more (terminated,
+// detached by someone, or left behind by a termination that failed half
+// way) is not taken as gone on the group's word: EC2 is asked, and an
+// instance still running is terminated directly (no group is lowered, so it
+// reports false). An instance that is now in another Auto Scaling group is
+// that group's, and is left alone.
+func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, providerID string) (bool, error) {
 	id, err := InstanceID(providerID)
 	if err != nil {
 		return false, err
@@ -143,16 +147,50 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, group, providerID st
 	if err != nil {
 		return false, Classify("looking up "+id, err)
 	}
-	inGroup := false
 	for _, i := range found.AutoScalingInstances {
-		if aws.ToString(i.InstanceId) == id && aws.ToString(i.AutoScalingGroupName) == group {
-			inGroup = !strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat")
+		if aws.ToString(i.InstanceId) != id {
+			continue
+		}
+		if other := aws.ToString(i.AutoScalingGroupName); other != group {
+			return false, nil // someone else's now
+		}
+		if strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat") {
+			return false, nil
+		}
+		_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
+			InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
+		return err == nil, Classify("terminating "+id+" in "+group, err)
+	}
+	return false, TerminateInstance(ctx, ec2c, id)
+}
+
+// TerminateInstance makes sure the instance id is terminated: nil when EC2
+// does not know it or it is shutting down or terminated; otherwise it is
+// terminated with TerminateInstances.
+func TerminateInstance(ctx context.Context, ec2c EC2, id string) error {
+	out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if IsCode(err, "InvalidInstanceID.NotFound") {
+		return nil
+	}
+	if err != nil {
+		return Classify("describing instance "+id, err)
+	}
+	for _, r := range out.Reservations {
+		for _, inst := range r.Instances {
+			if aws.ToString(inst.InstanceId) != id || gone(inst) {
+				continue
+			}
+			_, err := ec2c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
+			if IsCode(err, "InvalidInstanceID.NotFound") {
+				return nil
+			}
+			return Classify("terminating instance "+id, err)
 		}
 	}
-	if !inGroup {
-		return false, nil
-	}
-	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
-		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
-	return err == nil, Classify("terminating "+id+" in "+group, err)
+	return nil
+}
+
+// gone reports whether an instance is shutting down or terminated.
+func gone(inst ec2types.Instance) bool {
+	return inst.State != nil && (inst.State.Name == ec2types.InstanceStateNameShuttingDown || inst.State.Name == ec2types.InstanceStateNameTerminated)
 }

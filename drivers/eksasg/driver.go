@@ -8,6 +8,8 @@ package eksasg
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -55,6 +57,8 @@ type Options struct {
 type Scope struct {
 	Region      string
 	Credentials map[string][]byte
+	// Classes are the NodeClasses the scope is made from, for messages.
+	Classes []string
 }
 
 // Driver serves NodeClasses with driver eks-asg.
@@ -92,6 +96,24 @@ func (d *Driver) Name() string { return nodesetv1alpha1.DriverEKSASG }
 
 func section(class drivers.Class) (*nodesetv1alpha1.EKSAutoscalingGroup, error) {
 	return drivers.RequireSection(class.Spec.EKSAutoscalingGroup, "spec.eksAutoscalingGroup", nodesetv1alpha1.DriverEKSASG)
+}
+
+// connect returns the class's section and the API clients of its region and
+// credentials; a class that names a credentials Secret without the keys is
+// refused, never served with the node controller's own identity.
+func (d *Driver) connect(ctx context.Context, class drivers.Class) (*nodesetv1alpha1.EKSAutoscalingGroup, awscloud.AutoScaling, awscloud.EC2, error) {
+	s, err := section(class)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := awscloud.CheckCredentials(class); err != nil {
+		return nil, nil, nil, err
+	}
+	asg, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return s, asg, ec2c, nil
 }
 
 // Validate checks the section's required fields and their shapes; it calls
@@ -133,26 +155,50 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 	return nil
 }
 
-// ValidateCloud checks with read-only calls that the image, the subnets and
-// the security groups exist in the region and that the credentials work.
+// ValidateCloud checks with read-only calls that the credentials Secret has
+// its keys, that the region exists, that the image, the instance types, the
+// subnets and the security groups exist in it, that the EKS cluster exists
+// when its endpoint and CA are to be looked up, and that the credentials
+// work.
 func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
-	s, err := section(class)
+	s, _, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return err
 	}
-	_, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
-	if err != nil {
-		return err
+	var once []func(*ec2.Options)
+	if !awscloud.KnownRegion(s.Region) {
+		// A region the SDK does not know: one try tells whether it answers.
+		once = append(once, func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
 	}
-	images, err := ec2c.DescribeImages(ctx, &ec2.DescribeImagesInput{ImageIds: []string{s.ImageID}})
+	images, err := ec2c.DescribeImages(ctx, &ec2.DescribeImagesInput{ImageIds: []string{s.ImageID}}, once...)
 	if err != nil {
+		if regionErr := awscloud.RegionError("spec.eksAutoscalingGroup.region", s.Region, err); regionErr != nil {
+			return regionErr
+		}
 		return awscloud.Classify("spec.eksAutoscalingGroup.imageID "+s.ImageID, err)
 	}
 	if len(images.Images) == 0 {
 		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.imageID", "%s does not exist in %s", s.ImageID, s.Region)
 	}
-	return awscloud.ValidateNetwork(ctx, ec2c, s.Region, "spec.eksAutoscalingGroup.subnetIDs", s.SubnetIDs,
-		"spec.eksAutoscalingGroup.securityGroupIDs", s.SecurityGroupIDs)
+	field, types := "spec.eksAutoscalingGroup.instanceType", []string{s.InstanceType}
+	if m := s.MixedInstances; m != nil {
+		field, types = "spec.eksAutoscalingGroup.mixedInstances.instanceTypes", m.InstanceTypes
+	}
+	if err := awscloud.ValidateInstanceTypes(ctx, ec2c, field, s.Region, types); err != nil {
+		return err
+	}
+	if err := awscloud.ValidateNetwork(ctx, ec2c, s.Region, "spec.eksAutoscalingGroup.subnetIDs", s.SubnetIDs,
+		"spec.eksAutoscalingGroup.securityGroupIDs", s.SecurityGroupIDs); err != nil {
+		return err
+	}
+	if b := s.Bootstrap; d.opts.Clusters != nil && (b == nil || b.APIServerEndpoint == "" || b.CertificateAuthority == "") {
+		// Its NodeSets need the lookup: a cluster that does not exist is
+		// the class's error, not theirs.
+		if _, err := d.withCluster(ctx, class.Credentials, s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GroupName is the deterministic name of a NodeSet's group and launch
@@ -181,11 +227,7 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 // step: a new template version when the template hash changed, the bounds,
 // and the desired capacity raised (never lowered) to the replicas.
 func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.GroupStatus, error) {
-	s, err := section(group.Class)
-	if err != nil {
-		return drivers.GroupStatus{}, err
-	}
-	asg, ec2c, err := d.opts.Clients(ctx, s.Region, group.Class.Credentials)
+	s, asg, ec2c, err := d.connect(ctx, group.Class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
@@ -262,11 +304,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 
 // DescribeGroup returns the group and its instances, or ErrNotFound.
 func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
-	s, err := section(class)
-	if err != nil {
-		return drivers.GroupStatus{}, err
-	}
-	asg, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	_, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
@@ -274,29 +312,22 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 }
 
 // TerminateMachine terminates one instance and lowers the desired capacity
-// in the same call. An instance already gone is not an error.
+// in the same call. An instance already gone is not an error; one that left
+// the group but still runs is terminated through EC2.
 func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
-	s, err := section(class)
-	if err != nil {
-		return err
-	}
-	asg, _, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	s, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return err
 	}
 	defer d.invalidate(s.Region, class.Credentials)
-	_, err = awscloud.TerminateInGroup(ctx, asg, group, providerID)
+	_, err = awscloud.TerminateInGroup(ctx, asg, ec2c, group, providerID)
 	return err
 }
 
 // DeleteGroup deletes the group with its instances, then the launch
 // template: ErrInProgress until the group is gone.
 func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) error {
-	s, err := section(class)
-	if err != nil {
-		return err
-	}
-	asg, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	s, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return err
 	}
@@ -336,40 +367,128 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 }
 
 // ListGroups returns every group tagged with the cluster, in every scope of
-// Options.Scopes, for orphan collection.
+// Options.Scopes, for orphan collection; it fails when any scope fails.
 func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) {
 	if d.opts.Scopes == nil {
 		return nil, errors.New("eks-asg: no regions to list groups in")
 	}
 	var out []drivers.GroupStatus
-	for _, scope := range d.opts.Scopes() {
-		region := scope.Region
-		asg, _, err := d.opts.Clients(ctx, region, scope.Credentials)
+	for _, scope := range d.GroupScopes(ctx) {
+		groups, err := d.ListGroupsIn(ctx, scope)
 		if err != nil {
 			return nil, err
 		}
-		pages := autoscaling.NewDescribeAutoScalingGroupsPaginator(asg, &autoscaling.DescribeAutoScalingGroupsInput{
-			Filters: []asgtypes.Filter{{Name: aws.String("tag:" + awscloud.TagCluster), Values: []string{d.opts.Cluster}}}})
-		for pages.HasMorePages() {
-			page, err := pages.NextPage(ctx)
-			if err != nil {
-				return nil, awscloud.Classify("listing Auto Scaling groups in "+region, err)
-			}
-			for i := range page.AutoScalingGroups {
-				g := &page.AutoScalingGroups[i]
-				if awscloud.OwnerFromTags(g.Tags).Cluster != d.opts.Cluster {
-					continue // the filter is a prefix match on some implementations
-				}
-				status := awscloud.StatusOf(aws.ToString(g.AutoScalingGroupName), g, nil)
-				status.Class = drivers.Class{Credentials: scope.Credentials, Spec: nodesetv1alpha1.NodeClassSpec{
-					Driver:         nodesetv1alpha1.DriverEKSASG,
-					DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{Region: region}},
-				}}
-				out = append(out, status)
+		out = append(out, groups...)
+	}
+	return out, nil
+}
+
+// scopeName names a scope in messages and in the orphan collector's calls:
+// its region and classes, never its credentials.
+func scopeName(scope Scope) string {
+	if len(scope.Classes) > 0 {
+		return scope.Region + " (NodeClass " + strings.Join(scope.Classes, ", ") + ")"
+	}
+	sum := sha256.Sum256(scope.Credentials[awscloud.CredentialAccessKeyID])
+	return scope.Region + " (credentials " + hex.EncodeToString(sum[:4]) + ")"
+}
+
+// GroupScopes names the scopes orphan collection looks in, one by one.
+func (d *Driver) GroupScopes(context.Context) []string {
+	if d.opts.Scopes == nil {
+		return nil
+	}
+	var out []string
+	for _, scope := range d.opts.Scopes() {
+		out = append(out, scopeName(scope))
+	}
+	return out
+}
+
+// scope is the scope named name, as Options.Scopes gives it now.
+func (d *Driver) scope(name string) (Scope, error) {
+	if d.opts.Scopes != nil {
+		for _, scope := range d.opts.Scopes() {
+			if scopeName(scope) == name {
+				return scope, nil
 			}
 		}
 	}
+	return Scope{}, fmt.Errorf("eks-asg: no scope %s any more", name)
+}
+
+// ListGroupsIn returns every group tagged with the cluster in one scope; it
+// fails rather than return a partial list.
+func (d *Driver) ListGroupsIn(ctx context.Context, name string) ([]drivers.GroupStatus, error) {
+	scope, err := d.scope(name)
+	if err != nil {
+		return nil, err
+	}
+	region := scope.Region
+	asg, _, err := d.opts.Clients(ctx, region, scope.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	var out []drivers.GroupStatus
+	pages := autoscaling.NewDescribeAutoScalingGroupsPaginator(asg, &autoscaling.DescribeAutoScalingGroupsInput{
+		Filters: []asgtypes.Filter{{Name: aws.String("tag:" + awscloud.TagCluster), Values: []string{d.opts.Cluster}}}})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, awscloud.Classify("listing Auto Scaling groups in "+region, err)
+		}
+		for i := range page.AutoScalingGroups {
+			g := &page.AutoScalingGroups[i]
+			if awscloud.OwnerFromTags(g.Tags).Cluster != d.opts.Cluster {
+				continue // the filter is a prefix match on some implementations
+			}
+			status := awscloud.StatusOf(aws.ToString(g.AutoScalingGroupName), g, nil)
+			status.Class = scopeClass(scope)
+			out = append(out, status)
+		}
+	}
 	return out, nil
+}
+
+func scopeClass(scope Scope) drivers.Class {
+	return drivers.Class{Credentials: scope.Credentials, Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver:         nodesetv1alpha1.DriverEKSASG,
+		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{Region: scope.Region}},
+	}}
+}
+
+// ListStrayMachines returns the instances tagged with the cluster in one
+// scope that no Auto Scaling group holds, for orphan collection; it fails
+// rather than return a partial list.
+func (d *Driver) ListStrayMachines(ctx context.Context, name string) ([]drivers.MachineStatus, error) {
+	scope, err := d.scope(name)
+	if err != nil {
+		return nil, err
+	}
+	asg, ec2c, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	return awscloud.StrayInstances(ctx, asg, ec2c, d.opts.Cluster)
+}
+
+// TerminateStrayMachine terminates an instance ListStrayMachines returned,
+// through EC2; nil once it is shutting down or gone.
+func (d *Driver) TerminateStrayMachine(ctx context.Context, name, providerID string) error {
+	scope, err := d.scope(name)
+	if err != nil {
+		return err
+	}
+	id, err := awscloud.InstanceID(providerID)
+	if err != nil {
+		return err
+	}
+	_, ec2c, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
+	if err != nil {
+		return err
+	}
+	defer d.invalidate(scope.Region, scope.Credentials)
+	return awscloud.TerminateInstance(ctx, ec2c, id)
 }
 
 // Capacity is what one node of the class offers, from the instance type
@@ -383,7 +502,7 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Cap
 	if instanceType == "" && s.MixedInstances != nil && len(s.MixedInstances.InstanceTypes) > 0 {
 		instanceType = s.MixedInstances.InstanceTypes[0]
 	}
-	_, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	_, _, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.Capacity{}, err
 	}

@@ -7,6 +7,8 @@ package eksmanaged
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -39,6 +41,7 @@ type EKS interface {
 	DeleteNodegroup(context.Context, *eks.DeleteNodegroupInput, ...func(*eks.Options)) (*eks.DeleteNodegroupOutput, error)
 	ListNodegroups(context.Context, *eks.ListNodegroupsInput, ...func(*eks.Options)) (*eks.ListNodegroupsOutput, error)
 	DescribeCluster(context.Context, *eks.DescribeClusterInput, ...func(*eks.Options)) (*eks.DescribeClusterOutput, error)
+	TagResource(context.Context, *eks.TagResourceInput, ...func(*eks.Options)) (*eks.TagResourceOutput, error)
 }
 
 // API is the clients of one region and set of credentials.
@@ -85,6 +88,8 @@ func SDKClients(c awscloud.SDKConfig) Clients {
 type Scope struct {
 	Region, Cluster string
 	Credentials     map[string][]byte
+	// Classes are the NodeClasses the scope is made from, for messages.
+	Classes []string
 }
 
 // Options configure a Driver.
@@ -157,19 +162,31 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 	return nil
 }
 
-// ValidateCloud checks with read-only calls that the cluster and the
+// ValidateCloud checks with read-only calls that the credentials Secret
+// has its keys, that the region, the cluster, the instance types and the
 // subnets exist and that the credentials work.
 func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
 	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return err
 	}
-	_, err = api.EKS.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(s.ClusterName)})
+	var once []func(*eks.Options)
+	if !awscloud.KnownRegion(s.Region) {
+		// A region the SDK does not know: one try tells whether it answers.
+		once = append(once, func(o *eks.Options) { o.RetryMaxAttempts = 1 })
+	}
+	_, err = api.EKS.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(s.ClusterName)}, once...)
 	if awscloud.IsCode(err, "ResourceNotFoundException") {
 		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.clusterName", "EKS cluster %s does not exist in %s", s.ClusterName, s.Region)
 	}
 	if err != nil {
+		if regionErr := awscloud.RegionError("spec.eksManagedNodeGroup.region", s.Region, err); regionErr != nil {
+			return regionErr
+		}
 		return classify("describing EKS cluster "+s.ClusterName, err)
+	}
+	if err := awscloud.ValidateInstanceTypes(ctx, api.EC2, "spec.eksManagedNodeGroup.instanceTypes", s.Region, s.InstanceTypes); err != nil {
+		return err
 	}
 	var securityGroups []string
 	if s.RemoteAccess != nil {
@@ -189,7 +206,7 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Cap
 	if len(s.InstanceTypes) > 0 {
 		instanceType = s.InstanceTypes[0]
 	}
-	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	_, api, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.Capacity{}, err
 	}
@@ -324,7 +341,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 	if err := d.Validate(ctx, group.Class); err != nil {
 		return drivers.GroupStatus{}, err
 	}
-	api, err := d.opts.Clients(ctx, s.Region, group.Class.Credentials)
+	_, api, err := d.connect(ctx, group.Class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
@@ -399,8 +416,29 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 			return drivers.GroupStatus{}, classify("updating the version of node group "+group.Name, err)
 		}
 		update = out.Update
+		return d.status(ctx, api, ng, update)
+	}
+	if err := d.tagTemplateHash(ctx, api, ng, group.TemplateHash); err != nil {
+		return drivers.GroupStatus{}, err
 	}
 	return d.status(ctx, api, ng, update)
+}
+
+// tagTemplateHash records on the node group the template hash its
+// configuration is now in step with.
+func (d *Driver) tagTemplateHash(ctx context.Context, api API, ng *ekstypes.Nodegroup, hash string) error {
+	if hash == "" || ng.Tags[awscloud.TagTemplateHash] == hash || ng.NodegroupArn == nil {
+		return nil
+	}
+	_, err := api.EKS.TagResource(ctx, &eks.TagResourceInput{ResourceArn: ng.NodegroupArn, Tags: map[string]string{awscloud.TagTemplateHash: hash}})
+	if err != nil {
+		return classify("tagging node group "+aws.ToString(ng.NodegroupName)+" with its template hash", err)
+	}
+	if ng.Tags == nil {
+		ng.Tags = map[string]string{}
+	}
+	ng.Tags[awscloud.TagTemplateHash] = hash
+	return nil
 }
 
 // token is the idempotency token of a create or version update of the
@@ -598,6 +636,9 @@ func (d *Driver) connect(ctx context.Context, class drivers.Class) (*nodesetv1al
 	if err != nil {
 		return nil, API{}, err
 	}
+	if err := awscloud.CheckCredentials(class); err != nil {
+		return nil, API{}, err
+	}
 	api, err := d.opts.Clients(ctx, s.Region, class.Credentials)
 	return s, api, err
 }
@@ -625,16 +666,25 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 	}
 	ng, err := describe(ctx, api.EKS, s.ClusterName, group)
 	if errors.Is(err, drivers.ErrNotFound) {
-		return nil // the group, and so the instance, is gone
+		// The node group is gone; its instance must be too.
+		id, err := awscloud.InstanceID(providerID)
+		if err != nil {
+			return err
+		}
+		return awscloud.TerminateInstance(ctx, api.EC2, id)
 	}
 	if err != nil {
 		return err
 	}
 	asg := autoScalingGroup(ng)
 	if asg == "" {
-		return nil // no instances
+		id, err := awscloud.InstanceID(providerID)
+		if err != nil {
+			return err
+		}
+		return awscloud.TerminateInstance(ctx, api.EC2, id)
 	}
-	terminated, err := awscloud.TerminateInGroup(ctx, api.AutoScaling, asg, providerID)
+	terminated, err := awscloud.TerminateInGroup(ctx, api.AutoScaling, api.EC2, asg, providerID)
 	if err != nil || !terminated {
 		return err
 	}
@@ -687,45 +737,92 @@ func (d *Driver) ListGroups(ctx context.Context) ([]drivers.GroupStatus, error) 
 	if d.opts.Scopes == nil {
 		return nil, errors.New("eks-managed: no clusters to list node groups in")
 	}
-	prefix := "nodeset-" + d.opts.Cluster + "-"
 	var out []drivers.GroupStatus
-	for _, scope := range d.opts.Scopes() {
-		api, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
+	for _, scope := range d.GroupScopes(ctx) {
+		groups, err := d.ListGroupsIn(ctx, scope)
 		if err != nil {
 			return nil, err
 		}
-		pages := eks.NewListNodegroupsPaginator(api.EKS, &eks.ListNodegroupsInput{ClusterName: aws.String(scope.Cluster)})
-		for pages.HasMorePages() {
-			page, err := pages.NextPage(ctx)
+		out = append(out, groups...)
+	}
+	return out, nil
+}
+
+// scopeName names a scope in messages and in the orphan collector's calls:
+// its region, cluster and classes, never its credentials.
+func scopeName(scope Scope) string {
+	name := scope.Region + "/" + scope.Cluster
+	if len(scope.Classes) > 0 {
+		return name + " (NodeClass " + strings.Join(scope.Classes, ", ") + ")"
+	}
+	sum := sha256.Sum256(scope.Credentials[awscloud.CredentialAccessKeyID])
+	return name + " (credentials " + hex.EncodeToString(sum[:4]) + ")"
+}
+
+// GroupScopes names the scopes orphan collection looks in, one by one.
+func (d *Driver) GroupScopes(context.Context) []string {
+	if d.opts.Scopes == nil {
+		return nil
+	}
+	var out []string
+	for _, scope := range d.opts.Scopes() {
+		out = append(out, scopeName(scope))
+	}
+	return out
+}
+
+// ListGroupsIn returns the node groups of one scope whose tags name the
+// cluster; it fails rather than return a partial list.
+func (d *Driver) ListGroupsIn(ctx context.Context, name string) ([]drivers.GroupStatus, error) {
+	var scope Scope
+	found := false
+	if d.opts.Scopes != nil {
+		for _, s := range d.opts.Scopes() {
+			if scopeName(s) == name {
+				scope, found = s, true
+			}
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("eks-managed: no scope %s any more", name)
+	}
+	prefix := "nodeset-" + d.opts.Cluster + "-"
+	api, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	var out []drivers.GroupStatus
+	pages := eks.NewListNodegroupsPaginator(api.EKS, &eks.ListNodegroupsInput{ClusterName: aws.String(scope.Cluster)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify("listing the node groups of "+scope.Cluster, err)
+		}
+		for _, name := range page.Nodegroups {
+			if !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			ng, err := describe(ctx, api.EKS, scope.Cluster, name)
+			if errors.Is(err, drivers.ErrNotFound) {
+				continue // deleted meanwhile
+			}
 			if err != nil {
-				return nil, classify("listing the node groups of "+scope.Cluster, err)
+				return nil, err
 			}
-			for _, name := range page.Nodegroups {
-				if !strings.HasPrefix(name, prefix) {
-					continue
-				}
-				ng, err := describe(ctx, api.EKS, scope.Cluster, name)
-				if errors.Is(err, drivers.ErrNotFound) {
-					continue // deleted meanwhile
-				}
-				if err != nil {
-					return nil, err
-				}
-				owner := ownerFromTags(ng.Tags)
-				if owner.Cluster != d.opts.Cluster {
-					continue
-				}
-				status := drivers.GroupStatus{Name: name, State: string(ng.Status), Owner: owner}
-				if ng.CreatedAt != nil {
-					status.CreatedAt = ng.CreatedAt.Unix()
-				}
-				status.Class = drivers.Class{Credentials: scope.Credentials, Spec: nodesetv1alpha1.NodeClassSpec{
-					Driver: nodesetv1alpha1.DriverEKSManaged,
-					DriverSections: nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{
-						Region: scope.Region, ClusterName: scope.Cluster}},
-				}}
-				out = append(out, status)
+			owner := ownerFromTags(ng.Tags)
+			if owner.Cluster != d.opts.Cluster {
+				continue
 			}
+			status := drivers.GroupStatus{Name: name, State: string(ng.Status), Owner: owner}
+			if ng.CreatedAt != nil {
+				status.CreatedAt = ng.CreatedAt.Unix()
+			}
+			status.Class = drivers.Class{Credentials: scope.Credentials, Spec: nodesetv1alpha1.NodeClassSpec{
+				Driver: nodesetv1alpha1.DriverEKSManaged,
+				DriverSections: nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{
+					Region: scope.Region, ClusterName: scope.Cluster}},
+			}}
+			out = append(out, status)
 		}
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"testing"
@@ -235,7 +236,31 @@ func (f *fakeEKS) UpdateNodegroupConfig(_ context.Context, in *eks.UpdateNodegro
 	if sc := in.ScalingConfig; sc != nil {
 		ng.ScalingConfig = sc
 	}
+	if l := in.Labels; l != nil {
+		labels := maps.Clone(ng.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		maps.Copy(labels, l.AddOrUpdateLabels)
+		for _, k := range l.RemoveLabels {
+			delete(labels, k)
+		}
+		ng.Labels = labels
+	}
 	return &eks.UpdateNodegroupConfigOutput{}, nil
+}
+
+func (f *fakeEKS) TagResource(_ context.Context, in *eks.TagResourceInput, _ ...func(*eks.Options)) (*eks.TagResourceOutput, error) {
+	f.call("TagResource")
+	for _, ng := range f.groups {
+		if aws.ToString(ng.NodegroupArn) == aws.ToString(in.ResourceArn) {
+			for k, v := range in.Tags {
+				ng.Tags[k] = v
+			}
+			return &eks.TagResourceOutput{}, nil
+		}
+	}
+	return nil, &smithy.GenericAPIError{Code: "ResourceNotFoundException"}
 }
 
 func (f *fakeEKS) DescribeUpdate(_ context.Context, in *eks.DescribeUpdateInput, _ ...func(*eks.Options)) (*eks.DescribeUpdateOutput, error) {
@@ -266,6 +291,7 @@ func managedWorld(t *testing.T) (*world, *fakeEKS, *Driver) {
 	require.NoError(t, err)
 	fake := &fakeEKS{updates: map[string]*ekstypes.Update{}, groups: map[string]*ekstypes.Nodegroup{"ng": {
 		NodegroupName: aws.String("ng"), Status: ekstypes.NodegroupStatusActive, Version: aws.String("1.36"),
+		NodegroupArn:  aws.String("arn:aws:eks:us-east-1:123456789012:nodegroup/prod/ng/1"),
 		ScalingConfig: &ekstypes.NodegroupScalingConfig{MinSize: aws.Int32(0), MaxSize: aws.Int32(5), DesiredSize: aws.Int32(2)},
 		Labels:        map[string]string{"pool": "general"},
 		Taints:        []ekstypes.Taint{{Key: aws.String("pool"), Value: aws.String("general"), Effect: ekstypes.TaintEffectPreferNoSchedule}},
@@ -389,4 +415,62 @@ func TestValidateCloudChecksTheClusterAndSubnets(t *testing.T) {
 	err = d.ValidateCloud(ctx, class)
 	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
 	assert.ErrorContains(t, err, "spec.eksManagedNodeGroup.subnets subnet-0123456789abcdef0: invalid configuration: InvalidSubnetID.NotFound")
+}
+
+// TestTemplateHashTagFollowsTheConfiguration: the node group's
+// template-hash tag names the hash its configuration was last brought in
+// step with (moto does not tag node groups: a fake EKS).
+func TestTemplateHashTagFollowsTheConfiguration(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	fake.groups["ng"].Version = aws.String("1.37")
+	group := drivers.Group{Name: "ng", Class: w.class(), Replicas: 2, MaxReplicas: 5, TemplateHash: "h1", Labels: map[string]string{"tier": "web"}}
+
+	_, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.NotEqual(t, "h1", fake.groups["ng"].Tags[awscloud.TagTemplateHash], "not while a config change is being applied")
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, "h1", fake.groups["ng"].Tags[awscloud.TagTemplateHash])
+
+	group.TemplateHash, group.Labels = "h2", map[string]string{"tier": "frontend"}
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, "h2", fake.groups["ng"].Tags[awscloud.TagTemplateHash], "updated after creation, with the configuration")
+	fake.calls = nil
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.NotContains(t, fake.calls, "TagResource", "no write when nothing changed")
+
+	t.Log("a version change that waits for the Managed strategy leaves the hash as it was")
+	class := w.class()
+	section := *class.Spec.EKSManagedNodeGroup
+	section.Version = "1.38"
+	class.Spec.EKSManagedNodeGroup = &section
+	group.Class, group.TemplateHash = class, "h3"
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, "h2", fake.groups["ng"].Tags[awscloud.TagTemplateHash])
+}
+
+func TestValidateCloudRefusesAnUnknownInstanceTypeAndAMissingKey(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	d := w.driver()
+	class := w.class()
+	section := *class.Spec.EKSManagedNodeGroup
+	section.InstanceTypes = []string{"t9.huge"}
+	class.Spec.EKSManagedNodeGroup = &section
+	err := d.ValidateCloud(ctx, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, "spec.eksManagedNodeGroup.instanceTypes t9.huge: invalid configuration: InvalidInstanceType")
+
+	class = w.class()
+	class.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "aws-credentials"}
+	class.Credentials = map[string][]byte{"aws_access_key": []byte("testing")}
+	err = d.ValidateCloud(ctx, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, "spec.credentialsSecretRef: Secret nodeset-system/aws-credentials has no key aws_access_key_id (it has keys aws_access_key)")
 }

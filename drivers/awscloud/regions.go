@@ -1,0 +1,43 @@
+package awscloud
+
+import (
+	"errors"
+	"net"
+	"slices"
+
+	"github.com/aws/smithy-go"
+
+	"nodeset.dev/nodeset/drivers"
+)
+
+// knownRegions are the regions the SDK release in go.mod has endpoints for.
+// A region not listed here may be newer than the release; it is refused only
+// when its API does not answer either.
+var knownRegions = []string{
+	"af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-south-2",
+	"ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6", "ap-southeast-7",
+	"ca-central-1", "ca-west-1", "cn-north-1", "cn-northwest-1", "eu-central-1", "eu-central-2", "eu-isoe-west-1", "eu-north-1",
+	"eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3", "eusc-de-east-1", "il-central-1", "me-central-1",
+	"me-south-1", "mx-central-1", "sa-east-1", "us-east-1", "us-east-2", "us-gov-east-1", "us-gov-west-1", "us-iso-east-1",
+	"us-iso-west-1", "us-isob-east-1", "us-isob-west-1", "us-isof-east-1", "us-isof-south-1", "us-west-1", "us-west-2",
+}
+
+// KnownRegion reports whether region is one the SDK knows.
+func KnownRegion(region string) bool { return slices.Contains(knownRegions, region) }
+
+// RegionError is the verdict on the first call made in a region that
+// failed with err: an invalid configuration of field when the region's API
+// cannot be found (no DNS name) or when the region is not a known one and
+// its API did not answer as AWS does; nil when err says nothing about the
+// region (AWS answered with an error of its own).
+func RegionError(field, region string, err error) error {
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return drivers.InvalidConfiguration(field, "%q is not an AWS region: its API has no DNS name", region)
+	}
+	var apiErr smithy.APIError
+	if KnownRegion(region) || (errors.As(err, &apiErr) && apiErr.ErrorCode() != "" && apiErr.ErrorFault() != smithy.FaultServer) {
+		return nil
+	}
+	return drivers.InvalidConfiguration(field, "%q is not an AWS region this node controller knows, and its API did not answer", region)
+}
