@@ -21,12 +21,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -224,6 +228,10 @@ func Main(name string, extra ...Driver) int {
 			if err != nil {
 				return err
 			}
+			secrets, err := watchCredentialsSecrets(ctx, clients.Config, resync, classController)
+			if err != nil {
+				return err
+			}
 			lister := nodes.Lister()
 			nodeLister.Store(&lister)
 			var fleet *kubeletsim.Fleet
@@ -244,6 +252,8 @@ func Main(name string, extra ...Driver) int {
 			}
 			kubeFactory.Start(ctx.Done())
 			nodesetFactory.Start(ctx.Done())
+			secrets.Start(ctx.Done())
+			defer secrets.Shutdown()
 			defer kubeFactory.Shutdown()
 			defer nodesetFactory.Shutdown()
 			if !c.WaitForCacheSync(ctx) {
@@ -326,7 +336,7 @@ func awsScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassLister
 	return func() []eksasg.Scope {
 		var out []eksasg.Scope
 		for _, c := range classScopes(kube, classes, nodesetv1alpha1.DriverEKSASG) {
-			out = append(out, eksasg.Scope{Region: c.region, Credentials: c.credentials})
+			out = append(out, eksasg.Scope{Region: c.region, Credentials: c.credentials, Classes: c.classes})
 		}
 		return out
 	}
@@ -338,7 +348,7 @@ func eksManagedScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClas
 	return func() []eksmanaged.Scope {
 		var out []eksmanaged.Scope
 		for _, c := range classScopes(kube, classes, nodesetv1alpha1.DriverEKSManaged) {
-			out = append(out, eksmanaged.Scope{Region: c.region, Cluster: c.cluster, Credentials: c.credentials})
+			out = append(out, eksmanaged.Scope{Region: c.region, Cluster: c.cluster, Credentials: c.credentials, Classes: c.classes})
 		}
 		return out
 	}
@@ -347,18 +357,21 @@ func eksManagedScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClas
 type classScope struct {
 	region, cluster string
 	credentials     map[string][]byte
+	classes         []string
 }
 
 // classScopes are the distinct regions and clusters of the classes of an
-// AWS driver, each with the credentials of one class there. A class whose
-// Secret cannot be read is left out: its scope is then not searched, which
-// only delays orphan collection.
+// AWS driver, each with the credentials of one class there and the names
+// of the classes that share them. A class whose Secret cannot be read, or
+// lacks a key, is left out (never searched with the node controller's own
+// identity): its scope is then not searched, which only delays orphan
+// collection.
 func classScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassLister, driver string) []classScope {
 	all, err := classes.List(labels.Everything())
 	if err != nil {
 		return nil
 	}
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	var out []classScope
 	for _, class := range all {
 		if class.Spec.Driver != driver {
@@ -378,16 +391,19 @@ func classScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassList
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			secret, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 			cancel()
-			if err != nil {
+			if err != nil || awscloud.CheckCredentials(drivers.Class{Spec: class.Spec, Credentials: secret.Data}) != nil {
 				continue
 			}
 			scope.credentials = secret.Data
 		}
 		key := scope.region + "/" + scope.cluster + "/" + string(scope.credentials[awscloud.CredentialAccessKeyID])
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, scope)
+		if i, ok := seen[key]; ok {
+			out[i].classes = append(out[i].classes, class.Name)
+			continue
 		}
+		seen[key] = len(out)
+		scope.classes = []string{class.Name}
+		out = append(out, scope)
 	}
 	return out
 }
@@ -484,4 +500,37 @@ func machinesHandler(registry func() *drivers.Registry) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
+}
+
+// credentialsNamespace is where the classes' credentials Secrets are read
+// (the only namespace deploy/rbac lets the node controller read Secrets in).
+const credentialsNamespace = "nodeset-system"
+
+// watchCredentialsSecrets watches the metadata of the Secrets in
+// credentialsNamespace (never their data) and has the classes naming one
+// validated again when it is created, changed or deleted.
+func watchCredentialsSecrets(ctx context.Context, config *rest.Config, resync time.Duration, classes *nodeclass.Controller) (metadatainformer.SharedInformerFactory, error) {
+	client, err := metadata.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	factory := metadatainformer.NewFilteredSharedInformerFactory(client, resync, credentialsNamespace, nil)
+	informer := factory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets")).Informer()
+	enqueue := func(obj any) {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			classes.EnqueueClassesOfSecret(m.Namespace, m.Name)
+		}
+	}
+	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Watching credentials Secrets")
+	}
+	return factory, err
 }

@@ -63,12 +63,18 @@ func (c *Controller) reconcileGroupNodes(ctx context.Context, set *nodesetv1alph
 			}
 		}
 		for _, n := range gone {
-			if live[n.Spec.ProviderID] {
+			if live[n.Spec.ProviderID] || c.recentlyTerminated(n.Spec.ProviderID) {
+				continue // there, or terminated by its own deletion
+			}
+			// nodes was listed before the cloud calls: a scale-down may have
+			// deleted the Node and terminated its machine meanwhile.
+			current, err := c.kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && (current.DeletionTimestamp != nil || current.UID != n.UID)) {
 				continue
 			}
 			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonMachineGone, "Machine %s left cloud group %s; deleting the Node", n.Spec.ProviderID, groupName)
 			uid := n.UID
-			err := c.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			err = c.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, err)
 			}
@@ -151,7 +157,7 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 	}
 	node.Spec.ProviderID = m.ProviderID
 	for _, t := range want.Spec.Taints {
-		if t.Key == nodesetv1alpha1.TaintUnregistered && nodeutil.IsReady(node) {
+		if nodeutil.IsStartupTaint(t.Key) && nodeutil.IsReady(node) {
 			continue // registered already
 		}
 		if !slices.ContainsFunc(node.Spec.Taints, func(have corev1.Taint) bool { return have.Key == t.Key && have.Effect == t.Effect }) {

@@ -19,28 +19,63 @@ import (
 // ReasonOrphanMachineDeleted is the Event reason of a collected orphan.
 const ReasonOrphanMachineDeleted = "OrphanMachineDeleted"
 
-// CollectOrphans removes the machines of every machine driver that no Node
-// accounts for (by providerID or by name) and that are older than minAge.
-// It removes nothing unless the caches are synced and every driver's List
-// succeeded: a partial view of the fleet must never look like orphans. Each
-// candidate is checked against the API server, not only the cache, right
-// before it is deleted. It returns the machines it removed.
-func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) ([]string, error) {
-	logger := klog.FromContext(ctx)
-	if !c.HasSynced() {
-		c.metrics.orphanRound(roundCachesNotSynced)
-		return nil, fmt.Errorf("caches not synced")
-	}
-	type candidate struct {
-		driver  string
-		machine drivers.MachineStatus
-	}
-	type groupCandidate struct {
-		driver string
-		group  drivers.GroupStatus
-	}
-	var all []candidate
-	var groups []groupCandidate
+// ScopedGroupLister is implemented by group drivers whose groups live in
+// several scopes (a region or a cluster, seen with one set of credentials):
+// orphan collection then lists them scope by scope, and a scope it cannot
+// list (a broken class's region or credentials) is skipped alone.
+type ScopedGroupLister interface {
+	// GroupScopes names the scopes to look in; the names carry no
+	// credentials.
+	GroupScopes(ctx context.Context) []string
+	// ListGroupsIn returns every group of the cluster in the scope; it
+	// fails rather than return a partial list.
+	ListGroupsIn(ctx context.Context, scope string) ([]drivers.GroupStatus, error)
+}
+
+// StrayMachineCollector is implemented by group drivers whose machines can
+// outlive their group or leave it (an instance detached from its Auto
+// Scaling group, or left running by a termination that failed half way).
+type StrayMachineCollector interface {
+	ScopedGroupLister
+	// ListStrayMachines returns the machines tagged with the cluster in the
+	// scope that no group holds, each with the owner its tags name and its
+	// creation time; it fails rather than return a partial list.
+	ListStrayMachines(ctx context.Context, scope string) ([]drivers.MachineStatus, error)
+	// TerminateStrayMachine terminates one of them; nil once it is gone.
+	TerminateStrayMachine(ctx context.Context, scope, providerID string) error
+}
+
+// orphanCandidates is what one round may collect: everything listed in the
+// drivers and scopes that were listed whole.
+type orphanCandidates struct {
+	machines []machineCandidate
+	groups   []groupCandidate
+	strays   []strayCandidate
+	// skipped says what could not be listed, and so is left alone.
+	skipped []error
+}
+
+type machineCandidate struct {
+	driver  string
+	machine drivers.MachineStatus
+}
+
+type groupCandidate struct {
+	driver string
+	group  drivers.GroupStatus
+}
+
+type strayCandidate struct {
+	driver, scope string
+	machine       drivers.MachineStatus
+	// groups are the names of the groups the scope has.
+	groups map[string]bool
+}
+
+// listOrphanCandidates lists every driver, and every scope of a scoped group
+// driver, on its own: a failed list skips that driver or scope only.
+func (c *Controller) listOrphanCandidates(ctx context.Context) orphanCandidates {
+	var out orphanCandidates
 	names := make([]string, 0, len(c.registry))
 	for name := range c.registry {
 		names = append(names, name)
@@ -48,15 +83,47 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 	sort.Strings(names)
 	for _, name := range names {
 		if driver, ok := c.registry.Group(name); ok {
-			start := time.Now()
-			list, err := driver.ListGroups(ctx)
-			c.metrics.driverCall(name, opListGroups, start, err)
-			if err != nil {
-				c.metrics.orphanRound(roundListFailed)
-				return nil, fmt.Errorf("listing the groups of driver %s: %w", name, err)
+			scoped, ok := driver.(ScopedGroupLister)
+			if !ok {
+				start := time.Now()
+				list, err := driver.ListGroups(ctx)
+				c.metrics.driverCall(name, opListGroups, start, err)
+				if err != nil {
+					out.skipped = append(out.skipped, fmt.Errorf("listing the groups of driver %s: %w", name, err))
+					continue
+				}
+				for _, g := range list {
+					out.groups = append(out.groups, groupCandidate{name, g})
+				}
+				continue
 			}
-			for _, g := range list {
-				groups = append(groups, groupCandidate{name, g})
+			for _, scope := range scoped.GroupScopes(ctx) {
+				start := time.Now()
+				list, err := scoped.ListGroupsIn(ctx, scope)
+				c.metrics.driverCall(name, opListGroups, start, err)
+				if err != nil {
+					out.skipped = append(out.skipped, fmt.Errorf("listing the groups of driver %s in %s: %w", name, scope, err))
+					continue
+				}
+				in := map[string]bool{}
+				for _, g := range list {
+					out.groups = append(out.groups, groupCandidate{name, g})
+					in[g.Name] = true
+				}
+				collector, ok := driver.(StrayMachineCollector)
+				if !ok {
+					continue
+				}
+				start = time.Now()
+				strays, err := collector.ListStrayMachines(ctx, scope)
+				c.metrics.driverCall(name, opList, start, err)
+				if err != nil {
+					out.skipped = append(out.skipped, fmt.Errorf("listing the stray machines of driver %s in %s: %w", name, scope, err))
+					continue
+				}
+				for _, m := range strays {
+					out.strays = append(out.strays, strayCandidate{driver: name, scope: scope, machine: m, groups: in})
+				}
 			}
 			continue
 		}
@@ -68,13 +135,34 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		machines, err := driver.List(ctx)
 		c.metrics.driverCall(name, opList, start, err)
 		if err != nil {
-			c.metrics.orphanRound(roundListFailed)
-			return nil, fmt.Errorf("listing the machines of driver %s: %w", name, err)
+			out.skipped = append(out.skipped, fmt.Errorf("listing the machines of driver %s: %w", name, err))
+			continue
 		}
 		for _, m := range machines {
-			all = append(all, candidate{name, m})
+			out.machines = append(out.machines, machineCandidate{name, m})
 		}
 	}
+	return out
+}
+
+// CollectOrphans removes what no Node or NodeSet accounts for and is older
+// than minAge: the machines of machine drivers that no Node accounts for (by
+// providerID or by name), the groups whose NodeSet is gone, and the stray
+// machines of group drivers (tagged with the cluster, in no group) that no
+// Node accounts for and whose NodeSet or group is gone. Nothing is removed
+// unless the caches are synced. Each driver, and each scope of a scoped
+// group driver, is judged on its own list: one that cannot be listed is
+// skipped this round (and named in the error), never taken as empty, and
+// never stops the others. Each candidate is checked against the API server,
+// not only the cache, right before it is removed. It returns what it
+// removed.
+func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) ([]string, error) {
+	logger := klog.FromContext(ctx)
+	if !c.HasSynced() {
+		c.metrics.orphanRound(roundCachesNotSynced)
+		return nil, fmt.Errorf("caches not synced")
+	}
+	candidates := c.listOrphanCandidates(ctx)
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		c.metrics.orphanRound(roundListFailed)
@@ -89,16 +177,9 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 	}
 	now := c.opts.Now()
 	var removed []string
-	for _, cand := range all {
+	for _, cand := range candidates.machines {
 		m := cand.machine
-		if owned[m.Name] || (m.ProviderID != "" && owned[m.ProviderID]) {
-			continue
-		}
-		if m.CreatedAt == 0 || now.Sub(time.Unix(m.CreatedAt, 0)) < minAge {
-			continue // too young (a Node may be on its way) or of unknown age
-		}
-		// The cache may lag: ask the API server whether a Node has the name.
-		if _, err := c.kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if !c.unaccounted(ctx, owned, m, now, minAge) {
 			continue
 		}
 		if err := c.mayAct(opDelete); err != nil {
@@ -123,20 +204,43 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 				"Deleted machine %s (driver %s, %s old): no Node accounts for it", m.Name, cand.driver, age)
 		}
 	}
-	for _, cand := range groups {
+	for _, cand := range candidates.strays {
+		m := cand.machine
+		if m.Owner.Namespace == "" || m.Owner.Name == "" || !c.unaccounted(ctx, owned, m, now, minAge) {
+			continue // not a NodeSet's, a Node accounts for it, or too young
+		}
+		driver, _ := c.registry.Group(cand.driver)
+		setGone, known := c.nodeSetGone(ctx, m.Owner)
+		if !known {
+			continue
+		}
+		groupGone := !cand.groups[drivers.NameGroup(driver, m.Owner)]
+		if !setGone && !groupGone {
+			continue // detached from a live group of a live NodeSet: someone's on purpose
+		}
+		if err := c.mayAct(opTerminate); err != nil {
+			logger.Info("Orphan collection stopped: this replica may not act", "reason", err)
+			return removed, err
+		}
+		start := time.Now()
+		err := driver.(StrayMachineCollector).TerminateStrayMachine(ctx, cand.scope, m.ProviderID)
+		c.metrics.driverCall(cand.driver, opTerminate, start, err)
+		if err != nil {
+			logger.Error(err, "Terminating an orphan machine", "driver", cand.driver, "scope", cand.scope, "providerID", m.ProviderID)
+			continue
+		}
+		c.metrics.orphanDeleted(cand.driver)
+		removed = append(removed, m.ProviderID)
+		logger.Info("Terminated an orphan machine in no group", "driver", cand.driver, "scope", cand.scope, "machine", m.Name,
+			"providerID", m.ProviderID, "age", now.Sub(time.Unix(m.CreatedAt, 0)).Round(time.Second),
+			"nodeset", klog.KRef(m.Owner.Namespace, m.Owner.Name), "nodesetGone", setGone, "groupGone", groupGone)
+	}
+	for _, cand := range candidates.groups {
 		g := cand.group
 		if g.CreatedAt == 0 || now.Sub(time.Unix(g.CreatedAt, 0)) < minAge || g.Owner.Namespace == "" || g.Owner.Name == "" {
 			continue // too young, of unknown age, or not a NodeSet's
 		}
-		if c.opts.NodeSets == nil {
-			continue // cannot ask the API server
-		}
-		// Only the API server's word that the NodeSet is gone counts.
-		set, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(g.Owner.Namespace).Get(ctx, g.Owner.Name, metav1.GetOptions{})
-		if err == nil && (g.Owner.UID == "" || set.UID == g.Owner.UID) {
-			continue
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
+		if gone, known := c.nodeSetGone(ctx, g.Owner); !known || !gone {
 			continue
 		}
 		if err := c.mayAct(opDeleteGroup); err != nil {
@@ -156,8 +260,46 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		logger.Info("Deleting an orphan group", "driver", cand.driver, "group", g.Name, "machines", len(g.Machines),
 			"age", now.Sub(time.Unix(g.CreatedAt, 0)).Round(time.Second), "nodeset", klog.KRef(g.Owner.Namespace, g.Owner.Name))
 	}
+	if len(candidates.skipped) > 0 {
+		c.metrics.orphanRound(roundListFailed)
+		return removed, fmt.Errorf("skipped what could not be listed: %w", errors.Join(candidates.skipped...))
+	}
 	c.metrics.orphanRound(roundCompleted)
 	return removed, nil
+}
+
+// unaccounted reports whether no Node accounts for the machine, by name or
+// providerID, in the cache or, for its name, on the API server, and whether
+// it is known to be older than minAge.
+func (c *Controller) unaccounted(ctx context.Context, owned map[string]bool, m drivers.MachineStatus, now time.Time, minAge time.Duration) bool {
+	if owned[m.Name] || (m.ProviderID != "" && owned[m.ProviderID]) {
+		return false
+	}
+	if m.CreatedAt == 0 || now.Sub(time.Unix(m.CreatedAt, 0)) < minAge {
+		return false // too young (a Node may be on its way) or of unknown age
+	}
+	if m.Name == "" {
+		return true // a Node is named after the machine: one without a name has none
+	}
+	// The cache may lag: ask the API server whether a Node has the name.
+	_, err := c.kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
+}
+
+// nodeSetGone asks the API server whether the owner's NodeSet (namespace,
+// name and, when known, UID) is gone; known is false when it cannot tell.
+func (c *Controller) nodeSetGone(ctx context.Context, owner drivers.Owner) (gone, known bool) {
+	if c.opts.NodeSets == nil {
+		return false, false // cannot ask the API server
+	}
+	set, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(owner.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return owner.UID != "" && set.UID != owner.UID, true
+	case apierrors.IsNotFound(err):
+		return true, true
+	}
+	return false, false
 }
 
 // RunOrphanCollection collects orphans every interval until ctx is done.
@@ -170,8 +312,8 @@ func (c *Controller) RunOrphanCollection(ctx context.Context, interval, minAge t
 			return
 		case <-ticker.C:
 		}
-		if _, err := c.CollectOrphans(ctx, minAge); err != nil {
-			klog.FromContext(ctx).Info("Orphan collection skipped this round; nothing was removed", "reason", err.Error())
+		if removed, err := c.CollectOrphans(ctx, minAge); err != nil {
+			klog.FromContext(ctx).Info("Orphan collection left out what it could not judge this round", "removed", len(removed), "reason", err.Error())
 		}
 	}
 }

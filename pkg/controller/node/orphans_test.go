@@ -10,9 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
 )
 
 func synced(f *fixture) { f.controller.synced = []cache.InformerSynced{func() bool { return true }} }
@@ -47,28 +49,150 @@ func TestCollectOrphans(t *testing.T) {
 	assert.Equal(t, []string{"web-adopted", "web-ageless", "web-lagging", "web-owned", "web-young"}, remaining)
 }
 
-func TestCollectOrphansRemovesNothingWhenAListFails(t *testing.T) {
+func TestCollectOrphansSkipsOnlyTheDriverWhoseListFails(t *testing.T) {
 	f := newFixture(t, nil)
 	synced(f)
 	other := newRecordingDriver(nodesetv1alpha1.DriverDockerMachine)
 	other.listErr = errors.New("throttled")
+	other.machines = map[string]string{"dm-orphan": "test:///dm-orphan"}
+	other.createdAt = map[string]int64{"dm-orphan": f.now.Add(-time.Hour).Unix()}
 	f.controller.registry[other.name] = other
 	f.driver.machines = map[string]string{"web-orphan": "test:///web-orphan"}
 	f.driver.createdAt = map[string]int64{"web-orphan": f.now.Add(-time.Hour).Unix()}
 
 	removed, err := f.controller.CollectOrphans(context.Background(), time.Minute)
-	require.ErrorContains(t, err, "throttled")
-	assert.Empty(t, removed)
-	assert.Empty(t, f.driver.deletes, "one failed List stops the whole round")
+	require.ErrorContains(t, err, "listing the machines of driver docker-machine: throttled")
+	assert.Equal(t, []string{"web-orphan"}, removed, "the driver that listed is judged on its own list")
+	assert.Empty(t, other.deletes, "the one whose List failed loses nothing")
 
+	f.driver.machines = map[string]string{"web-orphan-2": "test:///web-orphan-2"}
+	f.driver.createdAt = map[string]int64{"web-orphan-2": f.now.Add(-time.Hour).Unix()}
 	other.listErr = nil
 	f.controller.synced = []cache.InformerSynced{func() bool { return false }}
 	_, err = f.controller.CollectOrphans(context.Background(), time.Minute)
 	require.ErrorContains(t, err, "caches not synced")
-	assert.Empty(t, f.driver.deletes, "nor does anything go before the caches synced")
+	assert.Equal(t, []string{"web-orphan"}, f.driver.deletes, "nothing goes before the caches synced")
+	assert.Empty(t, other.deletes)
 
 	synced(f)
 	removed, err = f.controller.CollectOrphans(context.Background(), time.Minute)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"web-orphan"}, removed, "and the next good round collects")
+	sort.Strings(removed)
+	assert.Equal(t, []string{"dm-orphan", "web-orphan-2"}, removed, "and the next good round collects")
+}
+
+// scopedGroupDriver is a recording group driver whose groups and stray
+// machines live in scopes, each of which may fail to list.
+type scopedGroupDriver struct {
+	*recordingGroupDriver
+	scopes     []string
+	groupScope map[string]string // group name -> scope
+	strays     map[string][]drivers.MachineStatus
+	listErrs   map[string]error
+	strayErrs  map[string]error
+	terminated []string
+}
+
+func (d *scopedGroupDriver) GroupScopes(context.Context) []string { return d.scopes }
+
+func (d *scopedGroupDriver) ListGroupsIn(_ context.Context, scope string) ([]drivers.GroupStatus, error) {
+	if err := d.listErrs[scope]; err != nil {
+		return nil, err
+	}
+	var out []drivers.GroupStatus
+	for name, g := range d.groups {
+		if d.groupScope[name] == scope {
+			out = append(out, *g)
+		}
+	}
+	return out, nil
+}
+
+func (d *scopedGroupDriver) ListStrayMachines(_ context.Context, scope string) ([]drivers.MachineStatus, error) {
+	if err := d.strayErrs[scope]; err != nil {
+		return nil, err
+	}
+	return d.strays[scope], nil
+}
+
+func (d *scopedGroupDriver) TerminateStrayMachine(_ context.Context, scope, providerID string) error {
+	d.terminated = append(d.terminated, scope+" "+providerID)
+	return nil
+}
+
+func TestOrphanCollectionSkipsOnlyTheScopeItCannotList(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	synced(g.fixture)
+	d := &scopedGroupDriver{recordingGroupDriver: g.group, scopes: []string{"us-east-1 (NodeClass good)", "nowhere-1 (NodeClass broken)"},
+		groupScope: map[string]string{}, strays: map[string][]drivers.MachineStatus{}, listErrs: map[string]error{}, strayErrs: map[string]error{}}
+	g.controller.registry = drivers.Registry{d.Name(): d}
+	good, broken := d.scopes[0], d.scopes[1]
+	old := testNow.Add(-time.Hour).Unix()
+	add := func(scope, name, set string) {
+		g.group.groups[name] = &drivers.GroupStatus{Name: name, CreatedAt: old,
+			Owner: drivers.Owner{Cluster: "test", Namespace: "team-a", Name: set, UID: types.UID("uid-" + set)}}
+		d.groupScope[name] = scope
+	}
+	add(good, "orphan-good", "gone-1")
+	add(broken, "orphan-broken", "gone-2")
+	d.listErrs[broken] = errors.New("no such host")
+
+	removed, err := g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.ErrorContains(t, err, "nowhere-1 (NodeClass broken): no such host")
+	assert.Equal(t, []string{"orphan-good"}, removed, "a broken class stops only its own scope")
+	assert.Equal(t, []string{"orphan-good"}, g.group.deleted)
+
+	delete(d.listErrs, broken)
+	removed, err = g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"orphan-broken"}, removed)
+}
+
+func TestStrayMachinesAreCollectedWhenTheirSetOrGroupIsGone(t *testing.T) {
+	owned := setNode("ip-owned", "asg")
+	owned.Spec.ProviderID = "aws:///zone-a/i-owned"
+	g := newGroupFixture(t, 1, owned)
+	synced(g.fixture)
+	scope := "us-east-1 (NodeClass asg)"
+	d := &scopedGroupDriver{recordingGroupDriver: g.group, scopes: []string{scope}, groupScope: map[string]string{},
+		strays: map[string][]drivers.MachineStatus{}, listErrs: map[string]error{}, strayErrs: map[string]error{}}
+	g.controller.registry = drivers.Registry{d.Name(): d}
+	web := drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "web", UID: "uid-web"}
+	webGroup := drivers.GroupName(web)
+	g.group.groups[webGroup] = &drivers.GroupStatus{Name: webGroup, CreatedAt: testNow.Unix(), Owner: web}
+	d.groupScope[webGroup] = scope
+	old, young := testNow.Add(-time.Hour).Unix(), testNow.Add(-time.Minute).Unix()
+	stray := func(id string, owner drivers.Owner, created int64) drivers.MachineStatus {
+		return drivers.MachineStatus{Name: "ip-" + id, ProviderID: "aws:///zone-a/i-" + id, Owner: owner, CreatedAt: created, State: drivers.MachineRunning}
+	}
+	gone := drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "deleted", UID: "uid-deleted"}
+	recreated := drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "web", UID: "uid-old-web"}
+	d.strays[scope] = []drivers.MachineStatus{
+		stray("owned", gone, old),          // a Node still accounts for it: its termination is the Node's
+		stray("young", gone, young),        // may be on its way into a group
+		stray("detached", web, old),        // detached from the live group of a live NodeSet: left alone
+		stray("set-gone", gone, old),       // its NodeSet is gone
+		stray("recreated", recreated, old), // a NodeSet of the same name, made again
+		stray("nobody", drivers.Owner{Cluster: "test"}, old),
+	}
+
+	d.strayErrs[scope] = errors.New("throttled")
+	removed, err := g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.ErrorContains(t, err, "throttled")
+	assert.Empty(t, removed)
+	assert.Empty(t, d.terminated, "nothing on a partial list")
+
+	delete(d.strayErrs, scope)
+	removed, err = g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"aws:///zone-a/i-set-gone", "aws:///zone-a/i-recreated"}, removed)
+	assert.ElementsMatch(t, []string{scope + " aws:///zone-a/i-set-gone", scope + " aws:///zone-a/i-recreated"}, d.terminated)
+
+	t.Log("the group of a live NodeSet is gone: its stray goes too")
+	delete(g.group.groups, webGroup)
+	d.terminated = nil
+	d.strays[scope] = []drivers.MachineStatus{stray("detached", web, old)}
+	removed, err = g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"aws:///zone-a/i-detached"}, removed)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -142,15 +143,20 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		credsErr error
 	)
 	if problem == nil {
-		// Reported, and retried: the Secret may not be there yet.
+		// Reported, and retried: the Secret may not be there yet (its
+		// creation is watched, too).
 		creds, credsErr = c.credentials(ctx, class)
+		if credsErr != nil {
+			credsErr = fmt.Errorf("spec.credentialsSecretRef: %w", credsErr)
+		}
 		problem = credsErr
 	}
 	if cloud, ok := driver.(drivers.CloudValidator); ok && problem == nil {
 		// The cloud's word on the image, the network, the credentials.
 		err := cloud.ValidateCloud(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
 		if err != nil && !errors.Is(err, drivers.ErrInvalidConfiguration) {
-			return fmt.Errorf("validating NodeClass %s against the cloud: %w", class.Name, err)
+			err = fmt.Errorf("validating NodeClass %s against the cloud: %w", class.Name, err)
+			return c.undecided(ctx, class, driver, err)
 		}
 		problem = err
 	}
@@ -179,7 +185,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, err.Error()
 			meta.SetStatusCondition(&status.Conditions, condition)
 		default:
-			return fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err)
+			return c.undecided(ctx, class, driver, fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err))
 		}
 	}
 	if equality.Semantic.DeepEqual(status, class.Status) {
@@ -193,4 +199,47 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	c.enqueueSetsOf(class.Name)
 	return credsErr
+}
+
+// undecided reports a validation that could not finish (the cloud did not
+// answer) and returns err so it is retried. A class whose current
+// generation has a verdict keeps it: a blip in the cloud must not take the
+// nodes of a valid class away. A new generation, or a class never judged,
+// gets Valid=Unknown with reason ValidationFailed and the error, so that it
+// has a verdict after one sync.
+func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeClass, driver drivers.Driver, err error) error {
+	if valid := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid); valid != nil &&
+		valid.ObservedGeneration == class.Generation && valid.Status != metav1.ConditionUnknown {
+		return err
+	}
+	status := *class.Status.DeepCopy()
+	status.ObservedGeneration = class.Generation
+	status.DriverKind = KindOf(driver)
+	status.Capacity = nil
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionUnknown,
+		ObservedGeneration: class.Generation, Reason: ReasonValidationFailed, Message: err.Error()})
+	if equality.Semantic.DeepEqual(status, class.Status) {
+		return err
+	}
+	class.Status = status
+	if _, updateErr := c.client.NodesetV1alpha1().NodeClasses().UpdateStatus(ctx, class, metav1.UpdateOptions{}); updateErr != nil {
+		return errors.Join(err, updateErr)
+	}
+	c.enqueueSetsOf(class.Name)
+	return err
+}
+
+// EnqueueClassesOfSecret validates again the classes whose
+// credentialsSecretRef names the Secret namespace/name: a Secret created,
+// fixed or rotated is seen at once, not on the next retry.
+func (c *Controller) EnqueueClassesOfSecret(namespace, name string) {
+	classes, err := c.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, class := range classes {
+		if ref := class.Spec.CredentialsSecretRef; ref != nil && ref.Namespace == namespace && ref.Name == name && c.registry[class.Spec.Driver] != nil {
+			c.queue.Add(class.Name)
+		}
+	}
 }
