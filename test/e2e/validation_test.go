@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -121,15 +122,46 @@ func TestInvalidObjectsRejected(t *testing.T) {
 			[]string{"provisioning.userDataOption is required when method is UserData"}},
 		{"tenantOverrides not a field path", nodeClass("c28", simulatedClass(object{"tenantOverrides": []any{"instance-type!"}})),
 			[]string{"spec.tenantOverrides[0]", "should match"}},
+		{"unknown driver with a built-in section", nodeClass("c29", object{"driver": "foo", "simulated": object{}}),
+			[]string{"spec: Invalid value", "spec.simulated is only for spec.driver simulated; an out-of-tree driver is configured through spec.parameters"}},
+		{"built-in section of another built-in driver", nodeClass("c30", object{"driver": "docker-machine", "simulated": object{}}),
+			[]string{"spec.simulated is only for spec.driver simulated", "spec.dockerMachine must be set when spec.driver is docker-machine"}},
+		{"class name of 64", nodeClass(strings.Repeat("c", 64), simulatedClass(nil)),
+			[]string{"metadata.name must be at most 63 characters", "nodeset.dev/nodeclass label"}},
+		{"class taint key name of 64", nodeClass("c31", simulatedClass(object{"nodeTemplate": object{"taints": []any{object{"key": strings.Repeat("k", 64), "effect": "NoSchedule"}}}})),
+			[]string{"spec.nodeTemplate.taints[0].key", "should match"}},
+		{"class taint key prefix of 254", nodeClass("c32", simulatedClass(object{"nodeTemplate": object{"taints": []any{object{"key": strings.Repeat("p", 254) + "/k", "effect": "NoSchedule"}}}})),
+			[]string{"spec.nodeTemplate.taints[0].key", "the prefix before '/' must be at most 253 characters"}},
+		{"class label value of 64", nodeClass("c33", simulatedClass(object{"nodeTemplate": object{"labels": object{"tier": strings.Repeat("v", 64)}}})),
+			[]string{"spec.nodeTemplate.labels", "values at most 63"}},
+		{"managed node group taint key", nodeClass("c34", object{"driver": "eks-managed", "eksManagedNodeGroup": object{
+			"clusterName": "prod", "region": "eu-west-1", "nodeRole": "arn:aws:iam::123456789012:role/x",
+			"taints": []any{object{"key": "a b", "effect": "NO_SCHEDULE"}}}}),
+			[]string{"spec.eksManagedNodeGroup.taints[0].key", "should match"}},
+		{"registrationTimeout over a day", nodeClass("c35", simulatedClass(object{"registrationTimeout": "25h"})),
+			[]string{"spec.registrationTimeout must be a duration of at least 1s and at most 24h"}},
+		{"registrationTimeout past time.Duration", nodeClass("c36", simulatedClass(object{"registrationTimeout": "9999999999h"})),
+			[]string{"spec.registrationTimeout must be a duration of at least 1s and at most 24h"}},
 		// NodeSet
+		{"NodeSet name of 64", nodeSet(ns, strings.Repeat("s", 64), setSpec(nil)),
+			[]string{"metadata.name must be at most 63 characters", "nodeset.dev/nodeset label"}},
+		{"taint key prefix of 254", nodeSet(ns, "s15", setSpec(object{"template": object{"taints": []any{object{"key": strings.Repeat("p", 254) + "/k", "effect": "NoSchedule"}}}})),
+			[]string{"spec.template.taints[0].key", "the prefix before '/' must be at most 253 characters"}},
+		{"template annotations over 256KiB", nodeSet(ns, "s16", setSpec(object{"template": object{"annotations": object{
+			"a": strings.Repeat("x", 200000), "b": strings.Repeat("y", 70000)}}})),
+			[]string{"spec.template.annotations", "keys and values together must be at most 256 KiB"}},
+		{"template label value of 64", nodeSet(ns, "s17", setSpec(object{"template": object{"labels": object{"tier": strings.Repeat("v", 64)}}})),
+			[]string{"spec.template.labels", "values at most 63"}},
+		{"bootDelay past time.Duration", nodeSet(ns, "s18", setSpec(object{"simulated": object{"bootDelay": "9999999999h"}})),
+			[]string{"spec.simulated.bootDelay", "simulated.bootDelay must be a duration of at most 1h"}},
 		{"negative replicas", nodeSet(ns, "s1", setSpec(object{"replicas": -1})),
 			[]string{"spec.replicas", "greater than or equal to 0"}},
 		{"missing nodeClassName", nodeSet(ns, "s2", object{"replicas": 1}),
 			[]string{"spec.nodeClassName", "Required value"}},
 		{"autoscaling min above max", nodeSet(ns, "s3", setSpec(object{"replicas": 3, "autoscaling": object{"minReplicas": 5, "maxReplicas": 2}})),
-			[]string{"spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas"}},
+			[]string{"spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas: minReplicas is 5, maxReplicas is 2"}},
 		{"replicas above autoscaling max", nodeSet(ns, "s4", setSpec(object{"replicas": 12, "autoscaling": object{"minReplicas": 1, "maxReplicas": 10}})),
-			[]string{"spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas"}},
+			[]string{"spec.replicas: Invalid value", "spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas: replicas is 12, the bounds are 1 and 10"}},
 		{"reserved label", nodeSet(ns, "s5", setSpec(object{"template": object{"labels": object{"nodeset.dev/nodeset": "other"}}})),
 			[]string{"spec.template.labels: keys under nodeset.dev/ are reserved"}},
 		{"reserved annotation", nodeSet(ns, "s6", setSpec(object{"template": object{"annotations": object{"nodeset.dev/delete-node": "x"}}})),
@@ -140,7 +172,7 @@ func TestInvalidObjectsRejected(t *testing.T) {
 			"rollingUpdate": object{"maxSurge": 0, "maxUnavailable": "0%"}}})),
 			[]string{"maxSurge and maxUnavailable cannot both be zero"}},
 		{"surge percentage over 100", nodeSet(ns, "s9", setSpec(object{"strategy": object{"rollingUpdate": object{"maxSurge": "150%"}}})),
-			[]string{"spec.strategy.rollingUpdate.maxSurge must be a non-negative integer or a percentage"}},
+			[]string{"spec.strategy.rollingUpdate.maxSurge must be a non-negative integer of at most 2147483647 or a percentage"}},
 		{"rollingUpdate with OnDelete", nodeSet(ns, "s10", setSpec(object{"strategy": object{"type": "OnDelete", "rollingUpdate": object{"maxSurge": 1}}})),
 			[]string{"spec.strategy.rollingUpdate may only be set when spec.strategy.type is RollingUpdate"}},
 		{"unknown strategy", nodeSet(ns, "s11", setSpec(object{"strategy": object{"type": "Recreate"}})),

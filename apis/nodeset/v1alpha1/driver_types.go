@@ -14,23 +14,27 @@ type SimulatedMachine struct {
 	// instanceType is reported as the node.kubernetes.io/instance-type label.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
 	InstanceType string `json:"instanceType,omitempty"`
 	// capacity is what the simulated kubelet reports as capacity and
 	// allocatable: cpu, memory, pods, ephemeral-storage and any extended
-	// resource. Defaults to 2 cpu, 8Gi memory, 110 pods, 100Gi ephemeral-storage.
+	// resource, each at most 1Pi. Defaults to 2 cpu, 8Gi memory, 110 pods,
+	// 100Gi ephemeral-storage.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, type(self[k]) == int ? (self[k] >= 0 && self[k] <= 1125899906842624) : (self[k].matches('^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$') && quantity(self[k]).compareTo(quantity('1Pi')) <= 0))",message="simulated.capacity: each quantity must be non-negative and at most 1Pi, with a decimal exponent of at most two digits, such as 4, 500m, 8Gi or 1e3"
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 	// labels are reported by the simulated kubelet, as a real one reports its
 	// --node-labels and well-known labels.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && self[k].size() <= 63)",message="simulated.labels: keys must be at most 317 characters and values at most 63"
 	Labels map[string]string `json:"labels,omitempty"`
-	// bootDelay is how long a simulated machine takes from launch to Ready.
+	// bootDelay is how long a simulated machine takes from launch to Ready, at most 1h.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')",message="simulated.bootDelay must be a duration, such as 5s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) <= duration('1h')",message="simulated.bootDelay must be a duration of at most 1h, such as 5s"
 	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
 	// failurePercent is the share of machines, from 0 to 100, that never
 	// register, so replacement paths can be exercised.
@@ -190,6 +194,7 @@ type MixedInstancesPolicy struct {
 	// onDemandBaseCapacity is how many instances are on-demand before any spot.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	OnDemandBaseCapacity *int32 `json:"onDemandBaseCapacity,omitempty"`
 	// onDemandPercentageAboveBaseCapacity is the on-demand share, 0 to 100,
 	// above the base; the rest is spot.
@@ -204,6 +209,7 @@ type MixedInstancesPolicy struct {
 	// spotMaxPrice is the most to pay per hour for a spot instance, in USD;
 	// empty means the on-demand price.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	SpotMaxPrice string `json:"spotMaxPrice,omitempty"`
 }
@@ -223,13 +229,15 @@ type BlockDevice struct {
 	// +optional
 	// +kubebuilder:validation:Enum=gp2;gp3;io1;io2;st1;sc1;standard
 	VolumeType string `json:"volumeType,omitempty"`
-	// iops for gp3, io1 and io2 volumes.
+	// iops for gp3, io1 and io2 volumes, at most 256000 (io2 Block Express).
 	// +optional
 	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=256000
 	IOPS *int32 `json:"iops,omitempty"`
-	// throughput in MiB/s for gp3 volumes.
+	// throughput in MiB/s for gp3 volumes, at most 2000.
 	// +optional
 	// +kubebuilder:validation:Minimum=125
+	// +kubebuilder:validation:Maximum=2000
 	Throughput *int32 `json:"throughput,omitempty"`
 	// encrypted encrypts the volume.
 	// +optional
@@ -336,9 +344,10 @@ type EKSManagedNodeGroup struct {
 	// +optional
 	// +kubebuilder:validation:Enum=ON_DEMAND;SPOT;CAPACITY_BLOCK
 	CapacityType string `json:"capacityType,omitempty"`
-	// diskSize of the root volume in GiB (without a launch template).
+	// diskSize of the root volume in GiB (without a launch template), at most 65536.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
 	DiskSize *int32 `json:"diskSize,omitempty"`
 	// version is the Kubernetes minor version, such as "1.37".
 	// +optional
@@ -364,6 +373,7 @@ type EKSManagedNodeGroup struct {
 	// labels are the node group's Kubernetes labels.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && self[k].size() <= 63)",message="eksManagedNodeGroup.labels: keys must be at most 317 characters and values at most 63"
 	Labels map[string]string `json:"labels,omitempty"`
 	// taints are the node group's Kubernetes taints.
 	// +optional
@@ -420,14 +430,16 @@ type RemoteAccess struct {
 
 // ManagedTaint is a taint in the EKS API's spelling.
 type ManagedTaint struct {
-	// key of the taint.
+	// key of the taint, with the syntax of a Kubernetes taint key.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	Key string `json:"key"`
 	// value of the taint.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`
 	Value string `json:"value,omitempty"`
 	// effect is NO_SCHEDULE, NO_EXECUTE or PREFER_NO_SCHEDULE.
 	// +required

@@ -16,6 +16,7 @@ import (
 // +kubebuilder:printcolumn:name="Tenancy",type=string,JSONPath=".spec.tenancy"
 // +kubebuilder:printcolumn:name="Valid",type=string,JSONPath=".status.conditions[?(@.type==\"Valid\")].status"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is the value of the nodeset.dev/nodeclass label on the class's Nodes"
 
 // NodeClass is an admin's catalogue entry for nodes, as a StorageClass is for
 // volumes: which driver makes the machines, with which cloud settings, which
@@ -39,6 +40,10 @@ type NodeClass struct {
 // +kubebuilder:validation:XValidation:rule="self.driver != 'eks-asg' || has(self.eksAutoscalingGroup)",message="spec.eksAutoscalingGroup must be set when spec.driver is eks-asg"
 // +kubebuilder:validation:XValidation:rule="self.driver != 'eks-managed' || has(self.eksManagedNodeGroup)",message="spec.eksManagedNodeGroup must be set when spec.driver is eks-managed"
 // +kubebuilder:validation:XValidation:rule="!has(self.parameters) || !(self.driver in ['simulated', 'docker-machine', 'eks-asg', 'eks-managed'])",message="spec.parameters is only for out-of-tree drivers; built-in drivers use their typed section"
+// +kubebuilder:validation:XValidation:rule="!has(self.simulated) || self.driver == 'simulated'",message="spec.simulated is only for spec.driver simulated; an out-of-tree driver is configured through spec.parameters"
+// +kubebuilder:validation:XValidation:rule="!has(self.dockerMachine) || self.driver == 'docker-machine'",message="spec.dockerMachine is only for spec.driver docker-machine; an out-of-tree driver is configured through spec.parameters"
+// +kubebuilder:validation:XValidation:rule="!has(self.eksAutoscalingGroup) || self.driver == 'eks-asg'",message="spec.eksAutoscalingGroup is only for spec.driver eks-asg; an out-of-tree driver is configured through spec.parameters"
+// +kubebuilder:validation:XValidation:rule="!has(self.eksManagedNodeGroup) || self.driver == 'eks-managed'",message="spec.eksManagedNodeGroup is only for spec.driver eks-managed; an out-of-tree driver is configured through spec.parameters"
 // +kubebuilder:validation:XValidation:rule="!has(self.dockerMachine) || has(self.dockerMachine.driverName)",message="spec.dockerMachine.driverName is required"
 // +kubebuilder:validation:XValidation:rule="!has(self.eksAutoscalingGroup) || (has(self.eksAutoscalingGroup.clusterName) && has(self.eksAutoscalingGroup.region))",message="spec.eksAutoscalingGroup.clusterName and spec.eksAutoscalingGroup.region are required"
 // +kubebuilder:validation:XValidation:rule="!has(self.eksManagedNodeGroup) || (has(self.eksManagedNodeGroup.clusterName) && has(self.eksManagedNodeGroup.region) && has(self.eksManagedNodeGroup.nodeRole))",message="spec.eksManagedNodeGroup.clusterName, region and nodeRole are required"
@@ -98,12 +103,12 @@ type NodeClassSpec struct {
 	Limits *NodeClassLimits `json:"limits,omitempty"`
 
 	// registrationTimeout is how long a machine may take from launch until its
-	// kubelet reports Ready before it is replaced. Defaults to 15m.
+	// kubelet reports Ready before it is replaced: from 1s to 24h. Defaults to 15m.
 	// +optional
 	// +kubebuilder:default="15m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.registrationTimeout must be a duration of at least 1s, such as 10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="spec.registrationTimeout must be a duration of at least 1s and at most 24h, such as 10m"
 	RegistrationTimeout *metav1.Duration `json:"registrationTimeout,omitempty"`
 
 	// drain says how nodes of this class are drained before their machines are removed.
@@ -206,10 +211,12 @@ type NodeClassLimits struct {
 	// maxNodes is the most nodes the class may have across all namespaces.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	MaxNodes *int32 `json:"maxNodes,omitempty"`
 	// maxNodesPerNamespace is the most nodes of the class one namespace may have.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	MaxNodesPerNamespace *int32 `json:"maxNodesPerNamespace,omitempty"`
 }
 
@@ -227,12 +234,12 @@ const (
 // DrainPolicy says how nodes are drained before their machines are removed.
 type DrainPolicy struct {
 	// timeout bounds the drain: evictions blocked by PodDisruptionBudgets are
-	// retried until then. Defaults to 10m.
+	// retried until then, at most 24h. Defaults to 10m.
 	// +optional
 	// +kubebuilder:default="10m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')",message="spec.drain.timeout must be a non-negative duration, such as 10m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) <= duration('24h')",message="spec.drain.timeout must be a non-negative duration of at most 24h, such as 10m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// onTimeout is Deprovision (the default: remove the machine anyway) or Cordon
 	// (leave the node cordoned with a DrainTimedOut condition for a human).
@@ -249,6 +256,7 @@ type DrainPolicy struct {
 type NodeClassStatus struct {
 	// observedGeneration is the generation the status was computed for.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// conditions: Valid says whether the driver accepted the configuration, and why not.
 	// +optional
@@ -283,16 +291,23 @@ const (
 // NodeCapacity is what one node offers.
 type NodeCapacity struct {
 	// resources is the node's capacity: cpu, memory, pods, ephemeral-storage and any extended resource.
+	// Each quantity is at most 1Pi.
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, type(self[k]) == int ? (self[k] >= 0 && self[k] <= 1125899906842624) : (self[k].matches('^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$') && quantity(self[k]).compareTo(quantity('1Pi')) <= 0))",message="resources: each quantity must be non-negative and at most 1Pi, with a decimal exponent of at most two digits, such as 4, 500m, 8Gi or 1e3"
 	Resources corev1.ResourceList `json:"resources,omitempty"`
-	// allocatable is what pods can use of it.
+	// allocatable is what pods can use of it. Each quantity is at most 1Pi.
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, type(self[k]) == int ? (self[k] >= 0 && self[k] <= 1125899906842624) : (self[k].matches('^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$') && quantity(self[k]).compareTo(quantity('1Pi')) <= 0))",message="allocatable: each quantity must be non-negative and at most 1Pi, with a decimal exponent of at most two digits, such as 4, 500m, 8Gi or 1e3"
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
 	// labels the node will carry from its machine (instance type, zone, architecture, ...).
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
 	Labels map[string]string `json:"labels,omitempty"`
 	// taints the node will carry from its machine, besides the class's and the NodeSet's.
 	// +optional
+	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	Taints []corev1.Taint `json:"taints,omitempty"`
 }

@@ -20,6 +20,7 @@ import (
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=".status.readyReplicas"
 // +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=".status.updatedReplicas"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is the value of the nodeset.dev/nodeset label on the set's Nodes"
 
 // NodeSet is a tenant's request for nodes, as a PersistentVolumeClaim is for
 // storage: "N nodes of class X, with these labels and taints". The controllers
@@ -37,13 +38,13 @@ type NodeSet struct {
 
 // NodeSetSpec is the nodes a tenant wants.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || (self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)",message="spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.replicas) || (self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)",message="spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas",messageExpression="'spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas: replicas is %d, the bounds are %d and %d'.format([self.replicas, self.autoscaling.minReplicas, self.autoscaling.maxReplicas])",fieldPath=".replicas"
 // +kubebuilder:validation:XValidation:rule="[has(self.simulated), has(self.dockerMachine), has(self.eksAutoscalingGroup), has(self.eksManagedNodeGroup), has(self.parameters)].filter(x, x).size() <= 1",message="at most one driver section (simulated, dockerMachine, eksAutoscalingGroup, eksManagedNodeGroup or parameters) may be overridden"
 type NodeSetSpec struct {
 	// nodeClassName is the NodeClass the nodes are made from. It cannot be changed.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.nodeClassName is immutable; create a new NodeSet to change class"
 	NodeClassName string `json:"nodeClassName"`
@@ -53,6 +54,7 @@ type NodeSetSpec struct {
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// autoscaling, when present, lets cluster-autoscaler scale the set between
@@ -93,6 +95,7 @@ type NodeSetSpec struct {
 	// minReadySeconds is how long a node must be Ready to count as available.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
 
 	// paused stops a rollout where it is; scaling still happens.
@@ -102,28 +105,35 @@ type NodeSetSpec struct {
 
 // Autoscaling bounds cluster-autoscaler's scaling of a NodeSet.
 //
-// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas",messageExpression="'spec.autoscaling.minReplicas must be less than or equal to spec.autoscaling.maxReplicas: minReplicas is %d, maxReplicas is %d'.format([self.minReplicas, self.maxReplicas])"
 type Autoscaling struct {
 	// minReplicas is the fewest nodes cluster-autoscaler may leave.
 	// +required
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	MinReplicas int32 `json:"minReplicas"`
 	// maxReplicas is the most nodes cluster-autoscaler may make.
 	// +required
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	MaxReplicas int32 `json:"maxReplicas"`
 }
 
 // NodeTemplate is the labels, annotations and taints put on Nodes.
 type NodeTemplate struct {
 	// labels put on every Node. Keys and values follow the rules of Kubernetes
-	// labels; a NodeSet whose labels break them is not Accepted.
+	// labels; a NodeSet whose labels break them is not Accepted. The schema
+	// bounds their lengths (keys 317, values 63 characters); the syntax is
+	// checked by the webhook and the controllers.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && self[k].size() <= 63)",message="labels: keys must be at most 317 characters (a 253-character prefix, '/' and a 63-character name) and values at most 63"
 	Labels map[string]string `json:"labels,omitempty"`
-	// annotations put on every Node.
+	// annotations put on every Node. Keys and values together are at most
+	// 256 KiB, the limit of a Node's annotations.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.map(k, k.size() + self[k].size()).sum() <= 262144",message="annotations: keys and values together must be at most 256 KiB (262144 characters)"
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// taints put on every Node.
 	// +optional
@@ -137,8 +147,9 @@ type Taint struct {
 	// key of the taint.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.indexOf('/') <= 253",message="key: the prefix before '/' must be at most 253 characters"
 	Key string `json:"key"`
 	// value of the taint.
 	// +optional
@@ -186,14 +197,14 @@ type RollingUpdateNodeSet struct {
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.strategy.rollingUpdate.maxSurge must be a non-negative integer or a percentage from 0% to 100%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 0 && self <= 2147483647) : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.strategy.rollingUpdate.maxSurge must be a non-negative integer of at most 2147483647 or a percentage from 0% to 100%"
 	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
 	// maxUnavailable is how many nodes, or what percentage of replicas (rounded
 	// down), may be unavailable during a rollout. Defaults to 0.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.strategy.rollingUpdate.maxUnavailable must be a non-negative integer or a percentage from 0% to 100%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 0 && self <= 2147483647) : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.strategy.rollingUpdate.maxUnavailable must be a non-negative integer of at most 2147483647 or a percentage from 0% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
 
@@ -214,18 +225,27 @@ const (
 type NodeSetStatus struct {
 	// observedGeneration is the generation this status was computed for.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// replicas is the number of Nodes the set has, in any state but deleting.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Replicas int32 `json:"replicas"`
 	// readyReplicas is the number of Nodes whose kubelet reports Ready.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 	// availableReplicas is the number of Nodes Ready for at least minReadySeconds.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
 	// updatedReplicas is the number of Nodes made from the current template.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
 	// selector is the label selector of the set's Nodes, for the /scale subresource.
 	// +optional
@@ -269,6 +289,8 @@ type GroupStatus struct {
 	State string `json:"state,omitempty"`
 	// desiredSize of the group in the cloud.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	DesiredSize *int32 `json:"desiredSize,omitempty"`
 	// updateID is the cloud's id of the update in progress or last finished.
 	// +optional

@@ -18,9 +18,9 @@ type BlockDeviceApplyConfiguration struct {
 	VolumeSize *int32 `json:"volumeSize,omitempty"`
 	// volumeType is the EBS volume type.
 	VolumeType *string `json:"volumeType,omitempty"`
-	// iops for gp3, io1 and io2 volumes.
+	// iops for gp3, io1 and io2 volumes, at most 256000 (io2 Block Express).
 	IOPS *int32 `json:"iops,omitempty"`
-	// throughput in MiB/s for gp3 volumes.
+	// throughput in MiB/s for gp3 volumes, at most 2000.
 	Throughput *int32 `json:"throughput,omitempty"`
 	// encrypted encrypts the volume.
 	Encrypted *bool `json:"encrypted,omitempty"`

@@ -18,7 +18,7 @@ import (
 // DrainPolicy says how nodes are drained before their machines are removed.
 type DrainPolicyApplyConfiguration struct {
 	// timeout bounds the drain: evictions blocked by PodDisruptionBudgets are
-	// retried until then. Defaults to 10m.
+	// retried until then, at most 24h. Defaults to 10m.
 	Timeout *v1.Duration `json:"timeout,omitempty"`
 	// onTimeout is Deprovision (the default: remove the machine anyway) or Cordon
 	// (leave the node cordoned with a DrainTimedOut condition for a human).

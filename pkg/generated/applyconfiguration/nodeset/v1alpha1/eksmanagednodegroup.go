@@ -26,7 +26,7 @@ type EKSManagedNodeGroupApplyConfiguration struct {
 	AMIType *string `json:"amiType,omitempty"`
 	// capacityType is ON_DEMAND, SPOT or CAPACITY_BLOCK.
 	CapacityType *string `json:"capacityType,omitempty"`
-	// diskSize of the root volume in GiB (without a launch template).
+	// diskSize of the root volume in GiB (without a launch template), at most 65536.
 	DiskSize *int32 `json:"diskSize,omitempty"`
 	// version is the Kubernetes minor version, such as "1.37".
 	Version *string `json:"version,omitempty"`

@@ -12,7 +12,7 @@ package v1alpha1
 //
 // ManagedTaint is a taint in the EKS API's spelling.
 type ManagedTaintApplyConfiguration struct {
-	// key of the taint.
+	// key of the taint, with the syntax of a Kubernetes taint key.
 	Key *string `json:"key,omitempty"`
 	// value of the taint.
 	Value *string `json:"value,omitempty"`

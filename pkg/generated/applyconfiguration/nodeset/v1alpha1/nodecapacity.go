@@ -17,8 +17,9 @@ import (
 // NodeCapacity is what one node offers.
 type NodeCapacityApplyConfiguration struct {
 	// resources is the node's capacity: cpu, memory, pods, ephemeral-storage and any extended resource.
+	// Each quantity is at most 1Pi.
 	Resources *v1.ResourceList `json:"resources,omitempty"`
-	// allocatable is what pods can use of it.
+	// allocatable is what pods can use of it. Each quantity is at most 1Pi.
 	Allocatable *v1.ResourceList `json:"allocatable,omitempty"`
 	// labels the node will carry from its machine (instance type, zone, architecture, ...).
 	Labels map[string]string `json:"labels,omitempty"`

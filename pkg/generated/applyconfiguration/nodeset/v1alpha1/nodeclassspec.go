@@ -46,7 +46,7 @@ type NodeClassSpecApplyConfiguration struct {
 	// limits caps how many nodes this class may have.
 	Limits *NodeClassLimitsApplyConfiguration `json:"limits,omitempty"`
 	// registrationTimeout is how long a machine may take from launch until its
-	// kubelet reports Ready before it is replaced. Defaults to 15m.
+	// kubelet reports Ready before it is replaced: from 1s to 24h. Defaults to 15m.
 	RegistrationTimeout *v1.Duration `json:"registrationTimeout,omitempty"`
 	// drain says how nodes of this class are drained before their machines are removed.
 	Drain *DrainPolicyApplyConfiguration `json:"drain,omitempty"`

@@ -13,9 +13,12 @@ package v1alpha1
 // NodeTemplate is the labels, annotations and taints put on Nodes.
 type NodeTemplateApplyConfiguration struct {
 	// labels put on every Node. Keys and values follow the rules of Kubernetes
-	// labels; a NodeSet whose labels break them is not Accepted.
+	// labels; a NodeSet whose labels break them is not Accepted. The schema
+	// bounds their lengths (keys 317, values 63 characters); the syntax is
+	// checked by the webhook and the controllers.
 	Labels map[string]string `json:"labels,omitempty"`
-	// annotations put on every Node.
+	// annotations put on every Node. Keys and values together are at most
+	// 256 KiB, the limit of a Node's annotations.
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// taints put on every Node.
 	Taints []TaintApplyConfiguration `json:"taints,omitempty"`

@@ -24,12 +24,13 @@ type SimulatedMachineApplyConfiguration struct {
 	InstanceType *string `json:"instanceType,omitempty"`
 	// capacity is what the simulated kubelet reports as capacity and
 	// allocatable: cpu, memory, pods, ephemeral-storage and any extended
-	// resource. Defaults to 2 cpu, 8Gi memory, 110 pods, 100Gi ephemeral-storage.
+	// resource, each at most 1Pi. Defaults to 2 cpu, 8Gi memory, 110 pods,
+	// 100Gi ephemeral-storage.
 	Capacity *v1.ResourceList `json:"capacity,omitempty"`
 	// labels are reported by the simulated kubelet, as a real one reports its
 	// --node-labels and well-known labels.
 	Labels map[string]string `json:"labels,omitempty"`
-	// bootDelay is how long a simulated machine takes from launch to Ready.
+	// bootDelay is how long a simulated machine takes from launch to Ready, at most 1h.
 	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
 	// failurePercent is the share of machines, from 0 to 100, that never
 	// register, so replacement paths can be exercised.
