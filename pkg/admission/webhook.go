@@ -2,8 +2,10 @@
 // at create and update time what the NodeSetController would report as
 // Accepted=False, with the same reason and message; for NodeClasses, what the
 // schema cannot check and the NodeClassController would report as
-// Valid=False (tenantOverrides naming no field, an invalid namespace
-// selector).
+// Valid=False (tenantOverrides naming no field or a field inside a list,
+// labels and taints the API server would refuse on a Node, an invalid
+// namespace selector). An object that does not decode into the Go types is
+// refused with the field that does not.
 package admission
 
 import (
@@ -22,6 +24,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -86,7 +89,7 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 		return resp
 	}
 	set := &nodesetv1alpha1.NodeSet{}
-	if err := json.Unmarshal(req.Object.Raw, set); err != nil {
+	if err := decode(req.Object.Raw, set); err != nil {
 		return refuse(resp, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding the NodeSet: %v", err))
 	}
 	var old *nodesetv1alpha1.NodeSet
@@ -102,6 +105,11 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 	if set.DeletionTimestamp != nil {
 		return resp // never block the removal of finalizers
 	}
+	if len(set.Name) > validation.LabelValueMaxLength {
+		return refuse(resp, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+			fmt.Sprintf("NodeSet %s/%s: metadata.name: must be at most %d characters, the value of the %s label on the set's Nodes",
+				set.Namespace, set.Name, validation.LabelValueMaxLength, nodesetv1alpha1.LabelNodeSet))
+	}
 	if reason, message := admitter.Admit(set, old); reason != "" {
 		return refuse(resp, http.StatusForbidden, metav1.StatusReason(reason), fmt.Sprintf("NodeSet %s/%s: %s (%s)", set.Namespace, set.Name, message, reason))
 	}
@@ -116,7 +124,7 @@ func ClassHandler() http.Handler {
 			return resp
 		}
 		class := &nodesetv1alpha1.NodeClass{}
-		if err := json.Unmarshal(req.Object.Raw, class); err != nil {
+		if err := decode(req.Object.Raw, class); err != nil {
 			return refuse(resp, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding the NodeClass: %v", err))
 		}
 		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
@@ -125,7 +133,15 @@ func ClassHandler() http.Handler {
 				return resp // metadata only: a class stored during an outage can still be deleted
 			}
 		}
-		if err := nodeclass.SpecErrors(&class.Spec); err != nil {
+		err := nodeclass.SectionErrors(&class.Spec)
+		if err == nil {
+			err = nodeclass.SpecErrors(&class.Spec)
+		}
+		if err == nil && len(class.Name) > validation.LabelValueMaxLength {
+			err = fmt.Errorf("metadata.name: must be at most %d characters, the value of the %s label on the class's Nodes",
+				validation.LabelValueMaxLength, nodesetv1alpha1.LabelNodeClass)
+		}
+		if err != nil {
 			return refuse(resp, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 				fmt.Sprintf("NodeClass %s: %v (%s)", class.Name, err, nodeclass.ReasonInvalidConfiguration))
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -119,4 +120,75 @@ func TestNodeClassHandler(t *testing.T) {
 	assert.True(t, resp.Allowed)
 	resp = call(t, h, &admissionv1.AdmissionRequest{Operation: admissionv1.Delete, OldObject: raw(t, class("instanceTyp"))})
 	assert.True(t, resp.Allowed)
+}
+
+// TestRefusalsNameTheField sends objects the Go types or the Node rules
+// refuse: each refusal names the field.
+func TestRefusalsNameTheField(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("a", n) }
+	set := func(name, spec string) runtime.RawExtension {
+		return runtime.RawExtension{Raw: []byte(`{"apiVersion":"nodeset.dev/v1alpha1","kind":"NodeSet","metadata":{"name":"` + name + `"},"spec":` + spec + `}`)}
+	}
+	class := func(name, spec string) runtime.RawExtension {
+		return runtime.RawExtension{Raw: []byte(`{"apiVersion":"nodeset.dev/v1alpha1","kind":"NodeClass","metadata":{"name":"` + name + `"},"spec":` + spec + `}`)}
+	}
+	asg := func(extra string) string {
+		return `{"driver":"eks-asg","eksAutoscalingGroup":{"clusterName":"prod","region":"eu-west-1"` + extra + `},"tenantOverrides":`
+	}
+	tests := []struct {
+		name     string
+		handler  http.Handler
+		object   runtime.RawExtension
+		wantCode int32
+		want     []string
+	}{
+		{"undecodable set duration", Handler(&refuseLarge{}), set("web", `{"nodeClassName":"c","replicas":1,"simulated":{"bootDelay":"9999999999h"}}`),
+			http.StatusBadRequest, []string{"decoding the NodeSet: spec.simulated.bootDelay: time: invalid duration"}},
+		{"undecodable set quantity", Handler(&refuseLarge{}), set("web", `{"nodeClassName":"c","replicas":1,"simulated":{"capacity":{"cpu":"lots"}}}`),
+			http.StatusBadRequest, []string{"spec.simulated.capacity[cpu]"}},
+		{"set maxSurge past int32", Handler(&refuseLarge{}), set("web", `{"nodeClassName":"c","replicas":1,"strategy":{"rollingUpdate":{"maxSurge":2147483648}}}`),
+			http.StatusBadRequest, []string{"spec.strategy.rollingUpdate.maxSurge"}},
+		{"set taint list", Handler(&refuseLarge{}), set("web", `{"nodeClassName":"c","replicas":1,"template":{"taints":[{"key":"a","effect":7}]}}`),
+			http.StatusBadRequest, []string{"spec.template.taints[0].effect"}},
+		{"set name of 64", Handler(&refuseLarge{}), set(long(64), `{"nodeClassName":"c","replicas":1}`),
+			http.StatusUnprocessableEntity, []string{"metadata.name: must be at most 63 characters", "nodeset.dev/nodeset"}},
+		{"undecodable class duration", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"registrationTimeout":"99999999999999999999ns"}`),
+			http.StatusBadRequest, []string{"decoding the NodeClass: spec.registrationTimeout: time: invalid duration"}},
+		{"class name of 64", ClassHandler(), class(long(64), `{"driver":"simulated","simulated":{}}`),
+			http.StatusUnprocessableEntity, []string{"metadata.name: must be at most 63 characters", "nodeset.dev/nodeclass"}},
+		{"built-in section of an unknown driver", ClassHandler(), class("c", `{"driver":"foo","simulated":{}}`),
+			http.StatusUnprocessableEntity, []string{`spec.simulated: is only for spec.driver simulated, not "foo"`, "spec.parameters"}},
+		{"eks section of another built-in driver", ClassHandler(), class("c", `{"driver":"eks-managed","eksAutoscalingGroup":{}}`),
+			http.StatusUnprocessableEntity, []string{"spec.eksAutoscalingGroup: is only for spec.driver eks-asg"}},
+		{"override inside a list of objects", ClassHandler(), class("c", asg(``)+`["instanceType","blockDevices.volumeSize"]}`),
+			http.StatusUnprocessableEntity, []string{"spec.tenantOverrides[1]", "list elements cannot be overridden piecewise", "list the whole list (blockDevices) instead"}},
+		{"override inside a list of strings", ClassHandler(), class("c", asg(``)+`["mixedInstances.instanceTypes.first"]}`),
+			http.StatusUnprocessableEntity, []string{"spec.tenantOverrides[0]", "(mixedInstances.instanceTypes)"}},
+		{"class label value", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"nodeTemplate":{"labels":{"tier":"gold plated"}}}`),
+			http.StatusUnprocessableEntity, []string{`spec.nodeTemplate.labels: Invalid value: "gold plated"`}},
+		{"class label key", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"nodeTemplate":{"labels":{"bad key":"a"}}}`),
+			http.StatusUnprocessableEntity, []string{`spec.nodeTemplate.labels: Invalid value: "bad key"`}},
+		{"class taint key prefix of 254", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"nodeTemplate":{"taints":[{"key":"`+long(254)+`/a","effect":"NoSchedule"}]}}`),
+			http.StatusUnprocessableEntity, []string{"spec.nodeTemplate.taints[0].key", "prefix part must be no more than 253"}},
+		{"class taint key name of 64", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"nodeTemplate":{"taints":[{"key":"`+long(64)+`","effect":"NoSchedule"}]}}`),
+			http.StatusUnprocessableEntity, []string{"spec.nodeTemplate.taints[0].key", "name part must be no more than 63"}},
+		{"class taint value", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"nodeTemplate":{"taints":[{"key":"a","value":"x y","effect":"NoSchedule"}]}}`),
+			http.StatusUnprocessableEntity, []string{"spec.nodeTemplate.taints[0].value"}},
+		{"class annotations over 256KiB", ClassHandler(), class("c", `{"driver":"simulated","simulated":{},"nodeTemplate":{"annotations":{"a":"`+long(262144)+`"}}}`),
+			http.StatusUnprocessableEntity, []string{"spec.nodeTemplate.annotations", "may not be more than 262144 bytes"}},
+		{"simulated label", ClassHandler(), class("c", `{"driver":"simulated","simulated":{"labels":{"zone":"`+long(64)+`"}}}`),
+			http.StatusUnprocessableEntity, []string{"spec.simulated.labels"}},
+		{"managed node group taint", ClassHandler(), class("c", `{"driver":"eks-managed","eksManagedNodeGroup":{"taints":[{"key":"a b","effect":"NO_SCHEDULE"}]}}`),
+			http.StatusUnprocessableEntity, []string{"spec.eksManagedNodeGroup.taints[0].key"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := call(t, tt.handler, &admissionv1.AdmissionRequest{Operation: admissionv1.Create, Namespace: "team", Object: tt.object})
+			require.False(t, resp.Allowed)
+			assert.Equal(t, tt.wantCode, resp.Result.Code, resp.Result.Message)
+			for _, want := range tt.want {
+				assert.Contains(t, resp.Result.Message, want)
+			}
+		})
+	}
 }

@@ -5,20 +5,27 @@ import (
 	"reflect"
 	"strings"
 
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 )
 
-// SpecErrors checks what the schema cannot: that tenantOverrides name fields
-// of the driver section, and that the allowedNamespaces selector is a valid
-// label selector. The webhook refuses such a class at create and update time;
-// the NodeClassController reports it as Valid=False.
+// SpecErrors checks what the schema cannot afford: that tenantOverrides
+// name fields of the driver section a NodeSet can set, that the labels,
+// annotations and taints the class puts on Nodes are valid Kubernetes syntax,
+// and that the allowedNamespaces selector is a valid label selector. The
+// webhook refuses such a class at create and update time; the
+// NodeClassController reports it as Valid=False.
 func SpecErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	if err := TenantOverrideErrors(spec); err != nil {
 		return err
+	}
+	if errs := NodeTemplateErrors(spec); len(errs) > 0 {
+		return fmt.Errorf("%w: %v", drivers.ErrInvalidConfiguration, errs.ToAggregate())
 	}
 	if spec.AllowedNamespaces != nil && spec.AllowedNamespaces.Selector != nil {
 		path := field.NewPath("spec", "allowedNamespaces", "selector")
@@ -29,8 +36,67 @@ func SpecErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	return nil
 }
 
+// SectionErrors checks that a built-in driver section is set only with its
+// driver's name: an out-of-tree driver is configured through spec.parameters.
+// The schema says the same; the webhook checks it too, for its message.
+func SectionErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
+	sections := []struct {
+		set    bool
+		field  string
+		driver string
+	}{
+		{spec.Simulated != nil, "spec.simulated", nodesetv1alpha1.DriverSimulated},
+		{spec.DockerMachine != nil, "spec.dockerMachine", nodesetv1alpha1.DriverDockerMachine},
+		{spec.EKSAutoscalingGroup != nil, "spec.eksAutoscalingGroup", nodesetv1alpha1.DriverEKSASG},
+		{spec.EKSManagedNodeGroup != nil, "spec.eksManagedNodeGroup", nodesetv1alpha1.DriverEKSManaged},
+	}
+	for _, section := range sections {
+		if section.set && spec.Driver != section.driver {
+			return drivers.InvalidConfiguration(section.field,
+				"is only for spec.driver %s, not %q; an out-of-tree driver is configured through spec.parameters", section.driver, spec.Driver)
+		}
+	}
+	return nil
+}
+
+// NodeTemplateErrors checks the labels, annotations and taints the class
+// puts on its Nodes (spec.nodeTemplate, spec.simulated.labels, the labels
+// and taints of spec.eksManagedNodeGroup) with the API machinery's rules, so
+// that a class whose Nodes the API server would refuse is refused itself.
+func NodeTemplateErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
+	template := field.NewPath("spec", "nodeTemplate")
+	errs := metav1validation.ValidateLabels(spec.NodeTemplate.Labels, template.Child("labels"))
+	errs = append(errs, apimachineryvalidation.ValidateAnnotations(spec.NodeTemplate.Annotations, template.Child("annotations"))...)
+	for i, taint := range spec.NodeTemplate.Taints {
+		errs = append(errs, taintErrors(taint.Key, taint.Value, template.Child("taints").Index(i))...)
+	}
+	if spec.Simulated != nil {
+		errs = append(errs, metav1validation.ValidateLabels(spec.Simulated.Labels, field.NewPath("spec", "simulated", "labels"))...)
+	}
+	if group := spec.EKSManagedNodeGroup; group != nil {
+		path := field.NewPath("spec", "eksManagedNodeGroup")
+		errs = append(errs, metav1validation.ValidateLabels(group.Labels, path.Child("labels"))...)
+		for i, taint := range group.Taints {
+			errs = append(errs, taintErrors(taint.Key, taint.Value, path.Child("taints").Index(i))...)
+		}
+	}
+	return errs
+}
+
+func taintErrors(key, value string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(key) {
+		errs = append(errs, field.Invalid(path.Child("key"), key, msg))
+	}
+	for _, msg := range validation.IsValidLabelValue(value) {
+		errs = append(errs, field.Invalid(path.Child("value"), value, msg))
+	}
+	return errs
+}
+
 // TenantOverrideErrors checks that every entry of spec.tenantOverrides names
-// a field of the class's driver section (dotted for nested fields).
+// a field of the class's driver section (dotted for nested fields) that a
+// NodeSet can set: a list is overridden whole, never element by element.
 func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	var section reflect.Type
 	switch {
@@ -46,7 +112,15 @@ func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 		return nil // out-of-tree parameters: free-form
 	}
 	for i, path := range spec.TenantOverrides {
-		if !fieldExists(section, strings.Split(path, ".")) {
+		parts := strings.Split(path, ".")
+		exists, list := lookupField(section, parts)
+		if list > 0 {
+			whole := strings.Join(parts[:list], ".")
+			return drivers.InvalidConfiguration(fmt.Sprintf("spec.tenantOverrides[%d]", i),
+				"%q is a field of the elements of the list %s: list elements cannot be overridden piecewise; list the whole list (%s) instead",
+				path, whole, whole)
+		}
+		if !exists {
 			return drivers.InvalidConfiguration(fmt.Sprintf("spec.tenantOverrides[%d]", i),
 				"%q is not a field of the driver section; fields are: %s", path, strings.Join(fieldNames(section), ", "))
 		}
@@ -54,26 +128,39 @@ func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	return nil
 }
 
-func fieldExists(t reflect.Type, path []string) bool {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
-		t = t.Elem()
-	}
-	if len(path) == 0 {
-		return true
-	}
-	if t.Kind() == reflect.Map {
-		// A listed map key (tags.team): any key is a field of a map.
-		return len(path) == 1
-	}
-	if t.Kind() != reflect.Struct {
-		return false
-	}
-	for i := range t.NumField() {
-		if jsonName(t.Field(i)) == path[0] {
-			return fieldExists(t.Field(i).Type, path[1:])
+// lookupField says whether path names a field of t that can be overridden.
+// When path goes on past a list, list is the number of its leading parts
+// that name the list (and exists is false); otherwise list is 0.
+func lookupField(t reflect.Type, path []string) (exists bool, list int) {
+	for depth := 0; ; depth++ {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if depth == len(path) {
+			return true, 0
+		}
+		switch t.Kind() {
+		case reflect.Slice:
+			return false, depth
+		case reflect.Map:
+			// A listed map key (tags.team): any key is a field of a map.
+			return depth == len(path)-1, 0
+		case reflect.Struct:
+			next := reflect.Type(nil)
+			for i := range t.NumField() {
+				if jsonName(t.Field(i)) == path[depth] {
+					next = t.Field(i).Type
+					break
+				}
+			}
+			if next == nil {
+				return false, 0
+			}
+			t = next
+		default:
+			return false, 0
 		}
 	}
-	return false
 }
 
 func fieldNames(t reflect.Type) []string {

@@ -2,9 +2,11 @@ package nodeclass
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -27,6 +29,11 @@ func TestTenantOverrideErrors(t *testing.T) {
 		{"unknown nested", asg, []string{"instanceType", "mixedInstances.types"}, `spec.tenantOverrides[1]: "mixedInstances.types"`},
 		{"below a scalar", asg, []string{"instanceType.size"}, "is not a field"},
 		{"simulated", nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}, []string{"capacity", "instanceType"}, ""},
+		{"map key below a section field", nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}, []string{"capacity.cpu"}, ""},
+		{"inside a list of objects", asg, []string{"blockDevices.volumeSize"},
+			`spec.tenantOverrides[0]: "blockDevices.volumeSize" is a field of the elements of the list blockDevices: list elements cannot be overridden piecewise; list the whole list (blockDevices) instead`},
+		{"inside a nested list", asg, []string{"instanceType", "mixedInstances.instanceTypes.first"}, "spec.tenantOverrides[1]: \"mixedInstances.instanceTypes.first\" is a field of the elements of the list mixedInstances.instanceTypes"},
+		{"inside a managed list", nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{}}, []string{"taints.key"}, "list the whole list (taints) instead"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,4 +62,74 @@ func TestSpecErrorsSelector(t *testing.T) {
 	assert.ErrorContains(t, err, "spec.allowedNamespaces.selector.matchExpressions[0].values")
 	err = SpecErrors(&nodesetv1alpha1.NodeClassSpec{DriverSections: sim, TenantOverrides: []string{"cpus"}})
 	assert.ErrorContains(t, err, "spec.tenantOverrides[0]", "overrides are checked too")
+}
+
+func TestSpecErrorsNodeTemplate(t *testing.T) {
+	sim := nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}
+	taint := func(key, value string) []nodesetv1alpha1.Taint {
+		return []nodesetv1alpha1.Taint{{Key: key, Value: value, Effect: "NoSchedule"}}
+	}
+	tests := []struct {
+		name     string
+		template nodesetv1alpha1.NodeTemplate
+		sections nodesetv1alpha1.DriverSections
+		wantErr  []string
+	}{
+		{"valid", nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"example.com/tier": "gold"}, Annotations: map[string]string{"a": "b"},
+			Taints: taint("example.com/spot", "true")}, sim, nil},
+		{"label key", nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier!": "gold"}}, sim, []string{"spec.nodeTemplate.labels", `"tier!"`}},
+		{"label value", nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": strings.Repeat("g", 64)}}, sim, []string{"spec.nodeTemplate.labels", "must be no more than 63"}},
+		{"annotation key", nodesetv1alpha1.NodeTemplate{Annotations: map[string]string{"a b": "c"}}, sim, []string{"spec.nodeTemplate.annotations"}},
+		{"annotations over 256KiB", nodesetv1alpha1.NodeTemplate{Annotations: map[string]string{"a": strings.Repeat("é", 131072)}}, sim,
+			[]string{"spec.nodeTemplate.annotations", "262144 bytes"}},
+		{"taint key prefix", nodesetv1alpha1.NodeTemplate{Taints: taint(strings.Repeat("a", 254)+"/b", "")}, sim, []string{"spec.nodeTemplate.taints[0].key", "prefix part"}},
+		{"taint key name", nodesetv1alpha1.NodeTemplate{Taints: taint(strings.Repeat("a", 64), "")}, sim, []string{"spec.nodeTemplate.taints[0].key", "name part"}},
+		{"taint value", nodesetv1alpha1.NodeTemplate{Taints: taint("a", "b c")}, sim, []string{"spec.nodeTemplate.taints[0].value"}},
+		{"simulated labels", nodesetv1alpha1.NodeTemplate{}, nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{Labels: map[string]string{"a": "b c"}}},
+			[]string{"spec.simulated.labels"}},
+		{"managed node group labels and taints", nodesetv1alpha1.NodeTemplate{}, nodesetv1alpha1.DriverSections{EKSManagedNodeGroup: &nodesetv1alpha1.EKSManagedNodeGroup{
+			Labels: map[string]string{"/": "a"}, Taints: []nodesetv1alpha1.ManagedTaint{{Key: "a", Value: "b c", Effect: "NO_SCHEDULE"}}}},
+			[]string{"spec.eksManagedNodeGroup.labels", "spec.eksManagedNodeGroup.taints[0].value"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := SpecErrors(&nodesetv1alpha1.NodeClassSpec{DriverSections: tt.sections, NodeTemplate: tt.template})
+			if tt.wantErr == nil {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
+			for _, want := range tt.wantErr {
+				assert.Contains(t, err.Error(), want)
+			}
+		})
+	}
+}
+
+func TestSectionErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		driver   string
+		sections nodesetv1alpha1.DriverSections
+		wantErr  string
+	}{
+		{"its own driver", nodesetv1alpha1.DriverSimulated, nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}, ""},
+		{"out-of-tree with parameters only", "example.com-metal", nodesetv1alpha1.DriverSections{}, ""},
+		{"out-of-tree with a built-in section", "foo", nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}},
+			`spec.simulated: is only for spec.driver simulated, not "foo"; an out-of-tree driver is configured through spec.parameters`},
+		{"another built-in driver", nodesetv1alpha1.DriverEKSASG, nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{}},
+			"spec.dockerMachine: is only for spec.driver docker-machine"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := SectionErrors(&nodesetv1alpha1.NodeClassSpec{Driver: tt.driver, DriverSections: tt.sections})
+			if tt.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tt.wantErr)
+			assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
+		})
+	}
 }

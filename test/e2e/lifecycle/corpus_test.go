@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -131,6 +132,28 @@ func badInputs() []badInput {
 		class("empty docker-machine driver", classBody("corpus-c", `{"driver":"docker-machine","dockerMachine":{"driverName":""}}`), "spec.dockerMachine.driverName", "at least 1 chars long"),
 		class("empty drain timeout", classBody("corpus-c", sim(`,"drain":{"timeout":""}`)), "spec.drain.timeout", "duration"),
 		class("empty cluster name", classBody("corpus-c", `{"driver":"eks-asg","eksAutoscalingGroup":{"clusterName":"","region":"eu-west-1"}}`), "spec.eksAutoscalingGroup.clusterName", "at least 1 chars long"),
+
+		// Values that fit the schema's syntax but not the Go types or a Node.
+		named("NodeSet name of 64", strings.Repeat("n", 64), "metadata.name must be at most 63 characters"),
+		class("NodeClass name of 64", classBody(strings.Repeat("c", 64), sim("")), "metadata.name must be at most 63 characters"),
+		set("bootDelay past time.Duration", `{"nodeClassName":"corpus-sim","simulated":{"bootDelay":"9999999999h"}}`, "spec.simulated.bootDelay", "at most 1h"),
+		class("drain timeout past time.Duration", classBody("corpus-c", sim(`,"drain":{"timeout":"9999999999h"}`)), "spec.drain.timeout", "at most 24h"),
+		set("capacity exponent that stalls the parser", `{"nodeClassName":"corpus-sim","simulated":{"capacity":{"cpu":"1e-2147483648"}}}`, "spec.simulated.capacity", "at most 1Pi"),
+		set("maxSurge past int32", `{"nodeClassName":"corpus-sim","strategy":{"rollingUpdate":{"maxSurge":2147483648}}}`, "spec.strategy.rollingUpdate.maxSurge"),
+		set("taint key prefix of 254", `{"nodeClassName":"corpus-sim","template":{"taints":[{"key":"`+strings.Repeat("p", 254)+`/k","effect":"NoSchedule"}]}}`,
+			"spec.template.taints[0].key", "prefix before '/' must be at most 253"),
+		set("template annotations over 256KiB", `{"nodeClassName":"corpus-sim","template":{"annotations":{"a":"`+strings.Repeat("x", 262144)+`"}}}`,
+			"spec.template.annotations", "256 KiB"),
+		set("autoscaling bounds", `{"nodeClassName":"corpus-sim","replicas":12,"autoscaling":{"minReplicas":1,"maxReplicas":10}}`,
+			"replicas is 12, the bounds are 1 and 10"),
+		class("unknown driver with a built-in section", classBody("corpus-c", `{"driver":"foo","simulated":{}}`),
+			"spec.simulated is only for spec.driver simulated", "spec.parameters"),
+		class("override inside a list", classBody("corpus-c", `{"driver":"eks-asg","eksAutoscalingGroup":{"clusterName":"prod","region":"eu-west-1"},"tenantOverrides":["blockDevices.volumeSize"]}`),
+			"spec.tenantOverrides[0]", "list elements cannot be overridden piecewise", "list the whole list (blockDevices) instead", "InvalidConfiguration"),
+		class("class label key", classBody("corpus-c", sim(`,"nodeTemplate":{"labels":{"bad key!":"a"}}`)),
+			"spec.nodeTemplate.labels", `"bad key!"`, "InvalidConfiguration"),
+		class("class taint value", classBody("corpus-c", sim(`,"nodeTemplate":{"taints":[{"key":"a","value":"b c","effect":"NoSchedule"}]}`)),
+			"spec.nodeTemplate.taints[0].value"),
 	}
 }
 
