@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -19,18 +20,18 @@ import (
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
-// group is a group driver that offers what the simulated one does.
+// group is a group driver, configured through spec.parameters, whose
+// machines have 2 CPUs.
 type group struct {
 	drivers.GroupDriver
 	*simulated.Driver
 }
 
-func (g group) Name() string { return "cloud-group" }
-func (g group) Validate(ctx context.Context, class drivers.Class) error {
-	return g.Driver.Validate(ctx, class)
-}
-func (g group) Capacity(ctx context.Context, class drivers.Class) (drivers.Capacity, error) {
-	return g.Driver.Capacity(ctx, class)
+func (group) Name() string                                  { return "cloud-group" }
+func (group) Validate(context.Context, drivers.Class) error { return nil }
+
+func (group) Capacity(context.Context, drivers.Class) (drivers.Capacity, error) {
+	return drivers.Capacity{Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}, nil
 }
 
 type fixture struct {
@@ -55,11 +56,16 @@ func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, sets ...*nodeset
 }
 
 func simClass(driver string) *nodesetv1alpha1.NodeClass {
-	return &nodesetv1alpha1.NodeClass{
+	class := &nodesetv1alpha1.NodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "sim", Generation: 1},
 		Spec: nodesetv1alpha1.NodeClassSpec{Driver: driver, TenantOverrides: []string{"instanceType", "capacity"},
 			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}}},
 	}
+	if driver != nodesetv1alpha1.DriverSimulated {
+		class.Spec.Simulated, class.Spec.TenantOverrides = nil, nil
+		class.Spec.Parameters = &runtime.RawExtension{Raw: []byte(`{}`)}
+	}
+	return class
 }
 
 func TestValidClassSaysWhatKindOfDriverServesIt(t *testing.T) {

@@ -21,6 +21,9 @@ import (
 // webhook refuses such a class at create and update time; the
 // NodeClassController reports it as Valid=False.
 func SpecErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
+	if err := SectionErrors(spec); err != nil {
+		return err
+	}
 	if err := TenantOverrideErrors(spec); err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func TestTenantOverrideErrors(t *testing.T) {
 func TestSpecErrorsSelector(t *testing.T) {
 	sim := nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}
 	selector := func(s *metav1.LabelSelector) *nodesetv1alpha1.NodeClassSpec {
-		return &nodesetv1alpha1.NodeClassSpec{DriverSections: sim,
+		return &nodesetv1alpha1.NodeClassSpec{Driver: driverOf(sim), DriverSections: sim,
 			AllowedNamespaces: &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromSelector, Selector: s}}
 	}
 	assert.NoError(t, SpecErrors(selector(&metav1.LabelSelector{MatchLabels: map[string]string{"example.com/team": "a"}})))
@@ -60,8 +60,10 @@ func TestSpecErrorsSelector(t *testing.T) {
 	assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
 	err = SpecErrors(selector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "In"}}}))
 	assert.ErrorContains(t, err, "spec.allowedNamespaces.selector.matchExpressions[0].values")
-	err = SpecErrors(&nodesetv1alpha1.NodeClassSpec{DriverSections: sim, TenantOverrides: []string{"cpus"}})
+	err = SpecErrors(&nodesetv1alpha1.NodeClassSpec{Driver: driverOf(sim), DriverSections: sim, TenantOverrides: []string{"cpus"}})
 	assert.ErrorContains(t, err, "spec.tenantOverrides[0]", "overrides are checked too")
+	err = SpecErrors(&nodesetv1alpha1.NodeClassSpec{Driver: "out-of-tree", DriverSections: sim})
+	assert.ErrorContains(t, err, "spec.simulated: is only for spec.driver simulated", "a class that got past the schema is Valid=False")
 }
 
 func TestSpecErrorsNodeTemplate(t *testing.T) {
@@ -93,7 +95,7 @@ func TestSpecErrorsNodeTemplate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := SpecErrors(&nodesetv1alpha1.NodeClassSpec{DriverSections: tt.sections, NodeTemplate: tt.template})
+			err := SpecErrors(&nodesetv1alpha1.NodeClassSpec{Driver: driverOf(tt.sections), DriverSections: tt.sections, NodeTemplate: tt.template})
 			if tt.wantErr == nil {
 				assert.NoError(t, err)
 				return
@@ -132,4 +134,19 @@ func TestSectionErrors(t *testing.T) {
 			assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
 		})
 	}
+}
+
+// driverOf is the built-in driver whose section is set.
+func driverOf(sections nodesetv1alpha1.DriverSections) string {
+	switch {
+	case sections.Simulated != nil:
+		return nodesetv1alpha1.DriverSimulated
+	case sections.DockerMachine != nil:
+		return nodesetv1alpha1.DriverDockerMachine
+	case sections.EKSAutoscalingGroup != nil:
+		return nodesetv1alpha1.DriverEKSASG
+	case sections.EKSManagedNodeGroup != nil:
+		return nodesetv1alpha1.DriverEKSManaged
+	}
+	return ""
 }
