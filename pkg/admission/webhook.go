@@ -133,10 +133,7 @@ func ClassHandler() http.Handler {
 				return resp // metadata only: a class stored during an outage can still be deleted
 			}
 		}
-		err := nodeclass.SectionErrors(&class.Spec)
-		if err == nil {
-			err = nodeclass.SpecErrors(&class.Spec)
-		}
+		err := nodeclass.SpecErrors(&class.Spec)
 		if err == nil && len(class.Name) > validation.LabelValueMaxLength {
 			err = fmt.Errorf("metadata.name: must be at most %d characters, the value of the %s label on the class's Nodes",
 				validation.LabelValueMaxLength, nodesetv1alpha1.LabelNodeClass)
@@ -145,6 +142,7 @@ func ClassHandler() http.Handler {
 			return refuse(resp, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
 				fmt.Sprintf("NodeClass %s: %v (%s)", class.Name, err, nodeclass.ReasonInvalidConfiguration))
 		}
+		resp.Warnings = nodeclass.OverrideWarnings(&class.Spec)
 		return resp
 	})
 }

@@ -192,3 +192,19 @@ func TestRefusalsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+// TestClassWarnsOfRiskyOverrides: a class that lets tenants reach the
+// kubelet's flags or a Node's labels is admitted, with a warning saying what
+// tenants get and what stays refused.
+func TestClassWarnsOfRiskyOverrides(t *testing.T) {
+	class := &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver: nodesetv1alpha1.DriverSimulated, TenantOverrides: []string{"instanceType", "labels"},
+		DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}}}
+	raw, err := json.Marshal(class)
+	require.NoError(t, err)
+	resp := call(t, ClassHandler(), &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw}})
+	assert.True(t, resp.Allowed)
+	require.Len(t, resp.Warnings, 1)
+	assert.Contains(t, resp.Warnings[0], `spec.tenantOverrides[1] "labels"`)
+	assert.Contains(t, resp.Warnings[0], "stay refused")
+}

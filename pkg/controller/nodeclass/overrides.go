@@ -183,3 +183,43 @@ func jsonName(f reflect.StructField) string {
 	}
 	return name
 }
+
+// overrideRisks are the tenantOverrides entries that reach a Node's labels
+// and taints, the kubelet's command line or a machine's boot, by the class's
+// driver, with what an admin should know before listing them.
+var overrideRisks = map[string]map[string]string{
+	nodesetv1alpha1.DriverSimulated: {
+		"labels": "tenants may add Node labels through spec.simulated.labels; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
+	},
+	nodesetv1alpha1.DriverEKSManaged: {
+		"labels":       "tenants may add Node labels through spec.eksManagedNodeGroup.labels; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
+		"taints":       "tenants may add Node taints through spec.eksManagedNodeGroup.taints; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
+		"remoteAccess": "tenants may open SSH to their nodes and name the security groups allowed to reach it",
+	},
+	nodesetv1alpha1.DriverEKSASG: {
+		"bootstrap":                      "tenants may change how nodes join the cluster, including the API server endpoint and CA they trust, kubelet flags and commands run as root at boot",
+		"bootstrap.kubeletExtraArgs":     "tenants may pass kubelet flags; --node-labels and --register-with-taints are refused, any other flag (--node-ip, --max-pods, --eviction-hard, ...) is not checked",
+		"bootstrap.preBootstrapCommands": "tenants run commands as root on each node before it joins the cluster",
+		"instanceProfile":                "tenants choose the IAM role their instances run with",
+		"securityGroupIDs":               "tenants choose the network their nodes sit in",
+	},
+	nodesetv1alpha1.DriverDockerMachine: {
+		"options":      "tenants may set any option of the docker-machine plugin, including ones that choose where machines run and who can reach them",
+		"provisioning": "tenants may change the join script run on each machine",
+	},
+}
+
+// OverrideWarnings are admission warnings for the tenantOverrides of a class
+// that give tenants more than the machine's shape: what they reach, and what
+// nodeset still refuses there. They do not refuse the class: an admin may
+// mean it.
+func OverrideWarnings(spec *nodesetv1alpha1.NodeClassSpec) []string {
+	risks := overrideRisks[spec.Driver]
+	var out []string
+	for i, entry := range spec.TenantOverrides {
+		if risk, ok := risks[entry]; ok {
+			out = append(out, fmt.Sprintf("spec.tenantOverrides[%d] %q: %s", i, entry, risk))
+		}
+	}
+	return out
+}
