@@ -56,8 +56,8 @@ func TestCRDsDiscoverable(t *testing.T) {
 	assert.True(t, byName["nodesets"].Namespaced, "NodeSet is namespaced")
 	assert.Equal(t, []string{"nds"}, byName["nodesets"].ShortNames)
 	assert.Equal(t, []string{"ndc"}, byName["nodeclasses"].ShortNames)
-	assert.Equal(t, []string{"nodeset"}, byName["nodesets"].Categories)
-	assert.Equal(t, []string{"nodeset"}, byName["nodeclasses"].Categories)
+	assert.Equal(t, []string{"nodeset-all"}, byName["nodesets"].Categories)
+	assert.Equal(t, []string{"nodeset-all"}, byName["nodeclasses"].Categories)
 }
 
 // TestExamplesAccepted creates every object in deploy/examples, in file order,
@@ -240,19 +240,26 @@ func TestKubectl(t *testing.T) {
 	assert.Regexp(t, `db\s+printer-class\s+3\s+`, out)
 
 	// The category lists both kinds.
-	out = kubectl(t, "get", "nodeset", "-n", ns)
+	out = kubectl(t, "get", "nodeset-all", "-n", ns)
 	assert.Contains(t, out, "nodeset.nodeset.dev/db")
 	assert.Contains(t, out, "nodeclass.nodeset.dev/printer-class")
 
-	// The category shadows the singular name when a name follows it (kubectl
-	// expands categories first): these are the forms that address one
-	// NodeSet, and the ones the docs use.
-	for _, args := range [][]string{{"nodeset/db"}, {"nds", "db"}, {"nodesets", "db"}} {
+	// The singular names are the kinds: no category shadows them, so every
+	// form people type first addresses one object.
+	for _, args := range [][]string{{"nodeset", "db"}, {"nodeset/db"}, {"nds", "db"}, {"nodesets", "db"}} {
 		out = kubectl(t, append([]string{"get", "-n", ns, "-o", "name"}, args...)...)
 		assert.Equal(t, "nodeset.nodeset.dev/db\n", out, "kubectl get %v", args)
 	}
-	out = kubectl(t, "scale", "-n", ns, "nds", "db", "--replicas=4")
+	out = kubectl(t, "get", "nodeset", "-n", ns)
+	assert.Regexp(t, `db\s+printer-class\s+3\s+`, out, "kubectl get nodeset lists NodeSets with their columns")
+	out = kubectl(t, "get", "nodeclass", "printer-class", "-o", "name")
+	assert.Equal(t, "nodeclass.nodeset.dev/printer-class\n", out)
+	out = kubectl(t, "describe", "nodeset", "db", "-n", ns)
+	assert.Contains(t, out, "Name:         db")
+	out = kubectl(t, "scale", "-n", ns, "nodeset", "db", "--replicas=4")
 	assert.Contains(t, out, "scaled")
+	out = kubectl(t, "delete", "nodeset", "db", "-n", ns, "--wait=false")
+	assert.Contains(t, out, `nodeset.nodeset.dev "db" deleted`)
 }
 
 func kubectl(t *testing.T, args ...string) string {

@@ -10,7 +10,7 @@ import (
 // +genclient:nonNamespaced
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=ndc,categories=nodeset
+// +kubebuilder:resource:scope=Cluster,shortName=ndc,categories=nodeset-all
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Driver",type=string,JSONPath=".spec.driver"
 // +kubebuilder:printcolumn:name="Tenancy",type=string,JSONPath=".spec.tenancy"
