@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Builds the pinned control-plane binaries (etcd, kube-apiserver, kube-scheduler,
-# kubectl) from their Go modules, as pinned in hack/kube/go.mod, and caches them
-# outside the repository, keyed by that pin. Prints the directory that holds them.
+# Builds the pinned control-plane binaries (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl) from their Go modules, as
+# pinned in hack/kube/go.mod, and caches them outside the repository, keyed by
+# that pin. Prints the directory that holds them.
+#
+# A cache directory missing a binary (one made before a binary was added to the
+# list) is completed under the directory's lock; each binary is built to a
+# temporary name and renamed into place, so a binary in use is never replaced
+# or removed, and a reader never sees a half-written one.
 #
 #   hack/kube-binaries.sh            # build if needed, print the bin directory
 #   NODESET_CACHE=/some/dir ...      # cache somewhere else (default ~/.cache/nodeset)
@@ -15,7 +21,7 @@ k8s_version="$(module_version k8s.io/kubernetes)"
 etcd_version="$(module_version go.etcd.io/etcd/server/v3)"
 key="$(cat "${mod}/go.mod" "${mod}/go.sum" "${mod}/cmd/etcd/main.go" | sha256sum | cut -c1-12)"
 bin="${cache}/kube/${k8s_version}-etcd${etcd_version}-${key}/bin"
-binaries=(etcd kube-apiserver kube-scheduler kubectl)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 have_all() {
   local b
@@ -42,11 +48,14 @@ fi
 echo "kube-binaries: building Kubernetes ${k8s_version} and etcd ${etcd_version} into ${bin}" >&2
 echo "kube-binaries: the first build takes about ten minutes on two cores; later runs reuse the cache" >&2
 cd "${mod}"
-export CGO_ENABLED=0 GOFLAGS=-mod=mod
+# -mod=readonly: a build never rewrites go.mod or go.sum, whose hash names the
+# cache directory (hack/kube/go.mod is tidy, with every binary a tool of it).
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 start=$(date +%s)
 declare -A pkgs=(
   [etcd]=./cmd/etcd
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
+  [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kubectl]=k8s.io/kubernetes/cmd/kubectl
 )
