@@ -12,10 +12,12 @@ COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -tags grpcnotrace -trimpath -ldflags="-s -w" -o /out/ ./cmd/nodeset-controller ./cmd/node-controller ./cmd/kubectl-nodeset
+    go build -tags grpcnotrace -trimpath -ldflags="-s -w" -o /out/ ./cmd/nodeset-controller ./cmd/nodeset-certs ./cmd/node-controller ./cmd/kubectl-nodeset
 
 FROM gcr.io/distroless/static-debian12:nonroot AS nodeset-controller
 COPY --from=build /out/nodeset-controller /usr/local/bin/nodeset-controller
+# deploy/certs runs it as a Job: the certificates of the webhook and the autoscaler API.
+COPY --from=build /out/nodeset-certs /usr/local/bin/nodeset-certs
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/nodeset-controller"]
 

@@ -22,7 +22,10 @@ t0=$(date +%s)
 step() { printf '\n\033[1m[%3ss] %s\033[0m\n' "$(( $(date +%s) - t0 ))" "$*"; }
 
 step "starting the local control plane (first run builds it: several minutes)"
-hack/local-up.sh >/dev/null
+# local-up also registers the nodeset webhooks (at 127.0.0.1:${webhook_port},
+# with a CA bundle) and the Dedicated-tenancy admission policy, as an install does.
+webhook_port="${NODESET_WEBHOOK_PORT:-19443}"
+hack/local-up.sh --webhook-port "${webhook_port}" >/dev/null
 bin="$(hack/kube-binaries.sh)"
 export KUBECONFIG="${state}/kubeconfig"
 kubectl() { "${bin}/kubectl" "$@"; }
@@ -45,11 +48,52 @@ start() {
     >"${run}/${name}.log" 2>&1 < /dev/null &
   echo $! >"${run}/${name}.pid"
 }
-start nodeset-controller --metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081
+start nodeset-controller --metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081 \
+  --webhook-bind-address="127.0.0.1:${webhook_port}" --webhook-cert-file="${state}/webhook.crt" --webhook-key-file="${state}/webhook.key"
 start node-controller --drivers=simulated --metrics-bind-address=127.0.0.1:18082 --health-probe-bind-address=127.0.0.1:18083
+
+for _ in $(seq 1 120); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/${webhook_port}") 2>/dev/null; then break; fi
+  sleep 0.5
+done
+(exec 3<>"/dev/tcp/127.0.0.1/${webhook_port}") 2>/dev/null ||
+  { echo "demo: nodeset-controller does not serve the webhook on 127.0.0.1:${webhook_port}; logs in ${run}" >&2; exit 1; }
 
 step "applying deploy/examples/: a catalogue of NodeClasses and a NodeSet of 3"
 kubectl apply -f deploy/examples/
+
+# refused PATTERN COMMAND...: runs COMMAND, which must fail with a message
+# matching PATTERN, and prints that message.
+refused() {
+  local want=$1; shift
+  local out
+  if out="$("$@" 2>&1)"; then
+    echo "demo: admitted, but should have been refused: $*" >&2; exit 1
+  fi
+  if ! grep -q -- "${want}" <<<"${out}"; then
+    echo "demo: refused, but not by ${want}: ${out}" >&2; exit 1
+  fi
+  echo "${out}"
+}
+
+step "the webhook refuses a NodeSet of team-a for gpu-dedicated, a class only ml-research may use (server dry run)"
+refused NamespaceNotAllowed kubectl create --dry-run=server -f - <<'YAML'
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: gpus, namespace: team-a}
+spec: {nodeClassName: gpu-dedicated, replicas: 1}
+YAML
+
+step "the admission policy refuses a pod of team-a tolerating ml-research's Dedicated nodes (server dry run)"
+refused dedicated-tenancy.nodeset.dev kubectl create --dry-run=server -f - <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: intruder, namespace: team-a}
+spec:
+  containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+  tolerations: [{key: nodeset.dev/tenant, operator: Equal, value: ml-research, effect: NoSchedule}]
+  nodeSelector: {nodeset.dev/tenant: ml-research}
+YAML
 
 wait_ready() {
   local want=$1

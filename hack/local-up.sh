@@ -2,7 +2,11 @@
 # Starts a real control plane on this machine: etcd, kube-apiserver (RBAC on,
 # token authentication) and kube-scheduler on loopback ports, built from their
 # Go modules by hack/kube-binaries.sh (cached), with the nodeset CRDs
-# installed. Running it again reuses the running control plane.
+# installed, the nodeset webhooks registered as a real install has them
+# (failurePolicy Ignore; at https://127.0.0.1:19443, --webhook-port, with a CA
+# bundle: run nodeset-controller with the flags it prints) and the
+# Dedicated-tenancy admission policy of deploy/admission applied. Running it
+# again reuses the running control plane and issues a new webhook certificate.
 # State, logs and kubeconfig: ${NODESET_LOCAL_DIR:-~/.cache/nodeset/local-up}.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -38,6 +38,11 @@ func main() {
 	serving.AddFlags(fs)
 	webhook.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	// Before anything starts: an unauthenticated autoscaler API is a startup error, not a log line.
+	if err := serving.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "nodeset-controller:", err)
+		os.Exit(2)
+	}
 
 	var controller atomic.Pointer[nodesetcontroller.Controller]
 	var setLister atomic.Pointer[listers.NodeSetLister]

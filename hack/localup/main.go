@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"nodeset.dev/nodeset/test/framework"
@@ -19,6 +20,7 @@ func main() {
 	dir := flag.String("dir", defaultDir(), "directory for the control plane's state, logs and kubeconfig")
 	binDir := flag.String("bin-dir", "", "directory with etcd, kube-apiserver, kube-scheduler and kubectl")
 	kubeconfigFor := flag.String("kubeconfig-for", "", "write a kubeconfig for this user of the running control plane and print its path")
+	webhookPort := flag.Int("webhook-port", 19443, "register the nodeset webhooks at https://127.0.0.1:<port>, where a local nodeset-controller serves them")
 	flag.Parse()
 	if *kubeconfigFor != "" {
 		cp, err := framework.Load(context.Background(), *dir)
@@ -32,7 +34,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "local-up:", err)
 		os.Exit(1)
 	}
-	if err := run(*down, *dir, *binDir); err != nil {
+	if err := run(*down, *dir, *binDir, *webhookPort); err != nil {
 		fmt.Fprintln(os.Stderr, "local-up:", err)
 		os.Exit(1)
 	}
@@ -49,7 +51,7 @@ func defaultDir() string {
 	return filepath.Join(cache, "nodeset", "local-up")
 }
 
-func run(down bool, dir, binDir string) error {
+func run(down bool, dir, binDir string, webhookPort int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if down {
@@ -69,7 +71,7 @@ func run(down bool, dir, binDir string) error {
 
 	if cp, err := framework.Load(ctx, dir); err == nil {
 		fmt.Printf("local-up: reusing the running control plane at %s\n", cp.Host)
-		return printUsage(cp)
+		return admission(ctx, cp, webhookPort)
 	} else if cp != nil {
 		fmt.Println("local-up: the previous control plane is not healthy; starting a new one")
 		cp.Stop()
@@ -101,17 +103,29 @@ func run(down bool, dir, binDir string) error {
 		return err
 	}
 	fmt.Printf("local-up: control plane at %s ready in %s; CRDs installed\n", cp.Host, time.Since(start).Round(time.Millisecond))
-	return printUsage(cp)
+	return admission(ctx, cp, webhookPort)
 }
 
-func printUsage(cp *framework.ControlPlane) error {
+// admission wires admission as a real install does: the nodeset webhooks
+// (failurePolicy Ignore, aimed at a nodeset-controller on this machine, with a
+// fresh serving certificate) and the Dedicated-tenancy admission policy.
+func admission(ctx context.Context, cp *framework.ControlPlane, webhookPort int) error {
+	webhookFlags, err := framework.InstallWebhook(ctx, cp, webhookPort)
+	if err != nil {
+		return err
+	}
+	if err := framework.InstallAdmissionPolicy(ctx, cp); err != nil {
+		return err
+	}
+	fmt.Printf("local-up: webhooks registered at https://127.0.0.1:%d; Dedicated-tenancy admission policy applied\n", webhookPort)
 	fmt.Printf(`
   export KUBECONFIG=%s
   export PATH=%s:$PATH    # the kubectl built with this control plane
   kubectl get nodeclasses,nodesets,nodes
 
+  run nodeset-controller with: %s
   logs:  %s
   stop:  hack/local-down.sh
-`, cp.KubeconfigPath, cp.BinDir, filepath.Join(cp.Dir, "logs"))
+`, cp.KubeconfigPath, cp.BinDir, strings.Join(webhookFlags, " "), filepath.Join(cp.Dir, "logs"))
 	return nil
 }

@@ -30,23 +30,63 @@ type ServingOptions struct {
 // AddFlags registers the serving flags.
 func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "autoscaler-bind-address", "",
-		"Address (host:port) to serve cluster-autoscaler's externalgrpc cloud-provider API on. Empty disables it.")
-	fs.StringVar(&o.CertFile, "autoscaler-tls-cert-file", "", "TLS certificate for the autoscaler API (with --autoscaler-tls-key-file). Without it the API is plaintext.")
+		"Address (host:port) to serve cluster-autoscaler's externalgrpc cloud-provider API on. Empty disables it. "+
+			"Any address but a loopback one (127.0.0.0/8, ::1, localhost) needs mutual TLS: all three --autoscaler-tls-* flags.")
+	fs.StringVar(&o.CertFile, "autoscaler-tls-cert-file", "",
+		"TLS certificate for the autoscaler API (with --autoscaler-tls-key-file). Without it the API is plaintext, which is refused unless bound to loopback.")
 	fs.StringVar(&o.KeyFile, "autoscaler-tls-key-file", "", "TLS private key for the autoscaler API.")
 	fs.StringVar(&o.ClientCAFile, "autoscaler-tls-client-ca-file", "",
 		"CA bundle: when set, clients of the autoscaler API must present a certificate it signed.")
 }
 
+// Validate refuses a configuration that would let callers in without a
+// client certificate anywhere but on loopback: the API adds and removes
+// every tenant's nodes.
+func (o *ServingOptions) Validate() error {
+	if o.CertFile == "" && o.KeyFile == "" && o.ClientCAFile != "" {
+		return errors.New("--autoscaler-tls-client-ca-file needs --autoscaler-tls-cert-file and --autoscaler-tls-key-file")
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return errors.New("--autoscaler-tls-cert-file and --autoscaler-tls-key-file go together")
+	}
+	if o.BindAddress == "" || o.ClientCAFile != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(o.BindAddress)
+	if err != nil {
+		return fmt.Errorf("--autoscaler-bind-address=%s: %w", o.BindAddress, err)
+	}
+	if isLoopback(host) {
+		return nil
+	}
+	what := "plaintext"
+	if o.CertFile != "" {
+		what = "TLS without client certificates"
+	}
+	return fmt.Errorf("--autoscaler-bind-address=%s is not a loopback address: refusing to serve the autoscaler API with %s, "+
+		"which lets anyone who reaches the port list every tenant's NodeSets and delete their nodes; "+
+		"set --autoscaler-tls-cert-file, --autoscaler-tls-key-file and --autoscaler-tls-client-ca-file (mutual TLS), "+
+		"or bind to 127.0.0.1 or [::1]", o.BindAddress, what)
+}
+
+// isLoopback reports whether host (of host:port) only reaches this machine:
+// an address in 127.0.0.0/8, ::1, or localhost. An empty host is every
+// interface.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // ServerOptions are the gRPC options the serving options call for.
 func (o *ServingOptions) ServerOptions() ([]grpc.ServerOption, error) {
-	if o.CertFile == "" && o.KeyFile == "" {
-		if o.ClientCAFile != "" {
-			return nil, errors.New("--autoscaler-tls-client-ca-file needs --autoscaler-tls-cert-file and --autoscaler-tls-key-file")
-		}
-		return nil, nil
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
-	if o.CertFile == "" || o.KeyFile == "" {
-		return nil, errors.New("--autoscaler-tls-cert-file and --autoscaler-tls-key-file go together")
+	if o.CertFile == "" {
+		return nil, nil
 	}
 	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
 	if err != nil {

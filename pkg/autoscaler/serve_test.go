@@ -87,7 +87,51 @@ func TestServingOptionsRefuseHalfConfiguredTLS(t *testing.T) {
 	assert.ErrorContains(t, err, "go together")
 	_, err = (&ServingOptions{ClientCAFile: "ca.crt"}).ServerOptions()
 	assert.ErrorContains(t, err, "needs --autoscaler-tls-cert-file")
-	opts, err := (&ServingOptions{}).ServerOptions()
+	opts, err := (&ServingOptions{BindAddress: "127.0.0.1:8086"}).ServerOptions()
 	assert.NoError(t, err)
-	assert.Empty(t, opts, "plaintext when no TLS flag is set")
+	assert.Empty(t, opts, "plaintext on loopback when no TLS flag is set")
+}
+
+// TestServingOptionsRefuseUnauthenticatedOffLoopback: without mutual TLS the
+// API may only listen on loopback; anywhere else is a startup error that
+// says what to set, and Serve never opens the port.
+func TestServingOptionsRefuseUnauthenticatedOffLoopback(t *testing.T) {
+	mtls := ServingOptions{CertFile: "tls.crt", KeyFile: "tls.key", ClientCAFile: "ca.crt"}
+	for _, tc := range []struct {
+		name    string
+		opts    ServingOptions
+		wantErr string
+	}{
+		{name: "plaintext on 127.0.0.1", opts: ServingOptions{BindAddress: "127.0.0.1:8086"}},
+		{name: "plaintext on 127.1.2.3", opts: ServingOptions{BindAddress: "127.1.2.3:8086"}},
+		{name: "plaintext on ::1", opts: ServingOptions{BindAddress: "[::1]:8086"}},
+		{name: "plaintext on localhost", opts: ServingOptions{BindAddress: "localhost:8086"}},
+		{name: "disabled", opts: ServingOptions{}},
+		{name: "plaintext on every interface", opts: ServingOptions{BindAddress: ":8086"}, wantErr: "refusing to serve the autoscaler API with plaintext"},
+		{name: "plaintext on 0.0.0.0", opts: ServingOptions{BindAddress: "0.0.0.0:8086"}, wantErr: "not a loopback address"},
+		{name: "plaintext on [::]", opts: ServingOptions{BindAddress: "[::]:8086"}, wantErr: "not a loopback address"},
+		{name: "plaintext on a pod IP", opts: ServingOptions{BindAddress: "10.1.2.3:8086"}, wantErr: "--autoscaler-tls-client-ca-file"},
+		{name: "plaintext on a host name", opts: ServingOptions{BindAddress: "nodeset.example.com:8086"}, wantErr: "not a loopback address"},
+		{name: "TLS without a client CA on every interface",
+			opts:    ServingOptions{BindAddress: ":8086", CertFile: "tls.crt", KeyFile: "tls.key"},
+			wantErr: "TLS without client certificates"},
+		{name: "mutual TLS on every interface", opts: func() ServingOptions { o := mtls; o.BindAddress = ":8086"; return o }()},
+		{name: "not host:port", opts: ServingOptions{BindAddress: "8086"}, wantErr: "missing port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.Validate()
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+
+	// Serve refuses before listening.
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	opts := ServingOptions{BindAddress: fmt.Sprintf("0.0.0.0:%d", port)}
+	err = opts.Serve(context.Background(), newFixture(t, nil, testSet(1)).server)
+	assert.ErrorContains(t, err, "not a loopback address")
 }

@@ -40,6 +40,7 @@ func TestDeployOverlays(t *testing.T) {
 			kinds := map[string]int{}
 			decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(rendered)), 4096)
 			var deployments []appsv1.Deployment
+			var webhooks []*unstructured.Unstructured
 			for {
 				obj := &unstructured.Unstructured{}
 				if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
@@ -48,6 +49,9 @@ func TestDeployOverlays(t *testing.T) {
 					require.NoError(t, err)
 				}
 				kinds[obj.GetKind()]++
+				if obj.GetKind() == "ValidatingWebhookConfiguration" {
+					webhooks = append(webhooks, obj)
+				}
 				if obj.GetKind() == "Deployment" {
 					var d appsv1.Deployment
 					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d))
@@ -58,6 +62,42 @@ func TestDeployOverlays(t *testing.T) {
 			assert.Equal(t, 2, kinds["Deployment"])
 			assert.Equal(t, 1, kinds["ValidatingWebhookConfiguration"])
 			assert.Equal(t, 1, kinds["FlowSchema"], "the controllers' requests have a priority level of their own")
+			assert.Equal(t, 1, kinds["ValidatingAdmissionPolicy"], "Dedicated tenancy is enforced at pod admission")
+			assert.Equal(t, 1, kinds["ValidatingAdmissionPolicyBinding"])
+			assert.Equal(t, 1, kinds["Job"], "certificates are provisioned at install")
+			assert.Equal(t, 1, kinds["CronJob"], "and renewed")
+			for _, w := range webhooks {
+				hooks, _, _ := unstructured.NestedSlice(w.Object, "webhooks")
+				for _, h := range hooks {
+					_, set, _ := unstructured.NestedFieldNoCopy(h.(map[string]any), "clientConfig", "caBundle")
+					assert.False(t, set, "caBundle is injected, never applied (a re-apply would clear it)")
+				}
+			}
+			for _, d := range deployments {
+				if d.Name != "nodeset-controller" {
+					continue
+				}
+				// The autoscaler API is served with mutual TLS, from the Secret deploy/certs makes.
+				args := d.Spec.Template.Spec.Containers[0].Args
+				assert.Contains(t, args, "--autoscaler-tls-cert-file=/etc/nodeset/autoscaler/tls.crt")
+				assert.Contains(t, args, "--autoscaler-tls-key-file=/etc/nodeset/autoscaler/tls.key")
+				assert.Contains(t, args, "--autoscaler-tls-client-ca-file=/etc/nodeset/autoscaler/ca.crt")
+				assert.Contains(t, args, "--webhook-cert-file=/etc/nodeset/webhook/tls.crt")
+				secrets := map[string]string{}
+				for _, v := range d.Spec.Template.Spec.Volumes {
+					if v.Secret != nil {
+						secrets[v.Secret.SecretName] = v.Name
+					}
+				}
+				assert.Contains(t, secrets, "nodeset-autoscaler-tls")
+				assert.Contains(t, secrets, "nodeset-webhook-tls")
+				mounts := map[string]string{}
+				for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+					mounts[m.Name] = m.MountPath
+				}
+				assert.Equal(t, "/etc/nodeset/autoscaler", mounts[secrets["nodeset-autoscaler-tls"]])
+				assert.Equal(t, "/etc/nodeset/webhook", mounts[secrets["nodeset-webhook-tls"]])
+			}
 			for _, d := range deployments {
 				assert.GreaterOrEqual(t, *d.Spec.Replicas, int32(2), "%s runs a standby", d.Name)
 				pod := d.Spec.Template.Spec
@@ -79,6 +119,8 @@ func TestDeployOverlays(t *testing.T) {
 			assert.Contains(t, out, "deployment.apps/node-controller created (server dry run)")
 			assert.Contains(t, out, "deployment.apps/nodeset-controller created (server dry run)")
 			assert.Contains(t, out, "flowschema.flowcontrol.apiserver.k8s.io/nodeset-controllers created (server dry run)")
+			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/dedicated-tenancy.nodeset.dev created (server dry run)")
+			assert.Contains(t, out, "job.batch/nodeset-certs created (server dry run)")
 		})
 	}
 }

@@ -74,3 +74,39 @@ func Apply(ctx context.Context, cfg *rest.Config, paths ...string) error {
 	}
 	return nil
 }
+
+// Delete deletes the objects in the given YAML files, in reverse order; an
+// object already gone is no error.
+func Delete(ctx context.Context, cfg *rest.Config, paths ...string) error {
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for i := len(paths) - 1; i >= 0; i-- {
+		objs, err := ReadObjects(paths[i])
+		if err != nil {
+			return err
+		}
+		for j := len(objs) - 1; j >= 0; j-- {
+			obj := objs[j]
+			gvk := obj.GroupVersionKind()
+			mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", paths[i], gvk, err)
+			}
+			resource := dynamic.ResourceInterface(client.Resource(mapping.Resource))
+			if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+				resource = client.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+			}
+			if err := resource.Delete(ctx, obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s: %s %s: %w", paths[i], obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
+	return nil
+}

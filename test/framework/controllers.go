@@ -66,7 +66,7 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	}
 	c := &Controllers{NodeSetMetricsPort: ports[0], NodeSetHealthPort: ports[1], NodeMetricsPort: ports[2], NodeHealthPort: ports[3],
 		AutoscalerPort: ports[4], WebhookPort: ports[5]}
-	webhookArgs, err := installWebhook(ctx, cp, c.WebhookPort)
+	webhookArgs, err := InstallWebhook(ctx, cp, c.WebhookPort)
 	if err != nil {
 		return nil, err
 	}
@@ -93,11 +93,12 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	return c, nil
 }
 
-// installWebhook issues the webhook's serving certificate and registers
-// deploy/webhook's ValidatingWebhookConfiguration with the API server, aimed
-// at 127.0.0.1:port instead of the in-cluster Service. It returns the
-// nodeset-controller flags that serve it.
-func installWebhook(ctx context.Context, cp *ControlPlane, port int) ([]string, error) {
+// InstallWebhook issues the webhook's serving certificate (Dir/webhook.crt,
+// Dir/webhook.key) and registers deploy/webhook's
+// ValidatingWebhookConfiguration with the API server, aimed at
+// 127.0.0.1:port instead of the in-cluster Service, with the CA as caBundle.
+// It returns the nodeset-controller flags that serve it.
+func InstallWebhook(ctx context.Context, cp *ControlPlane, port int) ([]string, error) {
 	ca, err := NewCA("nodeset-webhook-ca")
 	if err != nil {
 		return nil, err
@@ -239,4 +240,14 @@ func (c *Controllers) Machines(ctx context.Context) ([]Machine, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+// InstallAdmissionPolicy applies deploy/admission: the ValidatingAdmissionPolicy
+// that keeps other namespaces' pods off Dedicated nodes, and its binding.
+func InstallAdmissionPolicy(ctx context.Context, cp *ControlPlane) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	return Apply(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "admission", "dedicated-tenancy.yaml"))
 }
