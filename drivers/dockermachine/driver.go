@@ -105,6 +105,7 @@ func New(opts Options) *Driver {
 var (
 	_ drivers.MachineDriver        = (*Driver)(nil)
 	_ drivers.RegistrationObserver = (*Driver)(nil)
+	_ drivers.CloudValidator       = (*Driver)(nil)
 )
 
 // Registered deletes the machine's bootstrap token: its kubelet has joined
@@ -126,15 +127,38 @@ func section(class drivers.Class) (*nodesetv1alpha1.DockerMachine, error) {
 // Validate checks that the plugin is installed and that every option is one
 // of its flags, with a value of the flag's type.
 func (d *Driver) Validate(ctx context.Context, class drivers.Class) error {
+	remember(class.Credentials)
 	dm, err := section(class)
 	if err != nil {
 		return err
 	}
 	flags, err := d.createFlags(ctx, dm.DriverName)
 	if err != nil {
+		return d.scrubbed("", err)
+	}
+	_, err = driverOptions(dm, flags, class.Credentials, d.credentialFiles(dm, "validate"), "")
+	return err
+}
+
+// ValidateCloud checks the class with its credentials: the Secret has every
+// key the class names, each value fits its option, and no value that an
+// option takes as a file path is given as the file's contents (it belongs in
+// credentialFileOptions). It starts no machine.
+func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
+	remember(class.Credentials)
+	dm, err := section(class)
+	if err != nil {
 		return err
 	}
-	_, err = driverOptions(dm, flags, class.Credentials, "")
+	flags, err := d.createFlags(ctx, dm.DriverName)
+	if err != nil {
+		return d.scrubbed("", err)
+	}
+	credentials := class.Credentials
+	if credentials == nil {
+		credentials = map[string][]byte{}
+	}
+	_, err = driverOptions(dm, flags, credentials, d.credentialFiles(dm, "validate"), "")
 	return err
 }
 
@@ -184,8 +208,10 @@ func (d *Driver) withPlugin(ctx context.Context, plugin string, config []byte, f
 }
 
 // driverOptions turns the class's options and credential options into typed
-// plugin flags, naming any unknown option or wrongly typed value.
-func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, credentials map[string][]byte, userDataFile string) (map[string]any, error) {
+// plugin flags, naming any unknown option or wrongly typed value; files are
+// the paths of the credential files, by option. Without credentials (nil),
+// only the names of credential options are checked.
+func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, credentials map[string][]byte, files map[string]string, userDataFile string) (map[string]any, error) {
 	byName := map[string]mcnflag.Flag{}
 	var names []string
 	for _, f := range flags {
@@ -194,12 +220,17 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 	}
 	sort.Strings(names)
 	values := map[string]any{}
+	setBy := map[string]string{} // option → the field that set it
 	set := func(field, option, value string) error {
 		flag, ok := byName[option]
 		if !ok {
 			return drivers.InvalidConfiguration(field, "%q is not an option of plugin %s; its options are: %s",
 				option, BinaryName(dm.DriverName), strings.Join(names, ", "))
 		}
+		if other, ok := setBy[option]; ok {
+			return drivers.InvalidConfiguration(field, "option %q is also set by %s", option, other)
+		}
+		setBy[option] = field
 		v, err := typed(flag, value)
 		if err != nil {
 			return drivers.InvalidConfiguration(field, "option %q: %v", option, err)
@@ -212,12 +243,31 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 			return nil, err
 		}
 	}
+	for _, option := range sortedKeys(dm.CredentialFileOptions) {
+		field := fmt.Sprintf("spec.dockerMachine.credentialFileOptions[%s]", option)
+		if flag, ok := byName[option]; ok && !isStringFlag(flag) {
+			return nil, drivers.InvalidConfiguration(field, "option %q does not take a file path (it is not a text option)", option)
+		}
+		if err := set(field, option, files[option]); err != nil {
+			return nil, err
+		}
+		if credentials == nil {
+			continue
+		}
+		if key := dm.CredentialFileOptions[option]; credentials[key] == nil {
+			return nil, drivers.InvalidConfiguration(field, "the credentials Secret has no key %q", key)
+		}
+	}
 	for _, option := range sortedKeys(dm.CredentialOptions) {
 		field := fmt.Sprintf("spec.dockerMachine.credentialOptions[%s]", option)
 		if _, ok := byName[option]; !ok {
 			return nil, set(field, option, "")
 		}
 		if credentials == nil {
+			if other, ok := setBy[option]; ok {
+				return nil, drivers.InvalidConfiguration(field, "option %q is also set by %s", option, other)
+			}
+			setBy[option] = field
 			continue // validating without the Secret: the option name is all there is to check
 		}
 		key := dm.CredentialOptions[option]
@@ -225,8 +275,17 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 		if !ok {
 			return nil, drivers.InvalidConfiguration(field, "the credentials Secret has no key %q", key)
 		}
+		if takesPath(byName[option]) && strings.ContainsAny(strings.TrimSpace(string(value)), "\r\n") {
+			return nil, drivers.InvalidConfiguration(field,
+				"option %q takes a file path (%q), and the value of credentials key %q is not one (it has several lines): "+
+					"map the option in spec.dockerMachine.credentialFileOptions instead, which writes the value to a private file and passes its path",
+				option, usage(byName[option]), key)
+		}
 		// The value is never part of an error message.
 		if err := set(field, option, string(value)); err != nil {
+			if strings.Contains(err.Error(), "is also set by") {
+				return nil, err
+			}
 			return nil, drivers.InvalidConfiguration(field, "the value of credentials key %q does not fit option %q", key, option)
 		}
 	}
@@ -236,10 +295,11 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 			return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption",
 				"%q is not an option of plugin %s; its options are: %s", p.UserDataOption, BinaryName(dm.DriverName), strings.Join(names, ", "))
 		}
-		if _, isString := flag.(mcnflag.StringFlag); !isString {
-			if _, isPtr := flag.(*mcnflag.StringFlag); !isPtr {
-				return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption", "option %q does not take a file name", p.UserDataOption)
-			}
+		if !isStringFlag(flag) {
+			return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption", "option %q does not take a file name", p.UserDataOption)
+		}
+		if other, ok := setBy[p.UserDataOption]; ok {
+			return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption", "option %q is also set by %s", p.UserDataOption, other)
 		}
 		if userDataFile != "" {
 			values[p.UserDataOption] = userDataFile
@@ -252,6 +312,32 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 		}
 	}
 	return values, nil
+}
+
+func isStringFlag(flag mcnflag.Flag) bool {
+	switch flag.(type) {
+	case mcnflag.StringFlag, *mcnflag.StringFlag:
+		return true
+	}
+	return false
+}
+
+// usage is what a flag says it is for.
+func usage(flag mcnflag.Flag) string {
+	switch f := flag.(type) {
+	case mcnflag.StringFlag:
+		return f.Usage
+	case *mcnflag.StringFlag:
+		return f.Usage
+	}
+	return ""
+}
+
+// takesPath reports whether a text option says it takes a file path (the
+// generic driver's generic-ssh-key: "SSH private key path").
+func takesPath(flag mcnflag.Flag) bool {
+	u := strings.ToLower(usage(flag))
+	return strings.Contains(u, "path") || strings.Contains(u, "file")
 }
 
 func typed(flag mcnflag.Flag, value string) (any, error) {
@@ -300,8 +386,15 @@ func ProviderID(plugin, name string) string { return ProviderIDPrefix + plugin +
 
 // Create makes the machine named after the Node, or finds it. The record is
 // written before the plugin's Create, so a crash leaves a record that the
-// next call (or orphan collection) resolves.
+// next call (or orphan collection) resolves. Every error is scrubbed of the
+// credential values: plugins quote the options they were given.
 func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, error) {
+	remember(machine.Class.Credentials)
+	providerID, err := d.create(ctx, machine)
+	return providerID, d.scrubbed(machine.Name, err)
+}
+
+func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, error) {
 	dm, err := section(machine.Class)
 	if err != nil {
 		return "", err
@@ -315,11 +408,16 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 		// Made, but the join script did not finish: run it again.
 		return providerID, d.resumeProvisioning(ctx, machine, dm, record)
 	case err == nil:
-		// A Create was in flight when the node controller stopped: if the
-		// plugin sees the machine, it was made.
-		if st, err := d.state(ctx, record); err == nil && st != state.None && st != state.Error {
-			record.Created = true
-			return providerID, d.resumeProvisioning(ctx, machine, dm, record)
+		// A Create was in flight when the node controller stopped, or
+		// failed and could not be undone. What the plugin saved before
+		// its Create is not enough to use a machine (generic records the
+		// key it copies only in Create), so the machine is removed and
+		// made again.
+		if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
+			return "", err
+		}
+		if err := d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error { return d.undoCreate(ctx, p, record) }); err != nil {
+			return "", fmt.Errorf("plugin %s: undoing the unfinished creation of machine %s: %w", BinaryName(record.Plugin), machine.Name, err)
 		}
 	case !errors.Is(err, drivers.ErrNotFound):
 		return "", err
@@ -329,13 +427,21 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 	if err != nil {
 		return "", err
 	}
+	values, err := driverOptions(dm, flags, machine.Class.Credentials, d.credentialFiles(dm, machine.Name), "")
+	if err != nil {
+		return "", err
+	}
 	join, cleanup, err := d.prepareJoin(ctx, machine, dm)
 	if err != nil {
 		return "", err
 	}
 	defer cleanup()
-	values, err := driverOptions(dm, flags, machine.Class.Credentials, join.userDataFile)
-	if err != nil {
+	if join.userDataFile != "" {
+		values[dm.Provisioning.UserDataOption] = join.userDataFile
+	}
+	// The machine's store directory, as the docker-machine client makes it
+	// before a driver's Create, with the file credentials in it.
+	if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
 		return "", err
 	}
 	record = Record{Name: machine.Name, Plugin: dm.DriverName, Owner: machine.Owner, CreatedAt: time.Now().Unix()}
@@ -354,7 +460,11 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 		}
 		klog.FromContext(ctx).V(2).Info("Creating machine through plugin", "machine", machine.Name, "plugin", BinaryName(dm.DriverName))
 		if err := p.Create(); err != nil {
-			return fmt.Errorf("plugin %s creating machine %s: %w", BinaryName(dm.DriverName), machine.Name, err)
+			createErr := fmt.Errorf("plugin %s creating machine %s: %w", BinaryName(dm.DriverName), machine.Name, err)
+			if undoErr := d.undoCreate(ctx, p, record); undoErr != nil {
+				return fmt.Errorf("%w; undoing it: %v (retried with the next attempt)", createErr, undoErr)
+			}
+			return createErr
 		}
 		if record.Config, err = p.GetConfigRaw(); err != nil {
 			return err
@@ -379,6 +489,24 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 	return providerID, nil
 }
 
+// undoCreate removes what a Create that did not finish may have made,
+// through a plugin loaded with the configuration saved before it, then the
+// machine's files and its record, so that the next Create starts afresh. A
+// plugin that says the machine does not exist has nothing to remove; any
+// other failure keeps the record, and the next attempt tries again.
+func (d *Driver) undoCreate(ctx context.Context, p Plugin, record Record) error {
+	if removeErr := p.Remove(); removeErr != nil {
+		if _, stateErr := p.GetState(); stateErr == nil || !machineGone(stateErr) {
+			return removeErr
+		}
+	}
+	if err := d.removeMachineDir(record.Name); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Undid an unfinished machine creation", "machine", record.Name, "plugin", BinaryName(record.Plugin))
+	return d.store.Delete(ctx, record.Name)
+}
+
 func joinsOverSSH(dm *nodesetv1alpha1.DockerMachine) bool {
 	return dm.Provisioning != nil && dm.Provisioning.Method == nodesetv1alpha1.ProvisioningSSH
 }
@@ -390,6 +518,9 @@ func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine
 	if !joinsOverSSH(dm) {
 		record.Provisioned = true
 		return d.store.Put(ctx, record)
+	}
+	if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
+		return err
 	}
 	join, cleanup, err := d.prepareJoin(ctx, machine, dm)
 	if err != nil {
@@ -416,11 +547,20 @@ func (d *Driver) state(ctx context.Context, record Record) (state.State, error) 
 	return st, err
 }
 
-// Delete removes the machine through its plugin, then its record. A machine
+// Delete removes the machine through its plugin, then its store directory
+// (the plugin's files and the credential files) and its record. A machine
 // without a record was never created, or is already gone.
-func (d *Driver) Delete(ctx context.Context, _ drivers.Class, name string) error {
+func (d *Driver) Delete(ctx context.Context, class drivers.Class, name string) error {
+	remember(class.Credentials)
+	return d.scrubbed(name, d.delete(ctx, name))
+}
+
+func (d *Driver) delete(ctx context.Context, name string) error {
 	record, err := d.store.Get(ctx, name)
 	if errors.Is(err, drivers.ErrNotFound) {
+		if err := d.removeMachineDir(name); err != nil {
+			return err
+		}
 		return d.forgetJoin(ctx, name)
 	}
 	if err != nil {
@@ -438,7 +578,8 @@ func (d *Driver) Delete(ctx context.Context, _ drivers.Class, name string) error
 		// controller stopped, leaving the record: a plugin that says the
 		// machine does not exist has nothing left to remove.
 		if _, stateErr := p.GetState(); stateErr != nil && machineGone(stateErr) {
-			klog.FromContext(ctx).Info("Plugin no longer knows the machine; forgetting its record", "machine", name, "removeError", removeErr.Error(), "stateError", stateErr.Error())
+			klog.FromContext(ctx).Info("Plugin no longer knows the machine; forgetting its record", "machine", name,
+				"removeError", d.scrubbed(name, removeErr).Error(), "stateError", d.scrubbed(name, stateErr).Error())
 			return nil
 		}
 		return removeErr
@@ -447,6 +588,11 @@ func (d *Driver) Delete(ctx context.Context, _ drivers.Class, name string) error
 		return fmt.Errorf("plugin %s removing machine %s: %w", BinaryName(record.Plugin), name, err)
 	}
 	if err := d.forgetJoin(ctx, name); err != nil {
+		return err
+	}
+	// The files go before the record: a record outliving them is deleted
+	// again by the next call, files outliving their record would not be.
+	if err := d.removeMachineDir(name); err != nil {
 		return err
 	}
 	return d.store.Delete(ctx, name)
@@ -468,7 +614,13 @@ func machineGone(err error) bool {
 }
 
 // Get reports the machine's state as its plugin sees it.
-func (d *Driver) Get(ctx context.Context, _ drivers.Class, name string) (drivers.MachineStatus, error) {
+func (d *Driver) Get(ctx context.Context, class drivers.Class, name string) (drivers.MachineStatus, error) {
+	remember(class.Credentials)
+	status, err := d.get(ctx, name)
+	return status, d.scrubbed(name, err)
+}
+
+func (d *Driver) get(ctx context.Context, name string) (drivers.MachineStatus, error) {
 	record, err := d.store.Get(ctx, name)
 	if err != nil {
 		return drivers.MachineStatus{}, err

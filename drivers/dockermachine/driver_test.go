@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rancher/machine/drivers/generic"
 	"github.com/rancher/machine/libmachine/drivers/plugin"
 	"github.com/rancher/machine/libmachine/drivers/plugin/localbinary"
 	"github.com/stretchr/testify/assert"
@@ -26,11 +27,17 @@ import (
 // pluginPath is the docker-machine-driver-fake link to this test binary.
 var pluginPath string
 
-// TestMain doubles as the plugin: libmachine starts
-// docker-machine-driver-fake (a link to this binary) with the plugin token
-// in its environment, and then this binary serves the plugin RPC.
+// TestMain doubles as the plugins: libmachine starts
+// docker-machine-driver-fake or docker-machine-driver-generic (links to this
+// binary) with the plugin token in its environment, and then this binary
+// serves the plugin RPC, as the fake plugin or as rancher/machine's own
+// generic driver.
 func TestMain(m *testing.M) {
 	if os.Getenv(localbinary.PluginEnvKey) == localbinary.PluginEnvVal {
+		if filepath.Base(os.Args[0]) == BinaryName("generic") {
+			plugin.RegisterDriver(generic.NewDriver("", ""))
+			return
+		}
 		plugin.RegisterDriver(fakeplugin.New())
 		return
 	}
@@ -44,6 +51,9 @@ func TestMain(m *testing.M) {
 	}
 	pluginPath = filepath.Join(dir, BinaryName(fakeplugin.Name))
 	if err := os.Symlink(self, pluginPath); err != nil {
+		panic(err)
+	}
+	if err := os.Symlink(self, filepath.Join(dir, BinaryName("generic"))); err != nil {
 		panic(err)
 	}
 	os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -296,15 +306,18 @@ func TestCrashInTheMiddleOfCreate(t *testing.T) {
 	machines, _ = fakeplugin.Machines(dir)
 	assert.Len(t, machines, 1, "and does not make a second one")
 
-	// The plugin's Create failed: Delete clears the record without asking
-	// the plugin to remove a machine it never made.
+	// The plugin's Create failed: it is undone at once (the plugin's
+	// Remove, the machine's files, its record), and the next attempt
+	// starts afresh and succeeds.
 	failing := fakeClass(dir, map[string]string{"fake-fail-create": "true"})
 	_, err = d.Create(ctx, drivers.Machine{Name: "m2", Class: failing})
 	require.ErrorContains(t, err, "fake: out of machines")
-	status, err := d.Get(ctx, failing, "m2")
-	require.NoError(t, err)
-	assert.Equal(t, drivers.MachinePending, status.State)
-	require.NoError(t, d.Delete(ctx, failing, "m2"))
+	_, err = d.Get(ctx, failing, "m2")
+	assert.ErrorIs(t, err, drivers.ErrNotFound, "no record is left of a failed Create")
+	assert.NoDirExists(t, d.machineDir("m2"), "nor its files")
+	_, err = d.Create(ctx, drivers.Machine{Name: "m2", Class: class})
+	require.NoError(t, err, "the next attempt succeeds")
+	require.NoError(t, d.Delete(ctx, class, "m2"))
 	_, err = d.Get(ctx, failing, "m2")
 	assert.ErrorIs(t, err, drivers.ErrNotFound)
 

@@ -76,7 +76,7 @@ func (p rpcPlugin) SetConfigFromFlags(values map[string]any) error {
 type klogWriter struct{}
 
 func (klogWriter) Write(b []byte) (int, error) {
-	klog.V(5).InfoS("docker-machine plugin", "output", strings.TrimRight(string(b), "\n"))
+	klog.V(5).InfoS("docker-machine plugin", "output", credentialValues.String(strings.TrimRight(string(b), "\n")))
 	return len(b), nil
 }
 

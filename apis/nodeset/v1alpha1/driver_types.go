@@ -64,6 +64,15 @@ type DockerMachine struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	CredentialOptions map[string]string `json:"credentialOptions,omitempty"`
+	// credentialFileOptions maps plugin flags that take a file path (an SSH
+	// private key, a service-account JSON file, a client certificate) to keys
+	// of the class's credentials Secret: the node controller writes the key's
+	// value to a private file (mode 0600) in the machine's store directory,
+	// passes the file's path to the plugin, and removes the file with the
+	// machine.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	CredentialFileOptions map[string]string `json:"credentialFileOptions,omitempty"`
 	// provisioning says how a new machine joins the cluster.
 	// +optional
 	Provisioning *MachineProvisioning `json:"provisioning,omitempty"`

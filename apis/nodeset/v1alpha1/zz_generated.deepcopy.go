@@ -117,6 +117,13 @@ func (in *DockerMachine) DeepCopyInto(out *DockerMachine) {
 			(*out)[key] = val
 		}
 	}
+	if in.CredentialFileOptions != nil {
+		in, out := &in.CredentialFileOptions, &out.CredentialFileOptions
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.Provisioning != nil {
 		in, out := &in.Provisioning, &out.Provisioning
 		*out = new(MachineProvisioning)

@@ -3,10 +3,20 @@
 // whatever the test says. It speaks the real plugin RPC: run it with
 // plugin.RegisterDriver(fakeplugin.New()) from a binary named
 // docker-machine-driver-fake.
+//
+// Like real drivers, it keeps a machine's files in the machine's store
+// directory (<StorePath>/machines/<name>/, which the client makes): Create
+// copies the SSH key given by fake-ssh-key there, as generic does, or makes
+// one there, as cloud drivers do, and fails when the directory is missing.
+// With fake-echo it quotes every value it was given in its output and its
+// errors, as drivers do in theirs.
 package fakeplugin
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -14,8 +24,10 @@ import (
 	"time"
 
 	"github.com/rancher/machine/libmachine/drivers"
+	"github.com/rancher/machine/libmachine/log"
 	"github.com/rancher/machine/libmachine/mcnflag"
 	"github.com/rancher/machine/libmachine/state"
+	"golang.org/x/crypto/ssh"
 )
 
 // Name is the plugin's driver name.
@@ -43,6 +55,10 @@ type Driver struct {
 	UserDataFile string
 	Token        string
 	FailCreate   bool
+	// SSHKey is the key file given by fake-ssh-key; Create copies it to
+	// SSHKeyPath, in the machine's store directory.
+	SSHKey string
+	Echo   bool
 }
 
 // New returns an unconfigured plugin driver.
@@ -67,6 +83,7 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.StringFlag{Name: "fake-ssh-user", Usage: "SSH user of every machine", Value: "root"},
 		mcnflag.StringFlag{Name: "fake-ssh-key", Usage: "SSH private key file of every machine"},
 		mcnflag.BoolFlag{Name: "fake-fail-create", Usage: "fail every Create"},
+		mcnflag.BoolFlag{Name: "fake-echo", Usage: "quote every value given in output and errors"},
 	}
 }
 
@@ -84,9 +101,27 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.IPAddress = opts.String("fake-ssh-host")
 	d.SSHPort = opts.Int("fake-ssh-port")
 	d.SSHUser = opts.String("fake-ssh-user")
-	d.SSHKeyPath = opts.String("fake-ssh-key")
+	d.SSHKey = opts.String("fake-ssh-key")
 	d.FailCreate = opts.Bool("fake-fail-create")
+	d.Echo = opts.Bool("fake-echo")
 	return nil
+}
+
+// PreCreateCheck refuses a key file that does not exist, quoting it, as
+// generic does.
+func (d *Driver) PreCreateCheck() error {
+	if d.SSHKey != "" {
+		if _, err := os.Stat(d.SSHKey); err != nil {
+			return fmt.Errorf("SSH key does not exist: %q", d.SSHKey)
+		}
+	}
+	return nil
+}
+
+// echoed is every value the plugin was given, and the key file's contents.
+func (d *Driver) echoed() string {
+	key, _ := os.ReadFile(d.SSHKey)
+	return fmt.Sprintf("token=%q token-raw=%s key=%q key-raw:\n%s", d.Token, d.Token, key, key)
 }
 
 func (d *Driver) path() string { return filepath.Join(d.Dir, d.MachineName+".json") }
@@ -94,7 +129,16 @@ func (d *Driver) path() string { return filepath.Join(d.Dir, d.MachineName+".jso
 // Create records the machine; creating one that exists is an error, as it
 // is for a cloud that refuses a duplicate name.
 func (d *Driver) Create() error {
+	if d.Echo {
+		log.Infof("fake: creating with %s", d.echoed())
+	}
+	if err := d.keepSSHKey(); err != nil {
+		return err
+	}
 	if d.FailCreate {
+		if d.Echo {
+			return fmt.Errorf("fake: out of machines (%s)", d.echoed())
+		}
 		return errors.New("fake: out of machines")
 	}
 	if _, err := os.Stat(d.path()); err == nil {
@@ -113,6 +157,33 @@ func (d *Driver) Create() error {
 		return err
 	}
 	return os.WriteFile(d.path(), data, 0o600)
+}
+
+// keepSSHKey puts the machine's SSH key in its store directory: a copy of
+// fake-ssh-key, or a new key.
+func (d *Driver) keepSSHKey() error {
+	d.SSHKeyPath = d.ResolveStorePath("id_ed25519")
+	var key []byte
+	if d.SSHKey != "" {
+		var err error
+		if key, err = os.ReadFile(d.SSHKey); err != nil {
+			return fmt.Errorf("unable to copy ssh key: %w", err)
+		}
+	} else {
+		_, private, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return err
+		}
+		block, err := ssh.MarshalPrivateKey(private, "")
+		if err != nil {
+			return err
+		}
+		key = pem.EncodeToMemory(block)
+	}
+	if err := os.WriteFile(d.SSHKeyPath, key, 0o600); err != nil {
+		return fmt.Errorf("unable to copy ssh key: %w", err)
+	}
+	return nil
 }
 
 // GetState is Running for a recorded machine, an error otherwise.

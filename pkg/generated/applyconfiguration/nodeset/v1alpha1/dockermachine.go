@@ -22,6 +22,13 @@ type DockerMachineApplyConfiguration struct {
 	// credentialOptions maps plugin flags to keys of the class's credentials
 	// Secret; their values are read by the node controller only.
 	CredentialOptions map[string]string `json:"credentialOptions,omitempty"`
+	// credentialFileOptions maps plugin flags that take a file path (an SSH
+	// private key, a service-account JSON file, a client certificate) to keys
+	// of the class's credentials Secret: the node controller writes the key's
+	// value to a private file (mode 0600) in the machine's store directory,
+	// passes the file's path to the plugin, and removes the file with the
+	// machine.
+	CredentialFileOptions map[string]string `json:"credentialFileOptions,omitempty"`
 	// provisioning says how a new machine joins the cluster.
 	Provisioning *MachineProvisioningApplyConfiguration `json:"provisioning,omitempty"`
 }
@@ -64,6 +71,20 @@ func (b *DockerMachineApplyConfiguration) WithCredentialOptions(entries map[stri
 	}
 	for k, v := range entries {
 		b.CredentialOptions[k] = v
+	}
+	return b
+}
+
+// WithCredentialFileOptions puts the entries into the CredentialFileOptions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, the entries provided by each call will be put on the CredentialFileOptions field,
+// overwriting an existing map entries in CredentialFileOptions field with the same key.
+func (b *DockerMachineApplyConfiguration) WithCredentialFileOptions(entries map[string]string) *DockerMachineApplyConfiguration {
+	if b.CredentialFileOptions == nil && len(entries) > 0 {
+		b.CredentialFileOptions = make(map[string]string, len(entries))
+	}
+	for k, v := range entries {
+		b.CredentialFileOptions[k] = v
 	}
 	return b
 }

@@ -1,0 +1,182 @@
+// Package redact removes credential values from text that comes back from
+// plugins and clouds (errors, plugin output, saved configurations), before
+// anything stores, logs or shows it.
+//
+// A plugin or a cloud may quote any value it was given, in any of the ways
+// Go programs print strings: as is, quoted (%q, JSON), base64-encoded, or a
+// line at a time. A Set replaces every credential value in each of these
+// forms, and each line of a multi-line value (a PEM key), with
+// [redacted:<key>], naming the credentials Secret key it came from.
+package redact
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+const (
+	// MinValue is the length below which a whole value is not looked for:
+	// replacing every "1" or "ab" in a message would make it unreadable, and
+	// such a value protects nothing.
+	MinValue = 4
+	// MinLine is the length below which a line of a multi-line value is not
+	// looked for on its own (blank lines, braces of a JSON document).
+	MinLine = 8
+)
+
+// Set is a set of credential values to remove from text. The zero value is
+// empty and ready; a Set is safe for concurrent use and only grows.
+type Set struct {
+	mu       sync.RWMutex
+	needles  map[string]string // text to find → its replacement
+	replacer *strings.Replacer
+}
+
+// New returns a Set of the values of credentials (a Secret's data).
+func New(credentials map[string][]byte) *Set {
+	s := &Set{}
+	s.Add(credentials)
+	return s
+}
+
+// Add adds the values of credentials, keyed by the name shown in their place.
+func (s *Set) Add(credentials map[string][]byte) {
+	if len(credentials) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.needles == nil {
+		s.needles = map[string]string{}
+	}
+	added := false
+	for key, value := range credentials {
+		for _, needle := range forms(string(value)) {
+			if _, ok := s.needles[needle]; !ok {
+				s.needles[needle] = "[redacted:" + key + "]"
+				added = true
+			}
+		}
+	}
+	if added {
+		s.replacer = newReplacer(s.needles)
+	}
+}
+
+// forms are the texts a value may appear as.
+func forms(value string) []string {
+	var out []string
+	add := func(v string, min int) {
+		if len(strings.TrimSpace(v)) < min {
+			return
+		}
+		out = append(out, v)
+		if q := strconv.Quote(v); q[1:len(q)-1] != v {
+			out = append(out, q[1:len(q)-1])
+		}
+		if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
+			out = append(out, string(j[1:len(j)-1]))
+		}
+	}
+	add(value, MinValue)
+	if trimmed := strings.TrimSpace(value); trimmed != value {
+		add(trimmed, MinValue)
+	}
+	if len(strings.TrimSpace(value)) >= MinValue {
+		out = append(out, base64.StdEncoding.EncodeToString([]byte(value)), base64.RawURLEncoding.EncodeToString([]byte(value)))
+	}
+	if strings.ContainsAny(value, "\r\n") {
+		for _, line := range strings.FieldsFunc(value, func(r rune) bool { return r == '\n' || r == '\r' }) {
+			add(strings.TrimSpace(line), MinLine)
+		}
+	}
+	return out
+}
+
+// newReplacer replaces the longest needle first where several start at the
+// same place, so a whole value wins over its first line.
+func newReplacer(needles map[string]string) *strings.Replacer {
+	keys := make([]string, 0, len(needles))
+	for k := range needles {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if len(keys[i]) != len(keys[j]) {
+			return len(keys[i]) > len(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	pairs := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		pairs = append(pairs, k, needles[k])
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// String is text without any value of the set.
+func (s *Set) String(text string) string {
+	if s == nil {
+		return text
+	}
+	s.mu.RLock()
+	r := s.replacer
+	s.mu.RUnlock()
+	if r == nil {
+		return text
+	}
+	// A replacement can join the halves of a value around another one;
+	// a few more passes remove what that makes.
+	for range 4 {
+		next := r.Replace(text)
+		if next == text {
+			break
+		}
+		text = next
+	}
+	return text
+}
+
+// Error is err with its message redacted; nil for nil. It is still the
+// sentinel errors err wraps (errors.Is), but it does not unwrap to err, so
+// the original message cannot be reached through it.
+func (s *Set) Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := s.String(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, cause: err}
+}
+
+// Error is err without any value of credentials.
+func Error(credentials map[string][]byte, err error) error {
+	if err == nil || len(credentials) == 0 {
+		return err
+	}
+	return New(credentials).Error(err)
+}
+
+// String is text without any value of credentials.
+func String(credentials map[string][]byte, text string) string {
+	if len(credentials) == 0 {
+		return text
+	}
+	return New(credentials).String(text)
+}
+
+type redactedError struct {
+	msg   string
+	cause error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+// Is keeps the sentinels of the original error.
+func (e *redactedError) Is(target error) bool { return errors.Is(e.cause, target) }
