@@ -119,8 +119,8 @@ func TestEveryBrokenClassGetsAVerdictNamingTheField(t *testing.T) {
 			c.Spec.EKSAutoscalingGroup.InstanceType = ""
 			c.Spec.EKSAutoscalingGroup.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m5.large", "m9.mega"}}
 		}, `spec.eksAutoscalingGroup.mixedInstances.instanceTypes m5.large,m9.mega: invalid configuration: InvalidInstanceType`},
-		{"a region that does not exist", func(c *drivers.Class) { c.Spec.EKSAutoscalingGroup.Region = "nowhere-1" },
-			`spec.eksAutoscalingGroup.region: "nowhere-1" is not an AWS region`},
+		{"a region that does not exist", func(c *drivers.Class) { c.Spec.EKSAutoscalingGroup.Region = "zz-nowhere-9" },
+			`spec.eksAutoscalingGroup.region: "zz-nowhere-9" is not an AWS region`},
 		{"a misnamed key", func(c *drivers.Class) {
 			withSecret(c)
 			c.Credentials = map[string][]byte{"AWS_ACCESS_KEY_ID": []byte("testing"), awscloud.CredentialSecretAccessKey: []byte("testing")}

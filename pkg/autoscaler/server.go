@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,23 +41,21 @@ const (
 	errorClassOther          = 99
 )
 
-// Annotations on a NodeSet that override cluster-autoscaler's defaults for it.
-const (
-	OptionPrefix                        = "cluster-autoscaler.nodeset.dev/"
-	OptionScaleDownUtilizationThreshold = OptionPrefix + "scale-down-utilization-threshold"
-	OptionScaleDownGPUThreshold         = OptionPrefix + "scale-down-gpu-utilization-threshold"
-	OptionScaleDownUnneededTime         = OptionPrefix + "scale-down-unneeded-time"
-	OptionScaleDownUnreadyTime          = OptionPrefix + "scale-down-unready-time"
-	OptionMaxNodeProvisionTime          = OptionPrefix + "max-node-provision-time"
-	OptionMaxNodeStartupTime            = OptionPrefix + "max-node-startup-time"
-	OptionZeroOrMaxNodeScaling          = OptionPrefix + "zero-or-max-node-scaling"
-	OptionIgnoreDaemonSetsUtilization   = OptionPrefix + "ignore-daemonsets-utilization"
-)
-
 // unregisteredPrefix names the instance of a Node whose machine has no
 // provider ID yet; cluster-autoscaler sends it back as a "fake" node's name
-// and provider ID when it gives up on the instance.
+// and provider ID when it gives up on the instance. Once the Node has a
+// provider ID, that is its instance's id, and the placeholder names nothing:
+// cluster-autoscaler matches instances to Nodes by spec.providerID, which
+// the API server lets be set only once, so the id cannot be the same for
+// the whole life of the instance.
 const unregisteredPrefix = "nodeset-unregistered://"
+
+// placeholderNode is the name of the Node a placeholder instance id stands
+// for; ok is false for any other id.
+func placeholderNode(id string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(id, unregisteredPrefix)
+	return name, ok && name != ""
+}
 
 // Server implements the CloudProvider service over NodeSets.
 type Server struct {
@@ -151,7 +147,11 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 }
 
 // NodeGroupForNode finds a Node's NodeSet by its nodeset labels; a Node of
-// no autoscaled NodeSet gets the empty id.
+// no autoscaled NodeSet gets the empty id. cluster-autoscaler also asks for
+// the "fake" nodes it makes of instances it cannot match to a Node by
+// provider ID (named by the instance id, without labels): a placeholder id
+// belongs to the NodeSet of its Node while that Node still has no provider
+// ID, and a provider ID to the NodeSet of the Node that carries it.
 func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNodeRequest) (*protos.NodeGroupForNodeResponse, error) {
 	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
 	if req.GetNode() == nil {
@@ -159,10 +159,16 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 	}
 	nodeLabels := req.GetNode().GetLabels()
 	if nodeLabels[nodesetv1alpha1.LabelNodeSet] == "" {
-		// The caller's copy may lack labels: look the Node up.
-		if node, err := s.nodes.Get(req.GetNode().GetName()); err == nil {
-			nodeLabels = node.Labels
+		// The caller's copy may lack labels (a fake node has none): look
+		// the Node up.
+		node, err := s.nodeFor(req.GetNode())
+		if err != nil {
+			return nil, err
 		}
+		if node == nil {
+			return none, nil
+		}
+		nodeLabels = node.Labels
 	}
 	namespace, name, ok := nodeutil.NodeSetOf(nodeLabels)
 	if !ok {
@@ -173,6 +179,41 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 		return none, nil
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
+}
+
+// nodeFor is the Node cluster-autoscaler's node stands for: the Node of
+// that name; for a fake node named by a placeholder, the Node it names
+// while that Node has no provider ID; for one named by a provider ID, the
+// Node with that provider ID. nil when there is none.
+func (s *Server) nodeFor(want *protos.ExternalGrpcNode) (*corev1.Node, error) {
+	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+		if name, ok := placeholderNode(id); ok {
+			node, err := s.nodes.Get(name)
+			if apierrors.IsNotFound(err) || (err == nil && node.Spec.ProviderID != "") {
+				return nil, nil // gone, or registered since: a stale id
+			}
+			if err != nil {
+				return nil, status.Errorf(codes.Unavailable, "reading Node %s: %v", name, err)
+			}
+			return node, nil
+		}
+	}
+	if node, err := s.nodes.Get(want.GetName()); err == nil {
+		return node, nil
+	}
+	if want.GetProviderID() == "" {
+		return nil, nil
+	}
+	nodes, err := s.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing Nodes: %v", err)
+	}
+	for _, node := range nodes {
+		if node.Spec.ProviderID == want.GetProviderID() {
+			return node, nil
+		}
+	}
+	return nil, nil
 }
 
 // NodeGroupTargetSize is the NodeSet's spec.replicas.
@@ -237,21 +278,12 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 		if plan.RollingOut(set, nodes) {
 			return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
 		}
-		byName, byInstance := map[string]*corev1.Node{}, map[string]*corev1.Node{}
-		for _, n := range nodes {
-			byName[n.Name] = n
-			byInstance[InstanceID(n)] = n
-		}
 		listed := plan.DeleteList(set)
 		victims = victims[:0]
 		for _, want := range req.GetNodes() {
-			node := byName[want.GetName()]
-			if node == nil || (want.GetProviderID() != "" && InstanceID(node) != want.GetProviderID() && node.Spec.ProviderID != want.GetProviderID()) {
-				node = byInstance[want.GetProviderID()]
-			}
-			if node == nil {
-				return status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s",
-					want.GetName(), want.GetProviderID(), GroupID(set))
+			node, err := victim(set, nodes, want)
+			if err != nil {
+				return err
 			}
 			if node.DeletionTimestamp != nil || listed[node.Name] {
 				continue // already going: no second decrement
@@ -284,6 +316,42 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 	}
 	klog.FromContext(ctx).V(2).Info("cluster-autoscaler deleted nodes", "nodeset", req.GetId(), "nodes", victims)
 	return &protos.NodeGroupDeleteNodesResponse{}, nil
+}
+
+// victim is the Node of set that cluster-autoscaler's node names. A node
+// named by a placeholder instance id (a fake node of an instance that never
+// registered) is that Node only while it still has no provider ID: once it
+// has one, the placeholder is a stale entry of cluster-autoscaler's cached
+// instance list, and deleting by it would remove a registered node.
+func victim(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, want *protos.ExternalGrpcNode) (*corev1.Node, error) {
+	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+		name, ok := placeholderNode(id)
+		if !ok {
+			continue
+		}
+		for _, n := range nodes {
+			if n.Name != name {
+				continue
+			}
+			if n.Spec.ProviderID != "" {
+				return nil, status.Errorf(codes.FailedPrecondition, "instance %s of node group %s has registered since, as %s: not deleting Node %s by a stale instance id",
+					id, GroupID(set), n.Spec.ProviderID, n.Name)
+			}
+			return n, nil
+		}
+		return nil, status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
+	}
+	for _, n := range nodes {
+		if n.Name == want.GetName() && (want.GetProviderID() == "" || n.Spec.ProviderID == "" || n.Spec.ProviderID == want.GetProviderID()) {
+			return n, nil
+		}
+	}
+	for _, n := range nodes {
+		if want.GetProviderID() != "" && n.Spec.ProviderID == want.GetProviderID() {
+			return n, nil
+		}
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
 }
 
 // NodeGroupDecreaseTargetSize lowers spec.replicas by nodes not yet
@@ -470,94 +538,17 @@ func templateCapacity(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.Nod
 	return nil, fmt.Errorf("the driver of NodeClass %s has not reported the capacity of a node of template %s (NodeSet status.capacity)", class.Name, hash)
 }
 
-// NodeGroupGetOptions returns the caller's defaults with the NodeSet's
-// cluster-autoscaler.nodeset.dev/ annotations applied, in both generations of
-// duration fields.
+// NodeGroupGetOptions is Unimplemented for every NodeSet, so that
+// cluster-autoscaler applies its own flags to each. Any answer would cost
+// more than it gives: cluster-autoscaler's externalgrpc client builds a
+// group's options only from the protocol's fields, and the protocol has
+// none for the max node startup time, so an answered group's is 0 — every
+// new Node not yet Ready would count as unready instead of upcoming, and
+// each scale-up of the group would be repeated until its nodes are Ready.
+// The answer is the same for an id this replica does not know (yet): any
+// other error would make cluster-autoscaler fail to register a scale-up.
 func (s *Server) NodeGroupGetOptions(_ context.Context, req *protos.NodeGroupAutoscalingOptionsRequest) (*protos.NodeGroupAutoscalingOptionsResponse, error) {
-	set, err := s.group(req.GetId())
-	if err != nil {
-		return nil, err
-	}
-	opts, err := Options(req.GetDefaults(), set.Annotations)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "node group %s: %v", GroupID(set), err)
-	}
-	return &protos.NodeGroupAutoscalingOptionsResponse{NodeGroupAutoscalingOptions: opts}, nil
-}
-
-// Options merges a NodeSet's option annotations into defaults.
-func Options(defaults *protos.NodeGroupAutoscalingOptions, annotations map[string]string) (*protos.NodeGroupAutoscalingOptions, error) {
-	opts := &protos.NodeGroupAutoscalingOptions{}
-	if defaults != nil {
-		opts.ScaleDownUtilizationThreshold = defaults.GetScaleDownUtilizationThreshold()
-		opts.ScaleDownGpuUtilizationThreshold = defaults.GetScaleDownGpuUtilizationThreshold()
-		opts.ZeroOrMaxNodeScaling = defaults.GetZeroOrMaxNodeScaling()
-		opts.IgnoreDaemonSetsUtilization = defaults.GetIgnoreDaemonSetsUtilization()
-		opts.AllowNonAtomicScaleUpToMax = defaults.GetAllowNonAtomicScaleUpToMax()
-	}
-	durations := map[string]time.Duration{
-		OptionScaleDownUnneededTime: pick(defaults.GetScaleDownUnneededDuration(), defaults.GetScaleDownUnneededTime()),
-		OptionScaleDownUnreadyTime:  pick(defaults.GetScaleDownUnreadyDuration(), defaults.GetScaleDownUnreadyTime()),
-		OptionMaxNodeProvisionTime:  pick(defaults.GetMaxNodeProvisionDuration(), defaults.GetMaxNodeProvisionTime()),
-		OptionMaxNodeStartupTime:    pick(defaults.GetMaxNodeStartupDuration(), nil),
-	}
-	for key, value := range annotations {
-		if !strings.HasPrefix(key, OptionPrefix) {
-			continue
-		}
-		var err error
-		switch key {
-		case OptionScaleDownUtilizationThreshold:
-			opts.ScaleDownUtilizationThreshold, err = fraction(value)
-		case OptionScaleDownGPUThreshold:
-			opts.ScaleDownGpuUtilizationThreshold, err = fraction(value)
-		case OptionZeroOrMaxNodeScaling:
-			opts.ZeroOrMaxNodeScaling, err = strconv.ParseBool(value)
-		case OptionIgnoreDaemonSetsUtilization:
-			opts.IgnoreDaemonSetsUtilization, err = strconv.ParseBool(value)
-		case OptionScaleDownUnneededTime, OptionScaleDownUnreadyTime, OptionMaxNodeProvisionTime, OptionMaxNodeStartupTime:
-			var d time.Duration
-			if d, err = time.ParseDuration(value); err == nil && d < 0 {
-				err = errors.New("must not be negative")
-			}
-			durations[key] = d
-		default:
-			err = errors.New("unknown option")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("annotation %s=%q: %w", key, value, err)
-		}
-	}
-	set := func(key string, old **protos.K8SDuration, new **durationpb.Duration) {
-		if d := durations[key]; d > 0 {
-			*old, *new = &protos.K8SDuration{Duration: int64(d)}, durationpb.New(d)
-		}
-	}
-	set(OptionScaleDownUnneededTime, &opts.ScaleDownUnneededTime, &opts.ScaleDownUnneededDuration)
-	set(OptionScaleDownUnreadyTime, &opts.ScaleDownUnreadyTime, &opts.ScaleDownUnreadyDuration)
-	set(OptionMaxNodeProvisionTime, &opts.MaxNodeProvisionTime, &opts.MaxNodeProvisionDuration)
-	if d := durations[OptionMaxNodeStartupTime]; d > 0 {
-		opts.MaxNodeStartupDuration = durationpb.New(d)
-	}
-	return opts, nil
-}
-
-func pick(newer *durationpb.Duration, older *protos.K8SDuration) time.Duration {
-	if newer != nil {
-		return newer.AsDuration()
-	}
-	if older != nil {
-		return time.Duration(older.GetDuration())
-	}
-	return 0
-}
-
-func fraction(value string) (float64, error) {
-	f, err := strconv.ParseFloat(value, 64)
-	if err == nil && (f < 0 || f > 1) {
-		err = errors.New("must be between 0 and 1")
-	}
-	return f, err
+	return nil, status.Errorf(codes.Unimplemented, "node group %s: nodeset has no per-NodeSet options; cluster-autoscaler's flags apply", req.GetId())
 }
 
 // Refresh never fails: the listers are kept current by their informers.

@@ -25,6 +25,7 @@ import (
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
 	nodesetfake "nodeset.dev/nodeset/pkg/generated/clientset/versioned/fake"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
@@ -320,48 +321,81 @@ func TestTemplateNodeWireCompatibility(t *testing.T) {
 	}
 	assert.Contains(t, taintKeys, "class", "the class's taints")
 	assert.NotContains(t, taintKeys, nodesetv1alpha1.TaintUnregistered, "a template node is a registered one")
+	assert.NotContains(t, taintKeys, nodeutil.AutoscalerStartupTaint)
 	require.Len(t, node.Status.Conditions, 1)
 	assert.Equal(t, corev1.NodeReady, node.Status.Conditions[0].Type)
 }
 
-func TestOptionsFillBothDurationGenerations(t *testing.T) {
-	defaults := &protos.NodeGroupAutoscalingOptions{ScaleDownUtilizationThreshold: 0.5,
-		ScaleDownUnneededDuration: durationpb.New(10 * time.Minute),                       // a newer caller
-		ScaleDownUnreadyTime:      &protos.K8SDuration{Duration: int64(20 * time.Minute)}, // an older caller
+// TestGetOptionsIsUnimplemented: cluster-autoscaler's externalgrpc client
+// builds a group's options from the protocol's fields only, and the
+// protocol has no max node startup time, so any answer would set it to 0.
+// The server answers Unimplemented for every group, with or without the
+// annotations that once carried per-NodeSet options, known or not.
+func TestGetOptionsIsUnimplemented(t *testing.T) {
+	set := testSet(1)
+	set.Annotations = map[string]string{"cluster-autoscaler.nodeset.dev/scale-down-unneeded-time": "5m"}
+	f := newFixture(t, nil, set)
+	for _, id := range []string{"team-a/web", "team-a/not-cached-yet"} {
+		resp, err := f.server.NodeGroupGetOptions(context.Background(), &protos.NodeGroupAutoscalingOptionsRequest{Id: id,
+			Defaults: &protos.NodeGroupAutoscalingOptions{ScaleDownUtilizationThreshold: 0.5, MaxNodeProvisionDuration: durationpb.New(15 * time.Minute)}})
+		assert.Equal(t, codes.Unimplemented, code(err), "%s: %v", id, err)
+		assert.Nil(t, resp)
 	}
-	opts, err := Options(defaults, map[string]string{
-		OptionScaleDownUnneededTime:         "2m",
-		OptionScaleDownUtilizationThreshold: "0.3",
-		OptionZeroOrMaxNodeScaling:          "true",
-		"unrelated.example.com/x":           "y",
-	})
-	require.NoError(t, err)
-	assert.Equal(t, 0.3, opts.ScaleDownUtilizationThreshold)
-	assert.True(t, opts.ZeroOrMaxNodeScaling)
-	assert.Equal(t, int64(2*time.Minute), opts.ScaleDownUnneededTime.GetDuration())
-	assert.Equal(t, 2*time.Minute, opts.ScaleDownUnneededDuration.AsDuration())
-	assert.Equal(t, int64(20*time.Minute), opts.ScaleDownUnreadyTime.GetDuration())
-	assert.Equal(t, 20*time.Minute, opts.ScaleDownUnreadyDuration.AsDuration())
+}
 
-	wire, err := proto.Marshal(opts)
-	require.NoError(t, err)
-	seen := map[protowire.Number]bool{}
-	for b := wire; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		require.GreaterOrEqual(t, n, 0)
-		seen[num] = true
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		require.GreaterOrEqual(t, m, 0)
-		b = b[n+m:]
+// TestFakeNodesOfUnregisteredInstances: cluster-autoscaler makes a "fake"
+// node, named by the instance id and without labels, of every instance it
+// cannot match to a Node by provider ID. A placeholder id belongs to its
+// Node's NodeSet while that Node has no provider ID; a provider ID to the
+// NodeSet of the Node carrying it. A placeholder whose Node has registered
+// since (a stale cache entry) belongs to no group.
+func TestFakeNodesOfUnregisteredInstances(t *testing.T) {
+	set := testSet(3)
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "", false),
+		setNode(set, "web-c", "simulated:///web-c", false))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, id, group string
+	}{
+		{"unregistered", unregisteredPrefix + "web-b", "team-a/web"},
+		{"registered since: stale", unregisteredPrefix + "web-a", ""},
+		{"gone", unregisteredPrefix + "web-z", ""},
+		{"by provider id", "simulated:///web-c", "team-a/web"},
+		{"unknown provider id", "simulated:///elsewhere", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: tc.id, ProviderID: tc.id}})
+			require.NoError(t, err)
+			assert.Equal(t, tc.group, resp.NodeGroup.Id)
+		})
 	}
-	for _, num := range []protowire.Number{1, 3, 4, 6, 8, 9} {
-		assert.True(t, seen[num], "field %d on the wire", num)
-	}
+}
 
-	_, err = Options(nil, map[string]string{OptionScaleDownUtilizationThreshold: "2"})
-	assert.ErrorContains(t, err, "scale-down-utilization-threshold")
-	_, err = Options(nil, map[string]string{OptionPrefix + "typo": "1"})
-	assert.ErrorContains(t, err, "unknown option")
+// TestDeleteNodesByStaleInstanceID: a deletion that names a Node by its
+// placeholder id after the Node registered (cluster-autoscaler's cached
+// instance list is older than the provider ID) is refused and deletes
+// nothing; the same id deletes the Node while it is still unregistered.
+func TestDeleteNodesByStaleInstanceID(t *testing.T) {
+	set := testSet(3)
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "", false),
+		setNode(set, "web-c", "simulated:///web-c", true))
+	ctx := context.Background()
+	_, err := f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: unregisteredPrefix + "web-a", ProviderID: unregisteredPrefix + "web-a"}}})
+	assert.Equal(t, codes.FailedPrecondition, code(err), "%v", err)
+	assert.Contains(t, err.Error(), "stale instance id")
+	assert.Zero(t, f.writes())
+
+	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: unregisteredPrefix + "web-b", ProviderID: unregisteredPrefix + "web-b"}}})
+	require.NoError(t, err)
+	got := f.set(t)
+	assert.Equal(t, int32(2), *got.Spec.Replicas)
+	assert.Equal(t, "web-b", got.Annotations[nodesetv1alpha1.AnnotationDeleteNodes])
+
+	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: "web-c", ProviderID: "simulated:///other"}}})
+	assert.Equal(t, codes.InvalidArgument, code(err), "a name and a provider ID of different Nodes: %v", err)
 }
 
 func TestProtocolAnswers(t *testing.T) {

@@ -47,14 +47,38 @@ func Phase(node *corev1.Node) string {
 	return PhaseReady
 }
 
-// HasStartupTaint reports whether the Node still has nodeset's startup taint.
+// AutoscalerStartupTaint is the second startup taint of a new Node: a key
+// under cluster-autoscaler's startup-taint prefix, so that cluster-autoscaler
+// with its default flags counts a Node that still carries it as starting
+// (upcoming), not as Ready capacity its pods do not fit on.
+const AutoscalerStartupTaint = "startup-taint.cluster-autoscaler.kubernetes.io/nodeset-unregistered"
+
+// IsStartupTaint reports whether key is one of nodeset's startup taints:
+// nodesetv1alpha1.TaintUnregistered or AutoscalerStartupTaint. Both go on a
+// new Node together and are lifted together.
+func IsStartupTaint(key string) bool {
+	return key == nodesetv1alpha1.TaintUnregistered || key == AutoscalerStartupTaint
+}
+
+// HasStartupTaint reports whether the Node still has a nodeset startup taint.
 func HasStartupTaint(node *corev1.Node) bool {
 	for _, t := range node.Spec.Taints {
-		if t.Key == nodesetv1alpha1.TaintUnregistered {
+		if IsStartupTaint(t.Key) {
 			return true
 		}
 	}
 	return false
+}
+
+// WithoutStartupTaints is taints less nodeset's startup taints.
+func WithoutStartupTaints(taints []corev1.Taint) []corev1.Taint {
+	out := make([]corev1.Taint, 0, len(taints))
+	for _, t := range taints {
+		if !IsStartupTaint(t.Key) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // IsReady reports whether the Node's Ready condition is True.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // RestrictedFieldError says a NodeSet overrides a field its class does not let tenants set.
@@ -343,22 +344,40 @@ func NodeTaints(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.N
 }
 
 // NewNode is a Node of the set as it is created, without its name: the
-// set's labels, annotations and taints, the startup taint and the
-// termination finalizer.
+// set's labels, annotations and taints, the startup taints and the
+// termination finalizer; and, when the set's status.capacity is that of
+// templateHash, the machine's capacity and allocatable in its status, as a
+// kubelet registers its Node (the API server keeps a Node's status on
+// create), so that nothing reads a new Node as a node of no resources.
 func NewNode(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodesetv1alpha1.NodeSet, templateHash string) *corev1.Node {
-	return &corev1.Node{
+	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels:      NodeLabels(effective, class, set, templateHash),
 			Annotations: NodeAnnotations(effective, set),
 			Finalizers:  []string{nodesetv1alpha1.FinalizerTermination},
 		},
-		Spec: corev1.NodeSpec{Taints: append(NodeTaints(effective, set), StartupTaint())},
+		Spec: corev1.NodeSpec{Taints: append(NodeTaints(effective, set), StartupTaints()...)},
 	}
+	if set != nil && set.Status.Capacity != nil && set.Status.Capacity.TemplateHash == templateHash && len(set.Status.Capacity.Resources) > 0 {
+		allocatable := set.Status.Capacity.Allocatable
+		if len(allocatable) == 0 {
+			allocatable = set.Status.Capacity.Resources
+		}
+		node.Status.Capacity = set.Status.Capacity.Resources.DeepCopy()
+		node.Status.Allocatable = allocatable.DeepCopy()
+	}
+	return node
 }
 
-// StartupTaint keeps pods off a Node until its kubelet reports Ready.
-func StartupTaint() corev1.Taint {
-	return corev1.Taint{Key: nodesetv1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoExecute}
+// StartupTaints keep pods off a Node until its kubelet reports Ready:
+// nodeset's own, and the same under cluster-autoscaler's startup-taint
+// prefix so that cluster-autoscaler counts the Node as still starting.
+// The node controller lifts both in one update.
+func StartupTaints() []corev1.Taint {
+	return []corev1.Taint{
+		{Key: nodesetv1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoExecute},
+		{Key: nodeutil.AutoscalerStartupTaint, Effect: corev1.TaintEffectNoExecute},
+	}
 }
 
 // Overrides reports whether the NodeSet sets any field of a driver section,

@@ -7,11 +7,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 func asgClass(overrides ...string) *nodesetv1alpha1.NodeClass {
@@ -212,3 +214,39 @@ func TestNodeLabelsAndTaints(t *testing.T) {
 	}, NodeTaints(&spec, set))
 }
 func labelsSet(m map[string]string) labels.Set { return labels.Set(m) }
+
+// TestNewNodeStartupTaintsAndCapacity: a new Node carries both startup
+// taints (nodeset's and the one cluster-autoscaler knows by its prefix),
+// and the machine's capacity in its status when the set's published
+// capacity is for the Node's template, never another template's.
+func TestNewNodeStartupTaintsAndCapacity(t *testing.T) {
+	spec := &nodesetv1alpha1.NodeClassSpec{}
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"}}
+	set.Status.Capacity = &nodesetv1alpha1.TemplateCapacity{TemplateHash: "h1", NodeCapacity: nodesetv1alpha1.NodeCapacity{
+		Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")}}}
+	for _, tc := range []struct {
+		name, hash string
+		cpu        string
+	}{
+		{"current template", "h1", "2"},
+		{"another template", "h2", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := NewNode(spec, "sim", set, tc.hash)
+			var keys []string
+			for _, taint := range node.Spec.Taints {
+				assert.Equal(t, corev1.TaintEffectNoExecute, taint.Effect)
+				keys = append(keys, taint.Key)
+			}
+			assert.ElementsMatch(t, []string{nodesetv1alpha1.TaintUnregistered, "startup-taint.cluster-autoscaler.kubernetes.io/nodeset-unregistered"}, keys)
+			assert.True(t, nodeutil.HasStartupTaint(node))
+			assert.Empty(t, nodeutil.WithoutStartupTaints(node.Spec.Taints), "lifted together")
+			if tc.cpu == "" {
+				assert.Empty(t, node.Status.Capacity)
+				return
+			}
+			assert.Equal(t, tc.cpu, node.Status.Capacity.Cpu().String())
+			assert.Equal(t, tc.cpu, node.Status.Allocatable.Cpu().String(), "allocatable defaults to the capacity")
+		})
+	}
+}

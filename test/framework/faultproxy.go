@@ -40,6 +40,41 @@ type FaultProxy struct {
 	rng      *rand.Rand
 	faults   Faults
 	injected map[string]int
+	failing  map[string]*actionFault
+}
+
+// actionFault fails the requests of one action.
+type actionFault struct {
+	times  int
+	before func(form url.Values)
+}
+
+// FailAction answers the next times requests of the query-protocol action
+// (Auto Scaling, EC2: "TerminateInstanceInAutoScalingGroup") with a 500
+// without forwarding them; before, when set, runs first with the request's
+// form, so a test can make the call fail half way (for example by
+// detaching the instance it names).
+func (p *FaultProxy) FailAction(action string, times int, before func(form url.Values)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failing[action] = &actionFault{times: times, before: before}
+}
+
+// failAction reports whether the request is one FailAction fails.
+func (p *FaultProxy) failAction(body []byte) (func(url.Values), url.Values, bool) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.failing[form.Get("Action")]
+	if f == nil || f.times <= 0 {
+		return nil, nil, false
+	}
+	f.times--
+	p.injected["action-"+form.Get("Action")]++
+	return f.before, form, true
 }
 
 // StartFaultProxy starts a proxy to upstream on a loopback port, stopped
@@ -49,11 +84,20 @@ func StartFaultProxy(t testing.TB, upstream string, seed uint64) *FaultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &FaultProxy{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), injected: map[string]int{}}
+	p := &FaultProxy{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), injected: map[string]int{}, failing: map[string]*actionFault{}}
 	forward := httputil.NewSingleHostReverseProxy(target)
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if before, form, ok := p.failAction(body); ok {
+			if before != nil {
+				before(form)
+			}
+			w.Header().Set("Content-Type", "text/xml")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>injected</Message></Error><RequestId>fault</RequestId></ErrorResponse>`)
+			return
+		}
 		switch p.draw() {
 		case "throttle":
 			throttle(w, r, body)

@@ -40,8 +40,12 @@ func StartMoto(t testing.TB) string {
 	// moto_server with its known faults fixed, when the python3 on PATH is
 	// the one moto is installed in (as with pip and pyenv installs).
 	if python, err := exec.LookPath("python3"); err == nil && exec.Command(python, "-c", "import moto.server").Run() == nil {
+		code, err := motoLauncher()
+		if err != nil {
+			t.Fatal(err)
+		}
 		launcher := filepath.Join(dir, "moto_launcher.py")
-		if err := os.WriteFile(launcher, []byte(motoLauncher), 0o644); err != nil {
+		if err := os.WriteFile(launcher, code, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cmd = exec.Command(python, append([]string{launcher}, args...)...)
@@ -78,32 +82,16 @@ func StartMoto(t testing.TB) string {
 	return ""
 }
 
-// motoLauncher runs moto_server after fixing what it gets wrong and AWS
-// does not:
-//   - CreateLaunchTemplateVersion stores the version's UserData as the raw
-//     string, and launching an instance from that version then fails (moto
-//     5.2.1 answers 500 to the SetDesiredCapacity that launches it).
-//     CreateLaunchTemplate parses it; versions get the same here.
-const motoLauncher = `import sys
-from moto.ec2.models import launch_templates
-from moto.ec2.utils import parse_user_data
-
-_create_version = launch_templates.LaunchTemplate.create_version
-
-
-def create_version(self, data, description):
-    if isinstance(data, dict) and isinstance(data.get("UserData"), (str, bytes)):
-        data = dict(data)
-        data["UserData"] = parse_user_data(data["UserData"])
-    return _create_version(self, data, description)
-
-
-launch_templates.LaunchTemplate.create_version = create_version
-
-from moto.server import main
-
-main(sys.argv[1:])
-`
+// motoLauncher is hack/moto-launcher.py: moto_server with what it gets
+// wrong and AWS does not fixed (see the file), shared with hack/moto.sh so
+// that a user can run on moto what the tests run.
+func motoLauncher() ([]byte, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(filepath.Join(root, "hack", "moto-launcher.py"))
+}
 
 // MotoNetwork is what the AWS tests launch into: a VPC, a subnet in the
 // region's zone a, and an AMI moto offers.

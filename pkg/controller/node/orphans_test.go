@@ -123,7 +123,7 @@ func (d *scopedGroupDriver) TerminateStrayMachine(_ context.Context, scope, prov
 func TestOrphanCollectionSkipsOnlyTheScopeItCannotList(t *testing.T) {
 	g := newGroupFixture(t, 1)
 	synced(g.fixture)
-	d := &scopedGroupDriver{recordingGroupDriver: g.group, scopes: []string{"us-east-1 (NodeClass good)", "nowhere-1 (NodeClass broken)"},
+	d := &scopedGroupDriver{recordingGroupDriver: g.group, scopes: []string{"us-east-1 (NodeClass good)", "zz-nowhere-9 (NodeClass broken)"},
 		groupScope: map[string]string{}, strays: map[string][]drivers.MachineStatus{}, listErrs: map[string]error{}, strayErrs: map[string]error{}}
 	g.controller.registry = drivers.Registry{d.Name(): d}
 	good, broken := d.scopes[0], d.scopes[1]
@@ -138,7 +138,7 @@ func TestOrphanCollectionSkipsOnlyTheScopeItCannotList(t *testing.T) {
 	d.listErrs[broken] = errors.New("no such host")
 
 	removed, err := g.controller.CollectOrphans(context.Background(), 10*time.Minute)
-	require.ErrorContains(t, err, "nowhere-1 (NodeClass broken): no such host")
+	require.ErrorContains(t, err, "zz-nowhere-9 (NodeClass broken): no such host")
 	assert.Equal(t, []string{"orphan-good"}, removed, "a broken class stops only its own scope")
 	assert.Equal(t, []string{"orphan-good"}, g.group.deleted)
 

@@ -341,7 +341,7 @@ func (c *Controller) liftStartupTaint(ctx context.Context, node *corev1.Node, cl
 			return fmt.Errorf("driver %s: after registration of %s: %w", driver.Name(), node.Name, err)
 		}
 	}
-	node.Spec.Taints = withoutStartupTaint(node.Spec.Taints)
+	node.Spec.Taints = nodeutil.WithoutStartupTaints(node.Spec.Taints)
 	return nil
 }
 
@@ -356,16 +356,6 @@ func (c *Controller) registered(node *corev1.Node, driver drivers.Driver) {
 func machineCreated(node *corev1.Node) (time.Time, bool) {
 	t, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationMachineCreated])
 	return t, err == nil
-}
-
-func withoutStartupTaint(taints []corev1.Taint) []corev1.Taint {
-	out := make([]corev1.Taint, 0, len(taints))
-	for _, t := range taints {
-		if t.Key != nodesetv1alpha1.TaintUnregistered {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 func labelsFor(key, value string) labels.Selector {
