@@ -167,6 +167,8 @@ func NewController(
 
 		credentialsCache: map[string]credentialsRead{},
 	}
+	c.recorder = scrubbingRecorder{EventRecorder: recorder, scrub: c.scrub}
+	c.routine.recorder = c.recorder
 	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID}); err != nil {
 		return nil, err
 	}

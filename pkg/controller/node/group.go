@@ -284,6 +284,7 @@ func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.
 	if old := set.Status.Group; old != nil && keepState {
 		group.State, group.DesiredSize, group.UpdateID, group.UpdateStatus = old.State, old.DesiredSize, old.UpdateID, old.UpdateStatus
 	}
+	group.Message = c.scrub(group.Message)
 	if old := set.Status.Group; old != nil && old.Name == group.Name && old.State == group.State && old.Message == group.Message &&
 		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus &&
 		(old.DesiredSize == nil) == (group.DesiredSize == nil) && (old.DesiredSize == nil || *old.DesiredSize == *group.DesiredSize) {

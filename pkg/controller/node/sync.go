@@ -264,6 +264,7 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 // (with a patch, so the finalizer the caller added in memory is not written
 // half-way).
 func (c *Controller) recordProvisioningError(ctx context.Context, node *corev1.Node, message string) error {
+	message = c.scrub(message)
 	if len(message) > 1024 {
 		message = message[:1024]
 	}
