@@ -1,0 +1,295 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+)
+
+// fourCPUs gives a class's simulated machines 4 CPUs and 16Gi.
+func fourCPUs(class *nodesetv1alpha1.NodeClass) {
+	class.Spec.Simulated.Capacity = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+}
+
+type modelSet struct {
+	name, class   string
+	replicas, max int32
+	taint         *nodesetv1alpha1.Taint
+}
+
+type modelPods struct {
+	pool     string
+	cpu      []string
+	tolerate *nodesetv1alpha1.Taint
+}
+
+func createModelSet(t *testing.T, namespace string, s modelSet) {
+	t.Helper()
+	_, cs := clients(t)
+	set := &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: namespace},
+		Spec: nodesetv1alpha1.NodeSetSpec{
+			NodeClassName: s.class,
+			Replicas:      ptr.To(s.replicas),
+			Autoscaling:   &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: s.max},
+			Template:      nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"example.com/pool": s.name}},
+		},
+	}
+	if s.taint != nil {
+		set.Spec.Template.Taints = []nodesetv1alpha1.Taint{*s.taint}
+	}
+	_, err := cs.NodesetV1alpha1().NodeSets(namespace).Create(context.Background(), set, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+func createModelPods(t *testing.T, namespace string, p modelPods) []string {
+	t.Helper()
+	kube, _ := clients(t)
+	var names []string
+	for i, cpu := range p.cpu {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", p.pool, i)},
+			Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{"example.com/pool": p.pool},
+				Containers: []corev1.Container{{Name: "work", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
+			},
+		}
+		if p.tolerate != nil {
+			pod.Spec.Tolerations = []corev1.Toleration{{Key: p.tolerate.Key, Operator: corev1.TolerationOpEqual, Value: p.tolerate.Value,
+				Effect: corev1.TaintEffect(p.tolerate.Effect)}}
+		}
+		_, err := kube.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		names = append(names, pod.Name)
+	}
+	return names
+}
+
+// templateReady waits until cluster-autoscaler could build the set's
+// template node (the node controller has published its capacity).
+func templateReady(t *testing.T, ca protos.CloudProviderClient, id string) {
+	t.Helper()
+	eventually(t, time.Minute, id+" template node", func(ctx context.Context) (bool, string) {
+		_, err := ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: id})
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+// TestAutoscalerModelScaleUps runs cluster-autoscaler's accounting (caModel,
+// with its default flags) against both controllers, the API server and
+// kube-scheduler, and counts the nodes it adds for pending pods: exactly
+// the nodes the pods need, from one node, from zero, in several groups at
+// once, with template taints and with mixed pod and node sizes. Every new
+// Node carries a startup taint cluster-autoscaler knows by default.
+func TestAutoscalerModelScaleUps(t *testing.T) {
+	c := startControllers(t)
+	createClass(t, "ca-model-2cpu", twoCPUs)
+	createClass(t, "ca-model-4cpu", fourCPUs)
+	batch := &nodesetv1alpha1.Taint{Key: "example.com/dedicated", Value: "batch", Effect: "NoSchedule"}
+	scenarios := []struct {
+		name   string
+		sets   []modelSet
+		pods   []modelPods
+		needed int32
+	}{
+		{"from one node", []modelSet{{name: "one", class: "ca-model-2cpu", replicas: 1, max: 6}},
+			[]modelPods{{pool: "one", cpu: []string{"1500m", "1500m", "1500m"}}}, 2},
+		{"from zero", []modelSet{{name: "zero", class: "ca-model-2cpu", max: 6}},
+			[]modelPods{{pool: "zero", cpu: []string{"1500m", "1500m", "1500m"}}}, 3},
+		{"several groups", []modelSet{{name: "small", class: "ca-model-2cpu", max: 6}, {name: "large", class: "ca-model-4cpu", max: 6}},
+			[]modelPods{{pool: "small", cpu: []string{"1500m", "1500m"}}, {pool: "large", cpu: []string{"1500m", "1500m", "1500m"}}}, 4},
+		{"template taint", []modelSet{{name: "tainted", class: "ca-model-2cpu", max: 6, taint: batch}},
+			[]modelPods{{pool: "tainted", cpu: []string{"1500m", "1500m"}, tolerate: batch}}, 2},
+		{"mixed sizes", []modelSet{{name: "narrow", class: "ca-model-2cpu", max: 6}, {name: "wide", class: "ca-model-4cpu", max: 6}},
+			[]modelPods{{pool: "narrow", cpu: []string{"1100m", "1500m", "1900m"}}, {pool: "wide", cpu: []string{"2500m", "2500m", "1500m"}}}, 5},
+	}
+	var report []string
+	var added, needed int32
+	for i, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			ns := createNamespace(t, fmt.Sprintf("ca-model-%d", i))
+			model := newCAModel(t, c, ns, caDefaultFlags)
+			for _, s := range sc.sets {
+				createModelSet(t, ns, s)
+				if s.replicas > 0 {
+					eventually(t, 2*time.Minute, s.name+" at its start size", converged(c, t, ns, s.name, int(s.replicas)))
+				}
+				templateReady(t, model.ca, ns+"/"+s.name)
+			}
+			var pods []string
+			for _, p := range sc.pods {
+				pods = append(pods, createModelPods(t, ns, p)...)
+			}
+			kube, _ := clients(t)
+			start := time.Now()
+			eventually(t, 3*time.Minute, "pods placed on new nodes", func(ctx context.Context) (bool, string) {
+				if err := model.loop(ctx); err != nil {
+					return false, "model: " + err.Error()
+				}
+				list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, pod := range list.Items {
+					if pod.Spec.NodeName == "" {
+						return false, pod.Name + " pending"
+					}
+				}
+				for _, s := range sc.sets {
+					if ok, why := converged(c, t, ns, s.name, int(s.replicas+model.increased[ns+"/"+s.name]))(ctx); !ok {
+						return false, why
+					}
+				}
+				return len(list.Items) == len(pods), fmt.Sprintf("%d of %d pods", len(list.Items), len(pods))
+			})
+			var got int32
+			for _, n := range model.increased {
+				got += n
+			}
+			assert.Equal(t, sc.needed, got, "new nodes for the pending pods (per group: %v)", model.increased)
+			assert.Empty(t, model.foreignTaints, "new Nodes starting with no startup taint cluster-autoscaler knows")
+			added += got
+			needed += sc.needed
+			report = append(report, fmt.Sprintf("%-16s needed %d, added %d (ratio %.2f) in %d loops, %s",
+				sc.name, sc.needed, got, float64(got)/float64(sc.needed), model.loops, time.Since(start).Round(100*time.Millisecond)))
+		})
+	}
+	t.Logf("new nodes per scale-up / nodes needed:\n  %s\n  all: %d / %d = %.2f", strings.Join(report, "\n  "), added, needed, float64(added)/float64(needed))
+}
+
+// TestAutoscalerModelUnregisteredInstances: cluster-autoscaler (caModel,
+// with --max-node-provision-time=10s) gives up on an instance that never
+// registers and deletes exactly its Node through its fake node; a stale
+// placeholder id left in its cached instance list after the Node registered
+// never deletes that Node.
+func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
+	c := startControllers(t)
+	kube, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca-model-stuck")
+	createClass(t, "ca-model-stuck", twoCPUs)
+	createAutoscaledSet(t, ns, "stuck", "ca-model-stuck", 4)
+	id := ns + "/stuck"
+	scale(t, ns, "stuck", 1)
+	eventually(t, 2*time.Minute, "one registered node", converged(c, t, ns, "stuck", 1))
+	flags := caDefaultFlags
+	flags.maxNodeProvisionTime = 10 * time.Second
+	model := newCAModel(t, c, ns, flags)
+	model.scaleUp = false
+	templateReady(t, model.ca, id)
+	nodes, err := setNodes(ctx, t, ns, "stuck")
+	require.NoError(t, err)
+	registered := map[string]bool{nodes[0].Name: true}
+	unregisteredNode := func(ctx context.Context) (string, error) {
+		nodes, err := setNodes(ctx, t, ns, "stuck")
+		for _, n := range nodes {
+			if n.Spec.ProviderID == "" && n.DeletionTimestamp == nil {
+				return n.Name, err
+			}
+		}
+		return "", err
+	}
+
+	// A stale instance id: provisioning stalls while the set is scaled by
+	// hand (no scale-up of cluster-autoscaler's, so its instance list is
+	// refreshed only every 2 minutes); the model caches the placeholder id.
+	c.node.Kill(syscall.SIGTERM)
+	scale(t, ns, "stuck", 2)
+	var late string
+	eventually(t, time.Minute, "the model caches a placeholder instance", func(ctx context.Context) (bool, string) {
+		if err := model.loop(ctx); err != nil {
+			return false, "model: " + err.Error()
+		}
+		name, err := unregisteredNode(ctx)
+		if err != nil || name == "" {
+			return false, fmt.Sprint("no unregistered Node yet ", err)
+		}
+		late = name
+		_, cached := model.unregisteredSince["nodeset-unregistered://"+name]
+		return cached, fmt.Sprintf("%v", model.unregisteredSince)
+	})
+	// Created with the machine's capacity in its status, before any kubelet.
+	lateNode, err := kube.CoreV1().Nodes().Get(ctx, late, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "2", lateNode.Status.Capacity.Cpu().String(), "a new Node's status capacity, kept by the API server on create")
+	require.NoError(t, c.node.Start())
+	// The machine registers; the model's cached list still has the old id,
+	// for longer than the max node provision time.
+	eventually(t, 2*time.Minute, "the late node registers while the model's list is stale", func(ctx context.Context) (bool, string) {
+		if err := model.loop(ctx); err != nil {
+			return false, "model: " + err.Error()
+		}
+		if ok, why := converged(c, t, ns, "stuck", 2)(ctx); !ok {
+			return false, why
+		}
+		since, ok := model.unregisteredSince["nodeset-unregistered://"+late]
+		return ok && time.Since(since) > flags.maxNodeProvisionTime+2*time.Second, fmt.Sprintf("stale entry %v", ok)
+	})
+	assert.True(t, model.sawStale["nodeset-unregistered://"+late], "the model's list was stale")
+	assert.Empty(t, model.deleteCalls, "nothing deleted by a stale id")
+	// Within one loop cluster-autoscaler may have mapped the placeholder
+	// before the Node registered: the deletion is refused all the same.
+	_, err = model.ca.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: id, Nodes: []*protos.ExternalGrpcNode{
+		{Name: "nodeset-unregistered://" + late, ProviderID: "nodeset-unregistered://" + late}}})
+	require.Error(t, err, "a deletion by a stale id")
+	registered[late] = true
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "stuck", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *set.Spec.Replicas)
+	assert.Empty(t, set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes])
+
+	// The give-up path: cluster-autoscaler scales up while provisioning
+	// stalls; the instance never registers, and after the max node
+	// provision time its fake node is deleted through DeleteNodes.
+	c.node.Kill(syscall.SIGTERM)
+	_, err = model.ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	require.NoError(t, err)
+	model.requests[id] = true
+	var never string
+	eventually(t, 90*time.Second, "the never-registered node is given up", func(ctx context.Context) (bool, string) {
+		if err := model.loop(ctx); err != nil {
+			return false, "model: " + err.Error()
+		}
+		if never == "" {
+			never, _ = unregisteredNode(ctx)
+		}
+		return len(model.deleteCalls) > 0, fmt.Sprintf("unregistered %q, since %v", never, model.unregisteredSince)
+	})
+	require.NotEmpty(t, never)
+	require.Len(t, model.deleteCalls, 1, "one DeleteNodes call")
+	assert.Equal(t, []string{id + ": OK", "nodeset-unregistered://" + never}, model.deleteCalls[0])
+	eventually(t, time.Minute, "only the never-registered Node goes", func(ctx context.Context) (bool, string) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, never, metav1.GetOptions{})
+		if err == nil && node.DeletionTimestamp == nil {
+			return false, never + " not deleted"
+		}
+		return true, ""
+	})
+	require.NoError(t, c.node.Start())
+	eventually(t, 2*time.Minute, "the two registered nodes stay", converged(c, t, ns, "stuck", 2))
+	nodes, err = setNodes(ctx, t, ns, "stuck")
+	require.NoError(t, err)
+	for _, n := range nodes {
+		assert.True(t, registered[n.Name], "%s: a registered node", n.Name)
+		assert.True(t, nodeutil.IsReady(&n))
+	}
+}
