@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -110,6 +111,11 @@ func respond(admitter Admitter, req *admissionv1.AdmissionRequest) *admissionv1.
 			fmt.Sprintf("NodeSet %s/%s: metadata.name: must be at most %d characters, the value of the %s label on the set's Nodes",
 				set.Namespace, set.Name, validation.LabelValueMaxLength, nodesetv1alpha1.LabelNodeSet))
 	}
+	if key := newAnnotationWithPrefix(set, old, removedOptionPrefix); key != "" {
+		return refuse(resp, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf(
+			"NodeSet %s/%s: metadata.annotations[%q]: per-NodeSet cluster-autoscaler options have no effect: cluster-autoscaler's externalgrpc client cannot carry them without also zeroing its max node startup time, so its own flags apply to every NodeSet (docs/autoscaler.md)",
+			set.Namespace, set.Name, key))
+	}
 	if reason, message := admitter.Admit(set, old); reason != "" {
 		return refuse(resp, http.StatusForbidden, metav1.StatusReason(reason), fmt.Sprintf("NodeSet %s/%s: %s (%s)", set.Namespace, set.Name, message, reason))
 	}
@@ -145,6 +151,28 @@ func ClassHandler() http.Handler {
 		resp.Warnings = nodeclass.OverrideWarnings(&class.Spec)
 		return resp
 	})
+}
+
+// removedOptionPrefix is the prefix of the per-NodeSet cluster-autoscaler
+// option annotations of earlier releases, which can take no effect.
+const removedOptionPrefix = "cluster-autoscaler.nodeset.dev/"
+
+// newAnnotationWithPrefix is an annotation key with prefix that the set has
+// and old (nil on create) did not, or "": an annotation already there is
+// left alone, so an object stored before can still be updated and deleted.
+func newAnnotationWithPrefix(set, old *nodesetv1alpha1.NodeSet, prefix string) string {
+	for key := range set.Annotations {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		if old == nil {
+			return key
+		}
+		if _, had := old.Annotations[key]; !had {
+			return key
+		}
+	}
+	return ""
 }
 
 func refuse(resp *admissionv1.AdmissionResponse, code int32, reason metav1.StatusReason, message string) *admissionv1.AdmissionResponse {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
@@ -207,4 +208,24 @@ func TestClassWarnsOfRiskyOverrides(t *testing.T) {
 	require.Len(t, resp.Warnings, 1)
 	assert.Contains(t, resp.Warnings[0], `spec.tenantOverrides[1] "labels"`)
 	assert.Contains(t, resp.Warnings[0], "stay refused")
+}
+
+// TestRemovedAutoscalerOptionsAreRefused: a cluster-autoscaler option
+// annotation can take no effect, so a NodeSet that adds one is refused,
+// naming it; one stored before is left alone.
+func TestRemovedAutoscalerOptionsAreRefused(t *testing.T) {
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team",
+		Annotations: map[string]string{"cluster-autoscaler.nodeset.dev/max-node-startup-time": "20m"}},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To[int32](1)}}
+	raw, err := json.Marshal(set)
+	require.NoError(t, err)
+	resp := call(t, Handler(&refuseLarge{}),
+		&admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create, Namespace: "team", Object: runtime.RawExtension{Raw: raw}})
+	require.False(t, resp.Allowed)
+	assert.Contains(t, resp.Result.Message, `metadata.annotations["cluster-autoscaler.nodeset.dev/max-node-startup-time"]`)
+	assert.Contains(t, resp.Result.Message, "have no effect")
+
+	resp = call(t, Handler(&refuseLarge{}),
+		&admissionv1.AdmissionRequest{UID: "2", Operation: admissionv1.Update, Namespace: "team", Object: runtime.RawExtension{Raw: raw}, OldObject: runtime.RawExtension{Raw: raw}})
+	assert.True(t, resp.Allowed, "an annotation stored before is left alone")
 }
