@@ -109,16 +109,17 @@ func (d *recordingDriver) List(context.Context) ([]drivers.MachineStatus, error)
 }
 
 type fixture struct {
-	t           *testing.T
-	kube        *kubefake.Clientset
-	driver      *recordingDriver
-	controller  *Controller
-	recorder    *record.FakeRecorder
-	nodes       corelisters.NodeLister
-	nodeIndexer cache.Indexer
-	nodesets    *nodesetfake.Clientset
-	setIndexer  cache.Indexer
-	now         time.Time
+	t            *testing.T
+	kube         *kubefake.Clientset
+	driver       *recordingDriver
+	controller   *Controller
+	recorder     *record.FakeRecorder
+	nodes        corelisters.NodeLister
+	nodeIndexer  cache.Indexer
+	nodesets     *nodesetfake.Clientset
+	setIndexer   cache.Indexer
+	classIndexer cache.Indexer
+	now          time.Time
 }
 
 func testClass(name string) *nodesetv1alpha1.NodeClass {
@@ -186,6 +187,7 @@ func newFixture(t *testing.T, classes []*nodesetv1alpha1.NodeClass, objects ...r
 		require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(cl))
 	}
 	f.setIndexer = nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer()
+	f.classIndexer = nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer()
 	f.controller = c
 	t.Cleanup(c.queue.ShutDown)
 	t.Cleanup(c.groups.ShutDown)

@@ -126,6 +126,12 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 		(accepted.Status != metav1.ConditionTrue && accepted.Reason != nodesetv1alpha1.ReasonLimitExceeded) {
 		return nil // the nodeset controller says why; the group waits (over its limits, it is capped below)
 	}
+	if valid := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid); valid == nil ||
+		valid.ObservedGeneration != class.Generation || valid.Status != metav1.ConditionTrue {
+		// A class edit not validated yet: the group waits for the verdict.
+		c.groups.AddAfter(key, 2*time.Second)
+		return nil
+	}
 	spec, err := resolve.EffectiveSpec(class, set)
 	if err != nil {
 		return nil // reported by the nodeset controller as Accepted=False

@@ -130,6 +130,8 @@ func asgTestClass() *nodesetv1alpha1.NodeClass {
 				ClusterName: "prod", Region: "us-east-1", ImageID: "ami-1", InstanceType: "t3.large", SubnetIDs: []string{"subnet-1"}}},
 			RegistrationTimeout: &metav1.Duration{Duration: 10 * time.Minute},
 		},
+		Status: nodesetv1alpha1.NodeClassStatus{Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeClassValid,
+			Status: metav1.ConditionTrue, Reason: "Valid", ObservedGeneration: 1}}},
 	}
 }
 
@@ -390,4 +392,21 @@ func TestManagedUpdatesArePassedOnAndReported(t *testing.T) {
 	assert.Equal(t, "Failed", g.getSet().Status.Group.UpdateStatus)
 	require.NoError(t, g.syncGroup())
 	assert.Empty(t, g.group.ensured[len(g.group.ensured)-1].UpdateID, "a finished update is not tracked again")
+}
+
+// TestGroupWaitsForTheVerdictOnAClassEdit: a new generation of the class is
+// not acted on until a node controller has validated it.
+func TestGroupWaitsForTheVerdictOnAClassEdit(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	class := asgTestClass()
+	class.Generation = 2 // edited; the Valid condition is still of generation 1
+	require.NoError(t, g.classIndexer.Update(class))
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, g.group.ensured, "the edit is not validated yet")
+
+	class = class.DeepCopy()
+	class.Status.Conditions[0].ObservedGeneration = 2
+	require.NoError(t, g.classIndexer.Update(class))
+	require.NoError(t, g.syncGroup())
+	assert.NotEmpty(t, g.group.ensured, "validated: the group follows")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,10 @@ type resolution struct {
 	// group is true when the class's driver runs cloud groups: the node
 	// controller makes the set's Nodes from the group's machines.
 	group bool
+	// revalidating is true while a node controller has yet to validate a
+	// new generation of a class it had found valid: nothing is done for the
+	// set, and its Accepted condition is left as it was.
+	revalidating bool
 	// accepted is the Accepted condition; Status False stops creations and deletions.
 	accepted metav1.Condition
 }
@@ -84,6 +89,11 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	}
 	valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
 	switch {
+	case valid != nil && valid.ObservedGeneration != class.Generation && valid.Status == metav1.ConditionTrue && c.revalidating(class):
+		res.revalidating = true
+		res.accepted = notAccepted(ReasonDriverNotServed,
+			"the node controller serving driver %q is validating generation %d of NodeClass %q", class.Spec.Driver, class.Generation, class.Name)
+		return res
 	case valid == nil || valid.ObservedGeneration != class.Generation:
 		res.accepted = notAccepted(ReasonDriverNotServed,
 			"no node controller serving driver %q has validated NodeClass %q yet", class.Spec.Driver, class.Name)
@@ -107,6 +117,30 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	res.accepted = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
 		Reason: ReasonAccepted, Message: fmt.Sprintf("NodeClass %q (driver %s) accepts this NodeSet", class.Name, class.Spec.Driver)}
 	return res
+}
+
+// revalidationGrace is how long a new generation of a valid class may wait
+// for its node controller's verdict before its NodeSets say DriverNotServed.
+const revalidationGrace = 30 * time.Second
+
+// revalidating reports whether the class's current generation has waited
+// for validation less than revalidationGrace, counted from when this
+// controller first saw it unvalidated.
+func (c *Controller) revalidating(class *nodesetv1alpha1.NodeClass) bool {
+	c.revalidationMu.Lock()
+	defer c.revalidationMu.Unlock()
+	seen, ok := c.revalidation[class.Name]
+	if !ok || seen.generation != class.Generation {
+		seen = generationSeen{generation: class.Generation, since: c.now()}
+		c.revalidation[class.Name] = seen
+	}
+	return c.now().Sub(seen.since) < revalidationGrace
+}
+
+// generationSeen is when a class generation was first seen unvalidated.
+type generationSeen struct {
+	generation int64
+	since      time.Time
 }
 
 func (c *Controller) namespaceAllowed(class *nodesetv1alpha1.NodeClass, namespace string) (bool, string) {

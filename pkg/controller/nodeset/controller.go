@@ -87,6 +87,9 @@ type Controller struct {
 	nodeEventBatch time.Duration
 	statusMu       sync.Mutex
 	lastStatus     map[string]time.Time // by set key: the last status write
+
+	revalidationMu sync.Mutex
+	revalidation   map[string]generationSeen // by class name
 }
 
 // NewController returns a NodeSetController wired to the given informers.
@@ -135,6 +138,7 @@ func NewController(
 		statusInterval: opts.StatusInterval,
 		nodeEventBatch: opts.NodeEventBatch,
 		lastStatus:     map[string]time.Time{},
+		revalidation:   map[string]generationSeen{},
 	}
 	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{byClassIndex: func(obj any) ([]string, error) {
 		set, ok := obj.(*nodesetv1alpha1.NodeSet)

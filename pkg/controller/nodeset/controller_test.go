@@ -676,3 +676,31 @@ func TestFreedCapacityWakesLimitedSets(t *testing.T) {
 	key, _ := f.controller.queue.Get()
 	assert.Equal(t, "team-a/web", key, "the set over its limit, at once")
 }
+
+// TestClassEditKeepsTheSetAccepted: while the node controller validates a
+// new generation of a valid class, its NodeSets keep their Accepted
+// condition with no Event and nothing is created; past the grace period an
+// edit nobody validates is DriverNotServed.
+func TestClassEditKeepsTheSetAccepted(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	set.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted,
+		Message: "accepted before the edit"}}
+	class.Generation = 2 // the Valid condition is of generation 1
+	f := newFixture(t, class, set)
+	now := testNow
+	f.controller.now = func() time.Time { return now }
+
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates(), "the edit is not validated yet")
+	accepted := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, metav1.ConditionTrue, accepted.Status, "no flip while the class is validated")
+	assert.Empty(t, f.recorder.Events, "no NotAccepted Event")
+
+	now = now.Add(revalidationGrace)
+	require.NoError(t, f.sync())
+	accepted = findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonDriverNotServed, accepted.Reason, "an edit nobody validates is reported")
+}

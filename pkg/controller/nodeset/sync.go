@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,7 +88,14 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	if res.accepted.Status == metav1.ConditionTrue && observed {
 		manageErr = c.manageReplicas(ctx, set, &res, nodes)
 	}
-	if res.accepted.Status != metav1.ConditionTrue {
+	if res.revalidating {
+		// A class edit is validated in a moment: the set keeps its Accepted
+		// condition meanwhile, with no Event, and is looked at again soon.
+		if old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); old != nil {
+			res.accepted = *old
+		}
+		c.queue.AddAfter(key, time.Second)
+	} else if res.accepted.Status != metav1.ConditionTrue {
 		old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
 		if old == nil || old.Reason != res.accepted.Reason || old.Message != res.accepted.Message {
 			c.recorder.Event(set, corev1.EventTypeWarning, ReasonNotAccepted, res.accepted.Message)
