@@ -8,7 +8,18 @@ import (
 	"github.com/aws/smithy-go"
 
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/redact"
 )
+
+// Redact removes every value of credentials (the class's Secret) from *err:
+// AWS answers can quote what a request carried (an access key id in an
+// authorization error, a session token), and the drivers' errors become
+// conditions, Events and log lines. The error keeps the driver errors it
+// wraps (errors.Is). Drivers defer it in each method that returns text from
+// AWS.
+func Redact(credentials map[string][]byte, err *error) {
+	*err = redact.Error(credentials, *err)
+}
 
 // IsCode reports whether err is an AWS API error with this code.
 func IsCode(err error, code string) bool {

@@ -26,3 +26,15 @@ func TestClassify(t *testing.T) {
 		assert.NotErrorIs(t, err, e, "a transient error is only an error")
 	}
 }
+
+func TestRedact(t *testing.T) {
+	creds := map[string][]byte{CredentialAccessKeyID: []byte("AKIAPLANTED000000001"), CredentialSecretAccessKey: []byte("planted-secret-key-value")}
+	err := Classify("creating", &smithy.GenericAPIError{Code: "AuthFailure",
+		Message: "Credential=AKIAPLANTED000000001/20250101/us-east-1/ec2/aws4_request secret planted-secret-key-value"})
+	Redact(creds, &err)
+	assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration, "the driver error is kept")
+	assert.Equal(t, "creating: invalid configuration: AuthFailure: Credential=[redacted:aws_access_key_id]/20250101/us-east-1/ec2/aws4_request secret [redacted:aws_secret_access_key]", err.Error())
+	var none error
+	Redact(creds, &none)
+	assert.NoError(t, none)
+}

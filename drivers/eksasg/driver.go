@@ -160,7 +160,8 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 // subnets and the security groups exist in it, that the EKS cluster exists
 // when its endpoint and CA are to be looked up, and that the credentials
 // work.
-func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
+func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, _, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return err
@@ -226,7 +227,8 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 // EnsureGroup makes the launch template and the group, or brings them in
 // step: a new template version when the template hash changed, the bounds,
 // and the desired capacity raised (never lowered) to the replicas.
-func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.GroupStatus, error) {
+func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ drivers.GroupStatus, err error) {
+	defer awscloud.Redact(group.Class.Credentials, &err)
 	s, asg, ec2c, err := d.connect(ctx, group.Class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
@@ -303,7 +305,8 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.
 }
 
 // DescribeGroup returns the group and its instances, or ErrNotFound.
-func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
+func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (_ drivers.GroupStatus, err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	_, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
@@ -314,7 +317,8 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 // TerminateMachine terminates one instance and lowers the desired capacity
 // in the same call. An instance already gone is not an error; one that left
 // the group but still runs is terminated through EC2.
-func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
+func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return err
@@ -326,7 +330,8 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 
 // DeleteGroup deletes the group with its instances, then the launch
 // template: ErrInProgress until the group is gone.
-func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) error {
+func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return err
@@ -419,11 +424,12 @@ func (d *Driver) scope(name string) (Scope, error) {
 
 // ListGroupsIn returns every group tagged with the cluster in one scope; it
 // fails rather than return a partial list.
-func (d *Driver) ListGroupsIn(ctx context.Context, name string) ([]drivers.GroupStatus, error) {
+func (d *Driver) ListGroupsIn(ctx context.Context, name string) (_ []drivers.GroupStatus, err error) {
 	scope, err := d.scope(name)
 	if err != nil {
 		return nil, err
 	}
+	defer awscloud.Redact(scope.Credentials, &err)
 	region := scope.Region
 	asg, _, err := d.opts.Clients(ctx, region, scope.Credentials)
 	if err != nil {
@@ -460,11 +466,12 @@ func scopeClass(scope Scope) drivers.Class {
 // ListStrayMachines returns the instances tagged with the cluster in one
 // scope that no Auto Scaling group holds, for orphan collection; it fails
 // rather than return a partial list.
-func (d *Driver) ListStrayMachines(ctx context.Context, name string) ([]drivers.MachineStatus, error) {
+func (d *Driver) ListStrayMachines(ctx context.Context, name string) (_ []drivers.MachineStatus, err error) {
 	scope, err := d.scope(name)
 	if err != nil {
 		return nil, err
 	}
+	defer awscloud.Redact(scope.Credentials, &err)
 	asg, ec2c, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
 	if err != nil {
 		return nil, err
@@ -474,11 +481,12 @@ func (d *Driver) ListStrayMachines(ctx context.Context, name string) ([]drivers.
 
 // TerminateStrayMachine terminates an instance ListStrayMachines returned,
 // through EC2; nil once it is shutting down or gone.
-func (d *Driver) TerminateStrayMachine(ctx context.Context, name, providerID string) error {
+func (d *Driver) TerminateStrayMachine(ctx context.Context, name, providerID string) (err error) {
 	scope, err := d.scope(name)
 	if err != nil {
 		return err
 	}
+	defer awscloud.Redact(scope.Credentials, &err)
 	id, err := awscloud.InstanceID(providerID)
 	if err != nil {
 		return err
@@ -493,7 +501,8 @@ func (d *Driver) TerminateStrayMachine(ctx context.Context, name, providerID str
 
 // Capacity is what one node of the class offers, from the instance type
 // (the first of a mixed-instances list, the smallest a scale-up may get).
-func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Capacity, error) {
+func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.Capacity, err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, err := section(class)
 	if err != nil {
 		return drivers.Capacity{}, err

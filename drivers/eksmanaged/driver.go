@@ -165,7 +165,8 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 // ValidateCloud checks with read-only calls that the credentials Secret
 // has its keys, that the region, the cluster, the instance types and the
 // subnets exist and that the credentials work.
-func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
+func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return err
@@ -197,7 +198,8 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
 }
 
 // Capacity is what a node of the first instance type offers.
-func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (drivers.Capacity, error) {
+func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.Capacity, err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, err := section(class)
 	if err != nil {
 		return drivers.Capacity{}, err
@@ -333,7 +335,8 @@ func bounds(group drivers.Group, desired int32) (int32, int32) {
 //   - an update in progress (group.UpdateID, or the one it starts) tracked
 //     with DescribeUpdate. Nothing else is changed while the group is not
 //     ACTIVE or DEGRADED, or while an update runs: EKS refuses it.
-func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (drivers.GroupStatus, error) {
+func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ drivers.GroupStatus, err error) {
+	defer awscloud.Redact(group.Class.Credentials, &err)
 	s, err := section(group.Class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
@@ -644,7 +647,8 @@ func (d *Driver) connect(ctx context.Context, class drivers.Class) (*nodesetv1al
 }
 
 // DescribeGroup returns the node group and its instances, or ErrNotFound.
-func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (drivers.GroupStatus, error) {
+func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (_ drivers.GroupStatus, err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
@@ -659,7 +663,8 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 // TerminateMachine terminates one instance in the node group's Auto Scaling
 // group with the decrement, then sets the node group's desired size to what
 // the Auto Scaling group now has, so EKS does not launch a replacement.
-func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
+func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return err
@@ -704,7 +709,8 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 }
 
 // DeleteGroup deletes the node group: ErrInProgress until EKS has removed it.
-func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) error {
+func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
 	s, api, err := d.connect(ctx, class)
 	if err != nil {
 		return err
@@ -773,7 +779,7 @@ func (d *Driver) GroupScopes(context.Context) []string {
 
 // ListGroupsIn returns the node groups of one scope whose tags name the
 // cluster; it fails rather than return a partial list.
-func (d *Driver) ListGroupsIn(ctx context.Context, name string) ([]drivers.GroupStatus, error) {
+func (d *Driver) ListGroupsIn(ctx context.Context, name string) (_ []drivers.GroupStatus, err error) {
 	var scope Scope
 	found := false
 	if d.opts.Scopes != nil {
@@ -786,6 +792,7 @@ func (d *Driver) ListGroupsIn(ctx context.Context, name string) ([]drivers.Group
 	if !found {
 		return nil, fmt.Errorf("eks-managed: no scope %s any more", name)
 	}
+	defer awscloud.Redact(scope.Credentials, &err)
 	prefix := "nodeset-" + d.opts.Cluster + "-"
 	api, err := d.opts.Clients(ctx, scope.Region, scope.Credentials)
 	if err != nil {
