@@ -136,7 +136,7 @@ func (d *Driver) Validate(ctx context.Context, class drivers.Class) error {
 	if err != nil {
 		return d.scrubbed("", err)
 	}
-	_, err = driverOptions(dm, flags, class.Credentials, d.credentialFiles(dm, "validate"), "")
+	_, err = driverOptions(dm, flags, class.Credentials, d.credentialFiles(dm, "validate"))
 	return err
 }
 
@@ -158,7 +158,7 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
 	if credentials == nil {
 		credentials = map[string][]byte{}
 	}
-	_, err = driverOptions(dm, flags, credentials, d.credentialFiles(dm, "validate"), "")
+	_, err = driverOptions(dm, flags, credentials, d.credentialFiles(dm, "validate"))
 	return err
 }
 
@@ -211,7 +211,7 @@ func (d *Driver) withPlugin(ctx context.Context, plugin string, config []byte, f
 // plugin flags, naming any unknown option or wrongly typed value; files are
 // the paths of the credential files, by option. Without credentials (nil),
 // only the names of credential options are checked.
-func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, credentials map[string][]byte, files map[string]string, userDataFile string) (map[string]any, error) {
+func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, credentials map[string][]byte, files map[string]string) (map[string]any, error) {
 	byName := map[string]mcnflag.Flag{}
 	var names []string
 	for _, f := range flags {
@@ -281,11 +281,11 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 					"map the option in spec.dockerMachine.credentialFileOptions instead, which writes the value to a private file and passes its path",
 				option, usage(byName[option]), key)
 		}
+		if other, ok := setBy[option]; ok {
+			return nil, drivers.InvalidConfiguration(field, "option %q is also set by %s", option, other)
+		}
 		// The value is never part of an error message.
 		if err := set(field, option, string(value)); err != nil {
-			if strings.Contains(err.Error(), "is also set by") {
-				return nil, err
-			}
 			return nil, drivers.InvalidConfiguration(field, "the value of credentials key %q does not fit option %q", key, option)
 		}
 	}
@@ -300,9 +300,6 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 		}
 		if other, ok := setBy[p.UserDataOption]; ok {
 			return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption", "option %q is also set by %s", p.UserDataOption, other)
-		}
-		if userDataFile != "" {
-			values[p.UserDataOption] = userDataFile
 		}
 	}
 	// Defaults for what is not set, as docker-machine's command line does.
@@ -427,7 +424,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 	if err != nil {
 		return "", err
 	}
-	values, err := driverOptions(dm, flags, machine.Class.Credentials, d.credentialFiles(dm, machine.Name), "")
+	values, err := driverOptions(dm, flags, machine.Class.Credentials, d.credentialFiles(dm, machine.Name))
 	if err != nil {
 		return "", err
 	}
