@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a real control plane on this machine: etcd, kube-apiserver (RBAC on,
-# token authentication) and kube-scheduler on loopback ports, built from their
-# Go modules by hack/kube-binaries.sh (cached), with the nodeset CRDs
+# token authentication), kube-controller-manager (the controllers a cluster
+# runs) and kube-scheduler on loopback ports, built from their Go modules by
+# hack/kube-binaries.sh (cached), with the nodeset CRDs
 # installed, the nodeset webhooks registered as a real install has them
 # (failurePolicy Ignore; at https://127.0.0.1:19443, --webhook-port, with a CA
 # bundle: run nodeset-controller with the flags it prints) and the

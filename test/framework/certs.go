@@ -88,8 +88,8 @@ func (ca *CA) Issue(commonName string, usage x509.ExtKeyUsage, dnsNames ...strin
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
-// writeCerts writes a CA, a serving certificate for the API server signed by
-// it, and a service-account signing key into dir. It returns the CA
+// writeCerts writes a CA (certificate and key), a serving certificate for the
+// API server signed by it, and a service-account signing key into dir. It returns the CA
 // certificate in PEM form.
 func writeCerts(dir string) ([]byte, error) {
 	ca, err := NewCA("nodeset-local-ca")
@@ -105,8 +105,14 @@ func writeCerts(dir string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	caKey, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, err
+	}
 	files := map[string][]byte{
-		"ca.crt":      ca.PEM,
+		"ca.crt": ca.PEM,
+		// kube-controller-manager signs approved CSRs with it.
+		"ca.key":      pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: caKey}),
 		"serving.crt": servingCert,
 		"serving.key": servingKey,
 		"sa.key":      pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}),

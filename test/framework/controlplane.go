@@ -1,6 +1,6 @@
-// Package framework starts a real control plane (etcd and kube-apiserver, and
-// optionally kube-scheduler) from the binaries hack/kube-binaries.sh builds,
-// for tests and for hack/local-up.sh.
+// Package framework starts a real control plane (etcd, kube-apiserver and
+// kube-controller-manager, and optionally kube-scheduler) from the binaries
+// hack/kube-binaries.sh builds, for tests and for hack/local-up.sh.
 package framework
 
 import (
@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,7 +40,8 @@ type User struct {
 type Options struct {
 	// Dir holds the state: data, certificates, logs, kubeconfig. Required.
 	Dir string
-	// BinDir holds etcd, kube-apiserver, kube-scheduler and kubectl.
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler and kubectl.
 	BinDir string
 	// Scheduler also starts kube-scheduler.
 	Scheduler bool
@@ -50,9 +52,13 @@ type Options struct {
 	Users []string
 	// AuditLog writes an audit log of every write request to Dir/audit.log.
 	AuditLog bool
+	// ControllerManagerArgs are added to kube-controller-manager's flags
+	// (later flags win), for example a shorter --node-monitor-grace-period.
+	ControllerManagerArgs []string
 }
 
-// ControlPlane is a running etcd and kube-apiserver on loopback.
+// ControlPlane is a running etcd, kube-apiserver and kube-controller-manager
+// (and kube-scheduler when asked) on loopback.
 type ControlPlane struct {
 	Dir            string `json:"dir"`
 	BinDir         string `json:"binDir"`
@@ -61,8 +67,10 @@ type ControlPlane struct {
 	KubeconfigPath string `json:"kubeconfig"`
 	Users          []User `json:"users"`
 	PIDs           []int  `json:"pids"`
-	caData         []byte
-	procs          []*exec.Cmd
+	// Components are the processes started, by name.
+	Components []string `json:"components"`
+	caData     []byte
+	procs      []*exec.Cmd
 	// flags of each process by name, to start it again
 	flags map[string]startFlags
 }
@@ -78,8 +86,18 @@ const stateFile = "state.json"
 // AdminName is the user in system:masters that the kubeconfig uses.
 const AdminName = "admin"
 
-// Start starts etcd and kube-apiserver (and kube-scheduler when asked) on free
-// loopback ports and waits until the API server is ready.
+// ControllerManagerName is the user kube-controller-manager runs as, as in a
+// cluster: the built-in RBAC binds it to system:kube-controller-manager, and
+// each controller acts as its own ServiceAccount in kube-system
+// (--use-service-account-credentials).
+const ControllerManagerName = "system:kube-controller-manager"
+
+// components every control plane runs; kube-scheduler only when asked.
+var components = []string{"etcd", "kube-apiserver", "kube-controller-manager"}
+
+// Start starts etcd, kube-apiserver and kube-controller-manager (and
+// kube-scheduler when asked) on free loopback ports and waits until the API
+// server is ready and kube-controller-manager has begun its work.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.Dir == "" || opts.BinDir == "" {
 		return nil, errors.New("framework: Options.Dir and Options.BinDir are required")
@@ -100,10 +118,10 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"),
 		caData:         caData,
 	}
-	if err := cp.writeTokens(append([]string{AdminName}, opts.Users...)); err != nil {
+	if err := cp.writeTokens(append(append([]string{AdminName}, opts.Users...), ControllerManagerName)); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -132,17 +150,20 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		"--tls-cert-file=" + filepath.Join(opts.Dir, "serving.crt"),
 		"--tls-private-key-file=" + filepath.Join(opts.Dir, "serving.key"),
 		"--token-auth-file=" + filepath.Join(opts.Dir, "tokens.csv"),
+		// Client certificates kube-controller-manager signs (a kubelet's,
+		// after its CSR is approved) authenticate; so do bootstrap tokens.
+		"--client-ca-file=" + filepath.Join(opts.Dir, "ca.crt"),
+		"--enable-bootstrap-token-auth",
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + filepath.Join(opts.Dir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(opts.Dir, "sa.key"),
 		"--service-cluster-ip-range=10.0.0.0/24",
-		// No kube-controller-manager runs, so nothing would create the default
-		// ServiceAccount that ServiceAccount insists on, and nothing would
-		// lift the node.kubernetes.io/not-ready taint TaintNodesByCondition
-		// puts on every new Node. nodeset's own startup taint keeps pods off
-		// a Node until its kubelet is Ready.
-		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		// The default admission plugins, as in a cluster: ServiceAccount
+		// needs each namespace's default ServiceAccount (made by
+		// kube-controller-manager), TaintNodesByCondition puts
+		// node.kubernetes.io/not-ready on every new Node (lifted by its node
+		// lifecycle controller once the kubelet reports Ready).
 		"--allow-privileged=true",
 		// The loopback advertise address cannot back the kubernetes Service endpoints.
 		"--endpoint-reconciler-type=none",
@@ -190,11 +211,47 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
+	if err := cp.startControllerManager(ctx, opts, ports[4]); err != nil {
+		cp.Stop()
+		return nil, err
+	}
 	if err := cp.saveState(); err != nil {
 		cp.Stop()
 		return nil, err
 	}
 	return cp, nil
+}
+
+// startControllerManager starts kube-controller-manager with the controllers
+// a cluster runs (kubeadm's choice: the defaults, and the bootstrap-token
+// signer and cleaner), signing certificates with the control plane's CA and
+// service-account tokens with its key, and waits until its ServiceAccount
+// controller made the default namespace's default ServiceAccount.
+func (cp *ControlPlane) startControllerManager(ctx context.Context, opts Options, port int) error {
+	kubeconfig, err := cp.WriteKubeconfig(ControllerManagerName)
+	if err != nil {
+		return err
+	}
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--leader-elect=false",
+		"--controllers=*,bootstrapsigner,tokencleaner",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+		"--root-ca-file=" + cp.CAFile,
+		"--cluster-signing-cert-file=" + cp.CAFile,
+		"--cluster-signing-key-file=" + filepath.Join(cp.Dir, "ca.key"),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--v=1",
+	}, opts.ControllerManagerArgs...)
+	if err := cp.start(opts, "kube-controller-manager", args...); err != nil {
+		return err
+	}
+	return cp.waitServiceAccount(ctx, "default", 2*time.Minute)
 }
 
 // auditPolicy records the metadata of every request but reads of leases and
@@ -226,6 +283,9 @@ func (cp *ControlPlane) start(opts Options, name string, args ...string) error {
 	}
 	cp.procs = append(cp.procs, cmd)
 	cp.PIDs = append(cp.PIDs, cmd.Process.Pid)
+	if !slices.Contains(cp.Components, name) {
+		cp.Components = append(cp.Components, name)
+	}
 	if cp.flags == nil {
 		cp.flags = map[string]startFlags{}
 	}
@@ -237,7 +297,7 @@ func (cp *ControlPlane) start(opts Options, name string, args ...string) error {
 }
 
 // StopComponent stops one process of the control plane ("etcd",
-// "kube-apiserver") with SIGKILL, as an outage would, and waits until it is
+// "kube-apiserver", "kube-controller-manager") with SIGKILL, as an outage would, and waits until it is
 // gone. StartComponent brings it back.
 func (cp *ControlPlane) StopComponent(name string) error {
 	f, ok := cp.flags[name]
@@ -307,6 +367,11 @@ func Load(ctx context.Context, dir string) (*ControlPlane, error) {
 	cp := &ControlPlane{}
 	if err := json.Unmarshal(raw, cp); err != nil {
 		return nil, err
+	}
+	for _, name := range components {
+		if !slices.Contains(cp.Components, name) {
+			return cp, fmt.Errorf("framework: the control plane in %s runs no %s", dir, name)
+		}
 	}
 	for _, pid := range cp.PIDs {
 		if !processAlive(pid) {

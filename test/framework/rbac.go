@@ -59,42 +59,30 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 	return nil
 }
 
-// BindTenant makes user an editor of namespace as far as nodeset is
-// concerned: a RoleBinding to nodeset:aggregate-to-edit, which in a cluster
-// reaches namespace editors through the built-in edit role's aggregation
-// (done by kube-controller-manager, which the test control plane does not run).
+// BindTenant makes user an editor of namespace, as a cluster admin does: a
+// RoleBinding to the built-in edit ClusterRole, which reaches NodeSets only
+// through kube-controller-manager's aggregation of nodeset:aggregate-to-edit
+// (deploy/rbac). It waits until the user may do what the docs promise an
+// editor: manage the namespace's NodeSets and read its Events.
 func BindTenant(ctx context.Context, cp *ControlPlane, user, namespace string) error {
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
-	// The built-in edit role also lets editors read the namespace's Events;
-	// without the aggregation controller it has no rules here, so a Role
-	// stands in for that part of it.
-	_, err = kube.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "events-reader", Namespace: namespace},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}}},
+	_, err = kube.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "edit:" + user, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
-	for _, binding := range []rbacv1.RoleBinding{
-		{ObjectMeta: metav1.ObjectMeta{Name: "nodeset-edit:" + user, Namespace: namespace},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nodeset:aggregate-to-edit"}, Subjects: subjects},
-		{ObjectMeta: metav1.ObjectMeta{Name: "events-reader:" + user, Namespace: namespace},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "events-reader"}, Subjects: subjects},
-	} {
-		_, err = kube.RbacV1().RoleBindings(namespace).Create(ctx, &binding, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	// The authorizer sees new bindings through its informers: wait until it
-	// lets the user do what the bindings grant.
+	// The authorizer sees new bindings and aggregated rules through its
+	// informers: wait until it lets the user do what the binding grants.
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, attrs := range []authorizationv1.ResourceAttributes{
 			{Namespace: namespace, Verb: "create", Group: "nodeset.dev", Resource: "nodesets"},
+			{Namespace: namespace, Verb: "update", Group: "nodeset.dev", Resource: "nodesets", Subresource: "scale"},
 			{Namespace: namespace, Verb: "list", Resource: "events"},
 		} {
 			review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{

@@ -34,6 +34,8 @@ func createNamespace(t *testing.T, name string) string {
 	kube, _ := clients(t)
 	_, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// Pods are admitted once the namespace has its default ServiceAccount.
+	require.NoError(t, framework.WaitForDefaultServiceAccount(context.Background(), kube, name))
 	return name
 }
 
