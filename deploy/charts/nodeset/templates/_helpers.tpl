@@ -1,0 +1,99 @@
+{{/* Labels every object of the release has, besides its own. */}}
+{{- define "nodeset.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* The nodeset-controller image (it also holds nodeset-certs). */}}
+{{- define "nodeset.nodesetControllerImage" -}}
+{{ .Values.image.nodesetController }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The node-controller image. */}}
+{{- define "nodeset.nodeControllerImage" -}}
+{{ .Values.image.nodeController }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* True (non-empty) when an AWS driver is enabled. */}}
+{{- define "nodeset.aws" -}}
+{{- if or (has "eks-asg" .Values.drivers.enabled) (has "eks-managed" .Values.drivers.enabled) }}true{{ end }}
+{{- end }}
+
+{{/* Refuses values the controllers cannot run with. */}}
+{{- define "nodeset.validate" -}}
+{{- if ne .Release.Namespace "nodeset-system" }}
+{{- fail (printf "install nodeset into the namespace nodeset-system (helm install -n nodeset-system --create-namespace), not %q: the node controller reads credentials Secrets and keeps its Leases there" .Release.Namespace) }}
+{{- end }}
+{{- if not .Values.drivers.enabled }}
+{{- fail "drivers.enabled: name at least one driver" }}
+{{- end }}
+{{- range .Values.drivers.enabled }}
+{{- if not (has . (list "simulated" "docker-machine" "eks-asg" "eks-managed")) }}
+{{- fail (printf "drivers.enabled: unknown driver %q; the built-in drivers are simulated, docker-machine, eks-asg and eks-managed" .) }}
+{{- end }}
+{{- end }}
+{{- if and (include "nodeset.aws" .) (not .Values.drivers.aws.clusterName) }}
+{{- fail "drivers.aws.clusterName: set a cluster name unique in the AWS account with eks-asg or eks-managed" }}
+{{- end }}
+{{- if not (has .Values.certificates.provider (list "nodeset-certs" "cert-manager")) }}
+{{- fail (printf "certificates.provider: %q is neither nodeset-certs nor cert-manager" .Values.certificates.provider) }}
+{{- end }}
+{{- range $name := list "nodesetController" "nodeController" }}
+{{- $c := index $.Values $name }}
+{{- if and (gt (int $c.replicas) 1) (not $c.leaderElect) }}
+{{- fail (printf "%s: more than one replica needs leaderElect" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The pod template of the nodeset-certs Job and CronJob. */}}
+{{- define "nodeset.certsPod" -}}
+metadata:
+  labels:
+    app.kubernetes.io/name: nodeset-certs
+spec:
+  serviceAccountName: nodeset-certs
+  restartPolicy: OnFailure
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    runAsNonRoot: true
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+  - name: nodeset-certs
+    image: {{ include "nodeset.nodesetControllerImage" . }}
+    {{- with .Values.image.pullPolicy }}
+    imagePullPolicy: {{ . }}
+    {{- end }}
+    command: ["/usr/local/bin/nodeset-certs"]
+    args: ["--namespace={{ .Release.Namespace }}"]
+    resources:
+      requests: {cpu: 10m, memory: 32Mi}
+      limits: {memory: 64Mi}
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+{{- end }}
+
+{{/* nodeSelector, tolerations and affinity of a controller's pods, when set. */}}
+{{- define "nodeset.placement" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
