@@ -169,6 +169,15 @@ const AnnotationNotReady = "simulated.nodeset.dev/not-ready"
 
 func wantsReady(node *corev1.Node) bool { return node.Annotations[AnnotationNotReady] == "" }
 
+// AnnotationUnreachable on a simulated machine's Node silences its kubelet:
+// it neither posts the Node's status nor renews its Lease, as when the
+// machine is cut off from the API server, so the node lifecycle controller
+// marks the Node's Ready condition Unknown once its grace period passes.
+// Removing it lets the kubelet heartbeat again.
+const AnnotationUnreachable = "simulated.nodeset.dev/unreachable"
+
+func unreachable(node *corev1.Node) bool { return node.Annotations[AnnotationUnreachable] != "" }
+
 // reconcile schedules the status posts, Lease renewals and Lease deletions that are due.
 func (f *Fleet) reconcile(ctx context.Context) {
 	now := time.Now()
@@ -185,6 +194,9 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		node, err := f.nodes.Get(m.Name)
 		if err != nil {
 			continue // the Node does not exist (yet): nothing to register with
+		}
+		if unreachable(node) {
+			continue
 		}
 		k := f.state[m.Name]
 		if k == nil {
