@@ -35,7 +35,7 @@ verify:
 	$(GO) vet ./...
 	hack/verify-staticcheck.sh
 
-## kube-binaries: build (once, cached) etcd, kube-apiserver, kube-scheduler and kubectl
+## kube-binaries: build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
 kube-binaries:
 	@hack/kube-binaries.sh >/dev/null
 
