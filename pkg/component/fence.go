@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -131,5 +133,14 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, &NotLeadingError{Reason: reason}
 	}
-	return t.next.RoundTrip(req)
+	// The user agent says when the fence let the write through: a process
+	// frozen between that moment and the send delivers the write late, and
+	// the audit log then shows both times.
+	admitted := req.Clone(req.Context())
+	admitted.Header.Set("User-Agent", strings.TrimSpace(req.Header.Get("User-Agent")+" "+FencedAtPrefix+strconv.FormatInt(time.Now().UnixMilli(), 10)))
+	return t.next.RoundTrip(admitted)
 }
+
+// FencedAtPrefix starts the user-agent word that gives, in Unix
+// milliseconds, when a fenced write was let through.
+const FencedAtPrefix = "fenced-at/"

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,7 +35,9 @@ func (l *stubLock) err() error {
 
 func TestFenceLetsWritesThroughOnlyOnACurrentLease(t *testing.T) {
 	var writes atomic.Int32
+	var agents sync.Map // method -> user agent
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents.Store(r.Method, r.UserAgent())
 		if r.Method != http.MethodGet {
 			writes.Add(1)
 		}
@@ -69,6 +72,10 @@ func TestFenceLetsWritesThroughOnlyOnACurrentLease(t *testing.T) {
 		require.NoError(t, do(method), "the leader writes (%s)", method)
 	}
 	assert.EqualValues(t, 4, writes.Load())
+	agent, _ := agents.Load(http.MethodPut)
+	assert.Regexp(t, `(^| )fenced-at/[0-9]{13}$`, agent, "a write says when the fence let it through")
+	agent, _ = agents.Load(http.MethodGet)
+	assert.NotContains(t, agent, FencedAtPrefix, "a read is not fenced")
 
 	// The process was paused past the renew deadline: nothing goes out
 	// until a renewal succeeds again.

@@ -95,6 +95,9 @@ func (m *Metrics) Initialize(driverNames []string) {
 	for _, outcome := range []string{drainDrained, drainTimedOut, drainTimedOutCordoned} {
 		m.drains.WithLabelValues(outcome)
 	}
+	for _, op := range []string{opCreate, opDelete, opEnsureGroup, opTerminate, opDeleteGroup} {
+		m.fenced.WithLabelValues(op)
+	}
 	for _, outcome := range []string{roundCompleted, roundListFailed, roundCachesNotSynced} {
 		m.orphanRounds.WithLabelValues(outcome)
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
@@ -307,19 +310,38 @@ func writes(t *testing.T, user string, since time.Time) []framework.AuditEvent {
 	return out
 }
 
-// writeRuns groups the user's writes into runs by replica.
+var fencedAtRE = regexp.MustCompile(component.FencedAtPrefix + `([0-9]+)`)
+
+// admittedAt is when the replica's write fence let a write through, from
+// its user agent; when it says nothing, when the API server received it.
+// A replica frozen between the two delivers a write decided while it led
+// after its successor's first writes: what must never interleave is the
+// replicas' decisions to write.
+func admittedAt(e framework.AuditEvent) time.Time {
+	if m := fencedAtRE.FindStringSubmatch(e.UserAgent); m != nil {
+		if ms, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			return time.UnixMilli(ms)
+		}
+	}
+	return e.RequestReceived
+}
+
+// writeRuns groups the user's writes into runs by replica, in the order
+// they were let through the replicas' fences.
 func writeRuns(t *testing.T, user string) []run {
 	t.Helper()
 	var runs []run
-	for _, e := range writes(t, user, time.Time{}) {
+	events := writes(t, user, time.Time{})
+	sort.SliceStable(events, func(i, j int) bool { return admittedAt(events[i]).Before(admittedAt(events[j])) })
+	for _, e := range events {
 		m := replicaRE.FindStringSubmatch(e.UserAgent)
 		require.NotNil(t, m, "every controller request names its replica: %q", e.UserAgent)
 		identity := strings.TrimSuffix(m[1], ")")
 		if len(runs) == 0 || runs[len(runs)-1].identity != identity {
-			runs = append(runs, run{identity: identity, from: e.RequestReceived})
+			runs = append(runs, run{identity: identity, from: admittedAt(e)})
 		}
 		runs[len(runs)-1].writes++
-		runs[len(runs)-1].to = e.RequestReceived
+		runs[len(runs)-1].to = admittedAt(e)
 	}
 	return runs
 }
