@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all build image generate verify test test-stress test-unit test-deps test-reliability kube-binaries demo demo-down local-up local-down bench clean
+.PHONY: all build image generate verify test test-stress test-unit test-deps test-reliability kube-binaries demo demo-down local-up local-down bench clean update-chart dist
 
 all: build
 
@@ -19,21 +19,33 @@ image:
 	docker build --target nodeset-controller -t $(IMAGE_REPO)/nodeset-controller:$(VERSION) .
 	docker build --target node-controller -t $(IMAGE_REPO)/node-controller:$(VERSION) .
 
-## generate: regenerate clients, deepcopy, register, CRDs and docs/api-reference.md
+## generate: regenerate clients, deepcopy, register, CRDs, docs/api-reference.md and the Helm chart's generated files
 generate:
 	hack/update-codegen.sh
 	hack/update-crds.sh
 	hack/update-api-docs.sh
 	hack/update-proto.sh
+	hack/update-chart.sh
+
+## update-chart: the Helm chart's CRDs, admission policy, versions (VERSION) and values table (hack/chart)
+update-chart:
+	hack/update-chart.sh
 
 ## verify: fail when generated code is stale, code is unformatted or go.mod untidy; go vet; staticcheck
-## (pinned in hack/verify-staticcheck.sh, built from the Go module proxy)
+## (pinned in hack/verify-staticcheck.sh, built from the Go module proxy); the Helm chart generated, lint-clean
+## and rendering the same objects as deploy/overlays (hack/verify-chart.sh, helm pinned in hack/chart/go.mod)
 verify:
 	hack/verify-codegen.sh
 	hack/verify-proto.sh
 	hack/verify-gofmt.sh
 	$(GO) vet ./...
 	hack/verify-staticcheck.sh
+	hack/verify-chart.sh
+
+## dist: kubectl-nodeset archives for linux/darwin amd64/arm64 and windows/amd64, their sha256 sums and the
+## krew manifest with them (deploy/krew/nodeset.yaml filled in), in _output/dist/ (VERSION)
+dist:
+	VERSION=$(VERSION) hack/dist.sh
 
 ## kube-binaries: build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
 kube-binaries:

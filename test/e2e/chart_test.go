@@ -1,0 +1,293 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// certManagerStubCRDs stand in for cert-manager's CRDs, so that the API server
+// accepts the chart's Issuers and Certificates in a dry run: it checks that
+// they are cert-manager.io/v1 objects of those kinds in the release's
+// namespace, not their fields.
+const certManagerStubCRDs = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: issuers.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`
+
+// TestChartDryRun renders the Helm chart with each documented values file of
+// its ci/ directory (helm pinned in hack/chart, built by hack/chart-tools.sh),
+// checks what each configuration must have, and applies the result to the
+// real API server with a server-side dry run.
+func TestChartDryRun(t *testing.T) {
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	framework.Shared(t)
+	helm := filepath.Join(chartTools(t, root), "helm")
+	chart := filepath.Join(root, "deploy", "charts", "nodeset")
+
+	_, err = kubeClient(t).CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeset-system"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	stubs := filepath.Join(t.TempDir(), "cert-manager-crds.yaml")
+	require.NoError(t, os.WriteFile(stubs, []byte(certManagerStubCRDs), 0o644))
+	kubectl(t, "apply", "-f", stubs)
+	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=false") })
+	kubectl(t, "wait", "--for=condition=Established", "--timeout=30s",
+		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+
+	files, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	// The configurations the chart's README documents, each with its checks.
+	tests := []struct {
+		name  string
+		check func(t *testing.T, r renderedChart)
+	}{
+		{name: "default-values.yaml", check: func(t *testing.T, r renderedChart) {
+			assert.Contains(t, r.args(t, "node-controller"), "--drivers=simulated")
+			assert.NotNil(t, r.get("Job", "nodeset-certs-1"), "certificates are provisioned at install")
+			assert.NotNil(t, r.get("CronJob", "nodeset-certs"), "and renewed")
+			assert.Zero(t, r.kinds["Certificate"])
+		}},
+		{name: "docker-machine-values.yaml", check: func(t *testing.T, r renderedChart) {
+			args := r.args(t, "node-controller")
+			assert.Contains(t, args, "--drivers=simulated,docker-machine")
+			assert.Contains(t, args, "--docker-machine-store-path=/var/lib/nodeset/docker-machine")
+			pod := r.podSpec(t, "node-controller")
+			init, _, _ := unstructured.NestedSlice(pod, "initContainers")
+			require.Len(t, init, 1, "the plugins come from an init container")
+			assert.Equal(t, "registry.example.com/docker-machine-plugins:v1", init[0].(map[string]any)["image"])
+			container := r.container(t, "node-controller")
+			assert.Contains(t, container["env"], map[string]any{"name": "PATH", "value": "/opt/nodeset/plugins:/usr/local/bin:/usr/bin:/bin"})
+			claim := r.get("PersistentVolumeClaim", "docker-machine-store")
+			require.NotNil(t, claim)
+			class, _, _ := unstructured.NestedString(claim, "spec", "storageClassName")
+			assert.Equal(t, "nfs-client", class)
+		}},
+		{name: "aws-values.yaml", check: func(t *testing.T, r renderedChart) {
+			args := r.args(t, "node-controller")
+			assert.Contains(t, args, "--drivers=eks-asg,eks-managed")
+			assert.Contains(t, args, "--cluster-name=prod")
+			sa := r.get("ServiceAccount", "node-controller")
+			require.NotNil(t, sa)
+			role, _, _ := unstructured.NestedString(sa, "metadata", "annotations", "eks.amazonaws.com/role-arn")
+			assert.Equal(t, "arn:aws:iam::111122223333:role/nodeset-node-controller", role, "IRSA")
+		}},
+		{name: "cert-manager-values.yaml", check: func(t *testing.T, r renderedChart) {
+			assert.Zero(t, r.kinds["Job"], "no nodeset-certs with cert-manager")
+			assert.Zero(t, r.kinds["CronJob"])
+			secrets := map[string]bool{}
+			for _, obj := range r.objects {
+				if obj.GetKind() == "Certificate" {
+					name, _, _ := unstructured.NestedString(obj.Object, "spec", "secretName")
+					secrets[name] = true
+				}
+			}
+			assert.Equal(t, map[string]bool{"nodeset-ca": true, "nodeset-webhook-tls": true,
+				"nodeset-autoscaler-tls": true, "cluster-autoscaler-client-tls": true}, secrets)
+			webhook := r.get("ValidatingWebhookConfiguration", "nodeset.dev")
+			require.NotNil(t, webhook)
+			inject, _, _ := unstructured.NestedString(webhook, "metadata", "annotations", "cert-manager.io/inject-ca-from")
+			assert.Equal(t, "nodeset-system/nodeset-webhook", inject)
+		}},
+	}
+	var want []string
+	for _, tc := range tests {
+		want = append(want, tc.name)
+	}
+	assert.ElementsMatch(t, want, names, "every values file in ci/ is tested, and only those")
+
+	for _, tc := range tests {
+		t.Run(strings.TrimSuffix(tc.name, "-values.yaml"), func(t *testing.T) {
+			manifest := run(t, helm, "template", "nodeset", chart, "--namespace", "nodeset-system",
+				"--include-crds", "-f", filepath.Join(chart, "ci", tc.name))
+			r := decodeRendered(t, manifest)
+			assert.Equal(t, 2, r.kinds["CustomResourceDefinition"])
+			assert.Equal(t, 1, r.kinds["ValidatingAdmissionPolicy"], "Dedicated tenancy is enforced at pod admission")
+			assert.Equal(t, 1, r.kinds["ValidatingAdmissionPolicyBinding"])
+			assert.Equal(t, 1, r.kinds["FlowSchema"])
+			assert.Zero(t, r.kinds["Namespace"], "left to helm install --create-namespace")
+			webhook := r.get("ValidatingWebhookConfiguration", "nodeset.dev")
+			require.NotNil(t, webhook)
+			hooks, _, _ := unstructured.NestedSlice(webhook, "webhooks")
+			assert.Len(t, hooks, 2)
+			for _, h := range hooks {
+				_, set, _ := unstructured.NestedFieldNoCopy(h.(map[string]any), "clientConfig", "caBundle")
+				assert.False(t, set, "caBundle is injected, never rendered")
+			}
+			for _, name := range []string{"nodeset-controller", "node-controller"} {
+				replicas, _, _ := unstructured.NestedFieldNoCopy(r.get("Deployment", name), "spec", "replicas")
+				assert.EqualValues(t, 2, replicas, "%s runs a standby", name)
+				assert.Contains(t, r.args(t, name), "--leader-elect=true")
+			}
+			nodeset := r.args(t, "nodeset-controller")
+			assert.Contains(t, nodeset, "--autoscaler-tls-client-ca-file=/etc/nodeset/autoscaler/ca.crt", "mutual TLS")
+			assert.Contains(t, nodeset, "--webhook-cert-file=/etc/nodeset/webhook/tls.crt")
+			tc.check(t, r)
+
+			file := filepath.Join(t.TempDir(), "chart.yaml")
+			require.NoError(t, os.WriteFile(file, []byte(manifest), 0o644))
+			out := kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=helm",
+				"--dry-run=server", "-f", file)
+			assert.Contains(t, out, "deployment.apps/nodeset-controller serverside-applied (server dry run)")
+			assert.Contains(t, out, "deployment.apps/node-controller serverside-applied (server dry run)")
+			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/dedicated-tenancy.nodeset.dev serverside-applied (server dry run)")
+			assert.Equal(t, len(r.objects), strings.Count(out, "serverside-applied (server dry run)"), out)
+		})
+	}
+}
+
+// TestChartRefusals renders the chart with values it must refuse.
+func TestChartRefusals(t *testing.T) {
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	framework.SkipIfShort(t, "helm, built from the Go module proxy")
+	helm := filepath.Join(chartTools(t, root), "helm")
+	chart := filepath.Join(root, "deploy", "charts", "nodeset")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "another namespace", args: []string{"--namespace", "default"}, want: "install nodeset into the namespace nodeset-system"},
+		{name: "eks without a cluster name", args: []string{"--namespace", "nodeset-system", "--set", "drivers.enabled={eks-asg}"},
+			want: "drivers.aws.clusterName"},
+		{name: "unknown driver", args: []string{"--namespace", "nodeset-system", "--set", "drivers.enabled={gce}"},
+			want: `unknown driver "gce"`},
+		{name: "replicas without leader election", args: []string{"--namespace", "nodeset-system",
+			"--set", "nodeController.leaderElect=false"}, want: "nodeController: more than one replica needs leaderElect"},
+		{name: "unknown certificate provider", args: []string{"--namespace", "nodeset-system",
+			"--set", "certificates.provider=vault"}, want: `"vault" is neither nodeset-certs nor cert-manager`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(helm, append([]string{"template", "nodeset", chart}, tc.args...)...)
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err, "%s", out)
+			assert.Contains(t, string(out), tc.want)
+		})
+	}
+}
+
+// chartTools builds helm and nodeset-chart once (cached by hack/chart-tools.sh)
+// and returns their directory.
+func chartTools(t *testing.T, root string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "chart-tools.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "hack/chart-tools.sh: %s", stderr.String())
+	return strings.TrimSpace(string(out))
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), stderr.String())
+	return string(out)
+}
+
+// renderedChart is the chart's objects as helm template renders them.
+type renderedChart struct {
+	objects []*unstructured.Unstructured
+	kinds   map[string]int
+}
+
+func decodeRendered(t *testing.T, manifest string) renderedChart {
+	t.Helper()
+	r := renderedChart{kinds: map[string]int{}}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		if obj.Object == nil {
+			continue
+		}
+		r.objects = append(r.objects, obj)
+		r.kinds[obj.GetKind()]++
+	}
+	return r
+}
+
+// get returns the object of that kind and name, or nil.
+func (r renderedChart) get(kind, name string) map[string]any {
+	for _, obj := range r.objects {
+		if obj.GetKind() == kind && obj.GetName() == name {
+			return obj.Object
+		}
+	}
+	return nil
+}
+
+func (r renderedChart) podSpec(t *testing.T, deployment string) map[string]any {
+	t.Helper()
+	d := r.get("Deployment", deployment)
+	require.NotNil(t, d, "Deployment %s", deployment)
+	pod, _, _ := unstructured.NestedMap(d, "spec", "template", "spec")
+	return pod
+}
+
+func (r renderedChart) container(t *testing.T, deployment string) map[string]any {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(r.podSpec(t, deployment), "containers")
+	require.Len(t, containers, 1)
+	return containers[0].(map[string]any)
+}
+
+func (r renderedChart) args(t *testing.T, deployment string) []string {
+	t.Helper()
+	args, _, _ := unstructured.NestedStringSlice(r.container(t, deployment), "args")
+	return args
+}
