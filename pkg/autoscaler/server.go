@@ -231,15 +231,18 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 		return nil, status.Errorf(codes.InvalidArgument, "size increase must be positive, got %d", req.GetDelta())
 	}
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
-		target := plan.Replicas(set) + req.GetDelta()
-		if target > set.Spec.Autoscaling.MaxReplicas {
+		// In 64 bits: a delta near the largest int32 must not wrap round
+		// to a small or negative size that passes the checks.
+		target := int64(plan.Replicas(set)) + int64(req.GetDelta())
+		if target > int64(set.Spec.Autoscaling.MaxReplicas) {
 			return status.Errorf(codes.InvalidArgument, "size increase too large: %s would have %d nodes, spec.autoscaling.maxReplicas is %d",
 				GroupID(set), target, set.Spec.Autoscaling.MaxReplicas)
 		}
-		if err := s.checkLimits(set, target); err != nil {
+		replicas := int32(target)
+		if err := s.checkLimits(set, replicas); err != nil {
 			return err
 		}
-		set.Spec.Replicas = &target
+		set.Spec.Replicas = &replicas
 		return nil
 	})
 	if err != nil {
@@ -374,7 +377,7 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 				registered++
 			}
 		}
-		target := plan.Replicas(set) + req.GetDelta()
+		target := plan.Replicas(set) + req.GetDelta() // delta < 0 and replicas >= 0: no overflow
 		if target < int32(registered) {
 			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d registered nodes, target size %d + %d would be %d",
 				GroupID(set), registered, plan.Replicas(set), req.GetDelta(), target)

@@ -2,6 +2,7 @@ package autoscaler
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -156,6 +157,9 @@ func TestIncreaseSize(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, code(err), "past maxReplicas: %v", err)
 	_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 0})
 	assert.Equal(t, codes.InvalidArgument, code(err))
+	_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: math.MaxInt32})
+	assert.Equal(t, codes.InvalidArgument, code(err), "a delta that would wrap round int32 is past maxReplicas: %v", err)
+	assert.Contains(t, err.Error(), "spec.autoscaling.maxReplicas is 6")
 	_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/nope", Delta: 1})
 	assert.Equal(t, codes.NotFound, code(err))
 	assert.Equal(t, int32(5), *f.set(t).Spec.Replicas)

@@ -161,11 +161,22 @@ func mergeOverrides(base, patch map[string]any, prefix string, allowed map[strin
 			}
 			baseMap, _ := baseValue.(map[string]any)
 			base[key] = mergeOverrides(baseMap, patchMap, path+".", allowed, restricted)
+		case reflect.DeepEqual(baseValue, value) || (baseValue == nil && reflect.DeepEqual(schemaDefaults[path], value)):
+			// The class's own value, or the value the schema defaulted in the
+			// tenant's section: no change, so nothing is overridden.
 		default:
 			restricted(path)
 		}
 	}
 	return base
+}
+
+// schemaDefaults are the values the CRD schema gives driver-section fields
+// a NodeSet leaves out (+kubebuilder:default), by path in the section: the
+// API server puts them in a tenant's section as in the class's.
+var schemaDefaults = map[string]any{
+	"bootstrap.format":           string(nodesetv1alpha1.BootstrapNodeConfig),
+	"metadataOptions.httpTokens": "required",
 }
 
 // mergeMap merges an overridable map: the tenant adds keys; a key the

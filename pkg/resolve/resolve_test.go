@@ -128,6 +128,23 @@ func TestEffectiveSpec(t *testing.T) {
 			restricted: []string{"spec.eksAutoscalingGroup.mixedInstances.onDemandBaseCapacity"},
 		},
 		{
+			name:  "a value the schema defaulted in the tenant's section is no override",
+			class: asgClass("bootstrap.kubeletExtraArgs"),
+			set: asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				Format: nodesetv1alpha1.BootstrapNodeConfig, KubeletExtraArgs: []string{"--max-pods=20"}}}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, []string{"--max-pods=20"}, got.Bootstrap.KubeletExtraArgs)
+			},
+		},
+		{
+			name:  "a restricted field set to the class's own value is no override",
+			class: asgClass("instanceType"),
+			set:   asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{ImageID: "ami-0123456789abcdef0"}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, "ami-0123456789abcdef0", got.ImageID)
+			},
+		},
+		{
 			name:       "every restricted field is named",
 			class:      asgClass(),
 			set:        asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Region: "us-east-1", KeyName: "mine"}),

@@ -37,6 +37,26 @@ func ReservedForTenants(key string) string {
 // kubeletFlagsOfNodes are kubelet flags that give a Node labels or taints.
 var kubeletFlagsOfNodes = []string{"--node-labels", "--register-with-taints"}
 
+// kubeletFlagOfNodes is the flag of kubeletFlagsOfNodes an argument gives,
+// or "": as the kubelet reads it, with one or two dashes, underscores for
+// dashes, and anywhere in an argument that the bootstrap joins with others
+// into one command line.
+func kubeletFlagOfNodes(arg string) string {
+	for _, word := range strings.Fields(arg) {
+		if !strings.HasPrefix(word, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(word, "-"), "=")
+		name = strings.ReplaceAll(strings.ToLower(name), "_", "-")
+		for _, flag := range kubeletFlagsOfNodes {
+			if "--"+name == flag {
+				return flag
+			}
+		}
+	}
+	return ""
+}
+
 // TenantErrors checks what a NodeSet's tenant puts on its Nodes, with
 // Kubernetes's own rules and the reserved keys, wherever it can reach a
 // Node: the template's labels, annotations and taints, the labels and
@@ -108,11 +128,9 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	}
 	if s := set.Spec.EKSAutoscalingGroup; s != nil && s.Bootstrap != nil {
 		for i, arg := range s.Bootstrap.KubeletExtraArgs {
-			for _, flag := range kubeletFlagsOfNodes {
-				if arg == flag || strings.HasPrefix(arg, flag+"=") {
-					add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: a NodeSet gives its Nodes labels and taints in spec.template, never through %s",
-						i, arg, flag)
-				}
+			if flag := kubeletFlagOfNodes(arg); flag != "" {
+				add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: a NodeSet gives its Nodes labels and taints in spec.template, never through %s",
+					i, arg, flag)
 			}
 		}
 	}

@@ -71,6 +71,22 @@ func TestTenantErrors(t *testing.T) {
 			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
 				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels=nodeset.dev/nodeset=x"}}}
 		}), []string{"spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[1]", "--node-labels", "spec.template"}},
+		{"node labels through an underscore spelling", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"--node_labels=nodeset.dev/tenant=victim"}}}
+		}), []string{"kubeletExtraArgs[0]", "--node-labels"}},
+		{"taints through an underscore spelling and one dash", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"-register_with_taints=example.com/t=x:NoSchedule"}}}
+		}), []string{"kubeletExtraArgs[0]", "--register-with-taints"}},
+		{"a flag hidden in another argument", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"--v=2 --node-labels=nodeset.dev/tenant=victim"}}}
+		}), []string{"kubeletExtraArgs[0]", "--node-labels"}},
+		{"other kubelet flags pass", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels-file-is-not-a-flag"}}}
+		}), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
