@@ -64,10 +64,10 @@ func TestFailedTerminationsLeakNothing(t *testing.T) {
 func TestOrphanInstancesAreCollectedDespiteABrokenClass(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.createClass("broken", func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.Region = "zz-nowhere-9" })
-	e.createClass("orphans")
+	e.createClass("stray-broken", func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.Region = "zz-nowhere-9" })
+	e.createClass("stray-orphans")
 	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: awscloud.SDKClients(e.endpoint)})
-	class := drivers.Class{Name: "orphans", Credentials: awsCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
+	class := drivers.Class{Name: "stray-orphans", Credentials: awsCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
 		Driver: nodesetv1alpha1.DriverEKSASG,
 		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
 			ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
@@ -90,7 +90,7 @@ func TestOrphanInstancesAreCollectedDespiteABrokenClass(t *testing.T) {
 		out, err := e.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{ghost}})
 		return err == nil && len(out.AutoScalingGroups) == 0 && len(e.runningInstances()) == 0, nil
 	}), "the orphan group and the instance detached from it are gone; running: %v", e.runningInstances())
-	assert.Contains(t, e.ctrl.Node.Logs(), "zz-nowhere-9 (NodeClass broken)", "the broken class's scope was skipped, and said so")
+	assert.Contains(t, e.ctrl.Node.Logs(), "zz-nowhere-9 (NodeClass stray-broken)", "the broken class's scope was skipped, and said so")
 }
 
 // validity waits until the class's Valid condition message contains want
