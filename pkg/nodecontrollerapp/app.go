@@ -371,6 +371,9 @@ func classScopes(kube kubernetes.Interface, classes nodesetlisters.NodeClassList
 	if err != nil {
 		return nil
 	}
+	// In name order: a scope is named by its classes, and the name must be
+	// the same from one look to the next (the lister's order is not).
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	seen := map[string]int{}
 	var out []classScope
 	for _, class := range all {

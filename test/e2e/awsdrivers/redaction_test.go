@@ -62,8 +62,14 @@ func startEchoingCloud(t *testing.T, upstream string) *echoingCloud {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		form, _ := url.ParseQuery(string(body))
 		action := form.Get("Action")
+		// Only the planted class's own requests are answered with its
+		// secret: a cloud quotes what the caller sent, never another
+		// caller's credentials (the other classes of the shared control
+		// plane sign with theirs).
+		own := strings.Contains(r.Header.Get("Authorization"), "Credential="+string(plantedAWS[awscloud.CredentialAccessKeyID])+"/")
 		c.mu.Lock()
 		code, echo := c.echoing[action]
+		echo = echo && own
 		if echo {
 			c.echoed[action]++
 		}
