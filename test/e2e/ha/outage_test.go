@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -257,10 +258,21 @@ func guard(t *testing.T, kube kubernetes.Interface, namespace, budget string, no
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// kube-controller-manager's disruption controller computes the same
+	// status (every pod needed, none may go); written here too so that the
+	// budget holds from the first eviction, with a fresh read when that
+	// controller wrote first.
 	n := int32(len(nodes))
-	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
-		CurrentHealthy: n, DesiredHealthy: n, ExpectedPods: n, DisruptionsAllowed: 0}
-	_, err = kube.PolicyV1().PodDisruptionBudgets(namespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pdb, err := kube.PolicyV1().PodDisruptionBudgets(namespace).Get(ctx, pdb.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
+			CurrentHealthy: n, DesiredHealthy: n, ExpectedPods: n, DisruptionsAllowed: 0}
+		_, err = kube.PolicyV1().PodDisruptionBudgets(namespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+		return err
+	})
 	require.NoError(t, err)
 }
 
