@@ -8,8 +8,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
 )
 
 var errNotLeading = errors.New("this replica does not lead")
@@ -78,4 +84,20 @@ func TestNoDriverCallWhileNotSureToLead(t *testing.T) {
 		require.NoError(t, g.syncGroup())
 		assert.NotEmpty(t, g.group.ensured)
 	})
+}
+
+// TestCredentialsOutsideTheirNamespaceSayTheRule: a Secret the node
+// controller may not read is the class's mistake, said as the rule, not as
+// an RBAC error to chase.
+func TestCredentialsOutsideTheirNamespaceSayTheRule(t *testing.T) {
+	kube := kubefake.NewClientset()
+	kube.PrependReactor("get", "secrets", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "creds", errors.New("no RBAC"))
+	})
+	class := testClass("sim")
+	class.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "team-a", Name: "creds"}
+	_, err := ReadCredentials(context.Background(), kube, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.Contains(t, err.Error(), "credentials Secrets must be in the namespace its Role grants")
+	assert.NotContains(t, err.Error(), "no RBAC")
 }

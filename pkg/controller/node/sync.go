@@ -144,6 +144,12 @@ func ReadCredentials(ctx context.Context, kube kubernetes.Interface, class *node
 		return nil, nil
 	}
 	secret, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsForbidden(err) {
+		// Not a permission to fix, but the rule: the node controller reads
+		// credentials only where its Role lets it (docs/tenancy.md).
+		return nil, fmt.Errorf("%w: Secret %s/%s of NodeClass %s cannot be read by the node controller: credentials Secrets must be in the namespace its Role grants (nodeset-system by default)",
+			drivers.ErrInvalidConfiguration, ref.Namespace, ref.Name, class.Name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading credentials Secret %s/%s of NodeClass %s: %w", ref.Namespace, ref.Name, class.Name, err)
 	}
