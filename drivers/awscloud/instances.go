@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"k8s.io/apimachinery/pkg/types"
 
 	"nodeset.dev/nodeset/drivers"
 )
@@ -83,18 +82,9 @@ func StrayInstances(ctx context.Context, asg AutoScaling, ec2c EC2, cluster stri
 
 // instanceOwner is the NodeSet that an instance's tags name.
 func instanceOwner(tags []ec2types.Tag) drivers.Owner {
-	var o drivers.Owner
+	byKey := make(map[string]string, len(tags))
 	for _, t := range tags {
-		switch aws.ToString(t.Key) {
-		case TagCluster:
-			o.Cluster = aws.ToString(t.Value)
-		case TagNamespace:
-			o.Namespace = aws.ToString(t.Value)
-		case TagNodeSet:
-			o.Name = aws.ToString(t.Value)
-		case TagNodeSetUID:
-			o.UID = types.UID(aws.ToString(t.Value))
-		}
+		byKey[aws.ToString(t.Key)] = aws.ToString(t.Value)
 	}
-	return o
+	return OwnerFromTagMap(byKey)
 }

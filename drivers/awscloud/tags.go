@@ -20,18 +20,15 @@ const (
 
 // OwnerFromTags is the NodeSet that Auto Scaling group tags name.
 func OwnerFromTags(tags []asgtypes.TagDescription) drivers.Owner {
-	var o drivers.Owner
+	byKey := make(map[string]string, len(tags))
 	for _, t := range tags {
-		switch aws.ToString(t.Key) {
-		case TagCluster:
-			o.Cluster = aws.ToString(t.Value)
-		case TagNamespace:
-			o.Namespace = aws.ToString(t.Value)
-		case TagNodeSet:
-			o.Name = aws.ToString(t.Value)
-		case TagNodeSetUID:
-			o.UID = types.UID(aws.ToString(t.Value))
-		}
+		byKey[aws.ToString(t.Key)] = aws.ToString(t.Value)
 	}
-	return o
+	return OwnerFromTagMap(byKey)
+}
+
+// OwnerFromTagMap is the NodeSet that owner tags, by key, name.
+func OwnerFromTagMap(tags map[string]string) drivers.Owner {
+	return drivers.Owner{Cluster: tags[TagCluster], Namespace: tags[TagNamespace], Name: tags[TagNodeSet],
+		UID: types.UID(tags[TagNodeSetUID])}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -568,7 +567,7 @@ func describeUpdate(ctx context.Context, api EKS, cluster, name, id string) (*ek
 // status is the node group's status: its state, health issues, the update
 // tracked, and the instances of the Auto Scaling group behind it.
 func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, update *ekstypes.Update) (drivers.GroupStatus, error) {
-	status := drivers.GroupStatus{Name: aws.ToString(ng.NodegroupName), State: string(ng.Status), Owner: ownerFromTags(ng.Tags)}
+	status := drivers.GroupStatus{Name: aws.ToString(ng.NodegroupName), State: string(ng.Status), Owner: awscloud.OwnerFromTagMap(ng.Tags)}
 	if ng.ScalingConfig != nil {
 		status.DesiredSize = aws.ToInt32(ng.ScalingConfig.DesiredSize)
 	}
@@ -625,11 +624,6 @@ func autoScalingGroup(ng *ekstypes.Nodegroup) string {
 		return ""
 	}
 	return aws.ToString(ng.Resources.AutoScalingGroups[0].Name)
-}
-
-func ownerFromTags(tags map[string]string) drivers.Owner {
-	return drivers.Owner{Cluster: tags[awscloud.TagCluster], Namespace: tags[awscloud.TagNamespace], Name: tags[awscloud.TagNodeSet],
-		UID: types.UID(tags[awscloud.TagNodeSetUID])}
 }
 
 // connect returns the class's section and the API clients of its region
@@ -816,7 +810,7 @@ func (d *Driver) ListGroupsIn(ctx context.Context, name string) (_ []drivers.Gro
 			if err != nil {
 				return nil, err
 			}
-			owner := ownerFromTags(ng.Tags)
+			owner := awscloud.OwnerFromTagMap(ng.Tags)
 			if owner.Cluster != d.opts.Cluster {
 				continue
 			}
