@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -488,11 +489,30 @@ func guardedPod(t *testing.T, namespace, name, node, budget string) string {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
-		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1, DisruptionsAllowed: 0}
-	_, err = kube.PolicyV1().PodDisruptionBudgets(namespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	setBudgetStatus(t, namespace, pdb.Name, 1, 0)
 	return pod
+}
+
+// setBudgetStatus writes the status kube-controller-manager's disruption
+// controller computes for a budget (healthy pods, disruptions allowed) at
+// its current generation, so that it holds from the first eviction. That
+// controller writes it too: each write reads the budget afresh.
+func setBudgetStatus(t *testing.T, namespace, name string, healthy, allowed int32) {
+	t.Helper()
+	kube, _ := clients(t)
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pdb, err := kube.PolicyV1().PodDisruptionBudgets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		desired := healthy - allowed
+		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation,
+			CurrentHealthy: healthy, DesiredHealthy: desired, ExpectedPods: healthy, DisruptionsAllowed: allowed}
+		_, err = kube.PolicyV1().PodDisruptionBudgets(namespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err)
 }
 
 func runPod(t *testing.T, namespace, name, node string, labels map[string]string) string {

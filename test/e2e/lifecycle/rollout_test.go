@@ -321,9 +321,7 @@ func TestRolloutWaitsForDisruptionBudget(t *testing.T) {
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
-	pdb, err = kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	setBudgetStatus(t, ns, pdb.Name, 1, 0)
 
 	updateSet(t, ns, "db", setVersion("2"))
 	eventuallyEvent(t, old, nodecontroller.ReasonEvictionBlocked)
@@ -339,11 +337,15 @@ func TestRolloutWaitsForDisruptionBudget(t *testing.T) {
 	require.NotNil(t, draining, "the drain shows in the Node's conditions")
 	assert.Contains(t, draining.Message, "held by a PodDisruptionBudget")
 
-	// The budget now allows one disruption, as the disruption controller
-	// would compute once a replacement pod runs elsewhere.
-	pdb.Status.CurrentHealthy, pdb.Status.DisruptionsAllowed = 2, 1
-	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	// The budget now allows the disruption: it asks for none available any
+	// more, as kube-controller-manager's disruption controller then computes
+	// too (written here as well, so the test does not wait on its resync).
+	pdb, err = kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, pdb.Name, metav1.GetOptions{})
 	require.NoError(t, err)
+	pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(0))
+	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).Update(ctx, pdb, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	setBudgetStatus(t, ns, pdb.Name, 1, 1)
 	eventually(t, time.Minute, "rolled out", rolledOut(c, t, ns, "db", 1))
 	_, err = kube.CoreV1().Nodes().Get(ctx, old, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err))
