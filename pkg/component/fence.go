@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -95,8 +96,22 @@ func (l fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionR
 	return err
 }
 
+// Get closes the fence as soon as the record names another holder: the
+// lease is someone else's, whatever this replica's last renewal says.
+func (l fencedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	record, raw, err := l.Interface.Get(ctx)
+	if err == nil && record != nil && record.HolderIdentity != l.fence.identity {
+		l.fence.close()
+	}
+	return record, raw, err
+}
+
 func (l fencedLock) observe(ler resourcelock.LeaderElectionRecord, start time.Time, err error) {
 	switch {
+	case apierrors.IsConflict(err):
+		// The record changed since this replica read it: another replica
+		// wrote it, and may lead now. Closed until a renewal succeeds.
+		l.fence.close()
 	case err != nil:
 	case ler.HolderIdentity == l.fence.identity:
 		l.fence.renewedAt(start)
@@ -127,6 +142,10 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return t.next.RoundTrip(req)
 	}
+	// Read before the fence is asked: a process frozen after this moment
+	// and before the question is refused once it wakes, and one frozen
+	// after the question carries a time from before the freeze.
+	checked := time.Now()
 	if ok, reason := t.fence.open(); !ok {
 		if req.Body != nil {
 			_ = req.Body.Close()
@@ -137,7 +156,7 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// frozen between that moment and the send delivers the write late, and
 	// the audit log then shows both times.
 	admitted := req.Clone(req.Context())
-	admitted.Header.Set("User-Agent", strings.TrimSpace(req.Header.Get("User-Agent")+" "+FencedAtPrefix+strconv.FormatInt(time.Now().UnixMilli(), 10)))
+	admitted.Header.Set("User-Agent", strings.TrimSpace(req.Header.Get("User-Agent")+" "+FencedAtPrefix+strconv.FormatInt(checked.UnixMilli(), 10)))
 	return t.next.RoundTrip(admitted)
 }
 

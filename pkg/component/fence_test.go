@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -107,4 +109,52 @@ func TestStripManagedFields(t *testing.T) {
 	out, err = StripManagedFields(tombstone)
 	require.NoError(t, err)
 	assert.Equal(t, tombstone, out, "what is not an object passes through")
+}
+
+// heldLock is a lock whose record names holder, and whose updates fail
+// with a conflict when conflict is set.
+type heldLock struct {
+	resourcelock.Interface
+	holder   string
+	conflict bool
+}
+
+func (l *heldLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	return &resourcelock.LeaderElectionRecord{HolderIdentity: l.holder}, nil, nil
+}
+
+func (l *heldLock) Update(context.Context, resourcelock.LeaderElectionRecord) error {
+	if l.conflict {
+		return apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "lease", errors.New("modified"))
+	}
+	return nil
+}
+
+// TestFenceClosesOnceAnotherReplicaHolds: a replica that sees the lease
+// held by another, or whose renewal conflicts with another's write, stops
+// writing at once instead of at its renew deadline.
+func TestFenceClosesOnceAnotherReplicaHolds(t *testing.T) {
+	ctx := context.Background()
+	for name, lose := range map[string]func(*heldLock, resourcelock.Interface){
+		"another holder read": func(inner *heldLock, lock resourcelock.Interface) {
+			inner.holder = "other"
+			_, _, _ = lock.Get(ctx)
+		},
+		"a renewal that conflicts": func(inner *heldLock, lock resourcelock.Interface) {
+			inner.conflict = true
+			_ = lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFence("me", time.Hour)
+			inner := &heldLock{holder: "me"}
+			lock := f.lock(inner)
+			require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+			_, _, err := lock.Get(ctx)
+			require.NoError(t, err)
+			require.NoError(t, f.mayAct(), "leading, renewed")
+			lose(inner, lock)
+			require.Error(t, f.mayAct(), "closed at once, an hour before the renew deadline")
+		})
+	}
 }
