@@ -482,7 +482,9 @@ func classHarmless(in badInput, name, probe string) func(s *corpusSnapshot) (boo
 }
 
 // awaitHarmless polls every pending check together until all hold or the
-// deadline passes.
+// deadline passes. The sleeps are its poll interval, not a window that proves
+// anything: each check waits for an observed state (a condition at the
+// object's generation, the absence of Nodes after it).
 func (r *corpusRun) awaitHarmless(timeout time.Duration) {
 	ctx := context.Background()
 	pending, last := r.pending, map[string]string{}
