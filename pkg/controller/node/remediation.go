@@ -35,9 +35,9 @@ type RemediationOptions struct {
 	// it is replaced; 0 never replaces registered Nodes.
 	UnhealthyTimeout time.Duration
 	// MaxUnhealthyPercent and MaxUnhealthy cap the unhealthy Nodes of a
-	// NodeSet (NotReady past UnhealthyTimeout, unregistered past the class's
-	// registrationTimeout, or being replaced for either): while there are
-	// more, none is replaced. The cap is the percentage of replicas, rounded
+	// NodeSet (registered and NotReady, overdue or not; unregistered past
+	// the class's registrationTimeout; or being replaced for either): while
+	// there are more, none is replaced. The cap is the percentage of replicas, rounded
 	// up, at least 1 and at most MaxUnhealthy.
 	MaxUnhealthyPercent int
 	MaxUnhealthy        int
@@ -114,7 +114,11 @@ func (c *Controller) mayReplace(ctx context.Context, node *corev1.Node, class *n
 			}
 			continue
 		}
-		if overdue, ok := c.unhealthyFor(n, class); ok && overdue >= 0 {
+		// A registered Node counts as soon as it is NotReady, overdue or
+		// not: Nodes of one wave turn NotReady (and so become overdue) a
+		// little apart, and the first to be overdue must not be replaced
+		// as if it were alone. One still starting counts once overdue.
+		if overdue, ok := c.unhealthyFor(n, class); ok && (overdue >= 0 || !nodeutil.HasStartupTaint(n)) {
 			unhealthy++
 		}
 	}

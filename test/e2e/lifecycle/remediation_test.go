@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -37,9 +36,6 @@ func setNotReady(ctx context.Context, t *testing.T, message string, names ...str
 // says why; one unhealthy node among many is replaced after
 // --unhealthy-timeout (3s here).
 func TestMeltdownProtection(t *testing.T) {
-	if os.Getenv("NODESET_RELIABILITY") == "" {
-		t.Skip("open problem: with kube-controller-manager's node lifecycle controller now acting on the NotReady nodes, this test failed once; runs in make test-reliability only until it is reworked")
-	}
 	c := startControllers(t)
 	ctx := context.Background()
 	_, cs := clients(t)

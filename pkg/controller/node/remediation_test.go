@@ -1,0 +1,67 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// registeredNode is a Node of set team-a/web with its machine, registered
+// (no startup taint), Ready or NotReady since a moment.
+func registeredNode(name string, ready bool, since time.Time) *corev1.Node {
+	node := setNode(name, "sim")
+	node.Spec.ProviderID = "test:///" + name
+	node.Spec.Taints = nil
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	return node
+}
+
+// A wave of NotReady Nodes is held back from the first moment one of them
+// is overdue: the others count while they are not overdue yet, so the
+// first is not replaced as if it were alone. Once the others recover, the
+// overdue one is replaced.
+func TestAWaveIsHeldBeforeItsLaterNodesAreOverdue(t *testing.T) {
+	early := registeredNode("web-a", false, testNow.Add(-10*time.Minute))
+	late := registeredNode("web-b", false, testNow.Add(-30*time.Second))
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, early, late,
+		registeredNode("web-c", true, testNow.Add(-time.Hour)), registeredNode("web-d", true, testNow.Add(-time.Hour)),
+		registeredNode("web-e", true, testNow.Add(-time.Hour)))
+	f.controller.opts.Remediation = RemediationOptions{UnhealthyTimeout: 5 * time.Minute, MaxUnhealthyPercent: 20, MaxUnhealthy: 10}
+	f.controller.opts.NodeSets = f.nodesets
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To(int32(5))}}
+	require.NoError(t, f.setIndexer.Add(set))
+	_, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	require.NoError(t, f.sync("web-a"))
+	assert.Nil(t, f.get("web-a").DeletionTimestamp, "held: web-b is NotReady too, which makes 2 of 5 over the cap of 1")
+	held := false
+	for _, e := range f.events() {
+		held = held || strings.Contains(e, ReasonRemediationHeld)
+	}
+	assert.True(t, held, "a RemediationHeld Event says why web-a stays")
+	got, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, got.Status.Conditions)
+	assert.Equal(t, ReasonTooManyUnhealthy, got.Status.Conditions[0].Reason)
+
+	f.updateCache(registeredNode("web-b", true, testNow))
+	require.NoError(t, f.sync("web-a"))
+	_, err = f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "web-a alone is unhealthy now: replaced (deleted; the fake has no finalizer handling): %v", err)
+}
