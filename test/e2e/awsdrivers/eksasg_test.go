@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -104,11 +105,50 @@ func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 			}
 		}
 		e.ctrl.Stop()
+		e.forget()
 	})
 	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	require.NoError(t, e.ctrl.WaitReady(readyCtx))
 	return e
+}
+
+// forget removes what a test left in the shared control plane once its
+// controllers are stopped: every NodeSet, the Nodes of the NodeSet API's
+// classes and the classes, finalizers and all. The next test's node
+// controller serves a new moto server: left there, this test's NodeSets
+// would get groups and instances in it that the next test does not expect.
+func (e *env) forget() {
+	ctx := context.Background()
+	unfinalize := []byte(`{"metadata":{"finalizers":null}}`)
+	ignoreGone := func(err error) error {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	sets, err := e.nodesets.NodesetV1alpha1().NodeSets("").List(ctx, metav1.ListOptions{})
+	require.NoError(e.t, err)
+	for _, s := range sets.Items {
+		_, err := e.nodesets.NodesetV1alpha1().NodeSets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, unfinalize, metav1.PatchOptions{})
+		assert.NoError(e.t, ignoreGone(err))
+		assert.NoError(e.t, ignoreGone(e.nodesets.NodesetV1alpha1().NodeSets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})))
+	}
+	nodes, err := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodesetv1alpha1.LabelNodeClass})
+	require.NoError(e.t, err)
+	for _, n := range nodes.Items {
+		_, err := e.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, unfinalize, metav1.PatchOptions{})
+		assert.NoError(e.t, ignoreGone(err))
+		assert.NoError(e.t, ignoreGone(e.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})))
+	}
+	classes, err := e.nodesets.NodesetV1alpha1().NodeClasses().List(ctx, metav1.ListOptions{})
+	require.NoError(e.t, err)
+	for _, c := range classes.Items {
+		_, err := e.nodesets.NodesetV1alpha1().NodeClasses().Patch(ctx, c.Name, types.MergePatchType, unfinalize, metav1.PatchOptions{})
+		assert.NoError(e.t, ignoreGone(err))
+		assert.NoError(e.t, ignoreGone(e.nodesets.NodesetV1alpha1().NodeClasses().Delete(ctx, c.Name, metav1.DeleteOptions{})))
+	}
+	e.t.Logf("removed what the test left: %d NodeSets, %d Nodes, %d NodeClasses", len(sets.Items), len(nodes.Items), len(classes.Items))
 }
 
 func tail(s string, n int) string {

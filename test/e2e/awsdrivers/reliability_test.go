@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -63,14 +62,6 @@ func TestCrashSequenceEKSASG(t *testing.T) {
 // going through a proxy that throttles, fails, slows, drops and loses the
 // answers of a share of them.
 func TestCloudFaults(t *testing.T) {
-	if os.Getenv("NODESET_RELIABILITY") == "" {
-		// Known open problem: about half of the full runs end step 0 with
-		// 6 running instances more than Nodes (instances that never got a
-		// Node), after the group's first Nodes were deleted and replaced
-		// under injected faults. Until it is understood this runs in make
-		// test-reliability only, where it fails visibly.
-		t.Skip("TestCloudFaults runs in make test-reliability only: an open problem (extra running instances under injected cloud faults) is being investigated")
-	}
 	var proxy *framework.FaultProxy
 	e := newEnvWith(t, func(endpoint string) string {
 		proxy = framework.StartFaultProxy(t, endpoint, 20261123)

@@ -215,16 +215,18 @@ func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
 	c.node.Kill(syscall.SIGTERM)
 	scale(t, ns, "stuck", 2)
 	var late string
+	// The model's first look at the group's instances must come after the
+	// Node exists: the list is cached for 2 minutes from then on.
+	eventually(t, time.Minute, "the new Node, with no machine", func(ctx context.Context) (bool, string) {
+		name, err := unregisteredNode(ctx)
+		late = name
+		return err == nil && name != "", fmt.Sprint("no unregistered Node yet ", err)
+	})
 	eventually(t, time.Minute, "the model caches a placeholder instance", func(ctx context.Context) (bool, string) {
 		if err := model.loop(ctx); err != nil {
 			return false, "model: " + err.Error()
 		}
-		name, err := unregisteredNode(ctx)
-		if err != nil || name == "" {
-			return false, fmt.Sprint("no unregistered Node yet ", err)
-		}
-		late = name
-		_, cached := model.unregisteredSince["nodeset-unregistered://"+name]
+		_, cached := model.unregisteredSince["nodeset-unregistered://"+late]
 		return cached, fmt.Sprintf("%v", model.unregisteredSince)
 	})
 	// Created with the machine's capacity in its status, before any kubelet.
@@ -265,7 +267,13 @@ func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
 	require.NoError(t, err)
 	model.requests[id] = true
 	var never string
-	eventually(t, 90*time.Second, "the never-registered node is given up", func(ctx context.Context) (bool, string) {
+	// cluster-autoscaler sees the new instance when it next lists the
+	// group's instances: at once while it counts the group as scaling up,
+	// but the Node nodeset creates at once counts as registered (unready,
+	// since the max node startup time is 0 here), which ends the scale-up
+	// request; the list is then refreshed on its 2-minute period. So the
+	// give-up comes within that period plus the max node provision time.
+	eventually(t, flags.instancesRefresh+flags.maxNodeProvisionTime+time.Minute, "the never-registered node is given up", func(ctx context.Context) (bool, string) {
 		if err := model.loop(ctx); err != nil {
 			return false, "model: " + err.Error()
 		}
