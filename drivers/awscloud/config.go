@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
 
 	"nodeset.dev/nodeset/drivers"
@@ -47,6 +50,12 @@ type SDKConfig struct {
 	// ("success", "throttled", or "error") and number of attempts (1 when
 	// it was not retried).
 	Observe func(operation, outcome string, attempts int)
+	// Fence, when set, is asked before every attempt of a call that may
+	// change something (any operation but Describe*, List* and Get*): an
+	// error refuses the attempt, unsent and not retried. The node
+	// controller answers with its write fence, so a replica that may not
+	// lead changes nothing in the cloud, whatever code path asks.
+	Fence func() error
 }
 
 // NewAWSConfigs returns the AWS configuration of a region and a set of
@@ -89,6 +98,11 @@ func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds m
 				})
 			}),
 			config.WithAPIOptions([]func(*middleware.Stack) error{func(stack *middleware.Stack) error {
+				if c.Fence != nil {
+					if err := stack.Finalize.Add(fenceMiddleware(c.Fence), middleware.After); err != nil {
+						return err
+					}
+				}
 				return stack.Initialize.Add(callMiddleware(limiter, c.Observe), middleware.Before)
 			}}),
 		}
@@ -136,4 +150,33 @@ func callMiddleware(limiter *rate.Limiter, observe func(operation, outcome strin
 		}
 		return out, md, err
 	})
+}
+
+// FencedAtPrefix starts the User-Agent word that gives, in Unix
+// milliseconds, when the fence let an attempt of a changing call through.
+const FencedAtPrefix = "fenced-at/"
+
+// fenceMiddleware asks fence before each attempt of a call that may change
+// something, and writes when it was let through into the User-Agent, as the
+// Kubernetes clients' write fence does.
+func fenceMiddleware(fence func() error) middleware.FinalizeMiddleware {
+	return middleware.FinalizeMiddlewareFunc("nodesetFence", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+		middleware.FinalizeOutput, middleware.Metadata, error) {
+		if ReadOnly(awsmiddleware.GetOperationName(ctx)) {
+			return next.HandleFinalize(ctx, in)
+		}
+		checked := time.Now()
+		if err := fence(); err != nil {
+			return middleware.FinalizeOutput{}, middleware.Metadata{}, fmt.Errorf("%s not sent: %w", awsmiddleware.GetOperationName(ctx), err)
+		}
+		if req, ok := in.Request.(*smithyhttp.Request); ok {
+			req.Header.Set("User-Agent", strings.TrimSpace(req.Header.Get("User-Agent")+" "+FencedAtPrefix+strconv.FormatInt(checked.UnixMilli(), 10)))
+		}
+		return next.HandleFinalize(ctx, in)
+	})
+}
+
+// ReadOnly reports whether an AWS operation only reads, by AWS's naming.
+func ReadOnly(operation string) bool {
+	return strings.HasPrefix(operation, "Describe") || strings.HasPrefix(operation, "List") || strings.HasPrefix(operation, "Get")
 }
