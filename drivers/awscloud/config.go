@@ -56,6 +56,10 @@ type SDKConfig struct {
 	// controller answers with its write fence, so a replica that may not
 	// lead changes nothing in the cloud, whatever code path asks.
 	Fence func() error
+	// AppID, when set, is written into every call's User-Agent as
+	// app/<AppID>: the node controller gives its replica identity, so
+	// CloudTrail tells replicas apart.
+	AppID string
 }
 
 // NewAWSConfigs returns the AWS configuration of a region and a set of
@@ -105,6 +109,9 @@ func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds m
 				}
 				return stack.Initialize.Add(callMiddleware(limiter, c.Observe), middleware.Before)
 			}}),
+		}
+		if c.AppID != "" {
+			opts = append(opts, config.WithAppID(c.AppID))
 		}
 		if (id == "") != (secret == "") {
 			return nil, fmt.Errorf("AWS credentials need both %s and %s, or neither", CredentialAccessKeyID, CredentialSecretAccessKey)

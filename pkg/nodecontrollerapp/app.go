@@ -87,7 +87,7 @@ func builtins(dm *dockerMachineOptions, aws *awscloud.SDKConfig, groupPoll *time
 		{Name: nodesetv1alpha1.DriverEKSASG, New: func(_ context.Context, env Env) (drivers.Driver, error) {
 			config := *aws
 			config.Observe = env.CloudCalls(nodesetv1alpha1.DriverEKSASG)
-			config.Fence = env.Clients.MayAct
+			config.Fence, config.AppID = env.Clients.MayAct, env.Clients.Identity
 			configs := awscloud.NewAWSConfigs(config)
 			return eksasg.New(eksasg.Options{
 				Cluster:      env.Cluster,
@@ -100,7 +100,7 @@ func builtins(dm *dockerMachineOptions, aws *awscloud.SDKConfig, groupPoll *time
 		{Name: nodesetv1alpha1.DriverEKSManaged, New: func(_ context.Context, env Env) (drivers.Driver, error) {
 			config := *aws
 			config.Observe = env.CloudCalls(nodesetv1alpha1.DriverEKSManaged)
-			config.Fence = env.Clients.MayAct
+			config.Fence, config.AppID = env.Clients.MayAct, env.Clients.Identity
 			return eksmanaged.New(eksmanaged.Options{
 				Cluster: env.Cluster,
 				Clients: eksmanaged.SDKClients(config),

@@ -41,6 +41,37 @@ type FaultProxy struct {
 	faults   Faults
 	injected map[string]int
 	failing  map[string]*actionFault
+	calls    []ProxiedCall
+}
+
+// ProxiedCall is one request the proxy received.
+type ProxiedCall struct {
+	// Action is the query-protocol action (Auto Scaling, EC2) or the
+	// operation of an X-Amz-Target header (JSON protocols).
+	Action    string
+	UserAgent string
+	Received  time.Time
+}
+
+// Calls are the requests received so far, in order.
+func (p *FaultProxy) Calls() []ProxiedCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]ProxiedCall(nil), p.calls...)
+}
+
+// record notes a request.
+func (p *FaultProxy) record(r *http.Request, body []byte) {
+	action := ""
+	if form, err := url.ParseQuery(string(body)); err == nil {
+		action = form.Get("Action")
+	}
+	if target := r.Header.Get("X-Amz-Target"); target != "" {
+		action = target[strings.LastIndex(target, ".")+1:]
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, ProxiedCall{Action: action, UserAgent: r.Header.Get("User-Agent"), Received: time.Now()})
 }
 
 // actionFault fails the requests of one action.
@@ -89,6 +120,7 @@ func StartFaultProxy(t testing.TB, upstream string, seed uint64) *FaultProxy {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		p.record(r, body)
 		if before, form, ok := p.failAction(body); ok {
 			if before != nil {
 				before(form)
