@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -304,4 +305,76 @@ func (r Registry) Machine(name string) (MachineDriver, bool) {
 func (r Registry) Group(name string) (GroupDriver, bool) {
 	d, ok := r[name].(GroupDriver)
 	return d, ok
+}
+
+// InterruptionKind says what a cloud announced about a machine.
+type InterruptionKind string
+
+const (
+	// InterruptionSpot: the cloud takes a spot machine back at the deadline.
+	InterruptionSpot InterruptionKind = "SpotInterruption"
+	// InterruptionRebalance: a spot machine is at elevated risk of
+	// interruption; nothing is taken yet.
+	InterruptionRebalance InterruptionKind = "RebalanceRecommendation"
+	// InterruptionScheduled: maintenance stops, retires or reboots the
+	// machine at the deadline.
+	InterruptionScheduled InterruptionKind = "ScheduledChange"
+	// InterruptionStateChange: the machine is stopping or terminating now.
+	InterruptionStateChange InterruptionKind = "StateChange"
+	// InterruptionTermination: the cloud group terminates the machine and
+	// waits (a lifecycle action) until it is let go or the wait times out.
+	InterruptionTermination InterruptionKind = "TerminationLifecycleAction"
+	// InterruptionUnparseable: a message that is none of the above; it is
+	// acknowledged and counted, never retried.
+	InterruptionUnparseable InterruptionKind = "Unparseable"
+)
+
+// LifecycleAction is a cloud group's wait for a machine it terminates.
+type LifecycleAction struct {
+	Group     string `json:"group"`
+	Hook      string `json:"hook"`
+	Token     string `json:"token"`
+	MachineID string `json:"machineID"`
+	// HeartbeatTimeout is how long the cloud waits without a heartbeat.
+	HeartbeatTimeout time.Duration `json:"heartbeatTimeout,omitempty"`
+}
+
+// Interruption is one notice from a cloud about its machines.
+type Interruption struct {
+	// Receipt acknowledges the notice (AckInterruptions).
+	Receipt string
+	// ID is the cloud's id of the notice, for logs.
+	ID   string
+	Kind InterruptionKind
+	// MachineIDs are the machines concerned: the last element of their
+	// Nodes' spec.providerID.
+	MachineIDs []string
+	// Notice is when the cloud sent it; Deadline when the machine goes
+	// (zero: not announced).
+	Notice, Deadline time.Time
+	// Lifecycle is the action to complete once the machine is drained
+	// (InterruptionTermination).
+	Lifecycle *LifecycleAction
+	// Detail is what the notice says besides (a state, an event code), or
+	// why it could not be read.
+	Detail string
+}
+
+// InterruptionSource is implemented by group drivers whose cloud announces
+// the end of machines on a queue the class names. Optional. Every call but
+// InterruptionQueue has a side effect, so the node controller makes it only
+// while it leads.
+type InterruptionSource interface {
+	// InterruptionQueue names the queue of the class; "" when it has none.
+	InterruptionQueue(class Class) string
+	// ReceiveInterruptions waits (long polls) for notices on the class's
+	// queue; they come back after a while unless acknowledged.
+	ReceiveInterruptions(ctx context.Context, class Class) ([]Interruption, error)
+	// AckInterruptions removes handled notices from the queue, in one call.
+	AckInterruptions(ctx context.Context, class Class, receipts []string) error
+	// CompleteLifecycleAction lets the cloud go on terminating a machine it
+	// waits for; an action that is already over is not an error.
+	CompleteLifecycleAction(ctx context.Context, class Class, action LifecycleAction) error
+	// RecordLifecycleHeartbeat makes the cloud wait longer for a drain.
+	RecordLifecycleHeartbeat(ctx context.Context, class Class, action LifecycleAction) error
 }

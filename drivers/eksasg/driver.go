@@ -51,6 +51,18 @@ type Options struct {
 	// EKS cluster when its bootstrap section leaves them out; without it
 	// they are required.
 	Clusters ClusterLookup
+	// Queues makes the SQS client of a region, for classes that handle
+	// interruptions.
+	Queues func(ctx context.Context, region string, credentials map[string][]byte) (Queues, error)
+	// Lifecycle makes the client that completes lifecycle actions; the Auto
+	// Scaling client when nil.
+	Lifecycle func(ctx context.Context, region string, credentials map[string][]byte) (LifecycleActions, error)
+	// ReceiveWait is how long a receive waits for messages (SQS long
+	// polling, whole seconds up to 20). Default 20s.
+	ReceiveWait time.Duration
+	// VisibilityTimeout is how long a received message stays hidden before
+	// it comes again unless deleted. Default 30s.
+	VisibilityTimeout time.Duration
 }
 
 // Scope is a region and the credentials to look in it with.
@@ -73,6 +85,9 @@ type Driver struct {
 	templates map[string]string
 	// clusters are the EKS clusters looked up, by region and name.
 	clusters map[string]ClusterInfo
+	// hooks are the heartbeat timeouts (seconds; 0 for none) of the
+	// termination hooks known to be on the groups, by group.
+	hooks map[string]int32
 }
 
 var (
@@ -88,7 +103,13 @@ func New(opts Options) *Driver {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}}
+	if opts.ReceiveWait <= 0 || opts.ReceiveWait > 20*time.Second {
+		opts.ReceiveWait = 20 * time.Second
+	}
+	if opts.VisibilityTimeout <= 0 {
+		opts.VisibilityTimeout = 30 * time.Second
+	}
+	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}, hooks: map[string]int32{}}
 }
 
 // Name is the value of spec.driver the driver serves.
@@ -152,7 +173,7 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 			return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksAutoscalingGroup.subnetIDs[%d]", i), "%q is not a subnet id (subnet-...)", subnet)
 		}
 	}
-	return nil
+	return validateInterruptions(s.Interruptions)
 }
 
 // ValidateCloud checks with read-only calls that the credentials Secret has
@@ -236,7 +257,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	minSize, maxSize := group.MinReplicas, max(group.MaxReplicas, group.Replicas)
 	// Most calls change nothing: answer them from the shared look at the
 	// region's groups.
-	if d.templateKnown(group.Name, group.TemplateHash) {
+	if d.templateKnown(group.Name, group.TemplateHash) && d.hookKnown(group.Name, s.Interruptions) {
 		v, err := d.view(ctx, asg, ec2c, s.Region, group.Class.Credentials)
 		if err != nil {
 			return drivers.GroupStatus{}, err
@@ -283,7 +304,13 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			AutoScalingGroupName: aws.String(group.Name), ScalingProcesses: []string{"AZRebalance"}}); err != nil {
 			return drivers.GroupStatus{}, awscloud.Classify("suspending AZRebalance on "+group.Name, err)
 		}
+		if err := d.ensureHook(ctx, asg, group.Name, s.Interruptions); err != nil {
+			return drivers.GroupStatus{}, err
+		}
 	} else {
+		if err := d.ensureHook(ctx, asg, group.Name, s.Interruptions); err != nil {
+			return drivers.GroupStatus{}, err
+		}
 		if aws.ToInt32(existing.MinSize) != minSize || aws.ToInt32(existing.MaxSize) < maxSize {
 			if _, err := asg.UpdateAutoScalingGroup(ctx, &autoscaling.UpdateAutoScalingGroupInput{
 				AutoScalingGroupName: aws.String(group.Name),
@@ -339,6 +366,7 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	defer d.invalidate(s.Region, class.Credentials)
 	d.mu.Lock()
 	delete(d.templates, name)
+	delete(d.hooks, name)
 	d.mu.Unlock()
 	g, err := awscloud.FindGroup(ctx, asg, name)
 	switch {

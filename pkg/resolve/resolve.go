@@ -273,11 +273,23 @@ func TemplateHash(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1
 		Class    nodesetv1alpha1.NodeTemplate   `json:"class"`
 		Set      nodesetv1alpha1.NodeTemplate   `json:"set"`
 		Tenancy  nodesetv1alpha1.Tenancy        `json:"tenancy"`
-	}{effective.Driver, effective.DriverSections, effective.Parameters, effective.NodeTemplate, set.Spec.Template, effective.Tenancy}
+	}{effective.Driver, hashedSections(effective.DriverSections), effective.Parameters, effective.NodeTemplate, set.Spec.Template, effective.Tenancy}
 	raw, _ := json.Marshal(shape)
 	h := fnv.New32a()
 	_, _ = h.Write(raw)
 	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
+}
+
+// hashedSections are the driver sections without what configures the
+// controllers rather than the machines (eks-asg interruption handling), so
+// changing that rolls no Node.
+func hashedSections(sections nodesetv1alpha1.DriverSections) nodesetv1alpha1.DriverSections {
+	if asg := sections.EKSAutoscalingGroup; asg != nil && asg.Interruptions != nil {
+		copied := *asg
+		copied.Interruptions = nil
+		sections.EKSAutoscalingGroup = &copied
+	}
+	return sections
 }
 
 // SelectorLabels are the labels that select a NodeSet's Nodes.

@@ -190,6 +190,63 @@ type EKSAutoscalingGroup struct {
 	// bootstrap is how an instance joins the EKS cluster.
 	// +optional
 	Bootstrap *EKSBootstrap `json:"bootstrap,omitempty"`
+	// interruptions makes the node controller drain a Node before AWS takes
+	// its instance: spot interruption warnings, rebalance recommendations,
+	// scheduled maintenance, state changes and Auto Scaling terminations,
+	// read from an SQS queue that EventBridge rules fill. Changing it rolls
+	// no Node.
+	// +optional
+	Interruptions *EKSInterruptions `json:"interruptions,omitempty"`
+}
+
+// RebalancePolicy is what a rebalance recommendation does to its Node.
+// +kubebuilder:validation:Enum=Taint;ReplaceFirst
+type RebalancePolicy string
+
+const (
+	// RebalanceTaint taints the Node PreferNoSchedule, so nothing new lands
+	// there unless it must; the Node stays until AWS interrupts it.
+	RebalanceTaint RebalancePolicy = "Taint"
+	// RebalanceReplaceFirst launches a replacement first, then drains the
+	// Node and terminates its instance, like one step of a rolling update.
+	RebalanceReplaceFirst RebalancePolicy = "ReplaceFirst"
+)
+
+// EKSInterruptions configures the handling of AWS's termination notices.
+type EKSInterruptions struct {
+	// queueURL is the SQS queue EventBridge delivers the events to, such as
+	// https://sqs.eu-west-1.amazonaws.com/111122223333/nodeset-interruptions.
+	// Classes may share a queue.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^https?://`
+	QueueURL string `json:"queueURL"`
+	// heartbeatTimeout is the heartbeat timeout of the termination lifecycle
+	// hook nodeset puts on each group: how long Auto Scaling waits for the
+	// next heartbeat before it terminates the instance anyway. 30s to 2h;
+	// defaults to 5m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) >= duration('30s') && duration(self) <= duration('2h')",message="spec.eksAutoscalingGroup.interruptions.heartbeatTimeout must be a duration from 30s to 2h, such as 5m"
+	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+	// maxDrainTime is the longest a drain holds an instance that Auto
+	// Scaling terminates (with heartbeats every half heartbeatTimeout);
+	// then the lifecycle action is completed and the instance goes. At most
+	// 48h and 100 heartbeat timeouts (Auto Scaling's own limits); defaults
+	// to the class's drain timeout.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,5}(\\\\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) <= duration('48h')",message="spec.eksAutoscalingGroup.interruptions.maxDrainTime must be a non-negative duration of at most 48h, such as 15m"
+	MaxDrainTime *metav1.Duration `json:"maxDrainTime,omitempty"`
+	// rebalance is what a rebalance recommendation does: Taint (the
+	// default) taints the Node PreferNoSchedule; ReplaceFirst launches a
+	// replacement, then drains the Node and terminates its instance.
+	// +optional
+	// +kubebuilder:default=Taint
+	Rebalance RebalancePolicy `json:"rebalance,omitempty"`
 }
 
 // MixedInstancesPolicy diversifies instance types and buys spot capacity.

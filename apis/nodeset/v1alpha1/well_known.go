@@ -56,6 +56,18 @@ const (
 	AnnotationMachineCreated = "nodeset.dev/machine-created"
 	// AnnotationDrainStarted is when the Node's drain started (RFC 3339).
 	AnnotationDrainStarted = "nodeset.dev/drain-started"
+	// AnnotationInterruption records on a Node that AWS announced the end of
+	// its instance (JSON: kind, notice, deadline, and the lifecycle action
+	// to complete once drained), so that a restart neither loses the notice
+	// nor drains twice.
+	AnnotationInterruption = "nodeset.dev/interruption"
+	// AnnotationReplace marks a Node whose replacement comes up first: its
+	// group is raised by one, and once the replacement is Ready the Node is
+	// deleted (a rebalance recommendation with policy ReplaceFirst).
+	AnnotationReplace = "nodeset.dev/replace"
+	// TaintRebalanceRecommended keeps new pods off a Node whose spot
+	// instance AWS recommends rebalancing (effect PreferNoSchedule).
+	TaintRebalanceRecommended = "nodeset.dev/rebalance-recommended"
 	// AnnotationSkipDrain on a pod, set to "true", makes drains neither evict
 	// it nor wait for it: it ends with its node's machine. For pods that must
 	// not be evicted and can be lost (a node-local cache, a test probe).

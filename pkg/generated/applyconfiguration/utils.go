@@ -37,6 +37,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodesetv1alpha1.EKSAutoscalingGroupApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EKSBootstrap"):
 		return &nodesetv1alpha1.EKSBootstrapApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EKSInterruptions"):
+		return &nodesetv1alpha1.EKSInterruptionsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EKSManagedNodeGroup"):
 		return &nodesetv1alpha1.EKSManagedNodeGroupApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GroupStatus"):

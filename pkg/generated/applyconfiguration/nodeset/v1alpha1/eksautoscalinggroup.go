@@ -44,6 +44,12 @@ type EKSAutoscalingGroupApplyConfiguration struct {
 	Tags map[string]string `json:"tags,omitempty"`
 	// bootstrap is how an instance joins the EKS cluster.
 	Bootstrap *EKSBootstrapApplyConfiguration `json:"bootstrap,omitempty"`
+	// interruptions makes the node controller drain a Node before AWS takes
+	// its instance: spot interruption warnings, rebalance recommendations,
+	// scheduled maintenance, state changes and Auto Scaling terminations,
+	// read from an SQS queue that EventBridge rules fill. Changing it rolls
+	// no Node.
+	Interruptions *EKSInterruptionsApplyConfiguration `json:"interruptions,omitempty"`
 }
 
 // EKSAutoscalingGroupApplyConfiguration constructs a declarative configuration of the EKSAutoscalingGroup type for use with
@@ -176,5 +182,13 @@ func (b *EKSAutoscalingGroupApplyConfiguration) WithTags(entries map[string]stri
 // If called multiple times, the Bootstrap field is set to the value of the last call.
 func (b *EKSAutoscalingGroupApplyConfiguration) WithBootstrap(value *EKSBootstrapApplyConfiguration) *EKSAutoscalingGroupApplyConfiguration {
 	b.Bootstrap = value
+	return b
+}
+
+// WithInterruptions sets the Interruptions field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Interruptions field is set to the value of the last call.
+func (b *EKSAutoscalingGroupApplyConfiguration) WithInterruptions(value *EKSInterruptionsApplyConfiguration) *EKSAutoscalingGroupApplyConfiguration {
+	b.Interruptions = value
 	return b
 }

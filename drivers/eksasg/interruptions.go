@@ -1,0 +1,482 @@
+package eksasg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
+)
+
+// HookName is the termination lifecycle hook the driver puts on every group
+// of a class with interruptions.
+const HookName = "nodeset-termination"
+
+// Defaults of a class's interruptions section.
+const (
+	defaultHeartbeatTimeout = 5 * time.Minute
+	// spotNotice is how long before the interruption AWS sends its warning.
+	spotNotice = 2 * time.Minute
+)
+
+// Queues is the part of the SQS API the driver uses.
+type Queues interface {
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+}
+
+// LifecycleActions are the Auto Scaling calls that let an instance in
+// Terminating:Wait go, or keep it there longer.
+type LifecycleActions interface {
+	CompleteLifecycleAction(context.Context, *autoscaling.CompleteLifecycleActionInput, ...func(*autoscaling.Options)) (*autoscaling.CompleteLifecycleActionOutput, error)
+	RecordLifecycleActionHeartbeat(context.Context, *autoscaling.RecordLifecycleActionHeartbeatInput, ...func(*autoscaling.Options)) (*autoscaling.RecordLifecycleActionHeartbeatOutput, error)
+}
+
+// LifecycleHooks are the Auto Scaling calls that put the termination hook
+// on a group.
+type LifecycleHooks interface {
+	PutLifecycleHook(context.Context, *autoscaling.PutLifecycleHookInput, ...func(*autoscaling.Options)) (*autoscaling.PutLifecycleHookOutput, error)
+	DescribeLifecycleHooks(context.Context, *autoscaling.DescribeLifecycleHooksInput, ...func(*autoscaling.Options)) (*autoscaling.DescribeLifecycleHooksOutput, error)
+	DeleteLifecycleHook(context.Context, *autoscaling.DeleteLifecycleHookInput, ...func(*autoscaling.Options)) (*autoscaling.DeleteLifecycleHookOutput, error)
+}
+
+var _ drivers.InterruptionSource = (*Driver)(nil)
+
+// interruptionsOf is the class's interruptions section, nil when it has none.
+func interruptionsOf(class drivers.Class) *nodesetv1alpha1.EKSInterruptions {
+	if s := class.Spec.EKSAutoscalingGroup; s != nil {
+		return s.Interruptions
+	}
+	return nil
+}
+
+// HeartbeatTimeout is the heartbeat timeout of the class's termination hook.
+func HeartbeatTimeout(in *nodesetv1alpha1.EKSInterruptions) time.Duration {
+	if in == nil || in.HeartbeatTimeout == nil {
+		return defaultHeartbeatTimeout
+	}
+	return in.HeartbeatTimeout.Duration
+}
+
+// SQSFrom makes SQS clients from shared configurations
+// (awscloud.NewAWSConfigs), one per configuration.
+func SQSFrom(configs func(ctx context.Context, region string, creds map[string][]byte) (*aws.Config, error)) func(context.Context, string, map[string][]byte) (Queues, error) {
+	var (
+		mu      sync.Mutex
+		clients = map[*aws.Config]*sqs.Client{}
+	)
+	return func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) {
+		cfg, err := configs(ctx, region, creds)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if c, ok := clients[cfg]; ok {
+			return c, nil
+		}
+		c := sqs.NewFromConfig(*cfg)
+		clients[cfg] = c
+		return c, nil
+	}
+}
+
+// validateInterruptions checks what the schema cannot: the queue URL's
+// shape, and that the longest drain fits Auto Scaling's limits for the
+// heartbeat timeout.
+func validateInterruptions(in *nodesetv1alpha1.EKSInterruptions) error {
+	if in == nil {
+		return nil
+	}
+	const field = "spec.eksAutoscalingGroup.interruptions"
+	u, err := url.Parse(in.QueueURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.Trim(u.Path, "/") == "" {
+		return drivers.InvalidConfiguration(field+".queueURL", "%q is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<queue>)", in.QueueURL)
+	}
+	heartbeat := HeartbeatTimeout(in)
+	if heartbeat < 30*time.Second || heartbeat > 2*time.Hour {
+		return drivers.InvalidConfiguration(field+".heartbeatTimeout", "%s is outside 30s to 2h", heartbeat)
+	}
+	if in.MaxDrainTime != nil {
+		limit := min(100*heartbeat, 48*time.Hour)
+		if in.MaxDrainTime.Duration > limit {
+			return drivers.InvalidConfiguration(field+".maxDrainTime", "%s is longer than Auto Scaling keeps an instance waiting with a heartbeat timeout of %s (%s: 100 heartbeat timeouts, at most 48h)",
+				in.MaxDrainTime.Duration, heartbeat, limit)
+		}
+	}
+	switch in.Rebalance {
+	case "", nodesetv1alpha1.RebalanceTaint, nodesetv1alpha1.RebalanceReplaceFirst:
+	default:
+		return drivers.InvalidConfiguration(field+".rebalance", "%q is neither Taint nor ReplaceFirst", in.Rebalance)
+	}
+	return nil
+}
+
+// ensureHook puts the termination lifecycle hook on the group when the
+// class handles interruptions, and removes nodeset's hook when it stopped.
+// It is remembered per group, so a steady group costs no call.
+func (d *Driver) ensureHook(ctx context.Context, asg awscloud.AutoScaling, group string, in *nodesetv1alpha1.EKSInterruptions) error {
+	want := int32(0)
+	if in != nil {
+		want = int32(HeartbeatTimeout(in) / time.Second)
+	}
+	d.mu.Lock()
+	have, known := d.hooks[group]
+	d.mu.Unlock()
+	if known && have == want {
+		return nil
+	}
+	hooks, ok := asg.(LifecycleHooks)
+	if !ok {
+		if want == 0 {
+			return nil
+		}
+		return fmt.Errorf("eks-asg: the Auto Scaling client cannot put lifecycle hooks")
+	}
+	out, err := hooks.DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{
+		AutoScalingGroupName: aws.String(group), LifecycleHookNames: []string{HookName}})
+	if err != nil {
+		return awscloud.Classify("describing the lifecycle hook of "+group, err)
+	}
+	current := int32(0)
+	for _, h := range out.LifecycleHooks {
+		if aws.ToString(h.LifecycleHookName) == HookName {
+			current = max(aws.ToInt32(h.HeartbeatTimeout), 1)
+		}
+	}
+	switch {
+	case current == want:
+	case want == 0:
+		if _, err := hooks.DeleteLifecycleHook(ctx, &autoscaling.DeleteLifecycleHookInput{
+			AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(HookName)}); err != nil {
+			return awscloud.Classify("deleting the lifecycle hook of "+group, err)
+		}
+	default:
+		// CONTINUE when nodeset does not answer in time: the instance goes
+		// as it would have without the hook.
+		if _, err := hooks.PutLifecycleHook(ctx, &autoscaling.PutLifecycleHookInput{
+			AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(HookName),
+			LifecycleTransition: aws.String("autoscaling:EC2_INSTANCE_TERMINATING"),
+			HeartbeatTimeout:    aws.Int32(want), DefaultResult: aws.String("CONTINUE"),
+		}); err != nil {
+			return awscloud.Classify("putting the termination lifecycle hook on "+group, err)
+		}
+	}
+	d.mu.Lock()
+	d.hooks[group] = want
+	d.mu.Unlock()
+	return nil
+}
+
+// hookKnown reports whether the group's hook is known to be as the class
+// wants it.
+func (d *Driver) hookKnown(group string, in *nodesetv1alpha1.EKSInterruptions) bool {
+	want := int32(0)
+	if in != nil {
+		want = int32(HeartbeatTimeout(in) / time.Second)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	have, ok := d.hooks[group]
+	return ok && have == want
+}
+
+// InterruptionQueue is the class's queue URL, "" when it handles no
+// interruptions.
+func (d *Driver) InterruptionQueue(class drivers.Class) string {
+	if in := interruptionsOf(class); in != nil {
+		return in.QueueURL
+	}
+	return ""
+}
+
+// queueRegion is the region in an SQS queue URL
+// (https://sqs.<region>.amazonaws.com/...), else fallback.
+func queueRegion(queueURL, fallback string) string {
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return fallback
+	}
+	parts := strings.Split(u.Hostname(), ".")
+	if len(parts) >= 3 && parts[0] == "sqs" && strings.HasPrefix(parts[2], "amazonaws") {
+		return parts[1]
+	}
+	return fallback
+}
+
+func (d *Driver) queues(ctx context.Context, class drivers.Class) (Queues, string, error) {
+	s, err := section(class)
+	if err != nil {
+		return nil, "", err
+	}
+	in := s.Interruptions
+	if in == nil {
+		return nil, "", drivers.InvalidConfiguration("spec.eksAutoscalingGroup.interruptions", "is not set")
+	}
+	if d.opts.Queues == nil {
+		return nil, "", errors.New("eks-asg: no SQS client")
+	}
+	if err := awscloud.CheckCredentials(class); err != nil {
+		return nil, "", err
+	}
+	q, err := d.opts.Queues(ctx, queueRegion(in.QueueURL, s.Region), class.Credentials)
+	return q, in.QueueURL, err
+}
+
+// ReceiveInterruptions long-polls the class's queue (Options.ReceiveWait)
+// for up to ten messages and reads each as an EventBridge event. A message
+// that is no event nodeset knows comes back as InterruptionUnparseable.
+func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) (_ []drivers.Interruption, err error) {
+	defer awscloud.Redact(class.Credentials, &err)
+	q, queueURL, err := d.queues(ctx, class)
+	if err != nil {
+		return nil, err
+	}
+	out, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(queueURL), MaxNumberOfMessages: 10,
+		WaitTimeSeconds:   int32(d.opts.ReceiveWait / time.Second),
+		VisibilityTimeout: int32(d.opts.VisibilityTimeout / time.Second),
+	})
+	if err != nil {
+		return nil, awscloud.Classify("receiving from "+queueURL, err)
+	}
+	in := interruptionsOf(class)
+	maxDrain := 10 * time.Minute
+	if class.Spec.Drain != nil && class.Spec.Drain.Timeout != nil {
+		maxDrain = class.Spec.Drain.Timeout.Duration
+	}
+	if in.MaxDrainTime != nil {
+		maxDrain = in.MaxDrainTime.Duration
+	}
+	notices := make([]drivers.Interruption, 0, len(out.Messages))
+	for _, m := range out.Messages {
+		n := ParseEvent([]byte(aws.ToString(m.Body)), maxDrain)
+		if n.Lifecycle != nil {
+			n.Lifecycle.HeartbeatTimeout = HeartbeatTimeout(in)
+		}
+		n.Receipt = aws.ToString(m.ReceiptHandle)
+		if n.ID == "" {
+			n.ID = aws.ToString(m.MessageId)
+		}
+		notices = append(notices, n)
+	}
+	return notices, nil
+}
+
+// AckInterruptions deletes handled messages from the class's queue in
+// batches of ten. A receipt already deleted, or expired, is not an error:
+// its message comes again and is handled again, idempotently.
+func (d *Driver) AckInterruptions(ctx context.Context, class drivers.Class, receipts []string) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
+	q, queueURL, err := d.queues(ctx, class)
+	if err != nil {
+		return err
+	}
+	for start := 0; start < len(receipts); start += 10 {
+		batch := receipts[start:min(start+10, len(receipts))]
+		entries := make([]sqstypes.DeleteMessageBatchRequestEntry, len(batch))
+		for i, r := range batch {
+			entries[i] = sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: aws.String(r)}
+		}
+		out, err := q.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(queueURL), Entries: entries})
+		if err != nil {
+			return awscloud.Classify("deleting messages from "+queueURL, err)
+		}
+		for _, f := range out.Failed {
+			if !f.SenderFault || aws.ToString(f.Code) != "ReceiptHandleIsInvalid" {
+				return fmt.Errorf("deleting a message from %s: %s: %s", queueURL, aws.ToString(f.Code), aws.ToString(f.Message))
+			}
+		}
+	}
+	return nil
+}
+
+func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class) (LifecycleActions, error) {
+	s, asg, _, err := d.connect(ctx, class)
+	if err != nil {
+		return nil, err
+	}
+	if d.opts.Lifecycle != nil {
+		return d.opts.Lifecycle(ctx, s.Region, class.Credentials)
+	}
+	actions, ok := asg.(LifecycleActions)
+	if !ok {
+		return nil, errors.New("eks-asg: the Auto Scaling client cannot complete lifecycle actions")
+	}
+	return actions, nil
+}
+
+// CompleteLifecycleAction completes the action with CONTINUE: the instance
+// goes on terminating. An action Auto Scaling no longer knows (completed
+// before, or timed out) is not an error.
+func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
+	actions, err := d.lifecycleActions(ctx, class)
+	if err != nil {
+		return err
+	}
+	_, err = actions.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName: aws.String(action.Group), LifecycleHookName: aws.String(action.Hook),
+		LifecycleActionToken: aws.String(action.Token), InstanceId: aws.String(action.MachineID),
+		LifecycleActionResult: aws.String("CONTINUE"),
+	})
+	if awscloud.IsCode(err, "ValidationError") {
+		return nil // no active lifecycle action: it is over
+	}
+	if err == nil {
+		d.invalidate(class.Spec.EKSAutoscalingGroup.Region, class.Credentials)
+	}
+	return awscloud.Classify("completing the lifecycle action of "+action.MachineID, err)
+}
+
+// RecordLifecycleHeartbeat keeps the instance in Terminating:Wait for
+// another heartbeat timeout.
+func (d *Driver) RecordLifecycleHeartbeat(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
+	actions, err := d.lifecycleActions(ctx, class)
+	if err != nil {
+		return err
+	}
+	_, err = actions.RecordLifecycleActionHeartbeat(ctx, &autoscaling.RecordLifecycleActionHeartbeatInput{
+		AutoScalingGroupName: aws.String(action.Group), LifecycleHookName: aws.String(action.Hook),
+		LifecycleActionToken: aws.String(action.Token), InstanceId: aws.String(action.MachineID),
+	})
+	return awscloud.Classify("recording a lifecycle heartbeat for "+action.MachineID, err)
+}
+
+// event is an EventBridge event as delivered to an SQS target.
+type event struct {
+	ID         string          `json:"id"`
+	DetailType string          `json:"detail-type"`
+	Source     string          `json:"source"`
+	Time       string          `json:"time"`
+	Detail     json.RawMessage `json:"detail"`
+}
+
+// ec2Detail is the detail of the EC2 events (spot warning, rebalance
+// recommendation, state change).
+type ec2Detail struct {
+	InstanceID     string `json:"instance-id"`
+	InstanceAction string `json:"instance-action"`
+	State          string `json:"state"`
+}
+
+// healthDetail is the detail of an AWS Health event.
+type healthDetail struct {
+	Service           string `json:"service"`
+	EventTypeCode     string `json:"eventTypeCode"`
+	EventTypeCategory string `json:"eventTypeCategory"`
+	StartTime         string `json:"startTime"`
+	AffectedEntities  []struct {
+		EntityValue string `json:"entityValue"`
+	} `json:"affectedEntities"`
+}
+
+// lifecycleDetail is the detail of an Auto Scaling lifecycle action event.
+type lifecycleDetail struct {
+	LifecycleActionToken string `json:"LifecycleActionToken"`
+	AutoScalingGroupName string `json:"AutoScalingGroupName"`
+	LifecycleHookName    string `json:"LifecycleHookName"`
+	EC2InstanceID        string `json:"EC2InstanceId"`
+	LifecycleTransition  string `json:"LifecycleTransition"`
+}
+
+// endingStates are the instance states that end a Node's machine.
+var endingStates = map[string]bool{"stopping": true, "stopped": true, "shutting-down": true, "terminated": true}
+
+// ParseEvent reads one EventBridge event. maxDrain is how long a
+// lifecycle action may wait for its drain. Events nodeset has nothing to do
+// for (an instance starting) come back with no machine; anything it cannot
+// read is InterruptionUnparseable with the reason in Detail.
+func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
+	unparseable := func(format string, args ...any) drivers.Interruption {
+		return drivers.Interruption{Kind: drivers.InterruptionUnparseable, Detail: fmt.Sprintf(format, args...)}
+	}
+	var e event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return unparseable("not JSON: %v", err)
+	}
+	if e.DetailType == "" || len(e.Detail) == 0 {
+		return unparseable("not an EventBridge event (no detail-type or detail)")
+	}
+	notice, err := time.Parse(time.RFC3339, e.Time)
+	if err != nil {
+		return unparseable("event %s: time %q: %v", e.ID, e.Time, err)
+	}
+	n := drivers.Interruption{ID: e.ID, Notice: notice}
+	switch e.DetailType {
+	case "EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation", "EC2 Instance State-change Notification":
+		var d ec2Detail
+		if err := json.Unmarshal(e.Detail, &d); err != nil || !strings.HasPrefix(d.InstanceID, "i-") {
+			return unparseable("event %s (%s): no instance-id in its detail", e.ID, e.DetailType)
+		}
+		switch e.DetailType {
+		case "EC2 Spot Instance Interruption Warning":
+			n.Kind, n.Deadline, n.Detail = drivers.InterruptionSpot, notice.Add(spotNotice), d.InstanceAction
+		case "EC2 Instance Rebalance Recommendation":
+			n.Kind = drivers.InterruptionRebalance
+		default:
+			if d.State == "" {
+				return unparseable("event %s (%s): no state in its detail", e.ID, e.DetailType)
+			}
+			n.Kind, n.Deadline, n.Detail = drivers.InterruptionStateChange, notice, d.State
+			if !endingStates[d.State] {
+				return n // pending, running: nothing to do
+			}
+		}
+		n.MachineIDs = []string{d.InstanceID}
+	case "AWS Health Event":
+		var d healthDetail
+		if err := json.Unmarshal(e.Detail, &d); err != nil {
+			return unparseable("event %s (%s): %v", e.ID, e.DetailType, err)
+		}
+		n.Kind, n.Detail, n.Deadline = drivers.InterruptionScheduled, d.EventTypeCode, notice
+		if start, ok := healthTime(d.StartTime); ok {
+			n.Deadline = start
+		}
+		if d.Service != "EC2" || d.EventTypeCategory != "scheduledChange" {
+			return n // not about EC2 instances going: nothing to do
+		}
+		for _, entity := range d.AffectedEntities {
+			if strings.HasPrefix(entity.EntityValue, "i-") {
+				n.MachineIDs = append(n.MachineIDs, entity.EntityValue)
+			}
+		}
+	case "EC2 Instance-terminate Lifecycle Action":
+		var d lifecycleDetail
+		if err := json.Unmarshal(e.Detail, &d); err != nil || !strings.HasPrefix(d.EC2InstanceID, "i-") || d.AutoScalingGroupName == "" {
+			return unparseable("event %s (%s): no EC2InstanceId or AutoScalingGroupName in its detail", e.ID, e.DetailType)
+		}
+		n.Kind, n.Deadline, n.MachineIDs, n.Detail = drivers.InterruptionTermination, notice.Add(maxDrain), []string{d.EC2InstanceID}, d.LifecycleHookName
+		if d.LifecycleHookName == HookName && d.LifecycleActionToken != "" {
+			n.Lifecycle = &drivers.LifecycleAction{Group: d.AutoScalingGroupName, Hook: d.LifecycleHookName,
+				Token: d.LifecycleActionToken, MachineID: d.EC2InstanceID}
+		}
+	default:
+		return unparseable("event %s: detail-type %q is not one nodeset handles", e.ID, e.DetailType)
+	}
+	return n
+}
+
+// healthTime reads an AWS Health time, which comes as RFC 1123 ("Fri, 27
+// Jan 2023 06:02:51 GMT") or RFC 3339.
+func healthTime(s string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC1123, time.RFC1123Z, time.RFC3339} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}

@@ -1,0 +1,221 @@
+package eksasg
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+func TestParseEvent(t *testing.T) {
+	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	start := at.Add(14 * 24 * time.Hour)
+	for _, tc := range []struct {
+		name      string
+		body      string
+		kind      drivers.InterruptionKind
+		machines  []string
+		deadline  time.Time
+		lifecycle *drivers.LifecycleAction
+	}{
+		{name: "spot warning", body: framework.SpotInterruptionWarning(region, "i-0aaa", at).JSON(),
+			kind: drivers.InterruptionSpot, machines: []string{"i-0aaa"}, deadline: at.Add(2 * time.Minute)},
+		{name: "rebalance recommendation", body: framework.RebalanceRecommendation(region, "i-0bbb", at).JSON(),
+			kind: drivers.InterruptionRebalance, machines: []string{"i-0bbb"}},
+		{name: "stopping", body: framework.InstanceStateChange(region, "i-0ccc", "stopping", at).JSON(),
+			kind: drivers.InterruptionStateChange, machines: []string{"i-0ccc"}, deadline: at},
+		{name: "running is nothing to do", body: framework.InstanceStateChange(region, "i-0ccc", "running", at).JSON(),
+			kind: drivers.InterruptionStateChange, deadline: at},
+		{name: "scheduled retirement", body: framework.ScheduledInstanceRetirement(region, "i-0ddd", at, start).JSON(),
+			kind: drivers.InterruptionScheduled, machines: []string{"i-0ddd"}, deadline: start},
+		{name: "lifecycle action of our hook", body: framework.TerminateLifecycleAction(region, "g", HookName, "i-0eee", "tok", at).JSON(),
+			kind: drivers.InterruptionTermination, machines: []string{"i-0eee"}, deadline: at.Add(15 * time.Minute),
+			lifecycle: &drivers.LifecycleAction{Group: "g", Hook: HookName, Token: "tok", MachineID: "i-0eee"}},
+		{name: "lifecycle action of another hook drains but is not ours to complete",
+			body: framework.TerminateLifecycleAction(region, "g", "someone-else", "i-0eee", "tok", at).JSON(),
+			kind: drivers.InterruptionTermination, machines: []string{"i-0eee"}, deadline: at.Add(15 * time.Minute)},
+		{name: "not JSON", body: "{spot", kind: drivers.InterruptionUnparseable},
+		{name: "no envelope", body: `{"Event":"autoscaling:TEST_NOTIFICATION"}`, kind: drivers.InterruptionUnparseable},
+		{name: "unknown detail-type", body: `{"id":"x","detail-type":"EC2 AMI State Change","time":"2026-11-23T12:00:00Z","detail":{}}`,
+			kind: drivers.InterruptionUnparseable},
+		{name: "no instance", body: `{"id":"x","detail-type":"EC2 Spot Instance Interruption Warning","time":"2026-11-23T12:00:00Z","detail":{}}`,
+			kind: drivers.InterruptionUnparseable},
+		{name: "bad time", body: `{"id":"x","detail-type":"EC2 Spot Instance Interruption Warning","time":"noon","detail":{"instance-id":"i-1"}}`,
+			kind: drivers.InterruptionUnparseable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := ParseEvent([]byte(tc.body), 15*time.Minute)
+			assert.Equal(t, tc.kind, n.Kind, n.Detail)
+			assert.Equal(t, tc.machines, n.MachineIDs)
+			if tc.kind != drivers.InterruptionUnparseable {
+				assert.True(t, tc.deadline.Equal(n.Deadline), "deadline %s, want %s", n.Deadline, tc.deadline)
+				assert.Equal(t, tc.lifecycle, n.Lifecycle)
+			} else {
+				assert.NotEmpty(t, n.Detail, "says why")
+			}
+		})
+	}
+}
+
+func TestValidateInterruptionsNamesTheField(t *testing.T) {
+	d := New(Options{Cluster: "prod"})
+	for _, tc := range []struct {
+		name  string
+		in    nodesetv1alpha1.EKSInterruptions
+		field string
+	}{
+		{"queue URL", nodesetv1alpha1.EKSInterruptions{QueueURL: "https://sqs.eu-west-1.amazonaws.com"}, "interruptions.queueURL"},
+		{"heartbeat", nodesetv1alpha1.EKSInterruptions{QueueURL: "https://q.example/1/q", HeartbeatTimeout: &metav1.Duration{Duration: 10 * time.Second}}, "interruptions.heartbeatTimeout"},
+		{"max drain beyond 100 heartbeats", nodesetv1alpha1.EKSInterruptions{QueueURL: "https://q.example/1/q",
+			HeartbeatTimeout: &metav1.Duration{Duration: time.Minute}, MaxDrainTime: &metav1.Duration{Duration: 2 * time.Hour}}, "interruptions.maxDrainTime"},
+		{"rebalance", nodesetv1alpha1.EKSInterruptions{QueueURL: "https://q.example/1/q", Rebalance: "Ignore"}, "interruptions.rebalance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			class := (&world{image: "ami-0123456789abcdef0", subnet: "subnet-0123abcd"}).class()
+			in := tc.in
+			class.Spec.EKSAutoscalingGroup.Interruptions = &in
+			err := d.Validate(context.Background(), class)
+			require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+			assert.Contains(t, err.Error(), "spec.eksAutoscalingGroup."+tc.field)
+		})
+	}
+}
+
+// recordingLifecycle stands in for CompleteLifecycleAction and
+// RecordLifecycleActionHeartbeat, which moto does not implement.
+type recordingLifecycle struct {
+	mu        sync.Mutex
+	completed []autoscaling.CompleteLifecycleActionInput
+	beats     int
+}
+
+func (r *recordingLifecycle) CompleteLifecycleAction(_ context.Context, in *autoscaling.CompleteLifecycleActionInput, _ ...func(*autoscaling.Options)) (*autoscaling.CompleteLifecycleActionOutput, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.completed = append(r.completed, *in)
+	return &autoscaling.CompleteLifecycleActionOutput{}, nil
+}
+
+func (r *recordingLifecycle) RecordLifecycleActionHeartbeat(context.Context, *autoscaling.RecordLifecycleActionHeartbeatInput, ...func(*autoscaling.Options)) (*autoscaling.RecordLifecycleActionHeartbeatOutput, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.beats++
+	return &autoscaling.RecordLifecycleActionHeartbeatOutput{}, nil
+}
+
+// interruptionQueue makes an SQS queue and an EventBridge rule that sends
+// the five kinds of events nodeset handles to it, as docs/drivers/eks-asg.md
+// sets them up.
+func interruptionQueue(t *testing.T, endpoint, name string) (string, *sqs.Client, *eventbridge.Client) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := awscloud.NewAWSConfigs(awscloud.SDKConfig{Endpoint: endpoint})(ctx, region, testCredentials)
+	require.NoError(t, err)
+	queues, events := sqs.NewFromConfig(*cfg), eventbridge.NewFromConfig(*cfg)
+	q, err := queues.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	require.NoError(t, err)
+	attrs, err := queues.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{"QueueArn"}})
+	require.NoError(t, err)
+	pattern := `{"detail-type":["EC2 Spot Instance Interruption Warning","EC2 Instance Rebalance Recommendation","EC2 Instance State-change Notification","AWS Health Event","EC2 Instance-terminate Lifecycle Action"]}`
+	_, err = events.PutRule(ctx, &eventbridge.PutRuleInput{Name: aws.String(name), EventPattern: aws.String(pattern)})
+	require.NoError(t, err)
+	_, err = events.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: aws.String(name),
+		Targets: []ebtypes.Target{{Id: aws.String("queue"), Arn: aws.String(attrs.Attributes["QueueArn"])}}})
+	require.NoError(t, err)
+	return aws.ToString(q.QueueUrl), queues, events
+}
+
+func TestInterruptionsThroughEventBridgeAndSQS(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	queueURL, queues, events := interruptionQueue(t, w.endpoint, "nodeset-interruptions")
+	lifecycle := &recordingLifecycle{}
+	d := New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second,
+		Queues: func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return queues, nil },
+		Lifecycle: func(context.Context, string, map[string][]byte) (LifecycleActions, error) { return lifecycle, nil },
+	})
+	class := w.class()
+	class.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: queueURL,
+		HeartbeatTimeout: &metav1.Duration{Duration: 2 * time.Minute}}
+	require.NoError(t, d.Validate(ctx, class))
+	assert.Equal(t, queueURL, d.InterruptionQueue(class))
+	name := GroupName("prod", "team-a", "spot")
+	group := drivers.Group{Name: name, Owner: drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "spot"}, Class: class, Replicas: 1, MaxReplicas: 3, TemplateHash: "h1"}
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+
+	hooks, err := w.asg.(LifecycleHooks).DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{AutoScalingGroupName: aws.String(name)})
+	require.NoError(t, err)
+	require.Len(t, hooks.LifecycleHooks, 1, "the termination hook is on the group")
+	assert.Equal(t, HookName, aws.ToString(hooks.LifecycleHooks[0].LifecycleHookName))
+	assert.Equal(t, "autoscaling:EC2_INSTANCE_TERMINATING", aws.ToString(hooks.LifecycleHooks[0].LifecycleTransition))
+	assert.EqualValues(t, 120, aws.ToInt32(hooks.LifecycleHooks[0].HeartbeatTimeout))
+	assert.Equal(t, "CONTINUE", aws.ToString(hooks.LifecycleHooks[0].DefaultResult))
+
+	require.Len(t, status.Machines, 1)
+	instance, err := awscloud.InstanceID(status.Machines[0].ProviderID)
+	require.NoError(t, err)
+	warning := framework.SpotInterruptionWarning(region, instance, time.Now())
+	put, err := events.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+		Source: aws.String(warning.Source), DetailType: aws.String(warning.DetailType), Detail: aws.String(warning.DetailJSON()),
+		Resources: warning.Resources}}})
+	require.NoError(t, err)
+	require.Zero(t, put.FailedEntryCount)
+	_, err = queues.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String("not an event")})
+	require.NoError(t, err)
+
+	var got []drivers.Interruption
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		batch, err := d.ReceiveInterruptions(ctx, class)
+		require.NoError(t, err)
+		got = append(got, batch...)
+	}
+	require.Len(t, got, 2, "the event EventBridge delivered and the stray message")
+	kinds := map[drivers.InterruptionKind]drivers.Interruption{}
+	for _, n := range got {
+		kinds[n.Kind] = n
+	}
+	spot := kinds[drivers.InterruptionSpot]
+	assert.Equal(t, []string{instance}, spot.MachineIDs)
+	assert.WithinDuration(t, spot.Notice.Add(2*time.Minute), spot.Deadline, 0)
+	assert.Contains(t, kinds, drivers.InterruptionUnparseable)
+	require.NoError(t, d.AckInterruptions(ctx, class, []string{got[0].Receipt, got[1].Receipt}))
+	require.NoError(t, d.AckInterruptions(ctx, class, []string{got[0].Receipt}), "a receipt acknowledged twice is no error")
+	batch, err := d.ReceiveInterruptions(ctx, class)
+	require.NoError(t, err)
+	assert.Empty(t, batch, "acknowledged messages do not come again")
+
+	action := drivers.LifecycleAction{Group: name, Hook: HookName, Token: "tok-1", MachineID: instance}
+	require.NoError(t, d.RecordLifecycleHeartbeat(ctx, class, action))
+	require.NoError(t, d.CompleteLifecycleAction(ctx, class, action))
+	require.Len(t, lifecycle.completed, 1)
+	assert.Equal(t, "CONTINUE", aws.ToString(lifecycle.completed[0].LifecycleActionResult))
+	assert.Equal(t, "tok-1", aws.ToString(lifecycle.completed[0].LifecycleActionToken))
+	assert.Equal(t, 1, lifecycle.beats)
+
+	// The class stops handling interruptions: the hook goes.
+	class.Spec.EKSAutoscalingGroup.Interruptions = nil
+	group.Class = class
+	_, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	hooks, err = w.asg.(LifecycleHooks).DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{AutoScalingGroupName: aws.String(name)})
+	require.NoError(t, err)
+	assert.Empty(t, hooks.LifecycleHooks, fmt.Sprintf("%+v", hooks.LifecycleHooks))
+}
