@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -159,7 +160,10 @@ func TestAutoscalerModelScaleUps(t *testing.T) {
 						return false, why
 					}
 				}
-				return len(list.Items) == len(pods), fmt.Sprintf("%d of %d pods", len(list.Items), len(pods))
+				if len(list.Items) != len(pods) {
+					return false, fmt.Sprintf("%d of %d pods; %s", len(list.Items), len(pods), whatBecameOf(ctx, kube, ns, pods, list.Items))
+				}
+				return true, ""
 			})
 			var got int32
 			for _, n := range model.increased {
@@ -174,6 +178,32 @@ func TestAutoscalerModelScaleUps(t *testing.T) {
 		})
 	}
 	t.Logf("new nodes per scale-up / nodes needed:\n  %s\n  all: %d / %d = %.2f", strings.Join(report, "\n  "), added, needed, float64(added)/float64(needed))
+}
+
+// whatBecameOf says, for each of the pods named that is not among present,
+// the Events recorded about it: who deleted a pod the test needs.
+func whatBecameOf(ctx context.Context, kube kubernetes.Interface, namespace string, names []string, present []corev1.Pod) string {
+	here := map[string]bool{}
+	for _, p := range present {
+		here[p.Name] = true
+	}
+	var out []string
+	for _, name := range names {
+		if here[name] {
+			continue
+		}
+		events, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			out = append(out, name+": "+err.Error())
+			continue
+		}
+		var said []string
+		for _, e := range events.Items {
+			said = append(said, fmt.Sprintf("%s %s/%s: %s", e.Source.Component+e.ReportingController, e.Type, e.Reason, e.Message))
+		}
+		out = append(out, fmt.Sprintf("%s gone, its Events: %v", name, said))
+	}
+	return strings.Join(out, "; ")
 }
 
 // TestAutoscalerModelUnregisteredInstances: cluster-autoscaler (caModel,
