@@ -147,7 +147,7 @@ func TestInterruptionsThroughEventBridgeAndSQS(t *testing.T) {
 	queueURL, queues, events := interruptionQueue(t, w.endpoint, "nodeset-interruptions")
 	lifecycle := &recordingLifecycle{}
 	d := New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second,
-		Queues: func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return queues, nil },
+		Queues:    func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return queues, nil },
 		Lifecycle: func(context.Context, string, map[string][]byte) (LifecycleActions, error) { return lifecycle, nil },
 	})
 	class := w.class()
