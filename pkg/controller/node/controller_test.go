@@ -626,3 +626,23 @@ func TestProvisioningErrorsAreRecordedOnTheNode(t *testing.T) {
 	assert.NotEmpty(t, got.Spec.ProviderID)
 	assert.NotContains(t, got.Annotations, nodesetv1alpha1.AnnotationProvisioningError, "cleared once the machine exists")
 }
+
+// TestConflictingProviderIDWriteDoesNotCreateAgain: when the write that
+// records a new machine's providerID conflicts (the kubelet wrote the Node
+// meanwhile), the retry records the same machine without asking the driver
+// to create it again.
+func TestConflictingProviderIDWriteDoesNotCreateAgain(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, markReady(setNode("web-a", "sim")))
+	conflicts := 1
+	f.kube.PrependReactor("update", "nodes", func(core.Action) (bool, runtime.Object, error) {
+		if conflicts > 0 {
+			conflicts--
+			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "web-a", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	require.Error(t, f.sync("web-a"))
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, 1, f.driver.creates, "one Create for one machine")
+	assert.Equal(t, "test:///web-a", f.get("web-a").Spec.ProviderID)
+}

@@ -205,7 +205,9 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 			c.queue.AddAfter(node.Name, wait)
 			return nil
 		}
-		c.made.forget(node.Name)
+		// Remembered until the providerID is written: a write that
+		// conflicts is retried without asking the driver again.
+		c.made.set(node, made)
 		delete(node.Annotations, nodesetv1alpha1.AnnotationProvisioningError)
 		node.Spec.ProviderID = made.providerID
 		if node.Annotations == nil {
@@ -225,6 +227,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
+	c.made.forget(node.Name)
 	if registered {
 		c.registered(node, driver)
 	}
