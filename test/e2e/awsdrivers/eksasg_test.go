@@ -70,7 +70,7 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
 // newEnvWith is newEnv with the controllers' AWS calls sent to
 // through(moto's endpoint), such as a fault-injecting proxy.
-func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
+func newEnvWith(t *testing.T, through func(endpoint string) string, nodeArgs ...string) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, endpoint: framework.StartMoto(t)}
@@ -87,9 +87,9 @@ func newEnvWith(t *testing.T, through func(endpoint string) string) *env {
 	cfg := framework.Shared(t).AdminConfig()
 	e.kube = kubernetes.NewForConfigOrDie(cfg)
 	e.nodesets = versioned.NewForConfigOrDie(cfg)
-	e.ctrl, err = framework.NewControllers(ctx, framework.Shared(t), framework.ControllerOptions{NodeArgs: []string{
+	e.ctrl, err = framework.NewControllers(ctx, framework.Shared(t), framework.ControllerOptions{NodeArgs: append([]string{
 		"--drivers=eks-asg,eks-managed", "--cluster-name=" + cluster, "--aws-endpoint-url=" + controllerEndpoint, "--group-poll-interval=2s",
-	}})
+	}, nodeArgs...)})
 	require.NoError(t, err)
 	e.ctrl.Node.Env = append(e.ctrl.Node.Env, "AWS_EC2_METADATA_DISABLED=true")
 	require.NoError(t, e.ctrl.Start())
@@ -149,6 +149,23 @@ func (e *env) forget() {
 		assert.NoError(e.t, ignoreGone(e.nodesets.NodesetV1alpha1().NodeClasses().Delete(ctx, c.Name, metav1.DeleteOptions{})))
 	}
 	e.t.Logf("removed what the test left: %d NodeSets, %d Nodes, %d NodeClasses", len(sets.Items), len(nodes.Items), len(classes.Items))
+}
+
+// ghostGroup makes, with the eks-asg driver directly, a group of size
+// instances for NodeSet gone/ghost, which does not exist: an orphan, as a
+// NodeSet deleted while no node controller ran leaves. It returns the
+// group's name and status.
+func (e *env) ghostGroup(className string, size int32) (string, drivers.GroupStatus) {
+	e.t.Helper()
+	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: awscloud.SDKClients(e.endpoint)})
+	spec := framework.ASGClass(className, region, e.network, "").Spec
+	spec.CredentialsSecretRef = nil
+	owner := drivers.Owner{Cluster: cluster, Namespace: "gone", Name: "ghost", UID: "uid-ghost"}
+	ghost := eksasg.GroupName(cluster, "gone", "ghost")
+	status, err := driver.EnsureGroup(context.Background(), drivers.Group{Name: ghost, Owner: owner,
+		Class: drivers.Class{Name: className, Credentials: awsCredentials, Spec: spec}, Replicas: size, MaxReplicas: size, TemplateHash: "h"})
+	require.NoError(e.t, err)
+	return ghost, status
 }
 
 func tail(s string, n int) string {
@@ -457,18 +474,7 @@ func TestOrphanGroupIsCollected(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.createClass("orphans")
-	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: awscloud.SDKClients(e.endpoint)})
-	class := drivers.Class{Name: "orphans", Credentials: awsCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
-		Driver: nodesetv1alpha1.DriverEKSASG,
-		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
-			ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
-			Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
-		}},
-	}}
-	owner := drivers.Owner{Cluster: cluster, Namespace: "gone", Name: "ghost", UID: "uid-ghost"}
-	ghost := eksasg.GroupName(cluster, "gone", "ghost")
-	_, err := driver.EnsureGroup(ctx, drivers.Group{Name: ghost, Owner: owner, Class: class, Replicas: 2, MaxReplicas: 2, TemplateHash: "h"})
-	require.NoError(t, err)
+	ghost, _ := e.ghostGroup("orphans", 2)
 	require.Len(t, e.runningInstances(), 2)
 	// The controllers run with --orphan-min-age=10s and a 2s interval.
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -19,9 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/awscloud"
-	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -66,18 +64,7 @@ func TestOrphanInstancesAreCollectedDespiteABrokenClass(t *testing.T) {
 	ctx := context.Background()
 	e.createClass("stray-broken", func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.Region = "zz-nowhere-9" })
 	e.createClass("stray-orphans")
-	driver := eksasg.New(eksasg.Options{Cluster: cluster, Clients: awscloud.SDKClients(e.endpoint)})
-	class := drivers.Class{Name: "stray-orphans", Credentials: awsCredentials, Spec: nodesetv1alpha1.NodeClassSpec{
-		Driver: nodesetv1alpha1.DriverEKSASG,
-		DriverSections: nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
-			ClusterName: "prod", Region: region, ImageID: e.image, InstanceType: "t3.large", SubnetIDs: []string{e.subnet},
-			Bootstrap: &nodesetv1alpha1.EKSBootstrap{APIServerEndpoint: "https://prod.example.com", CertificateAuthority: "Q0E="},
-		}},
-	}}
-	owner := drivers.Owner{Cluster: cluster, Namespace: "gone", Name: "ghost", UID: "uid-ghost"}
-	ghost := eksasg.GroupName(cluster, "gone", "ghost")
-	status, err := driver.EnsureGroup(ctx, drivers.Group{Name: ghost, Owner: owner, Class: class, Replicas: 3, MaxReplicas: 3, TemplateHash: "h"})
-	require.NoError(t, err)
+	ghost, status := e.ghostGroup("stray-orphans", 3)
 	require.Len(t, status.Machines, 3)
 	id, err := awscloud.InstanceID(status.Machines[0].ProviderID)
 	require.NoError(t, err)
