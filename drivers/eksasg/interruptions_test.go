@@ -9,10 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,32 +115,11 @@ func (r *recordingLifecycle) RecordLifecycleActionHeartbeat(context.Context, *au
 	return &autoscaling.RecordLifecycleActionHeartbeatOutput{}, nil
 }
 
-// interruptionQueue makes an SQS queue and an EventBridge rule that sends
-// the five kinds of events nodeset handles to it, as docs/drivers/eks-asg.md
-// sets them up.
-func interruptionQueue(t *testing.T, endpoint, name string) (string, *sqs.Client, *eventbridge.Client) {
-	t.Helper()
-	ctx := context.Background()
-	cfg, err := awscloud.NewAWSConfigs(awscloud.SDKConfig{Endpoint: endpoint})(ctx, region, testCredentials)
-	require.NoError(t, err)
-	queues, events := sqs.NewFromConfig(*cfg), eventbridge.NewFromConfig(*cfg)
-	q, err := queues.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
-	require.NoError(t, err)
-	attrs, err := queues.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{"QueueArn"}})
-	require.NoError(t, err)
-	pattern := `{"detail-type":["EC2 Spot Instance Interruption Warning","EC2 Instance Rebalance Recommendation","EC2 Instance State-change Notification","AWS Health Event","EC2 Instance-terminate Lifecycle Action"]}`
-	_, err = events.PutRule(ctx, &eventbridge.PutRuleInput{Name: aws.String(name), EventPattern: aws.String(pattern)})
-	require.NoError(t, err)
-	_, err = events.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: aws.String(name),
-		Targets: []ebtypes.Target{{Id: aws.String("queue"), Arn: aws.String(attrs.Attributes["QueueArn"])}}})
-	require.NoError(t, err)
-	return aws.ToString(q.QueueUrl), queues, events
-}
-
 func TestInterruptionsThroughEventBridgeAndSQS(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	queueURL, queues, events := interruptionQueue(t, w.endpoint, "nodeset-interruptions")
+	q := framework.NewInterruptionQueue(t, w.endpoint, region, "nodeset-interruptions")
+	queueURL, queues := q.URL, q.SQS
 	lifecycle := &recordingLifecycle{}
 	d := New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second,
 		Queues:    func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return queues, nil },
@@ -171,14 +146,8 @@ func TestInterruptionsThroughEventBridgeAndSQS(t *testing.T) {
 	require.Len(t, status.Machines, 1)
 	instance, err := awscloud.InstanceID(status.Machines[0].ProviderID)
 	require.NoError(t, err)
-	warning := framework.SpotInterruptionWarning(region, instance, time.Now())
-	put, err := events.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
-		Source: aws.String(warning.Source), DetailType: aws.String(warning.DetailType), Detail: aws.String(warning.DetailJSON()),
-		Resources: warning.Resources}}})
-	require.NoError(t, err)
-	require.Zero(t, put.FailedEntryCount)
-	_, err = queues.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String("not an event")})
-	require.NoError(t, err)
+	q.Put(t, framework.SpotInterruptionWarning(region, instance, time.Now()))
+	q.Send(t, "not an event")
 
 	var got []drivers.Interruption
 	deadline := time.Now().Add(30 * time.Second)

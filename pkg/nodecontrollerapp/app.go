@@ -74,9 +74,14 @@ type Env struct {
 	CloudCalls func(driver string) func(operation, outcome string, attempts int)
 }
 
+// interruptionOptions tune the reading of interruption queues.
+type interruptionOptions struct {
+	receiveWait, visibilityTimeout time.Duration
+}
+
 // builtins are the drivers every node controller can serve, made from the
 // flags they read.
-func builtins(dm *dockerMachineOptions, aws *awscloud.SDKConfig, groupPoll *time.Duration) []Driver {
+func builtins(dm *dockerMachineOptions, aws *awscloud.SDKConfig, groupPoll *time.Duration, notices *interruptionOptions) []Driver {
 	return []Driver{
 		{Name: nodesetv1alpha1.DriverSimulated, New: func(context.Context, Env) (drivers.Driver, error) {
 			return simulated.New(nil), nil
@@ -95,6 +100,8 @@ func builtins(dm *dockerMachineOptions, aws *awscloud.SDKConfig, groupPoll *time
 				Clusters:     eksasg.NewClusterLookup(configs),
 				Scopes:       awsScopes(env.Clients.Kube, env.NodeClasses),
 				PollInterval: min(15*time.Second, *groupPoll/2),
+				Queues:       eksasg.SQSFrom(configs),
+				ReceiveWait:  notices.receiveWait, VisibilityTimeout: notices.visibilityTimeout,
 			}), nil
 		}},
 		{Name: nodesetv1alpha1.DriverEKSManaged, New: func(_ context.Context, env Env) (drivers.Driver, error) {
@@ -158,7 +165,10 @@ func Main(name string, extra ...Driver) int {
 	fs.Float64Var(&awsConfig.QPS, "aws-api-qps", 10, "AWS API calls per second of the eks-asg driver, client-side, all regions together.")
 	fs.IntVar(&awsConfig.Burst, "aws-api-burst", 20, "Burst of AWS API calls of the eks-asg driver.")
 	fs.IntVar(&awsConfig.MaxAttempts, "aws-max-attempts", 5, "Attempts of an AWS API call that was throttled or failed on the server side; retries back off exponentially with jitter.")
-	known := append(builtins(&dm, &awsConfig, &groupPoll), extra...)
+	var notices interruptionOptions
+	fs.DurationVar(&notices.receiveWait, "interruption-receive-wait", 20*time.Second, "How long one receive from an interruption queue waits for messages (SQS long polling, whole seconds, at most 20s).")
+	fs.DurationVar(&notices.visibilityTimeout, "interruption-visibility-timeout", 30*time.Second, "How long a received interruption message stays hidden; one that was not acted on (a crash, a failed write) comes again after it.")
+	known := append(builtins(&dm, &awsConfig, &groupPoll, &notices), extra...)
 	defaultDrivers := []string{nodesetv1alpha1.DriverSimulated}
 	if len(extra) > 0 {
 		defaultDrivers = nil

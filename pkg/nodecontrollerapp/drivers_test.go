@@ -33,7 +33,7 @@ func factory(name string, d drivers.Driver) Driver {
 }
 
 func TestDriversAreMadeThroughOneFactory(t *testing.T) {
-	known := append(builtins(&dockerMachineOptions{}, nil, nil), factory("example-group", groupOnly{}), factory("half", notADriver{}))
+	known := append(builtins(&dockerMachineOptions{}, nil, nil, nil), factory("example-group", groupOnly{}), factory("half", notADriver{}))
 	served, err := chooseDrivers([]string{"simulated", " example-group", "simulated"}, known)
 	require.NoError(t, err)
 	registry, err := makeDrivers(context.Background(), served, Env{})
@@ -82,7 +82,7 @@ func TestMachinesHandlerWhileDriversAreMade(t *testing.T) {
 			}
 		}()
 	}
-	served, err := chooseDrivers([]string{"simulated"}, builtins(&dockerMachineOptions{}, nil, nil))
+	served, err := chooseDrivers([]string{"simulated"}, builtins(&dockerMachineOptions{}, nil, nil, nil))
 	require.NoError(t, err)
 	registry, err := makeDrivers(context.Background(), served, Env{})
 	require.NoError(t, err)

@@ -35,6 +35,18 @@ func Active(nodes []*corev1.Node) []*corev1.Node {
 	return out
 }
 
+// Staying are the Nodes neither being deleted nor marked for replacement
+// (nodeset.dev/replace: their replacement comes up first, then they go).
+func Staying(nodes []*corev1.Node) []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil && n.Annotations[nodesetv1alpha1.AnnotationReplace] == "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // DeleteList is the set of Node names in the NodeSet's delete-nodes
 // annotation (cluster-autoscaler's DeleteNodes): Nodes that go whatever else
 // the plan says.

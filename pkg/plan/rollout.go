@@ -75,7 +75,9 @@ func Decide(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.N
 
 func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node, now time.Time) Plan {
 	replicas := int(Replicas(set))
-	active := Active(nodes)
+	// A Node marked for replacement is going, like a terminating one: its
+	// replacement is not a surplus to remove.
+	active := Staying(nodes)
 	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
 	if !Rolling(set, templateHash, active) {
 		switch diff := len(active) - replicas; {
@@ -167,8 +169,11 @@ func Bounds(set *nodesetv1alpha1.NodeSet, replicas int) (surge, unavailable int)
 func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node) int32 {
 	replicas := int(Replicas(set))
 	active := Active(nodes)
+	// A Node marked for replacement keeps its machine until the
+	// replacement is Ready: the group holds both.
+	replacing := len(active) - len(Staying(nodes))
 	if !Rolling(set, templateHash, active) {
-		return int32(replicas)
+		return int32(replicas + replacing)
 	}
 	outdated := 0
 	for _, n := range active {
@@ -177,5 +182,5 @@ func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev
 		}
 	}
 	surge, _ := Bounds(set, replicas)
-	return int32(replicas + min(surge, outdated))
+	return int32(replicas + replacing + min(surge, outdated))
 }

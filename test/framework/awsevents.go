@@ -1,10 +1,21 @@
 package framework
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
+	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"nodeset.dev/nodeset/drivers/awscloud"
 )
 
 // AWSEvent is an EventBridge event in the shape AWS delivers it to an SQS
@@ -101,4 +112,73 @@ func TerminateLifecycleAction(region, group, hook, instanceID, token string, at 
 			"EC2InstanceId": instanceID, "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
 			"Origin": "AutoScalingGroup", "Destination": "EC2",
 		})
+}
+
+// InterruptionDetailTypes are the EventBridge detail types nodeset reads
+// from an interruption queue.
+var InterruptionDetailTypes = []string{"EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation",
+	"EC2 Instance State-change Notification", "AWS Health Event", "EC2 Instance-terminate Lifecycle Action"}
+
+// InterruptionQueue is an SQS queue that an EventBridge rule fills with
+// the events nodeset handles, as docs/drivers/eks-asg.md sets it up.
+type InterruptionQueue struct {
+	URL    string
+	SQS    *sqs.Client
+	Events *eventbridge.Client
+}
+
+// NewInterruptionQueue makes the queue name and its rule at endpoint (moto).
+func NewInterruptionQueue(t testing.TB, endpoint, region, name string) *InterruptionQueue {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := awscloud.NewAWSConfigs(awscloud.SDKConfig{Endpoint: endpoint})(ctx, region, MotoCredentials)
+	require.NoError(t, err)
+	q := &InterruptionQueue{SQS: sqs.NewFromConfig(*cfg), Events: eventbridge.NewFromConfig(*cfg)}
+	created, err := q.SQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	require.NoError(t, err)
+	q.URL = aws.ToString(created.QueueUrl)
+	attrs, err := q.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: created.QueueUrl,
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	pattern, err := json.Marshal(map[string][]string{"detail-type": InterruptionDetailTypes})
+	require.NoError(t, err)
+	_, err = q.Events.PutRule(ctx, &eventbridge.PutRuleInput{Name: aws.String(name), EventPattern: aws.String(string(pattern))})
+	require.NoError(t, err)
+	_, err = q.Events.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: aws.String(name),
+		Targets: []ebtypes.Target{{Id: aws.String("queue"), Arn: aws.String(attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)])}}})
+	require.NoError(t, err)
+	return q
+}
+
+// Put sends e through EventBridge (PutEvents), which delivers it to the
+// queue in AWS's envelope.
+func (q *InterruptionQueue) Put(t testing.TB, e AWSEvent) {
+	t.Helper()
+	out, err := q.Events.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+		Source: aws.String(e.Source), DetailType: aws.String(e.DetailType), Detail: aws.String(e.DetailJSON()), Resources: e.Resources}}})
+	require.NoError(t, err)
+	require.Zero(t, out.FailedEntryCount)
+}
+
+// Send puts body on the queue as it is (an event with its own envelope,
+// such as one with a time EventBridge would not give it, or garbage).
+func (q *InterruptionQueue) Send(t testing.TB, body string) {
+	t.Helper()
+	_, err := q.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(body)})
+	require.NoError(t, err)
+}
+
+// Depth is how many messages the queue holds, visible or in flight.
+func (q *InterruptionQueue) Depth(t testing.TB) int {
+	t.Helper()
+	out, err := q.SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.URL),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages, sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	require.NoError(t, err)
+	n := 0
+	for _, v := range out.Attributes {
+		var i int
+		_, _ = fmt.Sscan(v, &i)
+		n += i
+	}
+	return n
 }

@@ -114,6 +114,9 @@ type Controller struct {
 	// the cache sees them gone: a sync on the cache's older copy would
 	// otherwise deprovision and release them again.
 	released *nodeMemory[struct{}]
+	// heartbeats are when the lifecycle action of a draining interrupted
+	// Node was last kept waiting.
+	heartbeats *nodeMemory[time.Time]
 
 	routine *routineEvents
 	pods    *podLists
@@ -162,6 +165,7 @@ func NewController(
 		terminated:  map[string]time.Time{},
 		made:        newNodeMemory[madeMachine](),
 		released:    newNodeMemory[struct{}](),
+		heartbeats:  newNodeMemory[time.Time](),
 		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:        &podLists{kube: kube},
 
@@ -169,7 +173,7 @@ func NewController(
 	}
 	c.recorder = scrubbingRecorder{EventRecorder: recorder, scrub: c.scrub}
 	c.routine.recorder = c.recorder
-	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID}); err != nil {
+	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID, machineIDIndex: indexByMachineID}); err != nil {
 		return nil, err
 	}
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -242,6 +246,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	component.StartWorkers(ctx, c.queue, workers, "node", c.syncNode)
 	component.StartWorkers(ctx, c.groups, workers, "nodeset", c.syncGroup)
 	go wait.Until(c.routine.flush, c.opts.EventPeriod, ctx.Done())
+	go c.runInterruptions(ctx)
 	<-ctx.Done()
 	c.routine.flush()
 	logger.Info("Shutting down NodeController")

@@ -34,6 +34,9 @@ type deprovisioner struct {
 	// op is the driver operation, for the metrics.
 	op     string
 	remove func(ctx context.Context) error
+	// whileDraining, when set, runs on each look at a drain that goes on
+	// (a lifecycle action's heartbeat).
+	whileDraining func(ctx context.Context, node *corev1.Node) error
 }
 
 // machineDeprovisioner deletes the Node's machine by its name.
@@ -55,9 +58,21 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	}
 	wasDrained := node.Annotations[drainedAnnotation] != ""
 	if !wasDrained {
-		done, err := c.drain(ctx, node, drainPolicyOf(class), started)
+		policy := drainPolicyOf(class)
+		interruption, interrupted := interruptionOf(node)
+		if interrupted {
+			// AWS takes the machine at the notice's deadline, drained or not.
+			policy = interruption.capped(policy, started)
+		}
+		done, err := c.drain(ctx, node, policy, started)
+		if err == nil && !done && deprovision.whileDraining != nil {
+			err = deprovision.whileDraining(ctx, node)
+		}
 		if err != nil || !done {
 			return err
+		}
+		if interrupted {
+			c.interruptionDrainEnded(node, interruption)
 		}
 		// Drained (or given up): deprovision in this same sync. The drain's
 		// end is written only if the machine takes a while to go, so that

@@ -217,9 +217,23 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 			return err
 		}
 		group, providerID := node.Annotations[nodesetv1alpha1.AnnotationGroup], node.Spec.ProviderID
-		return c.terminate(ctx, node, class, deprovisioner{driver: driver.Name(), op: opTerminate, remove: func(ctx context.Context) error {
+		interruption, _ := interruptionOf(node)
+		source, _ := driver.(drivers.InterruptionSource)
+		var heartbeat func(context.Context, *corev1.Node) error
+		if interruption.Lifecycle != nil && source != nil {
+			heartbeat = func(ctx context.Context, node *corev1.Node) error {
+				return c.lifecycleHeartbeat(ctx, node, interruption, source, machineClass)
+			}
+		}
+		return c.terminate(ctx, node, class, deprovisioner{driver: driver.Name(), op: opTerminate, whileDraining: heartbeat, remove: func(ctx context.Context) error {
 			if group == "" || providerID == "" {
 				return nil // never had a machine of a group
+			}
+			if interruption.Lifecycle != nil && source != nil {
+				// Drained: the cloud group may go on terminating it.
+				if err := c.completeLifecycleAction(ctx, source, machineClass, *interruption.Lifecycle, node); err != nil {
+					return err
+				}
 			}
 			if err := c.mayAct(opTerminate); err != nil {
 				return err
@@ -233,6 +247,11 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 	}
 	if class == nil || node.Spec.ProviderID == "" {
 		return nil
+	}
+	if node.Annotations[nodesetv1alpha1.AnnotationReplace] != "" {
+		if err := c.replaceWhenReplaced(ctx, node); err != nil {
+			return err
+		}
 	}
 	return c.register(ctx, node, class, driver)
 }

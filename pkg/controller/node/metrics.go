@@ -8,6 +8,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
@@ -23,6 +24,13 @@ type Metrics struct {
 	cloudRetries *prometheus.CounterVec
 	fenced       *prometheus.CounterVec
 	phases       *phaseCollector
+
+	interruptions          *prometheus.CounterVec
+	interruptionDrain      prometheus.Histogram
+	interruptionDrainsCut  prometheus.Counter
+	lifecycleActions       prometheus.Counter
+	interruptionUnreadable prometheus.Counter
+	interruptionsNotOurs   prometheus.Counter
 }
 
 // NewMetrics registers the node controller's metrics on registry; nodes feeds
@@ -55,6 +63,20 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
 			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil)},
 	}
+	m.interruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "interruptions_received_total",
+		Help: "Interruption notices received from the clouds' queues, by kind (SpotInterruption, RebalanceRecommendation, ScheduledChange, StateChange, TerminationLifecycleAction)."},
+		[]string{"kind"})
+	m.interruptionDrain = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "nodeset", Name: "interruption_drain_duration_seconds",
+		Help: "From an interruption notice (the time the cloud sent it) until its Node was drained.", Buckets: buckets})
+	m.interruptionDrainsCut = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeset", Name: "interruption_drains_unfinished_total",
+		Help: "Drains of interrupted Nodes that did not finish before the notice's deadline; the machine went with pods on it."})
+	m.lifecycleActions = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeset", Name: "lifecycle_actions_completed_total",
+		Help: "Cloud group lifecycle actions completed (CONTINUE) once their machine was drained."})
+	m.interruptionUnreadable = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeset", Name: "interruption_messages_unparseable_total",
+		Help: "Messages on an interruption queue that are no notice nodeset can read; each is deleted, never retried."})
+	m.interruptionsNotOurs = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeset", Name: "interruption_messages_unknown_machine_total",
+		Help: "Interruption notices for machines that are no NodeSet's; ignored."})
+	registry.MustRegister(m.interruptions, m.interruptionDrain, m.interruptionDrainsCut, m.lifecycleActions, m.interruptionUnreadable, m.interruptionsNotOurs)
 	registry.MustRegister(m.provisioning, m.registration, m.drains, m.driverCalls, m.orphans, m.orphanRounds, m.cloudCalls, m.cloudRetries, m.fenced, m.phases)
 	return m
 }
@@ -69,6 +91,11 @@ const (
 	opTerminate     = "terminate-machine"
 	opDeleteGroup   = "delete-group"
 	opListGroups    = "list-groups"
+
+	opReceiveInterruptions = "receive-interruptions"
+	opAckInterruptions     = "ack-interruptions"
+	opCompleteLifecycle    = "complete-lifecycle-action"
+	opLifecycleHeartbeat   = "lifecycle-heartbeat"
 
 	drainDrained          = "drained"
 	drainTimedOut         = "timed-out"
@@ -98,6 +125,10 @@ func (m *Metrics) Initialize(driverNames []string) {
 	for _, op := range []string{opCreate, opDelete, opEnsureGroup, opTerminate, opDeleteGroup} {
 		m.fenced.WithLabelValues(op)
 	}
+	for _, kind := range []drivers.InterruptionKind{drivers.InterruptionSpot, drivers.InterruptionRebalance, drivers.InterruptionScheduled,
+		drivers.InterruptionStateChange, drivers.InterruptionTermination} {
+		m.interruptions.WithLabelValues(string(kind))
+	}
 	for _, outcome := range []string{roundCompleted, roundListFailed, roundCachesNotSynced} {
 		m.orphanRounds.WithLabelValues(outcome)
 	}
@@ -118,6 +149,22 @@ func (m *Metrics) orphanDeleted(driver string) { m.orphans.WithLabelValues(drive
 func (m *Metrics) orphanRound(outcome string) { m.orphanRounds.WithLabelValues(outcome).Inc() }
 
 func (m *Metrics) fencedCall(operation string) { m.fenced.WithLabelValues(operation).Inc() }
+
+func (m *Metrics) interruptionReceived(kind drivers.InterruptionKind) {
+	m.interruptions.WithLabelValues(string(kind)).Inc()
+}
+
+func (m *Metrics) interruptionDrained(took time.Duration) {
+	m.interruptionDrain.Observe(took.Seconds())
+}
+
+func (m *Metrics) interruptionDrainCut() { m.interruptionDrainsCut.Inc() }
+
+func (m *Metrics) lifecycleCompleted() { m.lifecycleActions.Inc() }
+
+func (m *Metrics) interruptionUnparseable() { m.interruptionUnreadable.Inc() }
+
+func (m *Metrics) interruptionUnknown() { m.interruptionsNotOurs.Inc() }
 
 func (m *Metrics) driverCall(driver, operation string, start time.Time, err error) {
 	outcome := "success"

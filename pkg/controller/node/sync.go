@@ -30,6 +30,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		c.made.forget(name)
 		c.released.forget(name)
+		c.heartbeats.forget(name)
 		return nil
 	}
 	if err != nil {

@@ -1,0 +1,581 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
+)
+
+// Event reasons of interruptions, on the Node and its NodeSet.
+const (
+	ReasonInterrupted              = "Interrupted"
+	ReasonRebalanceRecommended     = "RebalanceRecommended"
+	ReasonLifecycleActionCompleted = "LifecycleActionCompleted"
+	ReasonInterruptedDrainCut      = "InterruptedDrainCut"
+)
+
+// machineIDIndex indexes Nodes by the last element of spec.providerID (the
+// cloud's id of the machine, as interruption notices name it).
+const machineIDIndex = "machineID"
+
+func indexByMachineID(obj any) ([]string, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Spec.ProviderID == "" {
+		return nil, nil
+	}
+	return []string{path.Base(node.Spec.ProviderID)}, nil
+}
+
+// interruptionRecord is what a Node's nodeset.dev/interruption annotation
+// holds: the first notice, the earliest deadline, and the lifecycle action
+// to complete once drained.
+type interruptionRecord struct {
+	Kind      drivers.InterruptionKind `json:"kind"`
+	Notice    time.Time                `json:"notice"`
+	Deadline  *time.Time               `json:"deadline,omitempty"`
+	Lifecycle *drivers.LifecycleAction `json:"lifecycle,omitempty"`
+}
+
+// interruptionOf is the Node's record, if any.
+func interruptionOf(node *corev1.Node) (interruptionRecord, bool) {
+	var rec interruptionRecord
+	raw := node.Annotations[nodesetv1alpha1.AnnotationInterruption]
+	if raw == "" || json.Unmarshal([]byte(raw), &rec) != nil {
+		return interruptionRecord{}, false
+	}
+	return rec, true
+}
+
+// merged is the record with notice n added: the first kind and notice, the
+// earliest deadline, and a lifecycle action once there is one.
+func (rec interruptionRecord) merged(n drivers.Interruption) interruptionRecord {
+	out := rec
+	if out.Kind == "" {
+		out.Kind, out.Notice = n.Kind, n.Notice
+	}
+	if !n.Deadline.IsZero() && (out.Deadline == nil || n.Deadline.Before(*out.Deadline)) {
+		deadline := n.Deadline.UTC()
+		out.Deadline = &deadline
+	}
+	if out.Lifecycle == nil && n.Lifecycle != nil {
+		action := *n.Lifecycle
+		out.Lifecycle = &action
+	}
+	return out
+}
+
+// capped is the drain policy for an interrupted Node whose drain started at
+// started: never past the deadline (a lifecycle action's deadline is its
+// class's maxDrainTime, which may be longer than the drain timeout), and the
+// machine is let go when it is reached, since AWS takes it anyway.
+func (rec interruptionRecord) capped(policy drainPolicy, started time.Time) drainPolicy {
+	policy.onTimeout = nodesetv1alpha1.DrainTimeoutDeprovision
+	if rec.Deadline == nil {
+		return policy
+	}
+	left := rec.Deadline.Sub(started)
+	if rec.Lifecycle != nil {
+		policy.timeout = left
+	} else {
+		policy.timeout = min(policy.timeout, left)
+	}
+	return policy
+}
+
+// runInterruptions runs one consumer per interruption queue the served
+// classes name, until ctx is done. Only a leader runs it.
+func (c *Controller) runInterruptions(ctx context.Context) {
+	running := map[string]context.CancelFunc{}
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+	}()
+	wait.Until(func() {
+		want := c.interruptionQueues()
+		for key, stop := range running {
+			if _, ok := want[key]; !ok {
+				stop()
+				delete(running, key)
+			}
+		}
+		for key, className := range want {
+			if _, ok := running[key]; ok {
+				continue
+			}
+			queueCtx, stop := context.WithCancel(ctx)
+			running[key] = stop
+			go c.consumeInterruptions(queueCtx, key, className)
+		}
+	}, 5*time.Second, ctx.Done())
+}
+
+// interruptionQueues are the queues of the served classes, by driver, queue
+// and credentials, each with the name of one class that names it.
+func (c *Controller) interruptionQueues() map[string]string {
+	out := map[string]string{}
+	classes, err := c.classes.List(labels.Everything())
+	if err != nil {
+		return out
+	}
+	slices.SortFunc(classes, func(a, b *nodesetv1alpha1.NodeClass) int { return cmpString(a.Name, b.Name) })
+	for _, class := range classes {
+		source, ok := c.registry[class.Spec.Driver].(drivers.InterruptionSource)
+		if !ok || class.DeletionTimestamp != nil {
+			continue
+		}
+		queue := source.InterruptionQueue(drivers.Class{Name: class.Name, Spec: class.Spec})
+		if queue == "" {
+			continue
+		}
+		key := class.Spec.Driver + " " + queue
+		if ref := class.Spec.CredentialsSecretRef; ref != nil {
+			key += " " + ref.Namespace + "/" + ref.Name
+		}
+		if _, ok := out[key]; !ok {
+			out[key] = class.Name
+		}
+	}
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// consumeInterruptions receives the notices of one queue, acts on each and
+// acknowledges it once its action is recorded (at least once: a notice
+// whose action failed comes again).
+func (c *Controller) consumeInterruptions(ctx context.Context, key, className string) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "queue", key)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Consuming interruption notices")
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
+	pause := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff.Step()):
+		}
+	}
+	for ctx.Err() == nil {
+		class, err := c.classes.Get(className)
+		if err != nil {
+			return // the queue list goes on without it
+		}
+		source, ok := c.registry[class.Spec.Driver].(drivers.InterruptionSource)
+		if !ok {
+			return
+		}
+		if err := c.mayAct(opReceiveInterruptions); err != nil {
+			pause()
+			continue
+		}
+		credentials, err := c.credentials(ctx, class)
+		if err != nil {
+			logger.Error(nil, "Cannot read the credentials of the interruption queue", "nodeclass", class.Name, "err", c.scrub(err.Error()))
+			pause()
+			continue
+		}
+		queueClass := drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}
+		notices, err := source.ReceiveInterruptions(ctx, queueClass)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Error(nil, "Receiving interruption notices failed", "err", c.scrub(err.Error()))
+				pause()
+			}
+			continue
+		}
+		backoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
+		var handled []string
+		for _, n := range notices {
+			if err := c.handleInterruption(ctx, n); err != nil {
+				logger.Error(nil, "Acting on an interruption notice failed; it comes again", "id", n.ID, "kind", n.Kind, "err", c.scrub(err.Error()))
+				continue
+			}
+			handled = append(handled, n.Receipt)
+		}
+		if len(handled) == 0 {
+			continue
+		}
+		if err := c.mayAct(opAckInterruptions); err != nil {
+			continue // they come again, to whoever leads
+		}
+		if err := source.AckInterruptions(ctx, queueClass, handled); err != nil {
+			logger.Error(nil, "Acknowledging interruption notices failed; they come again", "err", c.scrub(err.Error()))
+		}
+	}
+}
+
+// handleInterruption records what notice n means for each of its machines'
+// Nodes: nil once every action is recorded (or there is none to take).
+func (c *Controller) handleInterruption(ctx context.Context, n drivers.Interruption) error {
+	logger := klog.FromContext(ctx)
+	if n.Kind == drivers.InterruptionUnparseable {
+		c.metrics.interruptionUnparseable()
+		logger.Info("Dropped an interruption message that cannot be read", "id", n.ID, "reason", c.scrub(n.Detail))
+		return nil
+	}
+	c.metrics.interruptionReceived(n.Kind)
+	var errs []error
+	for _, id := range n.MachineIDs {
+		node := c.nodeByMachineID(id)
+		if node == nil || node.Labels[nodesetv1alpha1.LabelNodeSet] == "" || node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" {
+			errs = append(errs, c.machineWithoutNode(ctx, n, id))
+			continue
+		}
+		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", id, "kind", n.Kind)
+		ctx := klog.NewContext(ctx, logger)
+		if n.Kind == drivers.InterruptionRebalance {
+			errs = append(errs, c.rebalance(ctx, node, n))
+			continue
+		}
+		errs = append(errs, c.interrupt(ctx, node.Name, n))
+	}
+	return errors.Join(errs...)
+}
+
+// machineWithoutNode handles a notice for a machine no NodeSet's Node has:
+// a lifecycle action of one of our groups (its Node already drained and
+// gone, or never made) is completed at once; anything else is not ours.
+func (c *Controller) machineWithoutNode(ctx context.Context, n drivers.Interruption, id string) error {
+	if n.Lifecycle != nil && c.ownGroup(n.Lifecycle.Group) {
+		return c.interruptedNodeGone(ctx, n)
+	}
+	c.metrics.interruptionUnknown()
+	klog.FromContext(ctx).V(2).Info("Interruption notice for a machine of no NodeSet; ignored", "machine", id, "kind", n.Kind)
+	return nil
+}
+
+// ownGroup reports whether a NodeSet this controller serves has the cloud
+// group group.
+func (c *Controller) ownGroup(group string) bool {
+	sets, err := c.sets.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	for _, set := range sets {
+		if set.Status.Group != nil && set.Status.Group.Name == group {
+			if _, _, ok := c.groupOf(set); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// completeLifecycleAction lets the cloud terminate a machine it waits for.
+// node, when set, is told.
+func (c *Controller) completeLifecycleAction(ctx context.Context, source drivers.InterruptionSource, class drivers.Class, action drivers.LifecycleAction, node *corev1.Node) error {
+	if err := c.mayAct(opCompleteLifecycle); err != nil {
+		return err
+	}
+	start := c.opts.Now()
+	err := source.CompleteLifecycleAction(ctx, class, action)
+	c.metrics.driverCall(c.driverName(source), opCompleteLifecycle, start, err)
+	if err != nil {
+		return err
+	}
+	c.metrics.lifecycleCompleted()
+	klog.FromContext(ctx).V(2).Info("Completed the lifecycle action: the instance goes on terminating", "machine", action.MachineID, "group", action.Group)
+	if node != nil {
+		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonLifecycleActionCompleted,
+			"Drained; lifecycle action %s of group %s completed with CONTINUE", action.Hook, action.Group)
+	}
+	return nil
+}
+
+func (c *Controller) driverName(d any) string {
+	if named, ok := d.(drivers.Driver); ok {
+		return named.Name()
+	}
+	return ""
+}
+
+// interrupt records the notice on the Node and deletes it: the deletion
+// path drains it within the notice's deadline and lets the machine go. A
+// Node that has the notice already, or is going already with it, is left
+// as it is, so a notice that comes twice drains once.
+func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Interruption) error {
+	for attempt := 0; ; attempt++ {
+		node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if n.Lifecycle != nil {
+				// Drained and gone between the look-up and now.
+				return c.interruptedNodeGone(ctx, n)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		old, had := interruptionOf(node)
+		rec := old.merged(n)
+		if had && recordsEqual(old, rec) {
+			if node.DeletionTimestamp == nil {
+				return c.deleteInterrupted(ctx, node)
+			}
+			return nil
+		}
+		if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) && node.DeletionTimestamp != nil {
+			// Released already: its drain is over.
+			if n.Lifecycle != nil {
+				return c.interruptedNodeGone(ctx, n)
+			}
+			return nil
+		}
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": node.ResourceVersion,
+			"annotations":     map[string]string{nodesetv1alpha1.AnnotationInterruption: string(raw)}}})
+		if err != nil {
+			return err
+		}
+		updated, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !had {
+			c.tellInterruption(updated, rec, n)
+		}
+		if updated.DeletionTimestamp != nil {
+			// Already going: its drain picks up the deadline and the
+			// lifecycle action (the release is an update with this
+			// resourceVersion's successor, so it cannot miss them).
+			c.queue.Add(updated.Name)
+			return nil
+		}
+		return c.deleteInterrupted(ctx, updated)
+	}
+}
+
+// interruptedNodeGone completes the lifecycle action of a notice whose Node
+// finished its drain and is gone.
+func (c *Controller) interruptedNodeGone(ctx context.Context, n drivers.Interruption) error {
+	sets, err := c.sets.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, set := range sets {
+		if set.Status.Group == nil || set.Status.Group.Name != n.Lifecycle.Group {
+			continue
+		}
+		class, driver, ok := c.groupOf(set)
+		source, isSource := driver.(drivers.InterruptionSource)
+		if !ok || !isSource {
+			return nil
+		}
+		credentials, err := c.credentials(ctx, class)
+		if err != nil {
+			return err
+		}
+		return c.completeLifecycleAction(ctx, source, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}, *n.Lifecycle, nil)
+	}
+	return nil
+}
+
+func recordsEqual(a, b interruptionRecord) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// deleteInterrupted deletes an interrupted Node (this very Node: a UID
+// precondition). Its NodeSet's replicas stay as they are, so the group is
+// raised again once the machine is gone and a replacement comes up.
+func (c *Controller) deleteInterrupted(ctx context.Context, node *corev1.Node) error {
+	uid := node.UID
+	err := c.kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// tellInterruption reports a new notice on the Node and its NodeSet.
+func (c *Controller) tellInterruption(node *corev1.Node, rec interruptionRecord, n drivers.Interruption) {
+	when := "now"
+	if rec.Deadline != nil {
+		when = "before " + rec.Deadline.UTC().Format(time.RFC3339)
+	}
+	msg := fmt.Sprintf("%s for machine %s: draining %s", n.Kind, path.Base(node.Spec.ProviderID), when)
+	if n.Detail != "" {
+		msg = fmt.Sprintf("%s (%s) for machine %s: draining %s", n.Kind, n.Detail, path.Base(node.Spec.ProviderID), when)
+	}
+	c.recorder.Event(node, corev1.EventTypeWarning, ReasonInterrupted, msg)
+	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
+		if set, err := c.sets.NodeSets(ns).Get(name); err == nil {
+			c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonInterrupted, "Node %s: %s", node.Name, msg)
+		}
+	}
+	klog.Background().Info("Interruption notice", "node", node.Name, "kind", n.Kind, "deadline", when)
+}
+
+// rebalance acts on a rebalance recommendation by the class's policy: a
+// PreferNoSchedule taint (Taint), or also the replace annotation, which
+// raises the group by one and deletes the Node once the replacement is
+// Ready (ReplaceFirst).
+func (c *Controller) rebalance(ctx context.Context, cached *corev1.Node, n drivers.Interruption) error {
+	class, err := c.classes.Get(cached.Labels[nodesetv1alpha1.LabelNodeClass])
+	if err != nil {
+		return client404(err)
+	}
+	replaceFirst := false
+	if s := class.Spec.EKSAutoscalingGroup; s != nil && s.Interruptions != nil {
+		replaceFirst = s.Interruptions.Rebalance == nodesetv1alpha1.RebalanceReplaceFirst
+	}
+	node, err := c.kube.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
+	if err != nil {
+		return client404(err)
+	}
+	if node.DeletionTimestamp != nil {
+		return nil // going anyway
+	}
+	tainted := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended })
+	marked := node.Annotations[nodesetv1alpha1.AnnotationReplace] != ""
+	if tainted && (marked || !replaceFirst) {
+		return nil // told before
+	}
+	node = node.DeepCopy()
+	if !tainted {
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: nodesetv1alpha1.TaintRebalanceRecommended, Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})
+	}
+	msg := fmt.Sprintf("Rebalance recommendation for machine %s: tainted %s:PreferNoSchedule", path.Base(node.Spec.ProviderID), nodesetv1alpha1.TaintRebalanceRecommended)
+	if replaceFirst {
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[nodesetv1alpha1.AnnotationReplace] = n.Notice.UTC().Format(time.RFC3339)
+		msg += "; a replacement comes up first, then this Node is drained"
+	}
+	updated, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	if err != nil {
+		return client404(err)
+	}
+	c.recorder.Event(updated, corev1.EventTypeNormal, ReasonRebalanceRecommended, msg)
+	if ns, name, ok := nodeutil.NodeSetOf(updated.Labels); ok {
+		if set, err := c.sets.NodeSets(ns).Get(name); err == nil {
+			c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonRebalanceRecommended, "Node %s: %s", updated.Name, msg)
+			if replaceFirst {
+				c.groups.Add(ns + "/" + name)
+			}
+		}
+	}
+	return nil
+}
+
+func client404(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// replaceWhenReplaced deletes a Node marked for replacement once its
+// NodeSet has its replicas Ready without it.
+func (c *Controller) replaceWhenReplaced(ctx context.Context, node *corev1.Node) error {
+	ns, name, ok := nodeutil.NodeSetOf(node.Labels)
+	if !ok {
+		return nil
+	}
+	set, err := c.sets.NodeSets(ns).Get(name)
+	if err != nil {
+		return client404(err)
+	}
+	nodes, err := c.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeSetNamespace: ns, nodesetv1alpha1.LabelNodeSet: name}))
+	if err != nil {
+		return err
+	}
+	ready := 0
+	for _, n := range plan.Staying(nodes) {
+		if nodeutil.IsReady(n) && !nodeutil.HasStartupTaint(n) {
+			ready++
+		}
+	}
+	if ready < int(plan.Replicas(set)) {
+		c.queue.AddAfter(node.Name, 2*time.Second)
+		return nil
+	}
+	klog.FromContext(ctx).Info("Replacement is Ready; draining the Node a rebalance recommendation marked")
+	return c.deleteInterrupted(ctx, node)
+}
+
+// interruptionDrainEnded records, once, how an interrupted Node's drain
+// ended: the time from notice to drained, or a drain cut short by the
+// deadline.
+func (c *Controller) interruptionDrainEnded(node *corev1.Node, rec interruptionRecord) {
+	if cond := drainCondition(node); cond != nil && cond.Reason == ReasonDrainTimedOut {
+		c.metrics.interruptionDrainCut()
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonInterruptedDrainCut,
+			"The drain did not finish before the %s deadline; the machine goes with pods still on it", rec.Kind)
+		return
+	}
+	c.metrics.interruptionDrained(c.opts.Now().Sub(rec.Notice))
+}
+
+// lifecycleHeartbeat keeps a lifecycle action waiting while its Node
+// drains: a heartbeat every half heartbeat timeout.
+func (c *Controller) lifecycleHeartbeat(ctx context.Context, node *corev1.Node, rec interruptionRecord, source drivers.InterruptionSource, class drivers.Class) error {
+	action := rec.Lifecycle
+	if action == nil || action.HeartbeatTimeout <= 0 {
+		return nil
+	}
+	last, ok := c.heartbeats.get(node)
+	if !ok {
+		last = rec.Notice
+	}
+	if c.opts.Now().Sub(last) < action.HeartbeatTimeout/2 {
+		return nil
+	}
+	if err := c.mayAct(opLifecycleHeartbeat); err != nil {
+		return err
+	}
+	start := c.opts.Now()
+	err := source.RecordLifecycleHeartbeat(ctx, class, *action)
+	c.metrics.driverCall(c.driverName(source), opLifecycleHeartbeat, start, err)
+	if err != nil {
+		return err
+	}
+	c.heartbeats.set(node, c.opts.Now())
+	return nil
+}
+
+func (c *Controller) nodeByMachineID(id string) *corev1.Node {
+	objs, err := c.nodeIndexer.ByIndex(machineIDIndex, id)
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	node, _ := objs[0].(*corev1.Node)
+	return node
+}

@@ -1,0 +1,457 @@
+package awsdrivers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers/eksasg"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// completedAction is a CompleteLifecycleAction the recorder answered.
+type completedAction struct {
+	instance, token, result, hook string
+	at                            time.Time
+}
+
+// lifecycleRecorder stands between the node controller and moto and
+// answers CompleteLifecycleAction and RecordLifecycleActionHeartbeat
+// itself, recording them (moto implements neither); every other call goes
+// on to moto.
+type lifecycleRecorder struct {
+	mu         sync.Mutex
+	completed  []completedAction
+	heartbeats int
+	// refuseAcks answers SQS DeleteMessageBatch with 503 (counted in
+	// refused), so received messages stay on the queue.
+	refuseAcks bool
+	refused    int
+}
+
+func (r *lifecycleRecorder) start(t *testing.T, upstream string) string {
+	target, err := url.Parse(upstream)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		r.mu.Lock()
+		refuse := r.refuseAcks && req.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessageBatch"
+		if refuse {
+			r.refused++
+		}
+		r.mu.Unlock()
+		if refuse {
+			http.Error(w, `{"__type":"ServiceUnavailable","message":"refused by the test"}`, http.StatusServiceUnavailable)
+			return
+		}
+		form, _ := url.ParseQuery(string(body))
+		switch action := form.Get("Action"); action {
+		case "CompleteLifecycleAction", "RecordLifecycleActionHeartbeat":
+			r.mu.Lock()
+			if action == "CompleteLifecycleAction" {
+				r.completed = append(r.completed, completedAction{instance: form.Get("InstanceId"), token: form.Get("LifecycleActionToken"),
+					result: form.Get("LifecycleActionResult"), hook: form.Get("LifecycleHookName"), at: time.Now()})
+			} else {
+				r.heartbeats++
+			}
+			r.mu.Unlock()
+			w.Header().Set("Content-Type", "text/xml")
+			fmt.Fprintf(w, `<%[1]sResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><%[1]sResult/><ResponseMetadata><RequestId>00000000-0000-4000-8000-000000000001</RequestId></ResponseMetadata></%[1]sResponse>`, action)
+		default:
+			proxy.ServeHTTP(w, req)
+		}
+	}))
+	t.Cleanup(server.Close)
+	return server.URL
+}
+
+func (r *lifecycleRecorder) holdAcks(hold bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refuseAcks = hold
+}
+
+func (r *lifecycleRecorder) refusedAcks() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused
+}
+
+func (r *lifecycleRecorder) actions() []completedAction {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]completedAction(nil), r.completed...)
+}
+
+// noticeEnv is env with an interruption queue and the lifecycle recorder.
+type noticeEnv struct {
+	*env
+	queue     *framework.InterruptionQueue
+	lifecycle *lifecycleRecorder
+}
+
+func newNoticeEnv(t *testing.T) *noticeEnv {
+	recorder := &lifecycleRecorder{}
+	e := newEnvWith(t, func(endpoint string) string { return recorder.start(t, endpoint) },
+		"--interruption-receive-wait=1s", "--interruption-visibility-timeout=10s")
+	return &noticeEnv{env: e, queue: framework.NewInterruptionQueue(t, e.endpoint, region, "nodeset-interruptions"), lifecycle: recorder}
+}
+
+// createNoticeClass makes an eks-asg class that reads the queue, with
+// rebalance policy and a drain timeout of 2m.
+func (e *noticeEnv) createNoticeClass(name string, rebalance nodesetv1alpha1.RebalancePolicy) {
+	ctx := context.Background()
+	_, err := e.kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-aws"}, Data: awsCredentials}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	class := framework.ASGClass(name, region, e.network, name+"-aws")
+	class.Spec.Drain.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+	class.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: e.queue.URL,
+		HeartbeatTimeout: &metav1.Duration{Duration: time.Minute}, Rebalance: rebalance}
+	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+}
+
+// workload runs replicas pods of a Deployment with a PodDisruptionBudget
+// (maxUnavailable 2) on the set's Nodes, all on first while it is
+// schedulable. It plays the parts a cluster's scheduler and kubelets play
+// for them: pending pods are bound (to first, else to another schedulable
+// Ready Node of the set), bound pods run, and deleted pods finish.
+func (e *noticeEnv) workload(ctx context.Context, namespace, set, first string, replicas int32) {
+	e.t.Helper()
+	labels := map[string]string{"app": "web"}
+	require.NoError(e.t, framework.WaitForDefaultServiceAccount(ctx, e.kube, namespace))
+	_, err := e.kube.AppsV1().Deployments(namespace).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10"}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	_, err = e.kube.PolicyV1().PodDisruptionBudgets(namespace).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(2)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	require.NoError(e.t, framework.StartPods(ctx, e.kube, namespace))
+	go func() {
+		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			pods, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			target := ""
+			for _, n := range e.setNodes(namespace, set) {
+				if n.DeletionTimestamp == nil && !n.Spec.Unschedulable && nodeutil.IsReady(&n) && !nodeutil.HasStartupTaint(&n) && (target == "" || n.Name == first) {
+					target = n.Name
+				}
+			}
+			for i := range pods.Items {
+				pod := &pods.Items[i]
+				switch {
+				case pod.DeletionTimestamp != nil:
+					_ = e.kube.CoreV1().Pods(namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				case pod.Spec.NodeName == "" && target != "":
+					_ = e.kube.CoreV1().Pods(namespace).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: namespace},
+						Target: corev1.ObjectReference{Kind: "Node", Name: target}}, metav1.CreateOptions{})
+				}
+			}
+			return false, nil
+		})
+	}()
+	e.waitFor(fmt.Sprintf("%d running pods on %s", replicas, first), 2*time.Minute, func() (bool, string) {
+		n := e.runningPodsOn(namespace, first)
+		return n == int(replicas), fmt.Sprintf("%d running", n)
+	})
+}
+
+func (e *noticeEnv) runningPodsOn(namespace, node string) int {
+	pods, err := e.kube.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	require.NoError(e.t, err)
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *noticeEnv) podsOn(namespace, node string) int {
+	pods, err := e.kube.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	require.NoError(e.t, err)
+	return len(pods.Items)
+}
+
+// waitFor polls done until it holds, failing with its last word after timeout.
+func (e *env) waitFor(what string, timeout time.Duration, done func() (bool, string)) {
+	e.t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, msg := done()
+		last = msg
+		return ok, nil
+	})
+	require.NoError(e.t, err, "waiting for %s: %s", what, last)
+}
+
+// eventCount adds up the Events with reason on the named object.
+func (e *env) eventCount(namespace, name, reason string) int {
+	events, err := e.kube.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+	require.NoError(e.t, err)
+	n := 0
+	for _, ev := range events.Items {
+		n += max(int(ev.Count), 1)
+	}
+	return n
+}
+
+// metric is the value of a counter or histogram series on the node
+// controller's /metrics (all its series added up).
+func (e *env) metric(name string) float64 {
+	e.t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", e.ctrl.NodeMetricsPort))
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? ([0-9.e+]+)$`).FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(e.t, err)
+		sum += v
+	}
+	return sum
+}
+
+// spotSet makes a class reading the queue and a NodeSet of it with
+// replicas Ready Nodes, and returns the group and the Nodes.
+func (e *noticeEnv) spotSet(namespace, class string, rebalance nodesetv1alpha1.RebalancePolicy, replicas int32) (string, []corev1.Node) {
+	e.createNoticeClass(class, rebalance)
+	e.createSet(namespace, "web", class, replicas)
+	group := eksasg.GroupName(cluster, namespace, "web")
+	return group, e.converged(namespace, "web", group, int(replicas), 2*time.Minute)
+}
+
+func (e *noticeEnv) replicas(namespace string) int32 {
+	set, err := e.nodesets.NodesetV1alpha1().NodeSets(namespace).Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(e.t, err)
+	return *set.Spec.Replicas
+}
+
+func (e *noticeEnv) nodeGone(name string) bool {
+	_, err := e.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
+}
+
+func TestSpotWarningDrainsTheNodeAndAReplacementComesUp(t *testing.T) {
+	e := newNoticeEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	const ns = "spot"
+	group, nodes := e.spotSet(ns, "spot", "", 2)
+	victim := nodes[0]
+	e.workload(ctx, ns, "web", victim.Name, 10)
+	instance := path.Base(victim.Spec.ProviderID)
+
+	notice := time.Now()
+	e.queue.Put(t, framework.SpotInterruptionWarning(region, instance, notice))
+	e.waitFor("the Node drained", 2*time.Minute, func() (bool, string) {
+		n := e.podsOn(ns, victim.Name)
+		return n == 0, fmt.Sprintf("%d pods on %s", n, victim.Name)
+	})
+	drained := time.Since(notice)
+	e.waitFor("the Node gone", time.Minute, func() (bool, string) { return e.nodeGone(victim.Name), "still there" })
+	gone := time.Since(notice)
+	t.Logf("notice → Node drained: %.1fs for a Node with 10 pods (PodDisruptionBudget maxUnavailable 2); notice → Node gone: %.1fs",
+		drained.Seconds(), gone.Seconds())
+
+	t.Log("the same warning again, and a rebalance recommendation after it: nothing more happens")
+	e.queue.Put(t, framework.SpotInterruptionWarning(region, instance, notice))
+	e.queue.Put(t, framework.RebalanceRecommendation(region, instance, notice.Add(-time.Minute)))
+	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
+
+	after := e.converged(ns, "web", group, 2, 2*time.Minute)
+	assert.NotContains(t, providerIDs(after), victim.Spec.ProviderID, "a replacement took the interrupted instance's place")
+	assert.EqualValues(t, 2, e.replicas(ns), "spec.replicas is what the tenant asked for")
+	assert.Equal(t, 10, e.runningPodsOn(ns, after[0].Name)+e.runningPodsOn(ns, after[1].Name), "the pods run elsewhere")
+	assert.Equal(t, 1, e.eventCount("default", victim.Name, "Interrupted"), "one notice told")
+	assert.EqualValues(t, 1, e.metric("nodeset_node_drain_duration_seconds_count"), "one drain")
+	assert.Equal(t, 1, e.eventCount(ns, "web", "Interrupted"), "told on the NodeSet too")
+	assert.EqualValues(t, 2, e.metric(`nodeset_interruptions_received_total{kind="SpotInterruption"}`))
+	assert.EqualValues(t, 1, e.metric("nodeset_interruption_drain_duration_seconds_count"))
+	assert.Zero(t, e.metric("nodeset_interruption_drains_unfinished_total"))
+	assert.NotContains(t, e.runningInstances(), instance, "the interrupted instance is gone")
+}
+
+func TestLifecycleActionIsCompletedOnlyAfterTheDrain(t *testing.T) {
+	e := newNoticeEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	const ns = "hooked"
+	group, nodes := e.spotSet(ns, "hooked", "", 2)
+	hooks, err := e.asg.DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{AutoScalingGroupName: aws.String(group)})
+	require.NoError(t, err)
+	require.Len(t, hooks.LifecycleHooks, 1, "the group has nodeset's termination hook")
+	assert.Equal(t, eksasg.HookName, aws.ToString(hooks.LifecycleHooks[0].LifecycleHookName))
+	assert.EqualValues(t, 60, aws.ToInt32(hooks.LifecycleHooks[0].HeartbeatTimeout))
+
+	victim := nodes[0]
+	e.workload(ctx, ns, "web", victim.Name, 10)
+	instance := path.Base(victim.Spec.ProviderID)
+	event := framework.TerminateLifecycleAction(region, group, eksasg.HookName, instance, "token-1", time.Now())
+	e.queue.Put(t, event)
+	e.queue.Put(t, event) // delivered twice
+	var drained time.Time
+	e.waitFor("the Node drained", 2*time.Minute, func() (bool, string) {
+		completed := len(e.lifecycle.actions())
+		n := e.podsOn(ns, victim.Name)
+		if n == 0 && drained.IsZero() {
+			drained = time.Now()
+		}
+		if n > 0 {
+			assert.Zero(t, completed, "no lifecycle action is completed while pods are on the Node")
+		}
+		return n == 0, fmt.Sprintf("%d pods on %s", n, victim.Name)
+	})
+	e.waitFor("the lifecycle action completed", time.Minute, func() (bool, string) {
+		return len(e.lifecycle.actions()) > 0, "not yet"
+	})
+	first := e.lifecycle.actions()[0]
+	assert.Equal(t, completedAction{instance: instance, token: "token-1", result: "CONTINUE", hook: eksasg.HookName, at: first.at}, first)
+	assert.False(t, first.at.Before(drained), "completed at %s, after the drain ended at %s", first.at, drained)
+	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
+	e.converged(ns, "web", group, 2, 2*time.Minute)
+	assert.EqualValues(t, 2, e.replicas(ns))
+	assert.EqualValues(t, 1, e.metric("nodeset_node_drain_duration_seconds_count"), "one drain for two deliveries")
+	assert.Equal(t, 1, e.eventCount("default", victim.Name, "LifecycleActionCompleted"))
+	assert.GreaterOrEqual(t, e.metric("nodeset_lifecycle_actions_completed_total"), 1.0)
+}
+
+func TestRebalanceRecommendationFollowsTheClassPolicy(t *testing.T) {
+	e := newNoticeEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	calmGroup, calm := e.spotSet("calm", "calm", nodesetv1alpha1.RebalanceTaint, 1)
+	eagerGroup, eager := e.spotSet("eager", "eager", nodesetv1alpha1.RebalanceReplaceFirst, 1)
+	e.queue.Put(t, framework.RebalanceRecommendation(region, path.Base(calm[0].Spec.ProviderID), time.Now()))
+	e.queue.Put(t, framework.RebalanceRecommendation(region, path.Base(eager[0].Spec.ProviderID), time.Now()))
+
+	t.Log("Taint: the Node is tainted PreferNoSchedule and stays")
+	e.waitFor("the taint", time.Minute, func() (bool, string) {
+		n, err := e.kube.CoreV1().Nodes().Get(ctx, calm[0].Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == nodesetv1alpha1.TaintRebalanceRecommended {
+				return taint.Effect == corev1.TaintEffectPreferNoSchedule, string(taint.Effect)
+			}
+		}
+		return false, "no taint"
+	})
+
+	t.Log("ReplaceFirst: a replacement comes up, then the Node goes")
+	e.waitFor("the group raised by one", time.Minute, func() (bool, string) {
+		desired, _, err := e.instances(eagerGroup)
+		return err == nil && desired == 2, fmt.Sprintf("desired %d (%v)", desired, err)
+	})
+	after := e.converged("eager", "web", eagerGroup, 1, 3*time.Minute)
+	assert.NotEqual(t, eager[0].Spec.ProviderID, after[0].Spec.ProviderID, "the at-risk instance was replaced")
+	assert.True(t, e.nodeGone(eager[0].Name))
+	assert.EqualValues(t, 1, e.replicas("eager"))
+	assert.Equal(t, 1, e.eventCount("default", eager[0].Name, "RebalanceRecommended"))
+
+	calmNow := e.converged("calm", "web", calmGroup, 1, 30*time.Second)
+	assert.Equal(t, calm[0].Name, calmNow[0].Name, "Taint replaces nothing")
+	assert.Nil(t, calmNow[0].DeletionTimestamp)
+	assert.EqualValues(t, 1, e.replicas("calm"))
+	assert.EqualValues(t, 2, e.metric(`nodeset_interruptions_received_total{kind="RebalanceRecommendation"}`))
+}
+
+func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
+	e := newNoticeEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	const ns = "crash"
+	group, nodes := e.spotSet(ns, "crash", "", 3)
+	// The notices are received and acted on, but their deletion from the
+	// queue fails until the crash: all of them are in flight when it comes.
+	e.lifecycle.holdAcks(true)
+	for _, n := range nodes {
+		e.queue.Put(t, framework.SpotInterruptionWarning(region, path.Base(n.Spec.ProviderID), time.Now()))
+	}
+	e.waitFor("a notice acted on and not acknowledged", time.Minute, func() (bool, string) {
+		for _, n := range nodes {
+			live, err := e.kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if (apierrors.IsNotFound(err) || (err == nil && live.Annotations[nodesetv1alpha1.AnnotationInterruption] != "")) && e.lifecycle.refusedAcks() > 0 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d acknowledgements refused", e.lifecycle.refusedAcks())
+	})
+	t.Log("SIGKILL while the notices are in flight")
+	e.ctrl.Node.Kill(syscall.SIGKILL)
+	require.NotZero(t, e.queue.Depth(t), "notices are still on the queue")
+	e.lifecycle.holdAcks(false)
+	require.NoError(t, e.ctrl.Node.Start())
+
+	for _, n := range nodes {
+		e.waitFor("Node "+n.Name+" gone", 2*time.Minute, func() (bool, string) { return e.nodeGone(n.Name), "still there" })
+	}
+	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
+	after := e.converged(ns, "web", group, 3, 3*time.Minute)
+	assert.EqualValues(t, 3, e.replicas(ns))
+	logs := e.ctrl.Node.Logs()
+	for _, n := range nodes {
+		assert.NotContains(t, providerIDs(after), n.Spec.ProviderID)
+		assert.Equal(t, 1, strings.Count(logs, `"Interruption notice" node="`+n.Name+`"`), "Node %s: one notice acted on, whatever was delivered again", n.Name)
+		assert.LessOrEqual(t, e.eventCount("default", n.Name, "Interrupted"), 1)
+	}
+
+	t.Log("a message nobody can read, and a notice for an instance of no NodeSet: dropped and counted")
+	badBefore, unknownBefore := e.metric("nodeset_interruption_messages_unparseable_total"), e.metric("nodeset_interruption_messages_unknown_machine_total")
+	e.queue.Send(t, `{"Type":"Notification","Message":"hello"}`)
+	e.queue.Put(t, framework.SpotInterruptionWarning(region, "i-0123456789abcdef0", time.Now()))
+	e.waitFor("both counted", time.Minute, func() (bool, string) {
+		bad, unknown := e.metric("nodeset_interruption_messages_unparseable_total")-badBefore, e.metric("nodeset_interruption_messages_unknown_machine_total")-unknownBefore
+		return bad == 1 && unknown == 1, fmt.Sprintf("unparseable %v, unknown %v", bad, unknown)
+	})
+	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
+}
