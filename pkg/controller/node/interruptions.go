@@ -211,7 +211,7 @@ func (c *Controller) consumeInterruptions(ctx context.Context, key, className st
 		backoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
 		var handled []string
 		for _, n := range notices {
-			if err := c.handleInterruption(ctx, n); err != nil {
+			if err := c.handleInterruption(ctx, class.Spec.Driver, n); err != nil {
 				logger.Error(nil, "Acting on an interruption notice failed; it comes again", "id", n.ID, "kind", n.Kind, "err", c.scrub(err.Error()))
 				continue
 			}
@@ -229,9 +229,11 @@ func (c *Controller) consumeInterruptions(ctx context.Context, key, className st
 	}
 }
 
-// handleInterruption records what notice n means for each of its machines'
-// Nodes: nil once every action is recorded (or there is none to take).
-func (c *Controller) handleInterruption(ctx context.Context, n drivers.Interruption) error {
+// handleInterruption records what notice n, from a queue of driver, means
+// for each of its machines' Nodes: nil once every action is recorded (or
+// there is none to take). Only the driver's own Nodes are acted on: an EKS
+// managed node group's instance in a shared queue is EKS's to drain.
+func (c *Controller) handleInterruption(ctx context.Context, driver string, n drivers.Interruption) error {
 	logger := klog.FromContext(ctx)
 	if n.Kind == drivers.InterruptionUnparseable {
 		c.metrics.interruptionUnparseable()
@@ -242,7 +244,8 @@ func (c *Controller) handleInterruption(ctx context.Context, n drivers.Interrupt
 	var errs []error
 	for _, id := range n.MachineIDs {
 		node := c.nodeByMachineID(id)
-		if node == nil || node.Labels[nodesetv1alpha1.LabelNodeSet] == "" || node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" {
+		if node == nil || node.Labels[nodesetv1alpha1.LabelNodeSet] == "" || node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" ||
+			node.Annotations[nodesetv1alpha1.AnnotationDriver] != driver {
 			errs = append(errs, c.machineWithoutNode(ctx, n, id))
 			continue
 		}
@@ -270,7 +273,8 @@ func (c *Controller) machineWithoutNode(ctx context.Context, n drivers.Interrupt
 }
 
 // ownGroup reports whether a NodeSet this controller serves has the cloud
-// group group.
+// group group, of a driver that handles interruptions (an EKS managed node
+// group's lifecycle actions are EKS's).
 func (c *Controller) ownGroup(group string) bool {
 	sets, err := c.sets.List(labels.Everything())
 	if err != nil {
@@ -278,9 +282,9 @@ func (c *Controller) ownGroup(group string) bool {
 	}
 	for _, set := range sets {
 		if set.Status.Group != nil && set.Status.Group.Name == group {
-			if _, _, ok := c.groupOf(set); ok {
-				return true
-			}
+			_, driver, ok := c.groupOf(set)
+			_, handles := driver.(drivers.InterruptionSource)
+			return ok && handles
 		}
 	}
 	return false

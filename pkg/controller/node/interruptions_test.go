@@ -1,0 +1,66 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+func TestInterruptionRecordKeepsTheFirstNoticeAndTheEarliestDeadline(t *testing.T) {
+	at := testNow
+	spot := drivers.Interruption{Kind: drivers.InterruptionSpot, Notice: at, Deadline: at.Add(2 * time.Minute)}
+	rec := interruptionRecord{}.merged(spot)
+	assert.Equal(t, drivers.InterruptionSpot, rec.Kind)
+	assert.Equal(t, at.Add(2*time.Minute), *rec.Deadline)
+
+	action := &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-1"}
+	later := rec.merged(drivers.Interruption{Kind: drivers.InterruptionTermination, Notice: at.Add(time.Minute), Deadline: at.Add(time.Hour), Lifecycle: action})
+	assert.Equal(t, drivers.InterruptionSpot, later.Kind, "the first notice stays")
+	assert.Equal(t, at.Add(2*time.Minute), *later.Deadline, "the earliest deadline wins")
+	assert.Equal(t, action, later.Lifecycle, "a lifecycle action is kept once it comes")
+	assert.True(t, recordsEqual(later, later.merged(drivers.Interruption{Kind: drivers.InterruptionSpot, Notice: at, Deadline: at.Add(2 * time.Minute)})),
+		"the same notice again changes nothing")
+
+	policy := drainPolicy{timeout: 10 * time.Minute, onTimeout: nodesetv1alpha1.DrainTimeoutCordon}
+	capped := rec.capped(policy, at.Add(10*time.Second))
+	assert.Equal(t, 110*time.Second, capped.timeout, "the drain ends at the deadline")
+	assert.Equal(t, nodesetv1alpha1.DrainTimeoutDeprovision, capped.onTimeout, "AWS takes the machine anyway")
+	hooked := interruptionRecord{}.merged(drivers.Interruption{Kind: drivers.InterruptionTermination, Notice: at, Deadline: at.Add(time.Hour), Lifecycle: action})
+	assert.Equal(t, time.Hour, hooked.capped(policy, at).timeout, "a lifecycle action waits up to maxDrainTime, beyond the drain timeout")
+}
+
+// groupNode is a Node of a group driver's machine.
+func groupNode(name, driver, instance string) *corev1.Node {
+	node := setNode(name, "spot")
+	node.Spec.ProviderID = "aws:///us-east-1a/" + instance
+	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDriver: driver, nodesetv1alpha1.AnnotationGroup: "g"}
+	return node
+}
+
+func TestInterruptionNoticesActOnlyOnTheirDriversNodes(t *testing.T) {
+	mine := groupNode("mine", nodesetv1alpha1.DriverEKSASG, "i-0aaa")
+	managed := groupNode("managed", nodesetv1alpha1.DriverEKSManaged, "i-0bbb")
+	f := newFixture(t, nil, mine, managed)
+	ctx := context.Background()
+	warn := func(instance string) drivers.Interruption {
+		return drivers.Interruption{Kind: drivers.InterruptionSpot, MachineIDs: []string{instance}, Notice: testNow, Deadline: testNow.Add(2 * time.Minute)}
+	}
+
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0bbb")))
+	assert.Empty(t, f.get("managed").Annotations[nodesetv1alpha1.AnnotationInterruption], "an EKS managed node group's instance is EKS's to drain")
+
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0aaa")))
+	_, err := f.kube.CoreV1().Nodes().Get(ctx, "mine", metav1.GetOptions{})
+	assert.Error(t, err, "the fake deletes at once: the Node went through deletion")
+	writes := len(f.kube.Actions())
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc")))
+	assert.Equal(t, writes, len(f.kube.Actions()), "a machine of no Node costs no write")
+}
