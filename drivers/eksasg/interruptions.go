@@ -425,6 +425,9 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 		switch e.DetailType {
 		case "EC2 Spot Instance Interruption Warning":
 			n.Kind, n.Deadline, n.Detail = drivers.InterruptionSpot, notice.Add(spotNotice), d.InstanceAction
+			if d.InstanceAction == "hibernate" {
+				n.Deadline = notice // hibernation starts at once
+			}
 		case "EC2 Instance Rebalance Recommendation":
 			n.Kind = drivers.InterruptionRebalance
 		default:
