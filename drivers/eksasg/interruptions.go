@@ -134,6 +134,13 @@ func (d *Driver) ensureHook(ctx context.Context, asg awscloud.AutoScaling, group
 	}
 	d.mu.Lock()
 	have, known := d.hooks[group]
+	if !known && want == 0 {
+		// A class without interruptions costs no call: a hook is looked
+		// for (and removed) only when this process put it, or saw the
+		// class with it.
+		d.hooks[group] = 0
+		known = true
+	}
 	d.mu.Unlock()
 	if known && have == want {
 		return nil
@@ -190,7 +197,7 @@ func (d *Driver) hookKnown(group string, in *nodesetv1alpha1.EKSInterruptions) b
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	have, ok := d.hooks[group]
-	return ok && have == want
+	return (ok && have == want) || (!ok && want == 0)
 }
 
 // InterruptionQueue is the class's queue URL, "" when it handles no

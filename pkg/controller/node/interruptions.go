@@ -371,7 +371,7 @@ func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Inter
 			return err
 		}
 		if !had {
-			c.tellInterruption(updated, rec, n)
+			c.tellInterruption(ctx, updated, rec, n)
 		}
 		if updated.DeletionTimestamp != nil {
 			// Already going: its drain picks up the deadline and the
@@ -428,7 +428,7 @@ func (c *Controller) deleteInterrupted(ctx context.Context, node *corev1.Node) e
 }
 
 // tellInterruption reports a new notice on the Node and its NodeSet.
-func (c *Controller) tellInterruption(node *corev1.Node, rec interruptionRecord, n drivers.Interruption) {
+func (c *Controller) tellInterruption(ctx context.Context, node *corev1.Node, rec interruptionRecord, n drivers.Interruption) {
 	when := "now"
 	if rec.Deadline != nil {
 		when = "before " + rec.Deadline.UTC().Format(time.RFC3339)
@@ -443,7 +443,7 @@ func (c *Controller) tellInterruption(node *corev1.Node, rec interruptionRecord,
 			c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonInterrupted, "Node %s: %s", node.Name, msg)
 		}
 	}
-	klog.Background().Info("Interruption notice", "node", node.Name, "kind", n.Kind, "deadline", when)
+	klog.FromContext(ctx).Info("Interruption notice; draining the Node", "deadline", when)
 }
 
 // rebalance acts on a rebalance recommendation by the class's policy: a

@@ -64,3 +64,42 @@ func TestInterruptionNoticesActOnlyOnTheirDriversNodes(t *testing.T) {
 	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc")))
 	assert.Equal(t, writes, len(f.kube.Actions()), "a machine of no Node costs no write")
 }
+
+// recordingSource records the lifecycle calls of an InterruptionSource.
+type recordingSource struct{ beats, completed int }
+
+func (*recordingSource) InterruptionQueue(drivers.Class) string { return "" }
+func (*recordingSource) ReceiveInterruptions(context.Context, drivers.Class) ([]drivers.Interruption, error) {
+	return nil, nil
+}
+func (*recordingSource) AckInterruptions(context.Context, drivers.Class, []string) error { return nil }
+func (s *recordingSource) CompleteLifecycleAction(context.Context, drivers.Class, drivers.LifecycleAction) error {
+	s.completed++
+	return nil
+}
+func (s *recordingSource) RecordLifecycleHeartbeat(context.Context, drivers.Class, drivers.LifecycleAction) error {
+	s.beats++
+	return nil
+}
+
+func TestLifecycleActionIsKeptWaitingEveryHalfHeartbeatTimeout(t *testing.T) {
+	node := groupNode("draining", nodesetv1alpha1.DriverEKSASG, "i-0aaa")
+	f := newFixture(t, nil, node)
+	rec := interruptionRecord{Kind: drivers.InterruptionTermination, Notice: testNow,
+		Lifecycle: &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-0aaa", HeartbeatTimeout: time.Minute}}
+	source := &recordingSource{}
+	for _, step := range []struct {
+		after time.Duration
+		beats int
+	}{{20 * time.Second, 0}, {31 * time.Second, 1}, {50 * time.Second, 1}, {62 * time.Second, 2}} {
+		f.now = testNow.Add(step.after)
+		require.NoError(t, f.controller.lifecycleHeartbeat(context.Background(), node, rec, source, drivers.Class{}))
+		assert.Equal(t, step.beats, source.beats, "after %s", step.after)
+	}
+	assert.Zero(t, source.completed, "heartbeats never complete the action")
+
+	f.controller.opts.MayAct = func() error { return assert.AnError }
+	f.now = testNow.Add(5 * time.Minute)
+	require.Error(t, f.controller.lifecycleHeartbeat(context.Background(), node, rec, source, drivers.Class{}))
+	assert.Equal(t, 2, source.beats, "a replica that may not lead keeps nothing waiting")
+}

@@ -12,7 +12,6 @@ import (
 	"path"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -167,6 +167,14 @@ func (e *noticeEnv) workload(ctx context.Context, namespace, set, first string, 
 	}, metav1.CreateOptions{})
 	require.NoError(e.t, err)
 	require.NoError(e.t, framework.StartPods(ctx, e.kube, namespace))
+	e.t.Cleanup(func() {
+		// Node names come again in the next test's moto: pods left bound
+		// to them would be on its Nodes.
+		background := context.Background()
+		_ = e.kube.AppsV1().Deployments(namespace).Delete(background, "web", metav1.DeleteOptions{})
+		_ = e.kube.PolicyV1().PodDisruptionBudgets(namespace).Delete(background, "web", metav1.DeleteOptions{})
+		_ = e.kube.CoreV1().Pods(namespace).DeleteCollection(background, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	})
 	go func() {
 		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			pods, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
@@ -228,10 +236,11 @@ func (e *env) waitFor(what string, timeout time.Duration, done func() (bool, str
 	require.NoError(e.t, err, "waiting for %s: %s", what, last)
 }
 
-// eventCount adds up the Events with reason on the named object.
-func (e *env) eventCount(namespace, name, reason string) int {
+// eventCount adds up the Events with reason on the object with uid (Node
+// names come again from test to test).
+func (e *env) eventCount(namespace string, uid types.UID, reason string) int {
 	events, err := e.kube.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{
-		FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		FieldSelector: "involvedObject.uid=" + string(uid) + ",reason=" + reason})
 	require.NoError(e.t, err)
 	n := 0
 	for _, ev := range events.Items {
@@ -310,9 +319,11 @@ func TestSpotWarningDrainsTheNodeAndAReplacementComesUp(t *testing.T) {
 	assert.NotContains(t, providerIDs(after), victim.Spec.ProviderID, "a replacement took the interrupted instance's place")
 	assert.EqualValues(t, 2, e.replicas(ns), "spec.replicas is what the tenant asked for")
 	assert.Equal(t, 10, e.runningPodsOn(ns, after[0].Name)+e.runningPodsOn(ns, after[1].Name), "the pods run elsewhere")
-	assert.Equal(t, 1, e.eventCount("default", victim.Name, "Interrupted"), "one notice told")
+	assert.Equal(t, 1, e.eventCount("default", victim.UID, "Interrupted"), "one notice told")
 	assert.EqualValues(t, 1, e.metric("nodeset_node_drain_duration_seconds_count"), "one drain")
-	assert.Equal(t, 1, e.eventCount(ns, "web", "Interrupted"), "told on the NodeSet too")
+	set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.eventCount(ns, set.UID, "Interrupted"), "told on the NodeSet too")
 	assert.EqualValues(t, 2, e.metric(`nodeset_interruptions_received_total{kind="SpotInterruption"}`))
 	assert.EqualValues(t, 1, e.metric("nodeset_interruption_drain_duration_seconds_count"))
 	assert.Zero(t, e.metric("nodeset_interruption_drains_unfinished_total"))
@@ -360,7 +371,7 @@ func TestLifecycleActionIsCompletedOnlyAfterTheDrain(t *testing.T) {
 	e.converged(ns, "web", group, 2, 2*time.Minute)
 	assert.EqualValues(t, 2, e.replicas(ns))
 	assert.EqualValues(t, 1, e.metric("nodeset_node_drain_duration_seconds_count"), "one drain for two deliveries")
-	assert.Equal(t, 1, e.eventCount("default", victim.Name, "LifecycleActionCompleted"))
+	assert.Equal(t, 1, e.eventCount("default", victim.UID, "LifecycleActionCompleted"))
 	assert.GreaterOrEqual(t, e.metric("nodeset_lifecycle_actions_completed_total"), 1.0)
 }
 
@@ -395,7 +406,7 @@ func TestRebalanceRecommendationFollowsTheClassPolicy(t *testing.T) {
 	assert.NotEqual(t, eager[0].Spec.ProviderID, after[0].Spec.ProviderID, "the at-risk instance was replaced")
 	assert.True(t, e.nodeGone(eager[0].Name))
 	assert.EqualValues(t, 1, e.replicas("eager"))
-	assert.Equal(t, 1, e.eventCount("default", eager[0].Name, "RebalanceRecommended"))
+	assert.Equal(t, 1, e.eventCount("default", eager[0].UID, "RebalanceRecommended"))
 
 	calmNow := e.converged("calm", "web", calmGroup, 1, 30*time.Second)
 	assert.Equal(t, calm[0].Name, calmNow[0].Name, "Taint replaces nothing")
@@ -441,8 +452,9 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 	logs := e.ctrl.Node.Logs()
 	for _, n := range nodes {
 		assert.NotContains(t, providerIDs(after), n.Spec.ProviderID)
-		assert.Equal(t, 1, strings.Count(logs, `"Interruption notice" node="`+n.Name+`"`), "Node %s: one notice acted on, whatever was delivered again", n.Name)
-		assert.LessOrEqual(t, e.eventCount("default", n.Name, "Interrupted"), 1)
+		acted := regexp.MustCompile(`"Interruption notice; draining the Node".* node="` + regexp.QuoteMeta(n.Name) + `"`)
+		assert.Len(t, acted.FindAllString(logs, -1), 1, "Node %s: one notice acted on, whatever was delivered again", n.Name)
+		assert.LessOrEqual(t, e.eventCount("default", n.UID, "Interrupted"), 1)
 	}
 
 	t.Log("a message nobody can read, and a notice for an instance of no NodeSet: dropped and counted")
