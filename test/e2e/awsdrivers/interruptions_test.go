@@ -467,3 +467,27 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 	})
 	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
 }
+
+func TestScheduledChangeAndStoppingInstanceAreDrainedAndReplaced(t *testing.T) {
+	e := newNoticeEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.kubelets(ctx)
+	const ns = "maintenance"
+	group, nodes := e.spotSet(ns, "maintenance", "", 2)
+	retiring, stopping := nodes[0], nodes[1]
+	now := time.Now()
+	e.queue.Put(t, framework.ScheduledInstanceRetirement(region, path.Base(retiring.Spec.ProviderID), now, now.Add(14*24*time.Hour)))
+	e.queue.Put(t, framework.InstanceStateChange(region, path.Base(stopping.Spec.ProviderID), "stopping", now))
+	e.queue.Put(t, framework.InstanceStateChange(region, path.Base(stopping.Spec.ProviderID), "running", now.Add(-time.Minute)))
+	for _, n := range []corev1.Node{retiring, stopping} {
+		e.waitFor("Node "+n.Name+" gone", 2*time.Minute, func() (bool, string) { return e.nodeGone(n.Name), "still there" })
+	}
+	after := e.converged(ns, "web", group, 2, 3*time.Minute)
+	assert.NotContains(t, providerIDs(after), retiring.Spec.ProviderID)
+	assert.NotContains(t, providerIDs(after), stopping.Spec.ProviderID)
+	assert.EqualValues(t, 2, e.replicas(ns))
+	assert.EqualValues(t, 1, e.metric(`nodeset_interruptions_received_total{kind="ScheduledChange"}`))
+	assert.EqualValues(t, 2, e.metric(`nodeset_interruptions_received_total{kind="StateChange"}`), "the running state is read, and nothing done for it")
+	assert.Zero(t, e.metric("nodeset_interruption_drains_unfinished_total"), "neither Node had pods to leave behind")
+}
