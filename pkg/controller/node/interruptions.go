@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -459,32 +460,34 @@ func (c *Controller) rebalance(ctx context.Context, cached *corev1.Node, n drive
 	if s := class.Spec.EKSAutoscalingGroup; s != nil && s.Interruptions != nil {
 		replaceFirst = s.Interruptions.Rebalance == nodesetv1alpha1.RebalanceReplaceFirst
 	}
-	node, err := c.kube.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
-	if err != nil {
-		return client404(err)
-	}
-	if node.DeletionTimestamp != nil {
-		return nil // going anyway
-	}
-	tainted := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended })
-	marked := node.Annotations[nodesetv1alpha1.AnnotationReplace] != ""
-	if tainted && (marked || !replaceFirst) {
-		return nil // told before
-	}
-	node = node.DeepCopy()
-	if !tainted {
-		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: nodesetv1alpha1.TaintRebalanceRecommended, Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})
-	}
-	msg := fmt.Sprintf("Rebalance recommendation for machine %s: tainted %s:PreferNoSchedule", path.Base(node.Spec.ProviderID), nodesetv1alpha1.TaintRebalanceRecommended)
+	msg := fmt.Sprintf("Rebalance recommendation for machine %s: tainted %s:PreferNoSchedule", path.Base(cached.Spec.ProviderID), nodesetv1alpha1.TaintRebalanceRecommended)
 	if replaceFirst {
-		if node.Annotations == nil {
-			node.Annotations = map[string]string{}
-		}
-		node.Annotations[nodesetv1alpha1.AnnotationReplace] = n.Notice.UTC().Format(time.RFC3339)
 		msg += "; a replacement comes up first, then this Node is drained"
 	}
-	updated, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-	if err != nil {
+	var updated *corev1.Node
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := c.kube.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
+		if err != nil || node.DeletionTimestamp != nil {
+			return err // gone or going anyway
+		}
+		tainted := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended })
+		marked := node.Annotations[nodesetv1alpha1.AnnotationReplace] != ""
+		if tainted && (marked || !replaceFirst) {
+			return nil // told before
+		}
+		if !tainted {
+			node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: nodesetv1alpha1.TaintRebalanceRecommended, Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})
+		}
+		if replaceFirst {
+			if node.Annotations == nil {
+				node.Annotations = map[string]string{}
+			}
+			node.Annotations[nodesetv1alpha1.AnnotationReplace] = n.Notice.UTC().Format(time.RFC3339)
+		}
+		updated, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil || updated == nil {
 		return client404(err)
 	}
 	c.recorder.Event(updated, corev1.EventTypeNormal, ReasonRebalanceRecommended, msg)
