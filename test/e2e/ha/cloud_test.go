@@ -53,19 +53,7 @@ func TestNeverTwoReplicasChangeTheCloud(t *testing.T) {
 	nodeStandby, _, err := c.Replica(c.Node)
 	require.NoError(t, err)
 	nodes := &replicas{name: "node-controller", all: [2]*framework.Process{c.Node, nodeStandby}}
-	all := []*framework.Process{c.NodeSet, c.Node, nodeStandby}
-	for _, p := range all {
-		require.NoError(t, p.Start())
-	}
-	t.Cleanup(func() {
-		for _, p := range all {
-			_ = p.Signal(syscall.SIGCONT)
-			p.Kill(syscall.SIGTERM)
-			if t.Failed() {
-				t.Logf("%s:\n%s", p.Name, tailLines(p.Logs(), 40))
-			}
-		}
-	})
+	startAll(t, cp, c.NodeSet, c.Node, nodeStandby)
 	kubelets, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())

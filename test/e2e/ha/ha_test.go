@@ -112,22 +112,7 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 	require.NoError(t, err)
 	sets := &replicas{name: "nodeset-controller", all: [2]*framework.Process{c.NodeSet, nodesetStandby}}
 	nodes := &replicas{name: "node-controller", all: [2]*framework.Process{c.Node, nodeStandby}}
-	all := []*framework.Process{c.NodeSet, nodesetStandby, c.Node, nodeStandby}
-	for _, p := range all {
-		require.NoError(t, p.Start())
-	}
-	t.Cleanup(func() {
-		for _, p := range all {
-			_ = p.Signal(syscall.SIGCONT)
-			p.Kill(syscall.SIGTERM)
-			if t.Failed() {
-				file := filepath.Join(cp.Dir, "logs", p.Name+".log")
-				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
-					t.Logf("%s's log: %s", p.Name, file)
-				}
-			}
-		}
-	})
+	startAll(t, cp, c.NodeSet, nodesetStandby, c.Node, nodeStandby)
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
 
@@ -207,6 +192,28 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 		assert.Empty(t, again, "%s: replicas that wrote again after another replica had written", r.name)
 		assert.GreaterOrEqual(t, len(writers), 2, "%s: the standby acted after the takeover", r.name)
 	}
+}
+
+// startAll starts the controller processes; with the test they are woken
+// (if paused) and stopped, and when it failed their logs are kept in the
+// control plane's logs folder.
+func startAll(t *testing.T, cp *framework.ControlPlane, all ...*framework.Process) {
+	t.Helper()
+	for _, p := range all {
+		require.NoError(t, p.Start())
+	}
+	t.Cleanup(func() {
+		for _, p := range all {
+			_ = p.Signal(syscall.SIGCONT)
+			p.Kill(syscall.SIGTERM)
+			if t.Failed() {
+				file := filepath.Join(cp.Dir, "logs", p.Name+".log")
+				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
+					t.Logf("%s's log: %s", p.Name, file)
+				}
+			}
+		}
+	})
 }
 
 func scale(t *testing.T, cs versioned.Interface, namespace, name string, replicas int32) {
