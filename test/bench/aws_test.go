@@ -40,22 +40,21 @@ type awsResult struct {
 
 const (
 	awsRegion       = "us-east-1"
-	awsNodesPerSet  = 2
 	awsPollInterval = 10 * time.Second
 	awsSteadyPolls  = 3
 )
 
 // BenchmarkAWSCalls runs both controllers with the eks-asg driver against
-// moto: 1 and then 50 NodeSets of 2 nodes each are made and their Nodes
-// reported Ready by a kubelet stand-in. It counts, from the node
+// moto: 1 NodeSet of 2 nodes, 50 NodeSets of 2 nodes each, and 1 NodeSet of
+// 100 nodes are made and their Nodes reported Ready by a kubelet stand-in. It counts, from the node
 // controller's nodeset_cloud_api_calls_total, the AWS calls per launched
 // node and, once everything is steady, per poll of every group.
 func BenchmarkAWSCalls(b *testing.B) {
 	var results []*awsResult
-	for _, sets := range []int{1, 50} {
-		b.Run(fmt.Sprintf("nodesets=%d", sets), func(b *testing.B) {
+	for _, fleet := range []struct{ sets, nodes int }{{1, 2}, {50, 2}, {1, 100}} {
+		b.Run(fmt.Sprintf("nodesets=%d/nodes=%d", fleet.sets, fleet.nodes), func(b *testing.B) {
 			for range b.N {
-				r := awsFleet(b, sets)
+				r := awsFleet(b, fleet.sets, fleet.nodes)
 				results = append(results, r)
 				b.ReportMetric(r.CallsPerNode, "aws-calls/node")
 				b.ReportMetric(r.CallsPerPoll, "aws-calls/poll")
@@ -65,7 +64,8 @@ func BenchmarkAWSCalls(b *testing.B) {
 	reportAWS(b, results)
 }
 
-func awsFleet(b *testing.B, sets int) *awsResult {
+// awsFleet makes sets NodeSets of perSet nodes each and counts the calls.
+func awsFleet(b *testing.B, sets, perSet int) *awsResult {
 	ctx := context.Background()
 	cp := framework.Shared(b)
 	endpoint := framework.StartMoto(b)
@@ -98,7 +98,7 @@ func awsFleet(b *testing.B, sets int) *awsResult {
 	defer stopKubelets()
 	go framework.ReportAWSNodesReady(kubelets, kube)
 
-	name := fmt.Sprintf("aws-bench-%d", sets)
+	name := fmt.Sprintf("aws-bench-%d-%d", sets, perSet)
 	if _, err := kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Data: framework.MotoCredentials}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -117,13 +117,13 @@ func awsFleet(b *testing.B, sets int) *awsResult {
 		b.Fatal(err)
 	}
 
-	r := &awsResult{NodeSets: sets, Nodes: sets * awsNodesPerSet, PollInterval: awsPollInterval.Seconds()}
+	r := &awsResult{NodeSets: sets, Nodes: sets * perSet, PollInterval: awsPollInterval.Seconds()}
 	before := cloudCalls(b, controllers.NodeMetricsPort)
 	start := time.Now()
 	parallel(b, setNames(sets), func(set string) error {
 		_, err := cs.NodesetV1alpha1().NodeSets(name).Create(ctx, &nodesetv1alpha1.NodeSet{
 			ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: name},
-			Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: name, Replicas: ptr.To[int32](awsNodesPerSet)},
+			Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: name, Replicas: ptr.To(int32(perSet))},
 		}, metav1.CreateOptions{})
 		return err
 	})
@@ -230,7 +230,7 @@ func reportAWS(b *testing.B, results []*awsResult) {
 	ops := sortedKeys(results, func(r *awsResult) map[string]float64 { return r.LaunchCalls },
 		func(r *awsResult) map[string]float64 { return r.PollCalls })
 	t := &table[*awsResult]{results: results, label: 52, column: 12}
-	t.row("NodeSets (eks-asg, 2 nodes each)", func(r *awsResult) string { return strconv.Itoa(r.NodeSets) })
+	t.row("NodeSets (eks-asg)", func(r *awsResult) string { return strconv.Itoa(r.NodeSets) })
 	t.row("nodes launched", func(r *awsResult) string { return strconv.Itoa(r.Nodes) })
 	t.row("seconds until all Ready", func(r *awsResult) string { return num(r.SecondsToReady) })
 	t.row("AWS calls per launched node", func(r *awsResult) string { return num(r.CallsPerNode) })
