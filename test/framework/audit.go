@@ -11,7 +11,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,4 +163,82 @@ func readAuditFile(path string, live bool, from, to time.Time) ([]AuditEvent, er
 		return nil, damaged
 	}
 	return out, nil
+}
+
+var auditMetricRE = regexp.MustCompile(`(?m)^(apiserver_audit_event_total|apiserver_audit_error_total)(?:\{[^}]*\})? ([0-9.e+]+)$`)
+
+// AuditComplete returns an error when the audit log lost events: when the
+// API server counted errors writing them, or counted more events than the
+// log and every file it was rotated into hold. A count of requests from a
+// log that lost some would be wrong without saying so.
+func (cp *ControlPlane) AuditComplete(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("framework: reading the API server's audit metrics: %w", err)
+	}
+	counted := map[string]float64{}
+	for _, m := range auditMetricRE.FindAllStringSubmatch(string(raw), -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return err
+		}
+		counted[m[1]] += v
+	}
+	if _, ok := counted["apiserver_audit_event_total"]; !ok {
+		return fmt.Errorf("framework: the API server exposes no apiserver_audit_event_total")
+	}
+	// Every event counted before the scrape is in the files once the log
+	// has caught up with a request made after it.
+	if err := cp.SyncAuditLog(ctx); err != nil {
+		return err
+	}
+	held, err := cp.auditLines()
+	if err != nil {
+		return err
+	}
+	return auditLoss(counted, held)
+}
+
+// auditLoss compares the API server's audit counters with the events the
+// files hold.
+func auditLoss(counted map[string]float64, held int) error {
+	if errs := counted["apiserver_audit_error_total"]; errs > 0 {
+		return fmt.Errorf("framework: the audit log lost events: the API server failed to write %.0f of them", errs)
+	}
+	if float64(held) < counted["apiserver_audit_event_total"] {
+		return fmt.Errorf("framework: the audit log lost events: the API server counted %.0f, the files hold %d", counted["apiserver_audit_event_total"], held)
+	}
+	return nil
+}
+
+// auditLines counts the events in the audit log and its rotated files.
+func (cp *ControlPlane) auditLines() (int, error) {
+	files, err := filepath.Glob(filepath.Join(cp.Dir, "audit-*.log"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, file := range append(files, filepath.Join(cp.Dir, "audit.log")) {
+		f, err := os.Open(file)
+		if err != nil {
+			return 0, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			if len(bytes.TrimSpace(sc.Bytes())) > 0 {
+				n++
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }

@@ -42,3 +42,12 @@ func TestAuditEventsReadRotatedFiles(t *testing.T) {
 	_, err = cp.AuditEvents(t0, time.Time{})
 	assert.ErrorContains(t, err, "is not an event", "a damaged rotated file is not counted as if whole")
 }
+
+// TestAuditLossIsAnError: fewer events in the files than the API server
+// counted, or any event it failed to write, is a loss.
+func TestAuditLossIsAnError(t *testing.T) {
+	assert.NoError(t, auditLoss(map[string]float64{"apiserver_audit_event_total": 10}, 10))
+	assert.NoError(t, auditLoss(map[string]float64{"apiserver_audit_event_total": 10}, 12), "events after the scrape")
+	assert.ErrorContains(t, auditLoss(map[string]float64{"apiserver_audit_event_total": 10}, 9), "counted 10, the files hold 9")
+	assert.ErrorContains(t, auditLoss(map[string]float64{"apiserver_audit_event_total": 10, "apiserver_audit_error_total": 1}, 10), "failed to write 1")
+}

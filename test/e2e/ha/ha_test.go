@@ -177,7 +177,7 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 
 	// Once the audit log has every write, each replica's writes must form
 	// one run that no other replica's write interrupts.
-	require.NoError(t, cp.SyncAuditLog(ctx))
+	require.NoError(t, cp.AuditComplete(ctx), "the audit log holds every event")
 	for _, r := range []*replicas{sets, nodes} {
 		writers := writeRuns(t, r.name)
 		t.Logf("%s: writes by %d replica runs, in order: %v", r.name, len(writers), writers)
