@@ -199,7 +199,7 @@ func (e *env) createClass(name string, mutate ...func(*nodesetv1alpha1.EKSAutosc
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-aws"},
 		Data:       awsCredentials,
 	}, metav1.CreateOptions{})
-	require.NoError(e.t, err)
+	require.NoError(e.t, err, "class names are unique across the package's tests: their credentials Secrets stay")
 	class := framework.ASGClass(name, region, e.network, name+"-aws")
 	for _, m := range mutate {
 		m(class.Spec.EKSAutoscalingGroup)

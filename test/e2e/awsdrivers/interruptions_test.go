@@ -420,8 +420,8 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.kubelets(ctx)
-	const ns = "crash"
-	group, nodes := e.spotSet(ns, "crash", "", 3)
+	const ns = "notice-kill"
+	group, nodes := e.spotSet(ns, "notice-kill", "", 3)
 	// The notices are received and acted on, but their deletion from the
 	// queue fails until the crash: all of them are in flight when it comes.
 	e.lifecycle.holdAcks(true)
