@@ -68,6 +68,9 @@ type result struct {
 	WritesPerNodeKind map[string]float64 `json:"writesPerNodeByResource"`
 	// Writes per minute while nothing changes, by source.
 	IdleWritesPerMinute map[string]float64 `json:"idleWritesPerMinute"`
+	// IdleControllerWrites are the controllers' idle writes per minute by
+	// controller, verb and resource.
+	IdleControllerWrites map[string]float64 `json:"idleControllerWritesPerMinute"`
 	// CPU seconds and peak RSS of each controller over the whole run.
 	CPUSeconds map[string]float64 `json:"cpuSeconds"`
 	PeakRSSMiB map[string]float64 `json:"peakRSSMiB"`
@@ -150,6 +153,11 @@ func report(b *testing.B, results []*result) {
 			label += " (target 0)"
 		}
 		t.row(label, func(r *result) string { return num(r.IdleWritesPerMinute[k]) })
+		if k == "controllers" {
+			for _, kind := range sortedKeys(results, func(r *result) map[string]float64 { return r.IdleControllerWrites }) {
+				t.row("  "+kind, func(r *result) string { return num(r.IdleControllerWrites[kind]) })
+			}
+		}
 	}
 	for _, k := range []string{"nodeset-controller", "node-controller"} {
 		t.row("CPU s, "+k, func(r *result) string { return num(r.CPUSeconds[k]) })
@@ -345,15 +353,7 @@ func countRequests(b *testing.B, cp *framework.ControlPlane, r *result, n int, l
 			r.WritesPerNode[src] += 1 / float64(n)
 			if src != "simulated-kubelets" {
 				r.WritesPerNode["controllers"] += 1 / float64(n)
-				kind := e.Verb + " " + e.ObjectRef.Resource
-				if e.ObjectRef.Subresource != "" {
-					kind += "/" + e.ObjectRef.Subresource
-				}
-				if !e.Succeeded() && e.ResponseStatus != nil {
-					// Refused writes (conflicts, not found) are told apart.
-					kind += fmt.Sprintf(" (%d)", e.ResponseStatus.Code)
-				}
-				r.WritesPerNodeKind[src+": "+kind] += 1 / float64(n)
+				r.WritesPerNodeKind[src+": "+writeKind(e)] += 1 / float64(n)
 			}
 		}
 	}
@@ -362,6 +362,7 @@ func countRequests(b *testing.B, cp *framework.ControlPlane, r *result, n int, l
 		b.Fatal(err)
 	}
 	r.IdleWritesPerMinute = map[string]float64{"controllers": 0, "leader-election": 0, "simulated-kubelets": 0}
+	r.IdleControllerWrites = map[string]float64{}
 	minutes := idle[1].Sub(idle[0]).Minutes()
 	for _, e := range events {
 		src := source(e)
@@ -369,10 +370,24 @@ func countRequests(b *testing.B, cp *framework.ControlPlane, r *result, n int, l
 			continue
 		}
 		if src == "nodeset-controller" || src == "node-controller" {
+			r.IdleControllerWrites[src+": "+writeKind(e)] += 1 / minutes
 			src = "controllers"
 		}
 		r.IdleWritesPerMinute[src] += 1 / minutes
 	}
+}
+
+// writeKind names a write by verb and resource; a refused one (conflict,
+// not found) with its status code.
+func writeKind(e framework.AuditEvent) string {
+	kind := e.Verb + " " + e.ObjectRef.Resource
+	if e.ObjectRef.Subresource != "" {
+		kind += "/" + e.ObjectRef.Subresource
+	}
+	if !e.Succeeded() && e.ResponseStatus != nil {
+		kind += fmt.Sprintf(" (%d)", e.ResponseStatus.Code)
+	}
+	return kind
 }
 
 // baseline does the unavoidable work for n Nodes with a minimal client-go
