@@ -124,11 +124,15 @@ type noticeEnv struct {
 	lifecycle *lifecycleRecorder
 }
 
-func newNoticeEnv(t *testing.T) *noticeEnv {
+func newNoticeEnv(t *testing.T) (*noticeEnv, context.Context) {
 	recorder := &lifecycleRecorder{}
 	e := newEnvWith(t, func(endpoint string) string { return recorder.start(t, endpoint) },
 		"--interruption-receive-wait=1s", "--interruption-visibility-timeout=10s")
-	return &noticeEnv{env: e, queue: framework.NewInterruptionQueue(t, e.endpoint, region, "nodeset-interruptions"), lifecycle: recorder}
+	// The kubelet stand-in runs until the test ends; ctx ends with it.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.kubelets(ctx)
+	return &noticeEnv{env: e, queue: framework.NewInterruptionQueue(t, e.endpoint, region, "nodeset-interruptions"), lifecycle: recorder}, ctx
 }
 
 // createNoticeClass makes an eks-asg class that reads the queue, with
@@ -288,10 +292,7 @@ func (e *noticeEnv) nodeGone(name string) bool {
 }
 
 func TestSpotWarningDrainsTheNodeAndAReplacementComesUp(t *testing.T) {
-	e := newNoticeEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
+	e, ctx := newNoticeEnv(t)
 	const ns = "spot"
 	group, nodes := e.spotSet(ns, "spot", "", 2)
 	victim := nodes[0]
@@ -331,10 +332,7 @@ func TestSpotWarningDrainsTheNodeAndAReplacementComesUp(t *testing.T) {
 }
 
 func TestLifecycleActionIsCompletedOnlyAfterTheDrain(t *testing.T) {
-	e := newNoticeEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
+	e, ctx := newNoticeEnv(t)
 	const ns = "hooked"
 	group, nodes := e.spotSet(ns, "hooked", "", 2)
 	hooks, err := e.asg.DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{AutoScalingGroupName: aws.String(group)})
@@ -376,10 +374,7 @@ func TestLifecycleActionIsCompletedOnlyAfterTheDrain(t *testing.T) {
 }
 
 func TestRebalanceRecommendationFollowsTheClassPolicy(t *testing.T) {
-	e := newNoticeEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
+	e, ctx := newNoticeEnv(t)
 	calmGroup, calm := e.spotSet("calm", "calm", nodesetv1alpha1.RebalanceTaint, 1)
 	eagerGroup, eager := e.spotSet("eager", "eager", nodesetv1alpha1.RebalanceReplaceFirst, 1)
 	e.queue.Put(t, framework.RebalanceRecommendation(region, path.Base(calm[0].Spec.ProviderID), time.Now()))
@@ -416,10 +411,7 @@ func TestRebalanceRecommendationFollowsTheClassPolicy(t *testing.T) {
 }
 
 func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
-	e := newNoticeEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
+	e, ctx := newNoticeEnv(t)
 	const ns = "notice-kill"
 	group, nodes := e.spotSet(ns, "notice-kill", "", 3)
 	// The notices are received and acted on, but their deletion from the
@@ -469,10 +461,7 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 }
 
 func TestScheduledChangeAndStoppingInstanceAreDrainedAndReplaced(t *testing.T) {
-	e := newNoticeEnv(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.kubelets(ctx)
+	e, _ := newNoticeEnv(t)
 	const ns = "maintenance"
 	group, nodes := e.spotSet(ns, "maintenance", "", 2)
 	retiring, stopping := nodes[0], nodes[1]
