@@ -19,6 +19,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // fourCPUs gives a class's simulated machines 4 CPUs and 16Gi.
@@ -71,9 +72,19 @@ func createModelPods(t *testing.T, namespace string, p modelPods) []string {
 					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
 			},
 		}
+		// The startup taints (NoExecute) are tolerated: kube-controller-
+		// manager's taint-eviction controller reads Nodes from its own
+		// cache, and under load it evicted a pod that kube-scheduler had
+		// just placed on a Node whose startup taints were already lifted
+		// (its Events: Scheduled, then TaintManagerEviction). The pods
+		// still wait for Ready: a new Node is not-ready:NoSchedule until
+		// then. What this test counts is cluster-autoscaler's accounting.
+		for _, taint := range resolve.StartupTaints() {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpExists, Effect: taint.Effect})
+		}
 		if p.tolerate != nil {
-			pod.Spec.Tolerations = []corev1.Toleration{{Key: p.tolerate.Key, Operator: corev1.TolerationOpEqual, Value: p.tolerate.Value,
-				Effect: corev1.TaintEffect(p.tolerate.Effect)}}
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: p.tolerate.Key, Operator: corev1.TolerationOpEqual, Value: p.tolerate.Value,
+				Effect: corev1.TaintEffect(p.tolerate.Effect)})
 		}
 		_, err := kube.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 		require.NoError(t, err)
