@@ -257,7 +257,12 @@ func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
 	scale(t, ns, "stuck", 2)
 	var late string
 	// The model's first look at the group's instances must come after the
-	// Node exists: the list is cached for 2 minutes from then on.
+	// Node exists: the list is cached from then on. cluster-autoscaler keeps
+	// it 2 minutes; a machine that registers within that time is seen by a
+	// stale id. The model keeps it until the Node has registered, so that a
+	// loaded machine, slower to register than 2 minutes, still tests the
+	// same stale list.
+	model.flags.instancesRefresh = time.Hour
 	eventually(t, time.Minute, "the new Node, with no machine", func(ctx context.Context) (bool, string) {
 		name, err := unregisteredNode(ctx)
 		late = name
@@ -275,9 +280,10 @@ func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "2", lateNode.Status.Capacity.Cpu().String(), "a new Node's status capacity, kept by the API server on create")
 	require.NoError(t, c.node.Start())
+	started := time.Now()
 	// The machine registers; the model's cached list still has the old id,
 	// for longer than the max node provision time.
-	eventually(t, 2*time.Minute, "the late node registers while the model's list is stale", func(ctx context.Context) (bool, string) {
+	eventually(t, 3*time.Minute, "the late node registers while the model's list is stale", func(ctx context.Context) (bool, string) {
 		if err := model.loop(ctx); err != nil {
 			return false, "model: " + err.Error()
 		}
@@ -287,6 +293,8 @@ func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
 		since, ok := model.unregisteredSince["nodeset-unregistered://"+late]
 		return ok && time.Since(since) > flags.maxNodeProvisionTime+2*time.Second, fmt.Sprintf("stale entry %v", ok)
 	})
+	t.Logf("%s registered %s after the node controller started", late, time.Since(started).Round(time.Second))
+	model.flags.instancesRefresh = caDefaultFlags.instancesRefresh
 	assert.True(t, model.sawStale["nodeset-unregistered://"+late], "the model's list was stale")
 	assert.Empty(t, model.deleteCalls, "nothing deleted by a stale id")
 	// Within one loop cluster-autoscaler may have mapped the placeholder
