@@ -67,7 +67,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultWorkers int) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "nodeset-system", "Namespace of the leader-election Lease.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 turns it off.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns them off.")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 200, "Queries per second to the API server (the API server's priority and fairness protects it; this only keeps a runaway controller in check). Events have a budget of their own.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 200, "Queries per second to the API server, per client (the API server's priority and fairness protects it; this only keeps a runaway controller in check). Events, and the node-controller's drains, have a client and budget of their own. A negative value turns client-side rate limiting off.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 400, "Burst of queries to the API server.")
 	fs.IntVar(&o.Workers, "workers", defaultWorkers, "Concurrent reconciles.")
 	fs.BoolVar(&o.EnablePprof, "pprof", false, "Serve /debug/pprof/ on the metrics address.")
@@ -90,6 +90,11 @@ type Clients struct {
 	// leads: for servers that write on behalf of their callers (the
 	// autoscaler API), never for controllers.
 	Unfenced UnfencedClients
+	// NewKube returns one more client, fenced like Kube, with a client-side
+	// rate limit of its own (--kube-api-qps and --kube-api-burst), as
+	// kube-controller-manager gives each of its controllers one: for work
+	// that must not queue behind the rest.
+	NewKube func() (kubernetes.Interface, error)
 	// MayAct is nil while this replica may act, by the same rule as the
 	// fenced clients' writes, and a *NotLeadingError otherwise: for side
 	// effects that do not go through the API clients (driver calls to a
@@ -172,7 +177,8 @@ func Run(o Options, p Process) error {
 	clients := Clients{Config: fenced.Config, Kube: fenced.Kube, Nodeset: fenced.Nodeset,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
 		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity,
-		MayAct: func() error { return nil }}
+		MayAct: func() error { return nil },
+		NewKube: func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(fenced.Config) }}
 	if writes != nil {
 		clients.MayAct = writes.mayAct
 	}

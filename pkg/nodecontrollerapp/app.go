@@ -225,10 +225,14 @@ func Main(name string, extra ...Driver) int {
 			}
 			registryOnce.Store(&registry)
 			sim, _ := registry[nodesetv1alpha1.DriverSimulated].(*simulated.Driver)
+			drainKube, err := clients.NewKube()
+			if err != nil {
+				return err
+			}
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{
 					Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll,
-					ProviderIDWait: idWait, EventPeriod: eventPeriod, MayAct: clients.MayAct,
+					ProviderIDWait: idWait, EventPeriod: eventPeriod, MayAct: clients.MayAct, Drain: drainKube,
 				})
 			if err != nil {
 				return err

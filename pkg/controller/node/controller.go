@@ -54,8 +54,15 @@ type Options struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// Evict posts one pod eviction; when nil, a POST to the eviction
-	// subresource that returns a refusal at once instead of retrying it.
+	// subresource (on the Drain client) that returns a refusal at once
+	// instead of retrying it.
 	Evict func(ctx context.Context, pod *corev1.Pod) error
+	// Drain is the client of the drains: the cordons, the drains' progress,
+	// their pod lists and evictions. Given its own rate limit, a scale-down's
+	// cordons do not queue behind the releases of Nodes already drained (a
+	// Node leaving takes two writes of this controller, each of which would
+	// otherwise wait for the other's). The main client when nil.
+	Drain kubernetes.Interface
 	// NodeSets writes the NodeSets' RemediationAllowed condition; without it
 	// the cap still holds but is only reported in Events.
 	NodeSets versioned.Interface
@@ -145,8 +152,11 @@ func NewController(
 	if opts.EventPeriod <= 0 {
 		opts.EventPeriod = 5 * time.Second
 	}
+	if opts.Drain == nil {
+		opts.Drain = kube
+	}
 	if opts.Evict == nil {
-		opts.Evict = evictWithoutRetries(kube)
+		opts.Evict = evictWithoutRetries(opts.Drain)
 	}
 	c := &Controller{
 		kube: kube, recorder: recorder, registry: registry, metrics: metrics, opts: opts,
@@ -167,7 +177,7 @@ func NewController(
 		released:    newNodeMemory[struct{}](),
 		heartbeats:  newNodeMemory[time.Time](),
 		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
-		pods:        &podLists{kube: kube},
+		pods:        &podLists{kube: opts.Drain},
 
 		credentialsCache: map[string]credentialsRead{},
 	}

@@ -120,6 +120,9 @@ type fixture struct {
 	setIndexer   cache.Indexer
 	classIndexer cache.Indexer
 	now          time.Time
+	// drainCalls are the requests sent on the controller's Drain client
+	// (which serves them from kube's objects), as "verb resource".
+	drainCalls []string
 }
 
 func testClass(name string) *nodesetv1alpha1.NodeClass {
@@ -167,11 +170,17 @@ func newFixture(t *testing.T, classes []*nodesetv1alpha1.NodeClass, objects ...r
 	nodeInformer := kubeFactory.Core().V1().Nodes()
 	f.nodes = nodeInformer.Lister()
 	f.nodeIndexer = nodeInformer.Informer().GetIndexer()
+	drain := kubefake.NewClientset()
+	drain.PrependReactor("*", "*", func(action core.Action) (bool, runtime.Object, error) {
+		f.drainCalls = append(f.drainCalls, action.GetVerb()+" "+action.GetResource().Resource)
+		obj, err := f.kube.Invokes(action, nil)
+		return true, obj, err
+	})
 	c, err := NewController(f.kube, f.recorder, nodeInformer,
 		nodesetFactory.Nodeset().V1alpha1().NodeClasses(), nodesetFactory.Nodeset().V1alpha1().NodeSets(),
 		drivers.Registry{f.driver.Name(): f.driver},
 		NewMetrics(prometheus.NewRegistry(), func() corelisters.NodeLister { return f.nodes }),
-		Options{Cluster: "test", Now: func() time.Time { return f.now },
+		Options{Cluster: "test", Now: func() time.Time { return f.now }, Drain: drain,
 			// The fake clientset has no REST client: evict through the typed client.
 			Evict: func(ctx context.Context, pod *corev1.Pod) error {
 				return f.kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
@@ -476,6 +485,25 @@ func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 	assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release, nothing else")
 	assert.Nil(t, drainCondition(f.get("web-a")), "no Draining condition for a drain with nothing in it")
 	assert.Equal(t, []string{"Normal Deprovisioned Driver simulated deleted the machines of 1 node(s): web-a"}, f.events())
+}
+
+// TestDrainHasItsOwnClient: the cordon and the drain's pod list go on the
+// Drain client, the release on the main one, so that at a scale-down of
+// many Nodes neither client makes both writes of each Node.
+func TestDrainHasItsOwnClient(t *testing.T) {
+	f := deletedNodeFixture(t)
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, []string{"update nodes", "list pods"}, f.drainCalls)
+	var releases int
+	for _, a := range f.kube.Actions() {
+		if update, ok := a.(core.UpdateAction); ok && a.GetResource().Resource == "nodes" {
+			if node := update.GetObject().(*corev1.Node); !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+				releases++
+			}
+		}
+	}
+	assert.Equal(t, 1, releases, "the release")
+	assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release, on two clients")
 }
 
 // TestReleasedNodeIsNotTerminatedTwice: a sync on the cache's older copy of a

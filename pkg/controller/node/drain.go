@@ -119,7 +119,7 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 		node.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = started.UTC().Format(time.RFC3339)
 	}
 	node.Spec.Unschedulable = true
-	updated, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	updated, err := c.opts.Drain.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	if err != nil {
 		return nil, started, err
 	}
@@ -221,7 +221,7 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)
 	if err != nil && !wasDrained {
 		// The machine takes a while: record the drain's end now.
-		if _, updateErr := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); updateErr != nil {
+		if _, updateErr := c.opts.Drain.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); updateErr != nil {
 			logger.V(2).Info("Could not record the end of the drain", "err", updateErr)
 		}
 	}
@@ -276,7 +276,7 @@ func (c *Controller) setDrainCondition(ctx context.Context, node *corev1.Node, r
 	if err != nil {
 		return err
 	}
-	updated, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	updated, err := c.opts.Drain.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return err
 	}
