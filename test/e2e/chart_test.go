@@ -145,7 +145,7 @@ func TestChartDryRun(t *testing.T) {
 			assert.Equal(t, 2, r.kinds["CustomResourceDefinition"])
 			assert.Equal(t, 1, r.kinds["ValidatingAdmissionPolicy"], "Dedicated tenancy is enforced at pod admission")
 			assert.Equal(t, 1, r.kinds["ValidatingAdmissionPolicyBinding"])
-			assert.Equal(t, 1, r.kinds["FlowSchema"])
+			assert.Equal(t, 2, r.kinds["FlowSchema"], "the controllers' requests, and their leader election")
 			assert.Zero(t, r.kinds["Namespace"], "left to helm install --create-namespace")
 			webhook := r.get("ValidatingWebhookConfiguration", "nodeset.dev")
 			require.NotNil(t, webhook)
