@@ -140,7 +140,7 @@ func Main(name string, extra ...Driver) int {
 		eventPeriod  time.Duration
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
-	opts.AddFlags(fs, 8)
+	opts.AddFlags(fs, 64)
 	fs.StringSliceVar(&driverNames, "drivers", nil, "Drivers to serve, comma-separated.")
 	fs.StringVar(&cluster, "cluster-name", "nodeset", "Cluster name drivers put in the owner tags of machines.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every Node is reconciled even without changes.")
@@ -149,6 +149,7 @@ func Main(name string, extra ...Driver) int {
 	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
 	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
 	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	fs.IntVar(&kubelets.Workers, "simulated-kubelet-workers", 8, "Simulated kubelets' requests in flight at once, all together (real kubelets each have their own).")
 	fs.DurationVar(&remediation.UnhealthyTimeout, "unhealthy-timeout", 5*time.Minute, "How long a registered Node of a NodeSet may be NotReady before it is replaced. 0 never replaces registered Nodes.")
 	fs.IntVar(&remediation.MaxUnhealthyPercent, "max-unhealthy-percent", 20, "Unhealthy and unregistered Nodes of a NodeSet are replaced only while they are at most this percentage of its replicas (rounded up, at least 1).")
 	fs.IntVar(&remediation.MaxUnhealthy, "max-unhealthy", 10, "And at most this many.")

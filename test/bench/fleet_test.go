@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,12 +47,15 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run()) // no benchmark asked for (make test): no control plane either
 	}
-	os.Exit(framework.Run(m, framework.Options{AuditLog: true}))
+	os.Exit(framework.Run(m, framework.Options{AuditLog: true, Users: append(slices.Clone(framework.TestUsers), baselineUser)}))
 }
 
 // result is what one size measured.
 type result struct {
 	Nodes int `json:"nodes"`
+	// Mode is how the clients are limited (capped, uncapped) and whether
+	// deploy/'s FlowSchemas are installed.
+	Mode string `json:"mode"`
 	// Seconds from the scale to N Nodes Ready and untainted, and from the
 	// scale to zero to every Node and machine gone.
 	ToReady float64 `json:"toReadySeconds"`
@@ -76,7 +80,41 @@ type result struct {
 	PeakRSSMiB map[string]float64 `json:"peakRSSMiB"`
 	// The API server and etcd, during the scale-up.
 	ControlPlaneCPUSeconds float64 `json:"controlPlaneCPUSecondsScaleUp"`
+	// ScaleUp and ScaleDown are where a scale's time goes, from the audit
+	// log.
+	ScaleUp   *steps `json:"scaleUp,omitempty"`
+	ScaleDown *steps `json:"scaleDown,omitempty"`
+	// Refused are the requests the API server refused with 429 Too Many
+	// Requests over the whole run, by source; leader election's are lease
+	// renewals and acquisitions.
+	Refused map[string]float64 `json:"refused429"`
+	// LeaseRenewalMaxSeconds is the longest a leader-election request took
+	// at the API server.
+	LeaseRenewalMaxSeconds float64 `json:"leaseRenewalMaxSeconds"`
 }
+
+// mode is one way of running a size: with the clients' rate limits (the
+// controllers' default 200 QPS, the baseline's the same) or without any
+// client-side limit (the API server's priority and fairness is then the
+// only one), and with or without deploy/'s FlowSchemas.
+type mode struct {
+	name       string
+	uncapped   bool
+	flowSchema bool
+	// idle measures the idle window in this mode.
+	idle bool
+}
+
+var allModes = []mode{
+	{name: "capped", idle: true},
+	{name: "uncapped", uncapped: true},
+	{name: "uncapped+fs", uncapped: true, flowSchema: true},
+}
+
+// baselineUser is who the baseline runs as: a plain user (not in
+// system:masters, whose requests priority and fairness exempts), so that
+// the API server limits it as it limits the controllers.
+const baselineUser = "nodeset-bench-baseline"
 
 // idleWindow is how long writes are counted with N idle nodes.
 var idleWindow = 2 * time.Minute
@@ -100,25 +138,47 @@ func BenchmarkFleet(b *testing.B) {
 	if v, err := time.ParseDuration(os.Getenv("NODESET_BENCH_IDLE")); err == nil {
 		idleWindow = v
 	}
-	for _, n := range sizes {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			for i := range b.N {
-				r := &result{Nodes: n}
-				r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared(b), n)
-				scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%d", n, i), r)
-				r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
-				results = append(results, r)
-				b.ReportMetric(r.ToReady, "s-to-ready")
-				b.ReportMetric(r.ReadyRatio, "x-baseline-ready")
-				b.ReportMetric(r.ToGone, "s-to-gone")
-				b.ReportMetric(r.GoneRatio, "x-baseline-gone")
-				b.ReportMetric(r.WritesPerNode["controllers"], "writes/node")
-				b.ReportMetric(r.PeakRSSMiB["node-controller"], "node-ctrl-peak-MiB")
-				b.ReportMetric(r.PeakRSSMiB["nodeset-controller"], "nodeset-ctrl-peak-MiB")
+	modes := allModes
+	if v := os.Getenv("NODESET_BENCH_MODES"); v != "" {
+		modes = nil
+		for _, f := range strings.Split(v, ",") {
+			i := slices.IndexFunc(allModes, func(m mode) bool { return m.name == strings.TrimSpace(f) })
+			if i < 0 {
+				b.Fatalf("NODESET_BENCH_MODES=%q: %q is not one of capped, uncapped, uncapped+fs", v, f)
 			}
-		})
+			modes = append(modes, allModes[i])
+		}
+	}
+	grantBaseline(b, framework.Shared(b))
+	for _, n := range sizes {
+		for _, m := range modes {
+			b.Run(fmt.Sprintf("nodes=%d/%s", n, m.name), func(b *testing.B) {
+				if m.flowSchema {
+					installFlowSchemas(b, framework.Shared(b))
+				}
+				for i := range b.N {
+					fleet(b, n, m, i)
+				}
+			})
+		}
 	}
 	report(b, results)
+}
+
+// fleet measures one size in one mode: the baseline, then nodeset.
+func fleet(b *testing.B, n int, m mode, i int) {
+	r := &result{Nodes: n, Mode: m.name}
+	r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared(b), n, m)
+	scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%s-%d", n, strings.ReplaceAll(m.name, "+", "-"), i), r, m)
+	r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
+	results = append(results, r)
+	b.ReportMetric(r.ToReady, "s-to-ready")
+	b.ReportMetric(r.ReadyRatio, "x-baseline-ready")
+	b.ReportMetric(r.ToGone, "s-to-gone")
+	b.ReportMetric(r.GoneRatio, "x-baseline-gone")
+	b.ReportMetric(r.WritesPerNode["controllers"], "writes/node")
+	b.ReportMetric(r.PeakRSSMiB["node-controller"], "node-ctrl-peak-MiB")
+	b.ReportMetric(r.PeakRSSMiB["nodeset-controller"], "nodeset-ctrl-peak-MiB")
 }
 
 // report prints the table and writes the JSON.
@@ -128,12 +188,18 @@ func report(b *testing.B, results []*result) {
 	}
 	t := &table[*result]{results: results, label: 46, column: 14}
 	t.row("nodes", func(r *result) string { return strconv.Itoa(r.Nodes) })
+	t.row("client limits", func(r *result) string { return r.Mode })
 	t.row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
 	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToReady) })
 	t.row("  ratio (target <= 1.5)", func(r *result) string { return num(r.ReadyRatio) })
+	for _, step := range upSteps[:1] {
+		t.row("  last "+step+" at, s", func(r *result) string { return cell(r.ScaleUp.Last, step) })
+	}
+	stepRows(t, upSteps[1:], func(r *result) *steps { return r.ScaleUp })
 	t.row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
 	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
-	t.row("  ratio (target <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
+	t.row("  ratio (target <= 1.2; uncapped <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
+	stepRows(t, downSteps, func(r *result) *steps { return r.ScaleDown })
 	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets"} {
 		label := "writes per node, " + k
 		if k == "controllers" {
@@ -152,21 +218,47 @@ func report(b *testing.B, results []*result) {
 		if k == "controllers" {
 			label += " (target 0)"
 		}
-		t.row(label, func(r *result) string { return num(r.IdleWritesPerMinute[k]) })
+		t.row(label, func(r *result) string { return cell(r.IdleWritesPerMinute, k) })
 		if k == "controllers" {
 			for _, kind := range sortedKeys(results, func(r *result) map[string]float64 { return r.IdleControllerWrites }) {
-				t.row("  "+kind, func(r *result) string { return num(r.IdleControllerWrites[kind]) })
+				t.row("  "+kind, func(r *result) string { return cell(r.IdleControllerWrites, kind) })
 			}
 		}
 	}
+	for _, k := range []string{"leader-election", "controllers", "simulated-kubelets"} {
+		label := "refused (429), " + k
+		if k == "leader-election" {
+			label += " (target 0)"
+		}
+		t.row(label, func(r *result) string { return cell(r.Refused, k) })
+	}
+	t.row("slowest leader-election request, s", func(r *result) string { return num(r.LeaseRenewalMaxSeconds) })
 	for _, k := range []string{"nodeset-controller", "node-controller"} {
 		t.row("CPU s, "+k, func(r *result) string { return num(r.CPUSeconds[k]) })
 	}
-	t.row("peak RSS MiB, nodeset-controller (<= 100)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
-	t.row("peak RSS MiB, node-controller (<= 200)", func(r *result) string { return num(r.PeakRSSMiB["node-controller"]) })
+	for _, k := range []string{"nodeset-controller", "node-controller"} {
+		t.row("CPU ms per node, "+k, func(r *result) string { return num(1000 * r.CPUSeconds[k] / float64(r.Nodes)) })
+	}
+	t.row("ms per node, 0 -> N Ready", func(r *result) string { return num(1000 * r.ToReady / float64(r.Nodes)) })
+	t.row("ms per node, N -> 0 gone", func(r *result) string { return num(1000 * r.ToGone / float64(r.Nodes)) })
+	t.row("peak RSS MiB, nodeset-controller (<= 120)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
+	t.row("peak RSS MiB, node-controller (<= 250)", func(r *result) string { return num(r.PeakRSSMiB["node-controller"]) })
 	t.row("API server + etcd CPU s, scale-up", func(r *result) string { return num(r.ControlPlaneCPUSeconds) })
 	fmt.Printf("\nfleet benchmark (idle window %s):\n%s", idleWindow, t.out.String())
 	writeJSON(b, "NODESET_BENCH_JSON", "bench.json", map[string]any{"idleWindowSeconds": idleWindow.Seconds(), "results": results})
+}
+
+// stepRows adds where a scale's time went: when the last Node took each
+// step, and how long each step took per Node.
+func stepRows(t *table[*result], names []string, of func(*result) *steps) {
+	for _, step := range names {
+		t.row("  last "+step+" at, s", func(r *result) string { return cell(of(r).Last, step) })
+	}
+	for i := 1; i < len(names); i++ {
+		step := names[i-1] + " -> " + names[i]
+		t.row("  per node "+step+", median s", func(r *result) string { return cell(of(r).Median, step) })
+		t.row("  per node "+step+", p90 s", func(r *result) string { return cell(of(r).P90, step) })
+	}
 }
 
 // qps and burst are the controllers' client limits here, and the baseline's.
@@ -179,7 +271,7 @@ const qps, burst = 200, 400
 // what the scale-up waited on from N = 1000.
 const kubeletQPS = 1000
 
-func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
+func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	ctx := context.Background()
 	cp := framework.Shared(b)
 	// The deployment's leader-election timings, not the tests' short ones: a
@@ -187,10 +279,18 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	// lose its lease over a slow renewal.
 	limits := []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(burst),
 		"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
+	kubeletLimit, kubeletWorkers := strconv.Itoa(kubeletQPS), "8"
+	if m.uncapped {
+		// The simulated kubelets too: real kubelets have a client each,
+		// and do not register one after another.
+		limits[0], kubeletLimit, kubeletWorkers = "--kube-api-qps=-1", "-1", "64"
+	}
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
-		NodeArgs: append([]string{"-v=1", "--workers=16", "--simulated-lease-renew-interval=10s",
-			"--simulated-kube-api-qps=" + strconv.Itoa(kubeletQPS), "--simulated-kube-api-burst=" + strconv.Itoa(2*kubeletQPS)}, limits...),
+		// The node controller's default workers (the framework's tests run
+		// fewer).
+		NodeArgs: append([]string{"-v=1", "--workers=64", "--simulated-lease-renew-interval=10s",
+			"--simulated-kube-api-qps=" + kubeletLimit, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + strconv.Itoa(2*kubeletQPS)}, limits...),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -277,11 +377,22 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 
 	// The scale-up's last status write, then what nothing changing costs.
 	setStatus(b, cs, ns, "fleet", n)
+	if m.idle {
+		// The scale-up's last routine Events go out up to a
+		// --routine-event-period (5 s) after it: the idle window starts
+		// once the controllers have written nothing for longer than that.
+		settled(b, cp, upStart, 6*time.Second)
+	}
 	idleStart := time.Now()
-	// The idle window is the measurement: writes per minute while nothing
-	// changes, so a fixed window is the point.
-	time.Sleep(idleWindow)
+	if m.idle {
+		// The idle window is the measurement: writes per minute while
+		// nothing changes, so a fixed window is the point.
+		time.Sleep(idleWindow)
+	}
 	idleEnd := time.Now()
+	if m.idle {
+		logEvents(b, kube, idleStart, idleEnd)
+	}
 
 	downStart := time.Now()
 	scale(b, cs, ns, 0)
@@ -307,9 +418,72 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result) {
 	if err := cp.AuditComplete(ctx); err != nil {
 		b.Fatal(err) // a count from a log that lost events would be wrong
 	}
-	countRequests(b, cp, r, n, [][2]time.Time{{upStart, idleStart}, {downStart, time.Now()}}, [2]time.Time{idleStart, idleEnd})
+	end := time.Now()
+	countRequests(b, cp, r, n, [][2]time.Time{{upStart, idleStart}, {downStart, end}}, [2]time.Time{idleStart, idleEnd})
+	if !m.idle {
+		r.IdleWritesPerMinute, r.IdleControllerWrites = nil, nil
+	}
+	events, err := cp.AuditEvents(upStart, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Refused, r.LeaseRenewalMaxSeconds = refusals(events)
+	up, err := cp.AuditEvents(upStart, idleStart)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.ScaleUp = scaleUpTimes(up, upStart, set.Name+"-")
+	down, err := cp.AuditEvents(downStart, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.ScaleDown = scaleDownTimes(down, downStart, set.Name+"-")
 	_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "fleet", metav1.DeleteOptions{})
 	_ = cs.NodesetV1alpha1().NodeClasses().Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+// logEvents logs the controllers' Events created or repeated in [from, to):
+// what the idle window's Event writes were.
+func logEvents(b *testing.B, kube kubernetes.Interface, from, to time.Time) {
+	events, err := kube.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range events.Items {
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if c := e.Source.Component; (c == "node-controller" || c == "nodeset-controller") && !last.Before(from.Truncate(time.Second)) && last.Before(to) {
+			b.Logf("idle window Event: %s %s %s/%s %s (count %d): %s", c, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, last.Format(time.RFC3339), e.Count, e.Message)
+		}
+	}
+}
+
+// settled returns once the audit log has no write of the controllers since
+// from for quiet, or after a minute (the idle window then counts what goes
+// on).
+func settled(b *testing.B, cp *framework.ControlPlane, from time.Time, quiet time.Duration) {
+	var last time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute+quiet, true, func(ctx context.Context) (bool, error) {
+		if err := cp.SyncAuditLog(ctx); err != nil {
+			return false, err
+		}
+		events, err := cp.AuditEvents(from, time.Time{})
+		if err != nil {
+			return false, err
+		}
+		last = from
+		for _, e := range events {
+			if src := source(e); (src == "nodeset-controller" || src == "node-controller") && e.IsWrite() {
+				last = e.RequestReceived
+			}
+		}
+		return time.Since(last) > quiet, nil
+	})
+	if err != nil {
+		b.Logf("the controllers did not stop writing (last write %s ago): %v", time.Since(last).Round(time.Second), err)
+	}
 }
 
 // source says whose request an audit event is: a controller, the simulated
@@ -391,12 +565,15 @@ func writeKind(e framework.AuditEvent) string {
 }
 
 // baseline does the unavoidable work for n Nodes with a minimal client-go
-// program at the controllers' QPS and burst: create each Node, mark it Ready
-// (its status, as a kubelet would), and delete it. It returns the seconds to
-// all Ready and to all gone.
-func baseline(b *testing.B, cp *framework.ControlPlane, n int) (toReady, toGone float64) {
-	cfg := cp.AdminConfig()
+// program at the controllers' QPS and burst (none when uncapped): create
+// each Node, mark it Ready (its status, as a kubelet would), and delete it.
+// It returns the seconds to all Ready and to all gone.
+func baseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64) {
+	cfg := cp.Config(baselineUser)
 	cfg.QPS, cfg.Burst = qps, burst
+	if m.uncapped {
+		cfg.QPS = -1
+	}
 	cfg.UserAgent = "nodeset-bench-baseline"
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	names := make([]string, n)

@@ -32,6 +32,14 @@ func (t *table[R]) row(name string, cell func(r R) string) {
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 
+// cell is m[k], or "-" when m was not measured (nil).
+func cell(m map[string]float64, k string) string {
+	if m == nil {
+		return "-"
+	}
+	return num(m[k])
+}
+
 // sortedKeys are the keys of the maps m gives for each result, sorted.
 func sortedKeys[R any](results []R, m ...func(R) map[string]float64) []string {
 	seen := map[string]bool{}

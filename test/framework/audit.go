@@ -36,8 +36,11 @@ type AuditEvent struct {
 		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`
 	} `json:"objectRef"`
+	RequestURI      string    `json:"requestURI"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-	ResponseStatus  *struct {
+	// Completed is when the response was complete (the stage's time).
+	Completed      time.Time `json:"stageTimestamp"`
+	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 }
