@@ -177,7 +177,7 @@ func Run(o Options, p Process) error {
 	clients := Clients{Config: fenced.Config, Kube: fenced.Kube, Nodeset: fenced.Nodeset,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
 		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity,
-		MayAct: func() error { return nil },
+		MayAct:  func() error { return nil },
 		NewKube: func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(fenced.Config) }}
 	if writes != nil {
 		clients.MayAct = writes.mayAct
