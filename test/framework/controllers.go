@@ -72,14 +72,16 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	}
 	leaderElection := []string{"--leader-elect=true",
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
-	c.NodeSet = &Process{Name: "nodeset-controller", Path: bins["nodeset-controller"], Args: append(append([]string{
+	// Both run as a Deployment's containers do: restarted when they exit
+	// by themselves, for instance after losing their lease on a busy host.
+	c.NodeSet = &Process{Name: "nodeset-controller", Path: bins["nodeset-controller"], Supervised: true, Args: append(append([]string{
 		"--kubeconfig=" + nodesetKubeconfig,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetHealthPort),
 		"--autoscaler-bind-address=127.0.0.1:" + strconv.Itoa(c.AutoscalerPort),
 		"--workers=4", "-v=2",
 	}, append(leaderElection, webhookArgs...)...), opts.NodeSetArgs...)}
-	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Args: append(append([]string{
+	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Supervised: true, Args: append(append([]string{
 		"--kubeconfig=" + nodeKubeconfig,
 		"--drivers=simulated,docker-machine",
 		"--docker-machine-store-path=" + filepath.Join(cp.Dir, "docker-machine"),
@@ -168,7 +170,7 @@ func (c *Controllers) Replica(p *Process) (*Process, int, error) {
 			"--autoscaler-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
 			"--webhook-bind-address=127.0.0.1:"+strconv.Itoa(ports[3]))
 	}
-	return &Process{Name: p.Name + "-2", Path: p.Path, Args: args, Env: append([]string{}, p.Env...)}, ports[1], nil
+	return &Process{Name: p.Name + "-2", Path: p.Path, Args: args, Env: append([]string{}, p.Env...), Supervised: p.Supervised}, ports[1], nil
 }
 
 // Start starts whichever of the two is not running.

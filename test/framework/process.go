@@ -56,18 +56,30 @@ type Process struct {
 	Args []string
 	// Env is added to the test's environment.
 	Env []string
+	// Supervised restarts the process whenever it exits by itself (a lost
+	// lease, a crash), as the kubelet restarts a Deployment's container;
+	// Kill stops it for good until the next Start.
+	Supervised bool
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	output *bytes.Buffer
-	logs   bytes.Buffer
-	done   chan struct{}
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	output   *bytes.Buffer
+	logs     bytes.Buffer
+	done     chan struct{}
+	stopping bool
+	restarts int
+	// restarted is closed and replaced at each restart.
+	restarted chan struct{}
 }
 
 // Start runs the process; its output is kept for Logs.
 func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.startLocked()
+}
+
+func (p *Process) startLocked() error {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	p.output = &bytes.Buffer{}
@@ -80,17 +92,92 @@ func (p *Process) Start() error {
 	p.cmd = cmd
 	done := make(chan struct{})
 	p.done = done
-	go func() { _ = cmd.Wait(); close(done) }()
+	if p.restarted == nil {
+		p.restarted = make(chan struct{})
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+		p.restartIfExited(cmd)
+	}()
 	return nil
+}
+
+// restartIfExited starts a supervised process again when cmd, its current
+// run, ended without Kill.
+func (p *Process) restartIfExited(cmd *exec.Cmd) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.Supervised || p.stopping || p.cmd != cmd {
+		return
+	}
+	p.logs.WriteString(fmt.Sprintf("---- %s exited by itself: %v; restarted ----\n", p.Name, cmd.ProcessState))
+	p.logs.Write(p.output.Bytes())
+	p.cmd = nil
+	for {
+		err := p.startLocked()
+		if err == nil {
+			break
+		}
+		// The binary is there (it just ran): a failed start is the machine's
+		// moment; try again, as the kubelet does with a back-off.
+		p.logs.WriteString(fmt.Sprintf("---- %s: %v; retrying ----\n", p.Name, err))
+		p.mu.Unlock()
+		time.Sleep(time.Second)
+		p.mu.Lock()
+		if p.stopping || p.cmd != nil {
+			return
+		}
+	}
+	p.restarts++
+	close(p.restarted)
+	p.restarted = make(chan struct{})
+}
+
+// Restarts is how many times a supervised process was restarted after
+// exiting by itself.
+func (p *Process) Restarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
+// RestartedSince waits up to timeout until a supervised process has
+// restarted more than n times (n from Restarts before the expected exit).
+func (p *Process) RestartedSince(n int, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		p.mu.Lock()
+		count, restarted := p.restarts, p.restarted
+		p.mu.Unlock()
+		if count > n {
+			return true
+		}
+		if restarted == nil {
+			restarted = make(chan struct{}) // never started: wait out the timeout
+		}
+		select {
+		case <-restarted:
+		case <-deadline:
+			return false
+		}
+	}
 }
 
 // Kill sends sig (SIGKILL for a crash, SIGTERM for a shutdown), waits for
 // the process to exit (killing it after 30s) and returns how it exited, or
-// nil when it was not running. Forced says the 30s ran out.
+// nil when it was not running. Forced says the 30s ran out. A supervised
+// process is not restarted after Kill.
 func (p *Process) Kill(sig syscall.Signal) (state *os.ProcessState, forced bool) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.stopping = true
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.stopping = false
+		p.mu.Unlock()
+	}()
 	if cmd == nil {
 		return nil, false
 	}
@@ -120,8 +207,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
-// Exited waits up to timeout for the process to exit by itself and reports
-// whether it did; an exited process is collected so that Start runs it again.
+// Exited waits up to timeout for an unsupervised process to exit by itself
+// and reports whether it did; an exited process is collected so that Start
+// runs it again. For a supervised one, use RestartedSince.
 func (p *Process) Exited(timeout time.Duration) bool {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -135,10 +223,13 @@ func (p *Process) Exited(timeout time.Duration) bool {
 		return false
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != cmd {
+		return true // restarted meanwhile (supervised)
+	}
 	p.logs.WriteString(fmt.Sprintf("---- %s exited: %v ----\n", p.Name, cmd.ProcessState))
 	p.logs.Write(p.output.Bytes())
 	p.cmd = nil
-	p.mu.Unlock()
 	return true
 }
 

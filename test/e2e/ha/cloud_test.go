@@ -99,9 +99,9 @@ func TestNeverTwoReplicasChangeTheCloud(t *testing.T) {
 			h := holder(ctx, kube, nodes.name)
 			return h != was && h == identity(standby), "lease held by " + h
 		})
+		restarts := leader.Restarts()
 		require.NoError(t, leader.Signal(syscall.SIGCONT))
-		require.True(t, leader.Exited(30*time.Second), "%s exits once it wakes without its lease", leader.Name)
-		require.NoError(t, leader.Start(), "and comes back as the standby")
+		require.True(t, leader.RestartedSince(restarts, 30*time.Second), "%s exits once it wakes without its lease, and comes back as the standby", leader.Name)
 		eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready nodes", size), func(ctx context.Context) (bool, string) {
 			return readyNodes(ctx, kube, ns, "web", int(size))
 		})

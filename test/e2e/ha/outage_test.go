@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,44 +22,6 @@ import (
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/test/framework"
 )
-
-// supervise restarts a controller that exited, as the kubelet restarts a
-// container, until the test ends; it returns the restart count.
-func supervise(t *testing.T, procs ...*framework.Process) func() int {
-	t.Helper()
-	var mu sync.Mutex
-	restarts := 0
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-			for _, p := range procs {
-				if !p.Running() && p.Exited(0) {
-					if err := p.Start(); err == nil {
-						mu.Lock()
-						restarts++
-						mu.Unlock()
-					}
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-	})
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return restarts
-	}
-}
 
 // TestAPIServerAndEtcdOutages stops kube-apiserver during a scale-up and
 // during a drain, and etcd during a scale-up, each for longer than the
@@ -82,7 +43,9 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 			}
 		}
 	})
-	restarts := supervise(t, c.NodeSet, c.Node)
+	// Both are supervised (framework.NewControllers): restarted when they
+	// exit, as in a cluster.
+	restarts := func() int { return c.NodeSet.Restarts() + c.Node.Restarts() }
 	require.NoError(t, c.WaitReady(ctx))
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
