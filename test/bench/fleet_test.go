@@ -88,6 +88,9 @@ type result struct {
 	// Requests over the whole run, by source; leader election's are lease
 	// renewals and acquisitions.
 	Refused map[string]float64 `json:"refused429"`
+	// ConflictsAfter are the node controller's Node writes refused with
+	// 409, per node, by who wrote the Node last before them.
+	ConflictsAfter map[string]float64 `json:"nodeConflictsAfterPerNode"`
 	// LeaseRenewalMaxSeconds is the longest a leader-election request took
 	// at the API server.
 	LeaseRenewalMaxSeconds float64 `json:"leaseRenewalMaxSeconds"`
@@ -200,7 +203,7 @@ func report(b *testing.B, results []*result) {
 	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
 	t.row("  ratio (target <= 1.2; uncapped <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
 	stepRows(t, downSteps, func(r *result) *steps { return r.ScaleDown })
-	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets"} {
+	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets", "kube-controller-manager"} {
 		label := "writes per node, " + k
 		if k == "controllers" {
 			label += " (target <= 5)"
@@ -233,6 +236,9 @@ func report(b *testing.B, results []*result) {
 		t.row(label, func(r *result) string { return cell(r.Refused, k) })
 	}
 	t.row("slowest leader-election request, s", func(r *result) string { return num(r.LeaseRenewalMaxSeconds) })
+	for _, k := range sortedKeys(results, func(r *result) map[string]float64 { return r.ConflictsAfter }) {
+		t.row("node-controller 409s per node after "+k, func(r *result) string { return cell(r.ConflictsAfter, k) })
+	}
 	for _, k := range []string{"nodeset-controller", "node-controller"} {
 		t.row("CPU s, "+k, func(r *result) string { return num(r.CPUSeconds[k]) })
 	}
@@ -428,6 +434,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		b.Fatal(err)
 	}
 	r.Refused, r.LeaseRenewalMaxSeconds = refusals(events)
+	r.ConflictsAfter = conflictsAfter(events, n)
 	up, err := cp.AuditEvents(upStart, idleStart)
 	if err != nil {
 		b.Fatal(err)
@@ -515,6 +522,11 @@ func countRequests(b *testing.B, cp *framework.ControlPlane, r *result, n int, l
 		}
 		for _, e := range events {
 			src := source(e)
+			if e.User.Username == framework.ControllerManagerName && e.IsWrite() && !e.IsLeaderElection() {
+				// kube-controller-manager's work for the same Nodes (taints,
+				// its own bookkeeping): not nodeset's, but the API server's.
+				r.WritesPerNode["kube-controller-manager"] += 1 / float64(n)
+			}
 			if src == "" || src == "leader-election" {
 				continue
 			}

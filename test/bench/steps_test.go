@@ -175,6 +175,32 @@ func refusals(events []framework.AuditEvent) (map[string]float64, float64) {
 	return refused, leaseMax.Seconds()
 }
 
+// conflictsAfter counts the node controller's Node writes refused with 409,
+// per node, by the writer of the last successful write of that Node
+// received before: what the node controller's cached copy missed.
+func conflictsAfter(events []framework.AuditEvent, n int) map[string]float64 {
+	out := map[string]float64{}
+	lastWriter := map[string]string{}
+	for _, e := range events {
+		if e.ObjectRef == nil || e.ObjectRef.Resource != "nodes" || !e.IsWrite() {
+			continue
+		}
+		name := e.ObjectRef.Name
+		if e.Succeeded() {
+			writer := source(e)
+			if writer == "" {
+				writer = e.User.Username
+			}
+			lastWriter[name] = writer
+			continue
+		}
+		if e.ResponseStatus != nil && e.ResponseStatus.Code == 409 && source(e) == "node-controller" {
+			out[lastWriter[name]] += 1 / float64(n)
+		}
+	}
+	return out
+}
+
 // grantBaseline lets the baseline's user manage Nodes.
 func grantBaseline(b *testing.B, cp *framework.ControlPlane) {
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
@@ -291,4 +317,17 @@ func TestRefusals(t *testing.T) {
 	})
 	assert.Equal(t, map[string]float64{"leader-election": 1, "controllers": 1, "simulated-kubelets": 0}, refused)
 	assert.InDelta(t, 1.5, slowest, 1e-9)
+}
+
+func TestConflictsAfter(t *testing.T) {
+	now := time.Now()
+	events := []framework.AuditEvent{
+		auditEvent("node-controller", "node-controller", "update", "nodes", "", "a", "", now, now, 200),
+		auditEvent(framework.ControllerManagerName, "kube-controller-manager", "update", "nodes", "", "a", "", now, now, 200),
+		auditEvent("node-controller", "node-controller", "update", "nodes", "", "a", "", now, now, 409),
+		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "status", "b", "", now, now, 200),
+		auditEvent("node-controller", "node-controller", "update", "nodes", "", "b", "", now, now, 409),
+		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "a", "", now, now, 409),
+	}
+	assert.Equal(t, map[string]float64{framework.ControllerManagerName: 0.5, "simulated-kubelets": 0.5}, conflictsAfter(events, 2))
 }
