@@ -1,15 +1,11 @@
 package eksasg
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -317,29 +313,22 @@ type throttlingProxy struct {
 }
 
 func (p *throttlingProxy) start(t *testing.T, upstream string) string {
-	target, err := url.Parse(upstream)
-	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		form, _ := url.ParseQuery(string(body))
-		if form.Get("Action") == p.operation {
-			p.mu.Lock()
-			p.attempts++
-			throttled := p.attempts <= p.throttle
-			p.mu.Unlock()
-			if throttled {
-				w.Header().Set("Content-Type", "text/xml")
-				w.WriteHeader(http.StatusBadRequest)
-				fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>r</RequestId></ErrorResponse>`)
-				return
-			}
+	return framework.StartInterceptor(t, upstream, func(w http.ResponseWriter, _ *http.Request, _ []byte, form url.Values) bool {
+		if form.Get("Action") != p.operation {
+			return false
 		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(server.Close)
-	return server.URL
+		p.mu.Lock()
+		p.attempts++
+		throttled := p.attempts <= p.throttle
+		p.mu.Unlock()
+		if !throttled {
+			return false
+		}
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>r</RequestId></ErrorResponse>`)
+		return true
+	})
 }
 
 func TestThrottlingIsRetriedThenReported(t *testing.T) {

@@ -1,13 +1,10 @@
 package awsdrivers
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"path"
 	"regexp"
@@ -58,16 +55,7 @@ type lifecycleRecorder struct {
 }
 
 func (r *lifecycleRecorder) start(t *testing.T, upstream string) string {
-	target, err := url.Parse(upstream)
-	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, err := io.ReadAll(req.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
+	return framework.StartInterceptor(t, upstream, func(w http.ResponseWriter, req *http.Request, _ []byte, form url.Values) bool {
 		r.mu.Lock()
 		refuse := r.refuseAcks && req.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessageBatch"
 		if refuse {
@@ -76,27 +64,24 @@ func (r *lifecycleRecorder) start(t *testing.T, upstream string) string {
 		r.mu.Unlock()
 		if refuse {
 			http.Error(w, `{"__type":"ServiceUnavailable","message":"refused by the test"}`, http.StatusServiceUnavailable)
-			return
+			return true
 		}
-		form, _ := url.ParseQuery(string(body))
-		switch action := form.Get("Action"); action {
-		case "CompleteLifecycleAction", "RecordLifecycleActionHeartbeat":
-			r.mu.Lock()
-			if action == "CompleteLifecycleAction" {
-				r.completed = append(r.completed, completedAction{instance: form.Get("InstanceId"), token: form.Get("LifecycleActionToken"),
-					result: form.Get("LifecycleActionResult"), hook: form.Get("LifecycleHookName"), at: time.Now()})
-			} else {
-				r.heartbeats++
-			}
-			r.mu.Unlock()
-			w.Header().Set("Content-Type", "text/xml")
-			fmt.Fprintf(w, `<%[1]sResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><%[1]sResult/><ResponseMetadata><RequestId>00000000-0000-4000-8000-000000000001</RequestId></ResponseMetadata></%[1]sResponse>`, action)
-		default:
-			proxy.ServeHTTP(w, req)
+		action := form.Get("Action")
+		if action != "CompleteLifecycleAction" && action != "RecordLifecycleActionHeartbeat" {
+			return false
 		}
-	}))
-	t.Cleanup(server.Close)
-	return server.URL
+		r.mu.Lock()
+		if action == "CompleteLifecycleAction" {
+			r.completed = append(r.completed, completedAction{instance: form.Get("InstanceId"), token: form.Get("LifecycleActionToken"),
+				result: form.Get("LifecycleActionResult"), hook: form.Get("LifecycleHookName"), at: time.Now()})
+		} else {
+			r.heartbeats++
+		}
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<%[1]sResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><%[1]sResult/><ResponseMetadata><RequestId>00000000-0000-4000-8000-000000000001</RequestId></ResponseMetadata></%[1]sResponse>`, action)
+		return true
+	})
 }
 
 func (r *lifecycleRecorder) holdAcks(hold bool) {

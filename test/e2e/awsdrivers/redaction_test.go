@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strings"
@@ -53,14 +51,8 @@ type echoingCloud struct {
 
 func startEchoingCloud(t *testing.T, upstream string) *echoingCloud {
 	t.Helper()
-	target, err := url.Parse(upstream)
-	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
 	c := &echoingCloud{echoing: map[string]string{}, echoed: map[string]int{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		form, _ := url.ParseQuery(string(body))
+	c.url = framework.StartInterceptor(t, upstream, func(w http.ResponseWriter, r *http.Request, body []byte, form url.Values) bool {
 		action := form.Get("Action")
 		// Only the planted class's own requests are answered with its
 		// secret: a cloud quotes what the caller sent, never another
@@ -75,8 +67,7 @@ func startEchoingCloud(t *testing.T, upstream string) *echoingCloud {
 		}
 		c.mu.Unlock()
 		if !echo {
-			proxy.ServeHTTP(w, r)
-			return
+			return false
 		}
 		var msg bytes.Buffer
 		_ = xml.EscapeText(&msg, []byte(fmt.Sprintf("request %s signed with %q, session token %s, secret %s",
@@ -85,12 +76,11 @@ func startEchoingCloud(t *testing.T, upstream string) *echoingCloud {
 		w.WriteHeader(http.StatusBadRequest)
 		if strings.Contains(string(body), "Version=2011-01-01") { // Auto Scaling
 			fmt.Fprintf(w, `<ErrorResponse><Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error><RequestId>echo</RequestId></ErrorResponse>`, code, msg.String())
-			return
+			return true
 		}
 		fmt.Fprintf(w, `<Response><Errors><Error><Code>%s</Code><Message>%s</Message></Error></Errors><RequestID>echo</RequestID></Response>`, code, msg.String())
-	}))
-	t.Cleanup(srv.Close)
-	c.url = srv.URL
+		return true
+	})
 	return c
 }
 
