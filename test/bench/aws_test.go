@@ -87,6 +87,7 @@ func awsFleet(b *testing.B, sets, perSet int) *awsResult {
 		b.Fatal(err)
 	}
 	defer controllers.Stop()
+	defer noRestarts(b, controllers)
 	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := controllers.WaitReady(readyCtx); err != nil {

@@ -305,6 +305,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		b.Fatal(err)
 	}
 	defer controllers.Stop()
+	defer noRestarts(b, controllers)
 	if err := controllers.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}

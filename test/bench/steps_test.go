@@ -201,6 +201,17 @@ func conflictsAfter(events []framework.AuditEvent, n int) map[string]float64 {
 	return out
 }
 
+// noRestarts fails the benchmark when a controller exited during the run
+// (and was restarted by its supervision): its figures would be of two
+// processes, not one run.
+func noRestarts(b *testing.B, c *framework.Controllers) {
+	for _, p := range []*framework.Process{c.NodeSet, c.Node} {
+		if n := p.Restarts(); n > 0 {
+			b.Errorf("%s exited and was restarted %d times during the run; its figures are not one run's", p.Name, n)
+		}
+	}
+}
+
 // grantBaseline lets the baseline's user manage Nodes.
 func grantBaseline(b *testing.B, cp *framework.ControlPlane) {
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())

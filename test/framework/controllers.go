@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -213,6 +214,24 @@ func (c *Controllers) WaitReady(ctx context.Context) error {
 func (c *Controllers) Stop() {
 	c.NodeSet.Kill(sigterm)
 	c.Node.Kill(sigterm)
+}
+
+// FailOnCrash makes t fail, when it ends, if a run of any of procs ended in
+// a panic or a Go runtime failure while t ran: supervision restarts them,
+// and must not hide a bug.
+func FailOnCrash(t testing.TB, procs ...*Process) {
+	t.Helper()
+	before := make([]int, len(procs))
+	for i, p := range procs {
+		before[i] = len(p.Crashes())
+	}
+	t.Cleanup(func() {
+		for i, p := range procs {
+			for _, crash := range p.Crashes()[before[i]:] {
+				t.Errorf("%s crashed and was restarted: %s", p.Name, crash)
+			}
+		}
+	})
 }
 
 // Machine is one entry of the node controller's /debug/machines.

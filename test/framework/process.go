@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -68,6 +69,9 @@ type Process struct {
 	done     chan struct{}
 	stopping bool
 	restarts int
+	// crashes are the first lines of the panics and runtime failures
+	// that ended supervised runs.
+	crashes []string
 	// restarted is closed and replaced at each restart.
 	restarted chan struct{}
 }
@@ -113,6 +117,9 @@ func (p *Process) restartIfExited(cmd *exec.Cmd) {
 	}
 	p.logs.WriteString(fmt.Sprintf("---- %s exited by itself: %v; restarted ----\n", p.Name, cmd.ProcessState))
 	p.logs.Write(p.output.Bytes())
+	if crash := crashLine(p.output.String()); crash != "" {
+		p.crashes = append(p.crashes, crash)
+	}
 	p.cmd = nil
 	for {
 		err := p.startLocked()
@@ -140,6 +147,25 @@ func (p *Process) Restarts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.restarts
+}
+
+// Crashes are the panics and Go runtime failures (their first line) that
+// ended a supervised process's runs: unlike a lost lease, a bug, which a
+// restart must not hide.
+func (p *Process) Crashes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.crashes...)
+}
+
+// crashLine is the line of output that says a Go program crashed, if any.
+func crashLine(output string) string {
+	for _, line := range strings.Split(output, "\n") {
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") || strings.HasPrefix(line, "WARNING: DATA RACE") {
+			return line
+		}
+	}
+	return ""
 }
 
 // RestartedSince waits up to timeout until a supervised process has

@@ -47,3 +47,18 @@ func TestUnsupervisedProcessStaysExited(t *testing.T) {
 	assert.False(t, p.Running())
 	assert.Zero(t, p.Restarts())
 }
+
+// TestCrashesAreRecorded: a supervised run that ended in a panic is
+// restarted and recorded as a crash; an ordinary exit is not a crash.
+func TestCrashesAreRecorded(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran-once")
+	p := &Process{Name: "panics", Path: "/bin/sh", Supervised: true,
+		Args: []string{"-c", `if [ -e "$0" ]; then exec sleep 300; fi; : > "$0"; echo "panic: runtime error: index out of range" >&2; exit 2`, marker}}
+	require.NoError(t, p.Start())
+	t.Cleanup(func() { p.Kill(syscall.SIGKILL) })
+	require.True(t, p.RestartedSince(0, time.Minute))
+	assert.Equal(t, []string{"panic: runtime error: index out of range"}, p.Crashes())
+
+	assert.Empty(t, crashLine("lost the lease\nexiting\n"), "a lost lease is not a crash")
+	assert.Equal(t, "fatal error: concurrent map writes", crashLine("x\nfatal error: concurrent map writes\ngoroutine 1"))
+}

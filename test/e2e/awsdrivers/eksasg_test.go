@@ -93,6 +93,7 @@ func newEnvWith(t *testing.T, through func(endpoint string) string, nodeArgs ...
 	require.NoError(t, err)
 	e.ctrl.Node.Env = append(e.ctrl.Node.Env, "AWS_EC2_METADATA_DISABLED=true")
 	require.NoError(t, e.ctrl.Start())
+	framework.FailOnCrash(t, e.ctrl.NodeSet, e.ctrl.Node)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("node-controller logs:\n%s", tail(e.ctrl.Node.Logs(), 80))

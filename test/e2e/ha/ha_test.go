@@ -202,6 +202,7 @@ func startAll(t *testing.T, cp *framework.ControlPlane, all ...*framework.Proces
 	for _, p := range all {
 		require.NoError(t, p.Start())
 	}
+	framework.FailOnCrash(t, all...)
 	t.Cleanup(func() {
 		for _, p := range all {
 			_ = p.Signal(syscall.SIGCONT)

@@ -35,6 +35,7 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
 	require.NoError(t, err)
 	require.NoError(t, c.Start())
+	framework.FailOnCrash(t, c.NodeSet, c.Node)
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {

@@ -54,6 +54,7 @@ func startControllers(t *testing.T) *controllers {
 		}
 	})
 	require.NoError(t, setupErr)
+	framework.FailOnCrash(t, shared.nodeset, shared.node)
 	require.NoError(t, shared.Start())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
