@@ -158,9 +158,16 @@ func (e *noticeEnv) workload(ctx context.Context, namespace, set, first string, 
 	require.NoError(e.t, framework.StartPods(ctx, e.kube, namespace))
 	e.t.Cleanup(func() {
 		// Node names come again in the next test's moto: pods left bound
-		// to them would be on its Nodes.
+		// to them would be on its Nodes, and would hold up their drains
+		// (no kubelet finishes them). The ReplicaSets go first and are
+		// waited for: while one exists it makes pods again.
 		background := context.Background()
 		_ = e.kube.AppsV1().Deployments(namespace).Delete(background, "web", metav1.DeleteOptions{})
+		_ = e.kube.AppsV1().ReplicaSets(namespace).DeleteCollection(background, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = wait.PollUntilContextTimeout(background, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			sets, err := e.kube.AppsV1().ReplicaSets(namespace).List(ctx, metav1.ListOptions{})
+			return err == nil && len(sets.Items) == 0, nil
+		})
 		_ = e.kube.PolicyV1().PodDisruptionBudgets(namespace).Delete(background, "web", metav1.DeleteOptions{})
 		_ = e.kube.CoreV1().Pods(namespace).DeleteCollection(background, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 	})

@@ -48,6 +48,8 @@ func TestKubectlPlugin(t *testing.T) {
 		class.Spec.AllowedNamespaces = &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"elsewhere"}}
 	})
 	tenant(t, "tenant-a", ns)
+	// The VALID column is the node controller's verdict.
+	waitClassValid(t, "plugin-sim")
 
 	out, errText := plugin(t, "tenant-a", "-n", ns, "classes")
 	require.Empty(t, errText)

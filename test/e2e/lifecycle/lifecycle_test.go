@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -60,6 +61,20 @@ func createClass(t *testing.T, name string, mutate func(*nodesetv1alpha1.NodeCla
 	}
 	_, err := cs.NodesetV1alpha1().NodeClasses().Create(context.Background(), class, metav1.CreateOptions{})
 	require.NoError(t, err)
+}
+
+// waitClassValid waits until the node controller judged the class Valid.
+func waitClassValid(t *testing.T, name string) {
+	t.Helper()
+	_, cs := clients(t)
+	eventually(t, time.Minute, "NodeClass "+name+" Valid", func(ctx context.Context) (bool, string) {
+		class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("Valid: %+v", cond)
+	})
 }
 
 func createSet(t *testing.T, namespace, name, class string, replicas int32) *nodesetv1alpha1.NodeSet {
