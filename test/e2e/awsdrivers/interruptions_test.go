@@ -339,14 +339,16 @@ func TestLifecycleActionIsCompletedOnlyAfterTheDrain(t *testing.T) {
 	event := framework.TerminateLifecycleAction(region, group, eksasg.HookName, instance, "token-1", time.Now())
 	e.queue.Put(t, event)
 	e.queue.Put(t, event) // delivered twice
-	var drained time.Time
+	// lastWithPods is when the last look that found pods on the Node
+	// began: they were there at some moment after it, so an action
+	// completed before it was completed while the Node still had pods.
+	var lastWithPods time.Time
 	e.waitFor("the Node drained", 2*time.Minute, func() (bool, string) {
 		completed := len(e.lifecycle.actions())
+		looked := time.Now()
 		n := e.podsOn(ns, victim.Name)
-		if n == 0 && drained.IsZero() {
-			drained = time.Now()
-		}
 		if n > 0 {
+			lastWithPods = looked
 			assert.Zero(t, completed, "no lifecycle action is completed while pods are on the Node")
 		}
 		return n == 0, fmt.Sprintf("%d pods on %s", n, victim.Name)
@@ -356,7 +358,7 @@ func TestLifecycleActionIsCompletedOnlyAfterTheDrain(t *testing.T) {
 	})
 	first := e.lifecycle.actions()[0]
 	assert.Equal(t, completedAction{instance: instance, token: "token-1", result: "CONTINUE", hook: eksasg.HookName, at: first.at}, first)
-	assert.False(t, first.at.Before(drained), "completed at %s, after the drain ended at %s", first.at, drained)
+	assert.True(t, first.at.After(lastWithPods), "completed at %s, while pods were still on the Node (seen by the look begun at %s)", first.at, lastWithPods)
 	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
 	e.converged(ns, "web", group, 2, 2*time.Minute)
 	assert.EqualValues(t, 2, e.replicas(ns))
