@@ -113,16 +113,21 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	}
 	// writesTookEffect: want of the writes took effect (the converged
 	// Nodes say so); the audit log must agree: no more succeeded than
-	// that, and with those of unknown outcome, enough. None wanted means
-	// none tried.
-	writesTookEffect := func(what string, want, succeeded, unknown int) {
+	// that, and, where the log is complete, with those of unknown outcome,
+	// enough. It is not complete across a kube-apiserver SIGKILL: a write
+	// in flight may reach etcd while its audit event dies with the
+	// process. None wanted means none tried.
+	writesTookEffect := func(what string, want, succeeded, unknown int, logComplete bool) {
 		t.Helper()
 		if want == 0 {
 			assert.Zero(t, succeeded+unknown, "%s: none wanted, %d succeeded and %d of unknown outcome (5xx) in the audit log", what, succeeded, unknown)
 			return
 		}
-		assert.True(t, succeeded <= want && want <= succeeded+unknown,
+		assert.True(t, succeeded <= want && (!logComplete || want <= succeeded+unknown),
 			"%s: %d wanted, %d succeeded and %d of unknown outcome (5xx) in the audit log", what, want, succeeded, unknown)
+		if succeeded+unknown < want {
+			t.Logf("%s: %d of %d writes are not in the audit log: in flight when kube-apiserver was killed", what, want-succeeded-unknown, want)
+		}
 	}
 	converge := func(n int) {
 		t.Helper()
@@ -152,8 +157,8 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	outage("kube-apiserver")
 	converge(8)
 	w := nodeWrites(mark)
-	writesTookEffect("each Node created once across the outage", 8, w.created, w.creates5xx)
-	writesTookEffect("no Node deleted during a scale-up", 0, w.deleted, w.deletes5xx)
+	writesTookEffect("each Node created once across the outage", 8, w.created, w.creates5xx, false)
+	writesTookEffect("no Node deleted during a scale-up", 0, w.deleted, w.deletes5xx, false)
 
 	// 2. kube-apiserver goes away while 5 Nodes drain behind a budget that
 	// allows no eviction; they are deprovisioned at the drain timeout.
@@ -177,8 +182,8 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	outage("kube-apiserver")
 	converge(3)
 	w = nodeWrites(mark)
-	writesTookEffect("no Node created during a scale-down", 0, w.created, w.creates5xx)
-	writesTookEffect("exactly the 5 Nodes the scale-down chose were deleted", 5, w.deleted, w.deletes5xx)
+	writesTookEffect("no Node created during a scale-down", 0, w.created, w.creates5xx, false)
+	writesTookEffect("exactly the 5 Nodes the scale-down chose were deleted", 5, w.deleted, w.deletes5xx, false)
 	kept := nodeNames(ctx, kube)
 	for _, n := range kept {
 		assert.Contains(t, names, n, "the remaining Nodes are the ones that were there")
@@ -191,8 +196,8 @@ func TestAPIServerAndEtcdOutages(t *testing.T) {
 	outage("etcd")
 	converge(7)
 	w = nodeWrites(mark)
-	writesTookEffect("each Node created once across the etcd outage", 4, w.created, w.creates5xx)
-	writesTookEffect("no Node deleted during a scale-up", 0, w.deleted, w.deletes5xx)
+	writesTookEffect("each Node created once across the etcd outage", 4, w.created, w.creates5xx, true)
+	writesTookEffect("no Node deleted during a scale-up", 0, w.deleted, w.deletes5xx, true)
 
 	scale(t, cs, "outage", "web", 0)
 	require.NoError(t, kube.PolicyV1().PodDisruptionBudgets("outage").Delete(ctx, "guard", metav1.DeleteOptions{}))
