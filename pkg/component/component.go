@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -178,7 +179,7 @@ func Run(o Options, p Process) error {
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
 		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity,
 		MayAct:  func() error { return nil },
-		NewKube: func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(fenced.Config) }}
+		NewKube: func() (kubernetes.Interface, error) { return NewKube(fenced.Config) }}
 	if writes != nil {
 		clients.MayAct = writes.mayAct
 	}
@@ -314,7 +315,7 @@ type clientSet struct {
 }
 
 func newClients(cfg *rest.Config) (clientSet, error) {
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := NewKube(cfg)
 	if err != nil {
 		return clientSet{}, err
 	}
@@ -323,6 +324,18 @@ func newClients(cfg *rest.Config) (clientSet, error) {
 		return clientSet{}, err
 	}
 	return clientSet{Config: cfg, Kube: kube, Nodeset: nodeset}, nil
+}
+
+// NewKube is a client of the built-in APIs that speaks protobuf, as
+// kube-controller-manager and the kubelet do: decoding a Node costs the
+// client several times less than from JSON, and the API server serializes
+// each watched change once for every protobuf watcher. Clients of
+// NodeSets and NodeClasses (custom resources, JSON only) use cfg as it is.
+func NewKube(cfg *rest.Config) (kubernetes.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return kubernetes.NewForConfig(cfg)
 }
 
 // utilRuntimeScheme lets Events refer to NodeSets and NodeClasses.

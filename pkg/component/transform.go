@@ -17,3 +17,17 @@ func StripNodeStatus(obj any) (any, error) {
 	}
 	return obj, err
 }
+
+// StripNodeStatusButVolumes is StripNodeStatus that also keeps the volumes
+// attached to each Node, which the node controller's drain waits for
+// (drain.waitForVolumeDetach). The process may update cached Nodes: an
+// update of a Node leaves its status as the API server has it (only the
+// status subresource writes it); its status writes must be patches of
+// their own fields.
+func StripNodeStatusButVolumes(obj any) (any, error) {
+	obj, err := StripManagedFields(obj)
+	if node, ok := obj.(*corev1.Node); ok {
+		node.Status = corev1.NodeStatus{Conditions: node.Status.Conditions, VolumesAttached: node.Status.VolumesAttached}
+	}
+	return obj, err
+}

@@ -37,6 +37,25 @@ func TestStripNodeStatusKeepsWhatTheNodeSetControllerReads(t *testing.T) {
 	assert.Nil(t, out.(*corev1.Namespace).ManagedFields, "other objects lose their managed fields alone")
 }
 
+func TestStripNodeStatusButVolumesKeepsWhatTheNodeControllerReads(t *testing.T) {
+	attached := []corev1.AttachedVolume{{Name: "kubernetes.io/csi/ebs^vol-1", DevicePath: "/dev/xvdba"}}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "a", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Status: corev1.NodeStatus{
+			Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			VolumesAttached: attached,
+			Images:          []corev1.ContainerImage{{Names: []string{"registry.example/app:1"}, SizeBytes: 1}},
+			NodeInfo:        corev1.NodeSystemInfo{KubeletVersion: "v1.37.2"},
+		},
+	}
+	out, err := StripNodeStatusButVolumes(node)
+	require.NoError(t, err)
+	got := out.(*corev1.Node)
+	assert.Nil(t, got.ManagedFields)
+	assert.Equal(t, corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		VolumesAttached: attached}, got.Status)
+}
+
 func TestSpamKeyByReasonSeparatesReasons(t *testing.T) {
 	event := func(reason string) *corev1.Event {
 		return &corev1.Event{Source: corev1.EventSource{Component: "node-controller"}, Type: corev1.EventTypeNormal, Reason: reason,

@@ -388,7 +388,7 @@ func (f *Fleet) renewLease(ctx context.Context, name string, lease *coordination
 			},
 		}, metav1.CreateOptions{})
 		if err == nil || !apierrors.IsAlreadyExists(err) {
-			return created, err
+			return withoutManagedFields(created, err)
 		}
 		if lease, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return nil, err
@@ -397,7 +397,17 @@ func (f *Fleet) renewLease(ctx context.Context, name string, lease *coordination
 	lease = lease.DeepCopy()
 	lease.Spec.RenewTime = &renew
 	lease.Spec.HolderIdentity = ptr.To(name)
-	return leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return withoutManagedFields(leases.Update(ctx, lease, metav1.UpdateOptions{}))
+}
+
+// withoutManagedFields drops the managed fields of a Lease kept for its next
+// renewal: a fleet keeps one per Node, and an update without them leaves
+// the API server's as they are.
+func withoutManagedFields(lease *coordinationv1.Lease, err error) (*coordinationv1.Lease, error) {
+	if lease != nil {
+		lease.ManagedFields = nil
+	}
+	return lease, err
 }
 
 // internalIP derives a stable address in 10.128.0.0/9 from the node's name.

@@ -216,7 +216,7 @@ func Main(name string, extra ...Driver) int {
 		},
 		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registryOnce.Load)},
 		Start: func(ctx context.Context, clients component.Clients) error {
-			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripManagedFields))
+			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatusButVolumes))
 			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			nodes := kubeFactory.Core().V1().Nodes()
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
@@ -258,7 +258,7 @@ func Main(name string, extra ...Driver) int {
 				// Its own field manager ("nodeset-simulated-kubelet"); the
 				// replica, as for every request of the process.
 				kubeletConfig.UserAgent = "nodeset-simulated-kubelet/v1alpha1 replica/" + clients.Identity
-				kubeletClient, err := kubernetes.NewForConfig(kubeletConfig)
+				kubeletClient, err := component.NewKube(kubeletConfig)
 				if err != nil {
 					return err
 				}

@@ -3,7 +3,12 @@
 package nodeutil
 
 import (
+	"encoding/json"
+	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -94,4 +99,68 @@ func IsReady(node *corev1.Node) bool {
 // WithoutString returns list without any s, as a new slice.
 func WithoutString(list []string, s string) []string {
 	return slices.DeleteFunc(slices.Clone(list), func(item string) bool { return item == s })
+}
+
+// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// pointer escapes a key for a JSON pointer (RFC 6901).
+func pointer(key string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+}
+
+// CordonPatch is a JSON patch that marks this Node (by UID) unschedulable
+// and sets the given annotations. Unlike an update it does not fail because
+// another writer changed the Node since it was read (a kubelet's status, a
+// taint of kube-controller-manager); it fails when the Node was replaced
+// under the same name.
+func CordonPatch(node *corev1.Node, annotations map[string]string) []byte {
+	ops := append(sameUID(node), jsonPatchOp{Op: "add", Path: "/spec/unschedulable", Value: true})
+	if len(annotations) > 0 {
+		if node.Annotations == nil {
+			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations", Value: annotations})
+		} else {
+			for _, k := range slices.Sorted(maps.Keys(annotations)) {
+				ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations/" + pointer(k), Value: annotations[k]})
+			}
+		}
+	}
+	return marshalPatch(ops)
+}
+
+// RemoveFinalizerPatch is a JSON patch that removes finalizer from this
+// Node (by UID), where the copy read has it; ok is false when it has not.
+// It fails, rather than remove anything else, when the Node was replaced
+// under the same name or its finalizers changed since it was read; other
+// changes to the Node do not make it conflict as an update would.
+func RemoveFinalizerPatch(node *corev1.Node, finalizer string) (patch []byte, ok bool) {
+	i := slices.Index(node.Finalizers, finalizer)
+	if i < 0 {
+		return nil, false
+	}
+	at := "/metadata/finalizers/" + strconv.Itoa(i)
+	return marshalPatch(append(sameUID(node),
+		jsonPatchOp{Op: "test", Path: at, Value: finalizer},
+		jsonPatchOp{Op: "remove", Path: at})), true
+}
+
+// sameUID tests that the Node is the one read (every Node the API server
+// returns has a UID; a copy without one tests nothing).
+func sameUID(node *corev1.Node) []jsonPatchOp {
+	if node.UID == "" {
+		return nil
+	}
+	return []jsonPatchOp{{Op: "test", Path: "/metadata/uid", Value: node.UID}}
+}
+
+func marshalPatch(ops []jsonPatchOp) []byte {
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		panic(fmt.Sprintf("a JSON patch of strings and booleans: %v", err)) // cannot happen
+	}
+	return patch
 }

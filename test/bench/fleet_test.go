@@ -270,12 +270,23 @@ func stepRows(t *table[*result], names []string, of func(*result) *steps) {
 // qps and burst are the controllers' client limits here, and the baseline's.
 const qps, burst = 200, 400
 
-// kubeletQPS is the limit of the simulated kubelets together. Real kubelets
-// each have a client of their own (50 QPS by default), so N of them are not
-// held to one limit; at the controllers' 200 the simulated kubelets' own
-// writes (a status and a Lease for each new Node, then the renewals) became
-// what the scale-up waited on from N = 1000.
+// kubeletQPS is the limit of the simulated kubelets together for what
+// they do besides renewing Leases. Real kubelets each have a client of
+// their own (50 QPS by default), so N of them are not held to one limit;
+// at the controllers' 200 the simulated kubelets' own writes (a status and
+// a Lease for each new Node, then the renewals) became what the scale-up
+// waited on from N = 1000.
 const kubeletQPS = 1000
+
+// leaseRenewInterval is the simulated kubelets' (the kubelet's default).
+const leaseRenewInterval = 10 * time.Second
+
+// kubeletLimit is the simulated kubelets' QPS for n Nodes: kubeletQPS on
+// top of their renewals (n per leaseRenewInterval). With 1000 alone, the
+// 10,000 renewals of each 10 s took the whole budget, and the new Nodes'
+// kubelets, starved, reported Ready a minute and a half after their Node
+// was made.
+func kubeletLimit(n int) int { return kubeletQPS + int(float64(n)/leaseRenewInterval.Seconds()) }
 
 func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	ctx := context.Background()
@@ -285,18 +296,18 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	// lose its lease over a slow renewal.
 	limits := []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(burst),
 		"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
-	kubeletLimit, kubeletWorkers := strconv.Itoa(kubeletQPS), "8"
+	kubeletQPSFlag, kubeletBurstFlag, kubeletWorkers := strconv.Itoa(kubeletLimit(n)), strconv.Itoa(2*kubeletLimit(n)), "8"
 	if m.uncapped {
 		// The simulated kubelets too: real kubelets have a client each,
 		// and do not register one after another.
-		limits[0], kubeletLimit, kubeletWorkers = "--kube-api-qps=-1", "-1", "64"
+		limits[0], kubeletQPSFlag, kubeletWorkers = "--kube-api-qps=-1", "-1", "64"
 	}
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
 		// The node controller's default workers (the framework's tests run
 		// fewer).
-		NodeArgs: append([]string{"-v=1", "--workers=64", "--simulated-lease-renew-interval=10s",
-			"--simulated-kube-api-qps=" + kubeletLimit, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + strconv.Itoa(2*kubeletQPS)}, limits...),
+		NodeArgs: append([]string{"-v=1", "--workers=64", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
+			"--simulated-kube-api-qps=" + kubeletQPSFlag, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + kubeletBurstFlag}, limits...),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -121,9 +121,9 @@ func scaleDownTimes(events []framework.AuditEvent, start time.Time, prefix strin
 		switch {
 		case e.User.Username == "nodeset-controller" && e.Verb == "delete" && e.ObjectRef.Resource == "nodes" && strings.HasPrefix(name, prefix):
 			ends[name] = []time.Time{e.Completed}
-		case e.User.Username == "node-controller" && e.Verb == "update" && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "" && len(ends[name]) > 0:
-			// The first update after the delete is the cordon, the last
-			// the release.
+		case e.User.Username == "node-controller" && (e.Verb == "update" || e.Verb == "patch") && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "" && len(ends[name]) > 0:
+			// The first write after the delete is the cordon, the last
+			// the release (patches both, updates in earlier versions).
 			if len(ends[name]) == 1 {
 				ends[name] = append(ends[name], e.Completed)
 			} else {
@@ -295,15 +295,15 @@ func TestScaleDownTimes(t *testing.T) {
 		auditEvent("nodeset-controller", "nodeset-controller", "delete", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(5), at(20), 200),
 		// A's cordon, refused once, then done.
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(100), at(110), 409),
-		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(200), at(210), 200),
+		auditEvent("node-controller", "node-controller", "patch", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(200), at(210), 200),
 		// A list of every pod before B's cordon serves A only.
 		auditEvent("node-controller", "node-controller", "list", "pods", "", "", "/api/v1/pods?limit=500", at(300), at(310), 200),
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(400), at(420), 200),
 		// A kubelet's write and another Node's list are not B's steps.
-		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "update", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(450), at(460), 200),
+		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(450), at(460), 200),
 		auditEvent("node-controller", "node-controller", "list", "pods", "", "", "/api/v1/pods?fieldSelector=spec.nodeName%3Dfleet-bb", at(470), at(480), 200),
 		auditEvent("node-controller", "node-controller", "list", "pods", "", "", "/api/v1/pods?fieldSelector=spec.nodeName%3Dfleet-b", at(500), at(530), 200),
-		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(600), at(610), 200),
+		auditEvent("node-controller", "node-controller", "patch", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(600), at(610), 200),
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(900), at(920), 200),
 		// Not a Node of the set.
 		auditEvent("nodeset-controller", "nodeset-controller", "delete", "nodes", "", "other-c", "/api/v1/nodes/other-c", at(5), at(20), 200),

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -458,10 +459,8 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 func cordonedBeforeEvicting(actions []core.Action) bool {
 	cordoned := false
 	for _, a := range actions {
-		if u, ok := a.(core.UpdateAction); ok && a.GetResource().Resource == "nodes" {
-			if n, ok := u.GetObject().(*corev1.Node); ok && n.Spec.Unschedulable {
-				cordoned = true
-			}
+		if isCordon(a) {
+			cordoned = true
 		}
 		if a.GetVerb() == "create" && a.GetSubresource() == "eviction" {
 			return cordoned
@@ -470,14 +469,42 @@ func cordonedBeforeEvicting(actions []core.Action) bool {
 	return false
 }
 
+// nodePatchOps are the operations of a JSON patch of a Node, nil for any
+// other action.
+func nodePatchOps(a core.Action) []map[string]any {
+	p, ok := a.(core.PatchAction)
+	if !ok || a.GetResource().Resource != "nodes" || p.GetPatchType() != types.JSONPatchType {
+		return nil
+	}
+	var ops []map[string]any
+	if err := json.Unmarshal(p.GetPatch(), &ops); err != nil {
+		return nil
+	}
+	return ops
+}
+
+// isCordon: a's patch marks the Node unschedulable.
+func isCordon(a core.Action) bool {
+	return slices.ContainsFunc(nodePatchOps(a), func(op map[string]any) bool {
+		return op["op"] == "add" && op["path"] == "/spec/unschedulable" && op["value"] == true
+	})
+}
+
+// isRelease: a's patch removes the termination finalizer.
+func isRelease(a core.Action) bool {
+	ops := nodePatchOps(a)
+	return slices.ContainsFunc(ops, func(op map[string]any) bool {
+		return op["op"] == "test" && strings.HasPrefix(op["path"].(string), "/metadata/finalizers/") && op["value"] == nodesetv1alpha1.FinalizerTermination
+	}) && slices.ContainsFunc(ops, func(op map[string]any) bool { return op["op"] == "remove" })
+}
+
 func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 	f := deletedNodeFixture(t)
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "cordoned, found empty and deprovisioned in one sync")
-	updates := f.kube.Actions()
-	for _, a := range updates {
-		if a.GetVerb() == "update" {
-			assert.True(t, a.(core.UpdateAction).GetObject().(*corev1.Node).Spec.Unschedulable, "the first write is the cordon")
+	for _, a := range f.kube.Actions() {
+		if a.GetVerb() == "update" || a.GetVerb() == "patch" {
+			assert.True(t, isCordon(a), "the first write is the cordon")
 			break
 		}
 	}
@@ -493,17 +520,53 @@ func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 func TestDrainHasItsOwnClient(t *testing.T) {
 	f := deletedNodeFixture(t)
 	require.NoError(t, f.sync("web-a"))
-	assert.Equal(t, []string{"update nodes", "list pods"}, f.drainCalls)
+	assert.Equal(t, []string{"patch nodes", "list pods"}, f.drainCalls)
 	var releases int
 	for _, a := range f.kube.Actions() {
-		if update, ok := a.(core.UpdateAction); ok && a.GetResource().Resource == "nodes" {
-			if node := update.GetObject().(*corev1.Node); !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
-				releases++
-			}
+		if isRelease(a) {
+			releases++
 		}
 	}
 	assert.Equal(t, 1, releases, "the release")
 	assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release, on two clients")
+}
+
+// TestAnotherWriterDoesNotMakeTheReleaseConflict: kube-controller-manager
+// taints a cordoned Node (node.kubernetes.io/unschedulable) while its drain
+// runs. The release that follows in the same sync does not conflict with
+// that write, keeps the taint, and the termination takes two writes.
+func TestAnotherWriterDoesNotMakeTheReleaseConflict(t *testing.T) {
+	f := deletedNodeFixture(t)
+	f.kube.PrependReactor("list", "pods", func(core.Action) (bool, runtime.Object, error) {
+		// Between the cordon and the release, as kube-controller-manager would.
+		obj, err := f.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", "web-a")
+		require.NoError(t, err)
+		node := obj.(*corev1.Node).DeepCopy()
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+		require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), node, ""))
+		return false, nil, nil
+	})
+	require.NoError(t, f.sync("web-a"), "no conflict")
+	got := f.get("web-a")
+	assert.NotContains(t, got.Finalizers, nodesetv1alpha1.FinalizerTermination, "released")
+	assert.True(t, got.Spec.Unschedulable)
+	assert.Contains(t, got.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, "the other writer's taint stays")
+	assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release")
+}
+
+// TestReleaseOfANodeReplacedUnderItsNameFails: a Node deleted and made again
+// under the same name while the old one's machine went away is not
+// released by the old one's sync.
+func TestReleaseOfANodeReplacedUnderItsNameFails(t *testing.T) {
+	f := deletedNodeFixture(t)
+	old := f.get("web-a")
+	old.UID = "old"
+	require.NoError(t, f.nodeIndexer.Update(old))
+	replaced := old.DeepCopy()
+	replaced.UID = "new"
+	require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), replaced, ""))
+	require.Error(t, f.sync("web-a"))
+	assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination, "the new Node keeps its hold")
 }
 
 // TestReleasedNodeIsNotTerminatedTwice: a sync on the cache's older copy of a

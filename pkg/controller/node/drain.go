@@ -111,15 +111,14 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 	if err == nil && node.Spec.Unschedulable {
 		return node, started, nil
 	}
+	var annotations map[string]string
 	if err != nil {
 		started = c.opts.Now()
-		if node.Annotations == nil {
-			node.Annotations = map[string]string{}
-		}
-		node.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = started.UTC().Format(time.RFC3339)
+		annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: started.UTC().Format(time.RFC3339)}
 	}
-	node.Spec.Unschedulable = true
-	updated, err := c.opts.Drain.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	// A patch, not an update: the kubelet's status or another controller's
+	// write since the Node was read does not make the cordon conflict.
+	updated, err := c.opts.Drain.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, nodeutil.CordonPatch(node, annotations), metav1.PatchOptions{})
 	if err != nil {
 		return nil, started, err
 	}
@@ -234,9 +233,7 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 		return err
 	}
 	c.routine.record(node, ReasonDeprovisioned, deprovision.driver, fmt.Sprintf("Driver %s deleted the machine", deprovision.driver))
-	node.Finalizers = nodeutil.WithoutString(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
-	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := c.release(ctx, node); err != nil {
 		return err
 	}
 	c.released.set(node, struct{}{})
@@ -282,6 +279,25 @@ func (c *Controller) setDrainCondition(ctx context.Context, node *corev1.Node, r
 	}
 	node.ResourceVersion = updated.ResourceVersion
 	node.Status = updated.Status
+	return nil
+}
+
+// release removes the Node's termination finalizer, and with it the last
+// hold on a deleted Node. A JSON patch that names the finalizer and the
+// Node's UID, not an update: kube-controller-manager taints a cordoned Node
+// (node.kubernetes.io/unschedulable) while its drain runs, and an update
+// from the copy read before would conflict with that write. What else the
+// sync changed in its copy (the drain's end) is of no use once the Node is
+// released.
+func (c *Controller) release(ctx context.Context, node *corev1.Node) error {
+	patch, ok := nodeutil.RemoveFinalizerPatch(node, nodesetv1alpha1.FinalizerTermination)
+	if !ok {
+		return nil
+	}
+	_, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
 	return nil
 }
 
