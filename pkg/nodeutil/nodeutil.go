@@ -103,9 +103,25 @@ func WithoutString(list []string, s string) []string {
 
 // jsonPatchOp is one operation of a JSON patch (RFC 6902).
 type jsonPatchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
+	Op    string
+	Path  string
+	Value any
+}
+
+// MarshalJSON writes the value of every operation but "remove" (whose
+// value may be false or empty).
+func (o jsonPatchOp) MarshalJSON() ([]byte, error) {
+	if o.Op == "remove" {
+		return json.Marshal(struct {
+			Op   string `json:"op"`
+			Path string `json:"path"`
+		}{o.Op, o.Path})
+	}
+	return json.Marshal(struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}{o.Op, o.Path, o.Value})
 }
 
 // pointer escapes a key for a JSON pointer (RFC 6901).
@@ -163,4 +179,69 @@ func marshalPatch(ops []jsonPatchOp) []byte {
 		panic(fmt.Sprintf("a JSON patch of strings and booleans: %v", err)) // cannot happen
 	}
 	return patch
+}
+
+// ChangePatch is a JSON patch that makes of the Node read what want is, in
+// its labels, annotations, finalizers, providerID, unschedulable and
+// taints, and tests that the Node is the one read (by UID) and that each
+// list it replaces is as read. Unlike an update it does not fail because
+// another writer changed something else since (a kubelet's status or
+// labels); a list or map read empty is set whole, so the patch then also
+// tests the resourceVersion, as an update would. changed is false when
+// want differs from read in none of these.
+func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
+	ops, guard := sameUID(read), false
+	mapOps := func(path string, read, want map[string]string) {
+		if maps.Equal(read, want) {
+			return
+		}
+		if len(read) == 0 {
+			ops, guard = append(ops, jsonPatchOp{Op: "add", Path: path, Value: want}), true
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(want)) {
+			if v, ok := read[k]; !ok || v != want[k] {
+				ops = append(ops, jsonPatchOp{Op: "add", Path: path + "/" + pointer(k), Value: want[k]})
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(read)) {
+			if _, ok := want[k]; !ok {
+				ops = append(ops, jsonPatchOp{Op: "remove", Path: path + "/" + pointer(k)})
+			}
+		}
+	}
+	listOps := func(path string, read, want any, equal bool, readEmpty, wantEmpty bool) {
+		switch {
+		case equal:
+		case readEmpty:
+			ops, guard = append(ops, jsonPatchOp{Op: "add", Path: path, Value: want}), true
+		case wantEmpty:
+			ops = append(ops, jsonPatchOp{Op: "test", Path: path, Value: read}, jsonPatchOp{Op: "remove", Path: path})
+		default:
+			ops = append(ops, jsonPatchOp{Op: "test", Path: path, Value: read}, jsonPatchOp{Op: "add", Path: path, Value: want})
+		}
+	}
+	mapOps("/metadata/labels", read.Labels, want.Labels)
+	mapOps("/metadata/annotations", read.Annotations, want.Annotations)
+	listOps("/metadata/finalizers", read.Finalizers, want.Finalizers, slices.Equal(read.Finalizers, want.Finalizers),
+		len(read.Finalizers) == 0, len(want.Finalizers) == 0)
+	if read.Spec.ProviderID != want.Spec.ProviderID {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/providerID", Value: want.Spec.ProviderID})
+	}
+	if read.Spec.Unschedulable != want.Spec.Unschedulable {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/unschedulable", Value: want.Spec.Unschedulable})
+	}
+	listOps("/spec/taints", read.Spec.Taints, want.Spec.Taints, slices.EqualFunc(read.Spec.Taints, want.Spec.Taints, taintsEqual),
+		len(read.Spec.Taints) == 0, len(want.Spec.Taints) == 0)
+	if len(ops) == len(sameUID(read)) {
+		return nil, false
+	}
+	if guard && read.ResourceVersion != "" {
+		ops = append([]jsonPatchOp{{Op: "test", Path: "/metadata/resourceVersion", Value: read.ResourceVersion}}, ops...)
+	}
+	return marshalPatch(ops), true
+}
+
+func taintsEqual(a, b corev1.Taint) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect && a.TimeAdded.Equal(b.TimeAdded)
 }

@@ -719,13 +719,13 @@ func TestProvisioningErrorsAreRecordedOnTheNode(t *testing.T) {
 }
 
 // TestConflictingProviderIDWriteDoesNotCreateAgain: when the write that
-// records a new machine's providerID conflicts (the kubelet wrote the Node
-// meanwhile), the retry records the same machine without asking the driver
+// records a new machine's providerID fails (another writer replaced the
+// Node's taints meanwhile), the retry records the same machine without asking the driver
 // to create it again.
 func TestConflictingProviderIDWriteDoesNotCreateAgain(t *testing.T) {
 	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, markReady(setNode("web-a", "sim")))
 	conflicts := 1
-	f.kube.PrependReactor("update", "nodes", func(core.Action) (bool, runtime.Object, error) {
+	f.kube.PrependReactor("patch", "nodes", func(core.Action) (bool, runtime.Object, error) {
 		if conflicts > 0 {
 			conflicts--
 			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "web-a", errors.New("the object has been modified"))

@@ -179,6 +179,7 @@ type madeMachine struct {
 // NodeSet's Node waits up to Options.ProviderIDWait for its kubelet, so
 // that one write records the machine and lifts the startup taint.
 func (c *Controller) provision(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) error {
+	read := node.DeepCopy()
 	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	if !held {
 		// A static node made by an admin: hold it until its machine is gone.
@@ -225,7 +226,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 			registered = true
 		}
 	}
-	if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	if err := c.writeNode(ctx, read, node); err != nil {
 		return err
 	}
 	c.made.forget(node.Name)
@@ -233,6 +234,19 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		c.registered(node, driver)
 	}
 	return nil
+}
+
+// writeNode writes what the sync changed of the Node read: a JSON patch of
+// the changed fields, so that the kubelet's writes meanwhile (its labels,
+// its status) do not make it conflict as an update from the copy read
+// would; the taints and finalizers it replaces must still be as read.
+func (c *Controller) writeNode(ctx context.Context, read, node *corev1.Node) error {
+	patch, changed := nodeutil.ChangePatch(read, node)
+	if !changed {
+		return nil
+	}
+	_, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // createMachine has the driver make the Node's machine. A failure is
@@ -297,10 +311,11 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		if !nodeutil.HasStartupTaint(node) {
 			return nil
 		}
+		read := node.DeepCopy()
 		if err := c.liftStartupTaint(ctx, node, class.Name, driver); err != nil {
 			return err
 		}
-		if _, err := c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		if err := c.writeNode(ctx, read, node); err != nil {
 			return err
 		}
 		c.registered(node, driver)
