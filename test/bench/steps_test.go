@@ -97,7 +97,7 @@ func scaleUpTimes(events []framework.AuditEvent, start time.Time, prefix string)
 		switch s := ends[name]; {
 		case s == nil && source(e) == "simulated-kubelets" && e.ObjectRef.Subresource == "status":
 			ends[name] = []time.Time{e.Completed, {}}
-		case len(s) == 2 && s[1].IsZero() && source(e) == "node-controller" && e.Verb == "update" && e.ObjectRef.Subresource == "":
+		case len(s) == 2 && s[1].IsZero() && source(e) == "node-controller" && (e.Verb == "patch" || e.Verb == "update") && e.ObjectRef.Subresource == "":
 			s[1] = e.Completed
 		}
 	}
@@ -341,4 +341,27 @@ func TestConflictsAfter(t *testing.T) {
 		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "a", "", now, now, 409),
 	}
 	assert.Equal(t, map[string]float64{framework.ControllerManagerName: 0.5, "simulated-kubelets": 0.5}, conflictsAfter(events, 2))
+}
+
+func TestScaleUpTimes(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	kubelet := "nodeset-simulated-kubelet/v1alpha1"
+	events := []framework.AuditEvent{
+		auditEvent("nodeset-controller", "nodeset-controller", "create", "nodes", "", "", "/api/v1/nodes", at(0), at(10), 201),
+		auditEvent("nodeset-controller", "nodeset-controller", "create", "nodes", "", "", "/api/v1/nodes", at(5), at(30), 201),
+		// A: the kubelet's label patch is not its Ready; its status is.
+		auditEvent("node-controller", kubelet, "patch", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(100), at(110), 200),
+		auditEvent("node-controller", kubelet, "patch", "nodes", "status", "fleet-a", "/api/v1/nodes/fleet-a/status", at(200), at(210), 200),
+		// A's registration, refused once (its taints changed), then done.
+		auditEvent("node-controller", "node-controller", "patch", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(250), at(260), 422),
+		auditEvent("node-controller", "node-controller", "patch", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(300), at(310), 200),
+		// B registered by an update (earlier versions).
+		auditEvent("node-controller", kubelet, "patch", "nodes", "status", "fleet-b", "/api/v1/nodes/fleet-b/status", at(400), at(410), 200),
+		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(500), at(610), 200),
+	}
+	got := scaleUpTimes(events, start, "fleet-")
+	assert.Equal(t, 2, got.Nodes)
+	assert.Equal(t, map[string]float64{"create": 0.03, "kubelet Ready": 0.41, "registered": 0.61}, got.Last)
+	assert.InDelta(t, 0.2, got.Median["kubelet Ready -> registered"], 1e-9, "A 0.1, B 0.2: the upper of two")
 }
