@@ -367,8 +367,8 @@ func NodeTaints(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.N
 }
 
 // NewNode is a Node of the set as it is created, without its name: the
-// set's labels, annotations and taints, the startup taints and the
-// termination finalizer; and, when the set's status.capacity is that of
+// set's labels, annotations and taints, the driver annotation, the startup
+// taints and the termination finalizer; and, when the set's status.capacity is that of
 // templateHash, the machine's capacity and allocatable in its status, as a
 // kubelet registers its Node (the API server keeps a Node's status on
 // create), so that nothing reads a new Node as a node of no resources.
@@ -381,6 +381,10 @@ func NewNode(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodese
 		},
 		Spec: corev1.NodeSpec{Taints: append(NodeTaints(effective, set), StartupTaints()...)},
 	}
+	// The driver that makes its machine, from the start: the node
+	// controller's writes then add to a map that exists, and never need
+	// the whole Node to be as they read it.
+	node.Annotations[nodesetv1alpha1.AnnotationDriver] = string(effective.Driver)
 	if set != nil && set.Status.Capacity != nil && set.Status.Capacity.TemplateHash == templateHash && len(set.Status.Capacity.Resources) > 0 {
 		allocatable := set.Status.Capacity.Allocatable
 		if len(allocatable) == 0 {

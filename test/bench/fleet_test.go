@@ -308,7 +308,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
 		// The node controller's default workers (the framework's tests run
 		// fewer).
-		NodeArgs: append([]string{"-v=1", "--workers=64", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
+		NodeArgs: append([]string{"-v=1", "--workers=128", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
 			"--simulated-kube-api-qps=" + kubeletQPSFlag, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + kubeletBurstFlag}, limits...),
 	})
 	if err != nil {

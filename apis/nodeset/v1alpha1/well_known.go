@@ -48,8 +48,9 @@ const (
 	// creating the machine, as "<code>: <message>"; code OutOfCapacity means
 	// the cloud has no capacity of that kind. Removed once the machine exists.
 	AnnotationProvisioningError = "nodeset.dev/provisioning-error"
-	// AnnotationDriver records the driver that provisioned a Node's machine, so
-	// the machine can be deprovisioned even after its NodeClass is gone.
+	// AnnotationDriver records the driver of a Node's machine (a NodeSet's
+	// Nodes carry it from their creation), so the machine can be
+	// deprovisioned even after its NodeClass is gone.
 	AnnotationDriver = "nodeset.dev/driver"
 	// AnnotationMachineCreated is when the driver first reported the machine
 	// created (RFC 3339); the registration timeout counts from it.
