@@ -121,6 +121,11 @@ type Controller struct {
 	// the cache sees them gone: a sync on the cache's older copy would
 	// otherwise deprovision and release them again.
 	released *nodeMemory[struct{}]
+	// recorded are the Nodes whose machine (and registration) this
+	// controller wrote, until the cache shows the write: a sync on the
+	// cache's older copy would otherwise make the same write again, and
+	// be refused for the taints it tests.
+	recorded *nodeMemory[recordedMachine]
 	// heartbeats are when the lifecycle action of a draining interrupted
 	// Node was last kept waiting.
 	heartbeats *nodeMemory[time.Time]
@@ -175,6 +180,7 @@ func NewController(
 		terminated:  map[string]time.Time{},
 		made:        newNodeMemory[madeMachine](),
 		released:    newNodeMemory[struct{}](),
+		recorded:    newNodeMemory[recordedMachine](),
 		heartbeats:  newNodeMemory[time.Time](),
 		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:        &podLists{kube: opts.Drain},

@@ -261,9 +261,11 @@ func TestProvisionRecordsProviderIDAndIsIdempotent(t *testing.T) {
 	assert.Equal(t, testNow.Format(time.RFC3339), node.Annotations[nodesetv1alpha1.AnnotationMachineCreated])
 	assert.True(t, nodeutil.HasStartupTaint(node), "the startup taint stays until the kubelet is Ready")
 
-	// A crash after Create but before the Node update: the next sync finds
-	// the same machine by name and makes no second one.
+	// A crash after Create but before the Node update: the next process
+	// (which remembers nothing) finds the same machine by name and makes
+	// no second one.
 	f.updateCache(setNode("web-a", "sim"))
+	f.controller.recorded.forget("web-a")
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 2, f.driver.creates)
 	assert.Len(t, f.driver.machines, 1, "one machine per Node name")
@@ -272,6 +274,30 @@ func TestProvisionRecordsProviderIDAndIsIdempotent(t *testing.T) {
 	// With the providerID recorded, nothing is created again.
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 2, f.driver.creates)
+}
+
+// TestACopyFromBeforeItsOwnWriteIsNotWrittenAgain: a Node synced again
+// from the cache's copy made before the controller's own write of its
+// machine and registration (another writer's change came first) is left
+// for the write's own event; the same write again would be refused for
+// the taints it tests. Once the cache shows the write, or after
+// recordedSettle, the Node is synced as usual.
+func TestACopyFromBeforeItsOwnWriteIsNotWrittenAgain(t *testing.T) {
+	before := markReady(setNode("web-a", "sim"))
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, before)
+	require.NoError(t, f.sync("web-a"))
+	require.False(t, nodeutil.HasStartupTaint(f.get("web-a")), "recorded and registered in one write")
+	writes := f.nodeWrites()
+
+	f.updateCache(before) // the older copy
+	require.NoError(t, f.controller.syncNode(context.Background(), "web-a"))
+	assert.Equal(t, writes, f.nodeWrites(), "no write from the older copy")
+	assert.Equal(t, 1, f.driver.creates, "and no machine asked for again")
+
+	f.now = testNow.Add(recordedSettle)
+	assert.Error(t, f.controller.syncNode(context.Background(), "web-a"), "the older copy's taints are refused")
+	assert.Equal(t, writes+1, f.nodeWrites(), "a copy that stays behind is acted on after recordedSettle")
+	assert.False(t, nodeutil.HasStartupTaint(f.get("web-a")), "and undoes nothing")
 }
 
 func TestStartupTaintLiftedOnlyWhenReady(t *testing.T) {

@@ -30,6 +30,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		c.made.forget(name)
 		c.released.forget(name)
+		c.recorded.forget(name)
 		c.heartbeats.forget(name)
 		return nil
 	}
@@ -77,10 +78,41 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
 		return err
 	}
+	if c.cacheBehind(node) {
+		return nil // the event of the write brings the Node back
+	}
 	if node.Spec.ProviderID == "" || !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return c.provision(ctx, node, machineClass, driver)
 	}
 	return c.register(ctx, node, class, driver)
+}
+
+// recordedMachine is what the node controller wrote of a Node's machine.
+type recordedMachine struct {
+	providerID string
+	// lifted: the write also lifted the startup taint.
+	lifted bool
+	at     time.Time
+}
+
+// recordedSettle is how long a Node's copy in the cache may not show a
+// write of its machine before the controller acts on the copy anyway.
+const recordedSettle = 30 * time.Second
+
+// cacheBehind reports whether the cache's copy of node does not show yet
+// the machine or registration this controller wrote (and forgets the
+// write once it does).
+func (c *Controller) cacheBehind(node *corev1.Node) bool {
+	w, ok := c.recorded.get(node)
+	if !ok {
+		return false
+	}
+	behind := (node.Spec.ProviderID == "" && w.providerID != "") || (w.lifted && nodeutil.HasStartupTaint(node))
+	if behind && c.opts.Now().Sub(w.at) < recordedSettle {
+		return true
+	}
+	c.recorded.forget(node.Name)
+	return false
 }
 
 // machineClass is the effective configuration of the Node's machine: the
@@ -229,6 +261,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	if err := c.writeNode(ctx, read, node); err != nil {
 		return err
 	}
+	c.recorded.set(node, recordedMachine{providerID: node.Spec.ProviderID, lifted: registered, at: c.opts.Now()})
 	c.made.forget(node.Name)
 	if registered {
 		c.registered(node, driver)
@@ -318,6 +351,7 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		if err := c.writeNode(ctx, read, node); err != nil {
 			return err
 		}
+		c.recorded.set(node, recordedMachine{providerID: node.Spec.ProviderID, lifted: true, at: c.opts.Now()})
 		c.registered(node, driver)
 		return nil
 	}
