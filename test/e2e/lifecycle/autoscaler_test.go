@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -248,39 +250,53 @@ func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
 	log := &rpcLog{t: t, start: time.Now()}
 	defer log.print()
 
-	// Three pods of 1.5 CPU: one per 2-CPU node.
-	var pods []string
-	for i := range 3 {
-		name := fmt.Sprintf("job-%d", i)
-		_, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{"example.com/pool": "workers"},
-				Containers: []corev1.Container{{Name: "work", Image: "registry.k8s.io/pause:3.10",
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}},
+	// Three pods of 1.5 CPU, one per 2-CPU node, of a ReplicaSet, as the
+	// workloads cluster-autoscaler scales for are. A bare pod bound in the
+	// instant after the startup taint is lifted can be deleted by
+	// kube-controller-manager's taint-eviction controller while its Node
+	// cache still has the NoExecute taint (kubernetes/kubernetes#119862,
+	// #139992); a ReplicaSet makes another, which goes to the same Node.
+	selector := map[string]string{"app": "ca-job"}
+	_, err := kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "job"},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To(int32(3)),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: selector},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"example.com/pool": "workers"},
+					Containers: []corev1.Container{{Name: "work", Image: "registry.k8s.io/pause:3.10",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}},
+				},
 			},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		pods = append(pods, name)
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	jobPods := func(ctx context.Context) ([]corev1.Pod, error) {
+		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=ca-job"})
+		if err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }), nil
 	}
+	const wanted = 3
 	// kube-scheduler has tried each pod and found no node for it.
-	for _, name := range pods {
-		eventually(t, time.Minute, name+" Unschedulable", func(ctx context.Context) (bool, string) {
-			pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
+	eventually(t, time.Minute, "3 pods Unschedulable", func(ctx context.Context) (bool, string) {
+		pods, err := jobPods(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		unschedulable := 0
+		for _, pod := range pods {
 			for _, c := range pod.Status.Conditions {
-				if c.Type == corev1.PodScheduled {
-					return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable, c.Reason + ": " + c.Message
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && pod.Spec.NodeName == "" {
+					unschedulable++
 				}
 			}
-			return false, "not tried by the scheduler yet"
-		})
-		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
-		assert.Empty(t, pod.Spec.NodeName, "no node fits %s yet", name)
-	}
+		}
+		return len(pods) == wanted && unschedulable == wanted, fmt.Sprintf("%d pods, %d Unschedulable", len(pods), unschedulable)
+	})
 	log.add("3 pods of 1500m Pending")
 
 	// What cluster-autoscaler's binpacking estimate does, with the template.
@@ -290,7 +306,7 @@ func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
 	require.NoError(t, node.Unmarshal(template.NodeBytes))
 	perNode := node.Status.Allocatable.Cpu().MilliValue() / 1500
 	require.Positive(t, perNode, "a template node fits a pod")
-	needed := int32((int64(len(pods)) + perNode - 1) / perNode)
+	needed := int32((int64(wanted) + perNode - 1) / perNode)
 	increased := time.Now()
 	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: needed})
 	require.NoError(t, err)
@@ -306,22 +322,25 @@ func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
 	})
 	readyAfter := time.Since(increased)
 	eventually(t, 2*time.Minute, "pods scheduled", func(ctx context.Context) (bool, string) {
+		pods, err := jobPods(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
 		scheduled := 0
-		for _, name := range pods {
-			pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err == nil && pod.Spec.NodeName != "" {
+		for _, pod := range pods {
+			if pod.Spec.NodeName != "" {
 				scheduled++
 			}
 		}
-		return scheduled == len(pods), fmt.Sprintf("%d of %d scheduled", scheduled, len(pods))
+		return scheduled == wanted && len(pods) == wanted, fmt.Sprintf("%d of %d scheduled", scheduled, len(pods))
 	})
 	scheduledAfter := time.Since(increased)
 	log.add("first Node object %s after IncreaseSize, %d Ready at %s, pods scheduled at %s", firstNode.Round(time.Millisecond),
 		needed, readyAfter.Round(time.Millisecond), scheduledAfter.Round(time.Millisecond))
 	busy := map[string]bool{}
-	for _, name := range pods {
-		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
+	placed, err := jobPods(ctx)
+	require.NoError(t, err)
+	for _, pod := range placed {
 		busy[pod.Spec.NodeName] = true
 	}
 	assert.Len(t, busy, 3, "one pod per node")
@@ -349,10 +368,11 @@ func TestAutoscalerScaleUpForPendingPods(t *testing.T) {
 	for _, n := range nodes {
 		assert.True(t, busy[n.Name], "%s: only the idle nodes went", n.Name)
 	}
-	for _, name := range pods {
-		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
-		assert.True(t, busy[pod.Spec.NodeName], "pod %s undisturbed", name)
+	for _, before := range placed {
+		pod, err := kube.CoreV1().Pods(ns).Get(ctx, before.Name, metav1.GetOptions{})
+		require.NoError(t, err, "pod %s undisturbed", before.Name)
+		assert.Equal(t, before.Spec.NodeName, pod.Spec.NodeName, "pod %s undisturbed", before.Name)
+		assert.Nil(t, pod.DeletionTimestamp, "pod %s undisturbed", before.Name)
 	}
 	log.add("3 nodes left, each with its pod")
 }
