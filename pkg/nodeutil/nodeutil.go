@@ -129,25 +129,6 @@ func pointer(key string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
 }
 
-// CordonPatch is a JSON patch that marks this Node (by UID) unschedulable
-// and sets the given annotations. Unlike an update it does not fail because
-// another writer changed the Node since it was read (a kubelet's status, a
-// taint of kube-controller-manager); it fails when the Node was replaced
-// under the same name.
-func CordonPatch(node *corev1.Node, annotations map[string]string) []byte {
-	ops := append(sameUID(node), jsonPatchOp{Op: "add", Path: "/spec/unschedulable", Value: true})
-	if len(annotations) > 0 {
-		if node.Annotations == nil {
-			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations", Value: annotations})
-		} else {
-			for _, k := range slices.Sorted(maps.Keys(annotations)) {
-				ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations/" + pointer(k), Value: annotations[k]})
-			}
-		}
-	}
-	return marshalPatch(ops)
-}
-
 // RemoveFinalizerPatch is a JSON patch that removes finalizer from this
 // Node (by UID), where the copy read has it; ok is false when it has not.
 // It fails, rather than remove anything else, when the Node was replaced

@@ -125,16 +125,29 @@ func TestChangePatchRemovesAndAddsFinalizersAndKeys(t *testing.T) {
 	assert.False(t, changed, "nothing to write")
 }
 
+// cordon is the node controller's cordon of read: unschedulable, and the
+// drain's start recorded.
+func cordon(read *corev1.Node, started string) []byte {
+	want := read.DeepCopy()
+	want.Spec.Unschedulable = true
+	if want.Annotations == nil {
+		want.Annotations = map[string]string{}
+	}
+	want.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = started
+	patch, _ := ChangePatch(read, want)
+	return patch
+}
+
 func TestCordonAndReleasePatches(t *testing.T) {
 	read := readNode()
-	cordoned, err := apply(t, read, CordonPatch(read, map[string]string{nodesetv1alpha1.AnnotationDrainStarted: "2026-11-24T00:00:00Z"}))
+	cordoned, err := apply(t, read, cordon(read, "2026-11-24T00:00:00Z"))
 	require.NoError(t, err)
 	assert.True(t, cordoned.Spec.Unschedulable)
 	assert.Equal(t, "2026-11-24T00:00:00Z", cordoned.Annotations[nodesetv1alpha1.AnnotationDrainStarted], "a key with a slash")
 
 	noAnnotations := read.DeepCopy()
 	noAnnotations.Annotations = nil
-	cordoned, err = apply(t, noAnnotations, CordonPatch(noAnnotations, map[string]string{nodesetv1alpha1.AnnotationDrainStarted: "t"}))
+	cordoned, err = apply(t, noAnnotations, cordon(noAnnotations, "t"))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{nodesetv1alpha1.AnnotationDrainStarted: "t"}, cordoned.Annotations)
 

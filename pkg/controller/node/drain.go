@@ -111,14 +111,18 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 	if err == nil && node.Spec.Unschedulable {
 		return node, started, nil
 	}
-	var annotations map[string]string
+	cordoned := node.DeepCopy()
 	if err != nil {
 		started = c.opts.Now()
-		annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: started.UTC().Format(time.RFC3339)}
+		if cordoned.Annotations == nil {
+			cordoned.Annotations = map[string]string{}
+		}
+		cordoned.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = started.UTC().Format(time.RFC3339)
 	}
+	cordoned.Spec.Unschedulable = true
 	// A patch, not an update: the kubelet's status or another controller's
 	// write since the Node was read does not make the cordon conflict.
-	updated, err := c.opts.Drain.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, nodeutil.CordonPatch(node, annotations), metav1.PatchOptions{})
+	updated, err := c.writeNode(ctx, c.opts.Drain, node, cordoned)
 	if err != nil {
 		return nil, started, err
 	}

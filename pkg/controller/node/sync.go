@@ -73,13 +73,13 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if class == nil {
 		return nil // provisioned when the class appears
 	}
+	if c.cacheBehind(node) {
+		return nil // the event of the write brings the Node back
+	}
 	machineClass, err := c.machineClass(ctx, node, class)
 	if err != nil {
 		c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
 		return err
-	}
-	if c.cacheBehind(node) {
-		return nil // the event of the write brings the Node back
 	}
 	if node.Spec.ProviderID == "" || !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return c.provision(ctx, node, machineClass, driver)
@@ -87,9 +87,9 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	return c.register(ctx, node, class, driver)
 }
 
-// recordedMachine is what the node controller wrote of a Node's machine.
+// recordedMachine is a write of a Node's machine (its providerID) by the
+// node controller.
 type recordedMachine struct {
-	providerID string
 	// lifted: the write also lifted the startup taint.
 	lifted bool
 	at     time.Time
@@ -107,7 +107,7 @@ func (c *Controller) cacheBehind(node *corev1.Node) bool {
 	if !ok {
 		return false
 	}
-	behind := (node.Spec.ProviderID == "" && w.providerID != "") || (w.lifted && nodeutil.HasStartupTaint(node))
+	behind := node.Spec.ProviderID == "" || (w.lifted && nodeutil.HasStartupTaint(node))
 	if behind && c.opts.Now().Sub(w.at) < recordedSettle {
 		return true
 	}
@@ -258,10 +258,10 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 			registered = true
 		}
 	}
-	if err := c.writeNode(ctx, read, node); err != nil {
+	if _, err := c.writeNode(ctx, c.kube, read, node); err != nil {
 		return err
 	}
-	c.recorded.set(node, recordedMachine{providerID: node.Spec.ProviderID, lifted: registered, at: c.opts.Now()})
+	c.recorded.set(node, recordedMachine{lifted: registered, at: c.opts.Now()})
 	c.made.forget(node.Name)
 	if registered {
 		c.registered(node, driver)
@@ -269,17 +269,18 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	return nil
 }
 
-// writeNode writes what the sync changed of the Node read: a JSON patch of
-// the changed fields, so that the kubelet's writes meanwhile (its labels,
-// its status) do not make it conflict as an update from the copy read
-// would; the taints and finalizers it replaces must still be as read.
-func (c *Controller) writeNode(ctx context.Context, read, node *corev1.Node) error {
-	patch, changed := nodeutil.ChangePatch(read, node)
+// writeNode writes, through client, what the sync changed of the Node
+// read: a JSON patch of the changed fields, so that the kubelet's writes
+// meanwhile (its labels, its status) do not make it conflict as an update
+// from the copy read would; the taints and finalizers it replaces must
+// still be as read. It returns the Node as written (want when nothing
+// changed).
+func (c *Controller) writeNode(ctx context.Context, client kubernetes.Interface, read, want *corev1.Node) (*corev1.Node, error) {
+	patch, changed := nodeutil.ChangePatch(read, want)
 	if !changed {
-		return nil
+		return want, nil
 	}
-	_, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
-	return err
+	return client.CoreV1().Nodes().Patch(ctx, want.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 }
 
 // createMachine has the driver make the Node's machine. A failure is
@@ -348,10 +349,10 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		if err := c.liftStartupTaint(ctx, node, class.Name, driver); err != nil {
 			return err
 		}
-		if err := c.writeNode(ctx, read, node); err != nil {
+		if _, err := c.writeNode(ctx, c.kube, read, node); err != nil {
 			return err
 		}
-		c.recorded.set(node, recordedMachine{providerID: node.Spec.ProviderID, lifted: true, at: c.opts.Now()})
+		c.recorded.set(node, recordedMachine{lifted: true, at: c.opts.Now()})
 		c.registered(node, driver)
 		return nil
 	}
