@@ -126,6 +126,9 @@ type Controller struct {
 	// cache's older copy would otherwise make the same write again, and
 	// be refused for the taints it tests.
 	recorded *nodeMemory[recordedMachine]
+	// drainConditions are the Draining conditions this controller wrote,
+	// until the cache sees the Node gone (drainConditionOf).
+	drainConditions *nodeMemory[corev1.NodeCondition]
 	// heartbeats are when the lifecycle action of a draining interrupted
 	// Node was last kept waiting.
 	heartbeats *nodeMemory[time.Time]
@@ -176,14 +179,15 @@ func NewController(
 		groups: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
-		nodeIndexer: nodeInformer.Informer().GetIndexer(),
-		terminated:  map[string]time.Time{},
-		made:        newNodeMemory[madeMachine](),
-		released:    newNodeMemory[struct{}](),
-		recorded:    newNodeMemory[recordedMachine](),
-		heartbeats:  newNodeMemory[time.Time](),
-		routine:     newRoutineEvents(recorder, nodeSetInformer.Lister()),
-		pods:        &podLists{kube: opts.Drain},
+		nodeIndexer:     nodeInformer.Informer().GetIndexer(),
+		terminated:      map[string]time.Time{},
+		made:            newNodeMemory[madeMachine](),
+		released:        newNodeMemory[struct{}](),
+		recorded:        newNodeMemory[recordedMachine](),
+		drainConditions: newNodeMemory[corev1.NodeCondition](),
+		heartbeats:      newNodeMemory[time.Time](),
+		routine:         newRoutineEvents(recorder, nodeSetInformer.Lister()),
+		pods:            &podLists{kube: opts.Drain},
 
 		credentialsCache: map[string]credentialsRead{},
 	}

@@ -524,6 +524,43 @@ func isRelease(a core.Action) bool {
 	}) && slices.ContainsFunc(ops, func(op map[string]any) bool { return op["op"] == "remove" })
 }
 
+// TestADrainThatEvictedIsToldFromAnOlderCopy: the sync that finds the
+// evicted pods gone may read the cache's copy from before the Draining
+// condition was written (another writer's change came first). The drain
+// still ends as one that evicted pods: Drained, told once, no second
+// DrainStarted.
+func TestADrainThatEvictedIsToldFromAnOlderCopy(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	f := deletedNodeFixture(t, pod)
+	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		return true, nil, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
+	})
+	require.NoError(t, f.sync("web-a"))
+	require.NotNil(t, drainCondition(f.get("web-a")), "pods were evicted")
+	older := f.get("web-a")
+	older.Status.Conditions = slices.DeleteFunc(older.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == DrainCondition })
+	f.updateCache(older)
+
+	require.NoError(t, f.controller.syncNode(context.Background(), "web-a"))
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+	events := f.events()
+	assert.Equal(t, 1, countPrefix(events, "Normal "+ReasonDrainStarted+" "), "%v", events)
+	assert.Equal(t, 1, countPrefix(events, "Normal "+ReasonDrained+" "), "%v", events)
+}
+
+func countPrefix(list []string, prefix string) int {
+	n := 0
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 func TestNothingToDrainCostsTwoWrites(t *testing.T) {
 	f := deletedNodeFixture(t)
 	require.NoError(t, f.sync("web-a"))

@@ -160,7 +160,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		return false, nil
 	case remaining == 0:
 		c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
-		if drainCondition(node) != nil {
+		if c.drainConditionOf(node) != nil {
 			// Pods were evicted: say so. A Node that had nothing to drain
 			// goes straight on, with no write for it.
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
@@ -170,7 +170,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		}
 		return true, nil
 	case now.Before(deadline):
-		if drainCondition(node) == nil {
+		if c.drainConditionOf(node) == nil {
 			c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; evicting %d pod(s) with a drain timeout of %s", remaining, policy.timeout)
 		}
 		msg := fmt.Sprintf("%d pod(s) left to evict, drain timeout at %s", remaining, deadline.UTC().Format(time.RFC3339))
@@ -189,7 +189,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 	case policy.onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
 		msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
 			"The machine is deprovisioned once they are gone.", remaining, policy.timeout)
-		if drainCondition(node) == nil || drainCondition(node).Reason != ReasonDrainTimedOut {
+		if cond := c.drainConditionOf(node); cond == nil || cond.Reason != ReasonDrainTimedOut {
 			c.metrics.drains.WithLabelValues(drainTimedOutCordoned).Observe(now.Sub(started).Seconds())
 			c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
 		}
@@ -264,13 +264,13 @@ func drainCondition(node *corev1.Node) *corev1.NodeCondition {
 // it changed. The kubelet patches only its own condition types, so this one
 // stays. node is updated in place.
 func (c *Controller) setDrainCondition(ctx context.Context, node *corev1.Node, reason, message string) error {
-	if old := drainCondition(node); old != nil && old.Reason == reason && old.Message == message {
+	if old := c.drainConditionOf(node); old != nil && old.Reason == reason && old.Message == message {
 		return nil
 	}
 	now := metav1.NewTime(c.opts.Now())
 	condition := corev1.NodeCondition{Type: DrainCondition, Status: corev1.ConditionTrue, Reason: reason, Message: message,
 		LastHeartbeatTime: now, LastTransitionTime: now}
-	if old := drainCondition(node); old != nil {
+	if old := c.drainConditionOf(node); old != nil {
 		condition.LastTransitionTime = old.LastTransitionTime
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{condition}}})
@@ -283,7 +283,19 @@ func (c *Controller) setDrainCondition(ctx context.Context, node *corev1.Node, r
 	}
 	node.ResourceVersion = updated.ResourceVersion
 	node.Status = updated.Status
+	c.drainConditions.set(node, condition)
 	return nil
+}
+
+// drainConditionOf is the Node's Draining condition as this controller
+// last wrote it, else as the cache has it: a sync on the cache's copy from
+// before that write (another writer's change came first) must not take a
+// drain that evicted pods for one that had nothing to evict.
+func (c *Controller) drainConditionOf(node *corev1.Node) *corev1.NodeCondition {
+	if written, ok := c.drainConditions.get(node); ok {
+		return &written
+	}
+	return drainCondition(node)
 }
 
 // release removes the Node's termination finalizer, and with it the last

@@ -542,7 +542,7 @@ func (c *Controller) replaceWhenReplaced(ctx context.Context, node *corev1.Node)
 // ended: the time from notice to drained, or a drain cut short by the
 // deadline.
 func (c *Controller) interruptionDrainEnded(node *corev1.Node, rec interruptionRecord) {
-	if cond := drainCondition(node); cond != nil && cond.Reason == ReasonDrainTimedOut {
+	if cond := c.drainConditionOf(node); cond != nil && cond.Reason == ReasonDrainTimedOut {
 		c.metrics.interruptionDrainCut()
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonInterruptedDrainCut,
 			"The drain did not finish before the %s deadline; the machine goes with pods still on it", rec.Kind)

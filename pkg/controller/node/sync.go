@@ -31,6 +31,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		c.made.forget(name)
 		c.released.forget(name)
 		c.recorded.forget(name)
+		c.drainConditions.forget(name)
 		c.heartbeats.forget(name)
 		return nil
 	}
