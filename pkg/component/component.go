@@ -54,6 +54,7 @@ type Options struct {
 	HealthProbeBindAddress  string
 	KubeAPIQPS              float32
 	KubeAPIBurst            int
+	KubeAPICompression      bool
 	Workers                 int
 	EnablePprof             bool
 }
@@ -70,6 +71,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultWorkers int) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 turns them off.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 200, "Queries per second to the API server, per client (the API server's priority and fairness protects it; this only keeps a runaway controller in check). Events, and the node-controller's drains, have a client and budget of their own. A negative value turns client-side rate limiting off.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 400, "Burst of queries to the API server.")
+	fs.BoolVar(&o.KubeAPICompression, "kube-api-compression", false, "Ask the API server for gzip-compressed responses (watch streams included). Off by default, as for kube-scheduler and kube-controller-manager: on a cluster's network compression costs the API server more CPU than it saves.")
 	fs.IntVar(&o.Workers, "workers", defaultWorkers, "Concurrent reconciles.")
 	fs.BoolVar(&o.EnablePprof, "pprof", false, "Serve /debug/pprof/ on the metrics address.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -145,6 +147,11 @@ func Run(o Options, p Process) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// The API server gzips large responses and, with WatchList, an
+	// informer's whole watch stream, for clients that accept gzip (Go's
+	// transport does unasked): CPU on the API server, the shared resource,
+	// for bandwidth a cluster's network has to spare.
+	cfg.DisableCompression = !o.KubeAPICompression
 	hostname, _ := os.Hostname()
 	identity := hostname + "_" + utilrand.String(8)
 	// The replica's identity in the user agent tells replicas apart in the

@@ -47,7 +47,9 @@ type Options struct {
 	LeaseDuration time.Duration
 	// RenewInterval between Lease renewals. Default 10s.
 	RenewInterval time.Duration
-	// StatusInterval between Ready heartbeats in the Node status. Default 1m.
+	// StatusInterval between Ready heartbeats in the Node status when nothing
+	// changed. Default 5m, the kubelet's nodeStatusReportFrequency: with node
+	// Leases, its Lease renewals are the heartbeat.
 	StatusInterval time.Duration
 	// Workers make the API calls. Default 8.
 	Workers int
@@ -85,7 +87,7 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, driver *simu
 		opts.RenewInterval = 10 * time.Second
 	}
 	if opts.StatusInterval <= 0 {
-		opts.StatusInterval = time.Minute
+		opts.StatusInterval = 5 * time.Minute
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -130,6 +131,7 @@ func Main(name string, extra ...Driver) int {
 		kubelets     kubeletsim.Options
 		kubeletQPS   float32
 		kubeletBurst int
+		kubeletsAuth string
 		dm           dockerMachineOptions
 		orphanEvery  time.Duration
 		orphanAge    time.Duration
@@ -148,7 +150,8 @@ func Main(name string, extra ...Driver) int {
 	fs.DurationVar(&kubelets.LeaseDuration, "simulated-lease-duration", 40*time.Second, "The node Lease duration simulated kubelets declare.")
 	fs.Float32Var(&kubeletQPS, "simulated-kube-api-qps", 200, "Queries per second of all simulated kubelets together (they have their own client, as real kubelets do).")
 	fs.IntVar(&kubeletBurst, "simulated-kube-api-burst", 400, "Burst of queries of all simulated kubelets together.")
-	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", time.Minute, "How often simulated kubelets re-post their Ready heartbeat.")
+	fs.DurationVar(&kubelets.StatusInterval, "simulated-status-interval", 5*time.Minute, "How often simulated kubelets re-post an unchanged Ready status (the kubelet's nodeStatusReportFrequency; their Lease renewals are the heartbeat).")
+	fs.StringVar(&kubeletsAuth, "simulated-kubelet-kubeconfig", "", "Kubeconfig of the simulated kubelets' own identity; the controller's when empty. A user in the system:nodes group has its Node and Lease writes put in the API server's node-high priority level, as real kubelets' are.")
 	fs.IntVar(&kubelets.Workers, "simulated-kubelet-workers", 8, "Simulated kubelets' requests in flight at once, all together (real kubelets each have their own).")
 	fs.DurationVar(&remediation.UnhealthyTimeout, "unhealthy-timeout", 5*time.Minute, "How long a registered Node of a NodeSet may be NotReady before it is replaced. 0 never replaces registered Nodes.")
 	fs.IntVar(&remediation.MaxUnhealthyPercent, "max-unhealthy-percent", 20, "Unhealthy and unregistered Nodes of a NodeSet are replaced only while they are at most this percentage of its replicas (rounded up, at least 1).")
@@ -254,6 +257,12 @@ func Main(name string, extra ...Driver) int {
 			var fleet *kubeletsim.Fleet
 			if sim != nil {
 				kubeletConfig := rest.CopyConfig(clients.Config)
+				if kubeletsAuth != "" {
+					if kubeletConfig, err = clientcmd.BuildConfigFromFlags("", kubeletsAuth); err != nil {
+						return fmt.Errorf("loading --simulated-kubelet-kubeconfig: %w", err)
+					}
+					kubeletConfig.DisableCompression = clients.Config.DisableCompression
+				}
 				kubeletConfig.QPS, kubeletConfig.Burst = kubeletQPS, kubeletBurst
 				// Its own field manager ("nodeset-simulated-kubelet"); the
 				// replica, as for every request of the process.

@@ -300,7 +300,7 @@ func TestScaleDownTimes(t *testing.T) {
 		auditEvent("node-controller", "node-controller", "list", "pods", "", "", "/api/v1/pods?limit=500", at(300), at(310), 200),
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(400), at(420), 200),
 		// A kubelet's write and another Node's list are not B's steps.
-		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(450), at(460), 200),
+		auditEvent(framework.KubeletsName, "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "fleet-b", "/api/v1/nodes/fleet-b", at(450), at(460), 200),
 		auditEvent("node-controller", "node-controller", "list", "pods", "", "", "/api/v1/pods?fieldSelector=spec.nodeName%3Dfleet-bb", at(470), at(480), 200),
 		auditEvent("node-controller", "node-controller", "list", "pods", "", "", "/api/v1/pods?fieldSelector=spec.nodeName%3Dfleet-b", at(500), at(530), 200),
 		auditEvent("node-controller", "node-controller", "patch", "nodes", "", "fleet-a", "/api/v1/nodes/fleet-a", at(600), at(610), 200),
@@ -323,7 +323,7 @@ func TestRefusals(t *testing.T) {
 	lease.ObjectRef.Namespace = "nodeset-system"
 	refused, slowest := refusals([]framework.AuditEvent{lease,
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "x", "", now, now, 429),
-		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "update", "leases", "", "x", "", now, now, 200),
+		auditEvent(framework.KubeletsName, "nodeset-simulated-kubelet/v1alpha1", "update", "leases", "", "x", "", now, now, 200),
 		auditEvent("tenant-a", "kubectl", "update", "nodes", "", "x", "", now, now, 429),
 	})
 	assert.Equal(t, map[string]float64{"leader-election": 1, "controllers": 1, "simulated-kubelets": 0}, refused)
@@ -336,9 +336,9 @@ func TestConflictsAfter(t *testing.T) {
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "a", "", now, now, 200),
 		auditEvent(framework.ControllerManagerName, "kube-controller-manager", "update", "nodes", "", "a", "", now, now, 200),
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "a", "", now, now, 409),
-		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "status", "b", "", now, now, 200),
+		auditEvent(framework.KubeletsName, "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "status", "b", "", now, now, 200),
 		auditEvent("node-controller", "node-controller", "update", "nodes", "", "b", "", now, now, 409),
-		auditEvent("node-controller", "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "a", "", now, now, 409),
+		auditEvent(framework.KubeletsName, "nodeset-simulated-kubelet/v1alpha1", "patch", "nodes", "", "a", "", now, now, 409),
 	}
 	assert.Equal(t, map[string]float64{framework.ControllerManagerName: 0.5, "simulated-kubelets": 0.5}, conflictsAfter(events, 2))
 }

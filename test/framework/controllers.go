@@ -61,6 +61,10 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	if err != nil {
 		return nil, err
 	}
+	kubeletsKubeconfig, err := cp.WriteKubeconfig(KubeletsName)
+	if err != nil {
+		return nil, err
+	}
 	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
@@ -84,6 +88,7 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	}, append(leaderElection, webhookArgs...)...), opts.NodeSetArgs...)}
 	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Supervised: true, Args: append(append([]string{
 		"--kubeconfig=" + nodeKubeconfig,
+		"--simulated-kubelet-kubeconfig=" + kubeletsKubeconfig,
 		"--drivers=simulated,docker-machine",
 		"--docker-machine-store-path=" + filepath.Join(cp.Dir, "docker-machine"),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeMetricsPort),

@@ -414,8 +414,11 @@ func (cp *ControlPlane) writeTokens(names []string) error {
 			return err
 		}
 		u := User{Name: name, Token: hex.EncodeToString(token)}
-		if name == AdminName {
+		switch name {
+		case AdminName:
 			u.Groups = []string{"system:masters"}
+		case KubeletsName:
+			u.Groups = []string{"system:nodes"}
 		}
 		cp.Users = append(cp.Users, u)
 		lines = append(lines, fmt.Sprintf("%s,%s,uid-%d,%q", u.Token, u.Name, i, strings.Join(u.Groups, ",")))

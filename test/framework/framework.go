@@ -49,7 +49,14 @@ func SkipIfShort(t testing.TB, needs string) {
 }
 
 // TestUsers are the identities every test control plane authenticates, besides the admin.
-var TestUsers = []string{"nodeset-controller", "node-controller", "tenant-a", "tenant-b"}
+var TestUsers = []string{"nodeset-controller", "node-controller", KubeletsName, "tenant-a", "tenant-b"}
+
+// KubeletsName is the user the node controller's simulated kubelets run as.
+// It is in the system:nodes group, as real kubelets are, so that the API
+// server's priority and fairness puts their Node and Lease writes in the
+// node-high priority level (the system-node-high FlowSchema), apart from
+// the controllers'.
+const KubeletsName = "nodeset-simulated-kubelets"
 
 // Run is a TestMain body: it starts one control plane for the test binary,
 // installs the CRDs from deploy/crds, runs the tests and tears it all down.

@@ -40,12 +40,17 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 			{"Role", "nodeset:node-controller:credentials", "nodeset-system"},
 			{"Role", "nodeset:node-controller:bootstrap-tokens", "kube-system"},
 		},
+		// The simulated kubelets run in the node controller's process and
+		// need no more than it may do (Nodes, their status, node Leases).
+		KubeletsName: {
+			{"ClusterRole", "nodeset:node-controller", ""},
+		},
 	}
 	for user, roles := range bindings {
 		subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
 		for _, b := range roles {
 			ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: b.kind, Name: b.name}
-			meta := metav1.ObjectMeta{Name: b.name + ":test-user", Namespace: b.namespace}
+			meta := metav1.ObjectMeta{Name: b.name + ":" + user, Namespace: b.namespace}
 			if b.kind == "ClusterRole" {
 				_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
 			} else {

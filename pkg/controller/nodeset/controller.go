@@ -44,6 +44,16 @@ const FinalizerNodes = "nodeset.dev/nodes"
 
 const byClassIndex = "byNodeClass"
 
+// byNodeSetIndex indexes Nodes by their NodeSet's key, so that a sync lists
+// its own Nodes and not every Node of the cluster.
+const byNodeSetIndex = "byNodeSet"
+
+// batchPerNode lengthens a large set's NodeEventBatch: a sync goes over all
+// of the set's Nodes, so a set of n Nodes is synced after a Node's change at
+// most once per n times this (2 s for 10,000 Nodes), and its syncs cost the
+// same CPU per Node and second whatever its size.
+const batchPerNode = 200 * time.Microsecond
+
 // Options tunes the controller.
 type Options struct {
 	// BurstReplicas caps the Node creations or deletions of one sync. Default 500.
@@ -66,6 +76,7 @@ type Controller struct {
 	recorder      record.EventRecorder
 
 	nodeLister      corelisters.NodeLister
+	nodeIndexer     cache.Indexer
 	namespaceLister corelisters.NamespaceLister
 	nodeSetLister   listers.NodeSetLister
 	nodeClassLister listers.NodeClassLister
@@ -87,6 +98,7 @@ type Controller struct {
 	nodeEventBatch time.Duration
 	statusMu       sync.Mutex
 	lastStatus     map[string]time.Time // by set key: the last status write
+	sizes          map[string]int       // by set key: Nodes at its last sync; under statusMu
 
 	revalidationMu sync.Mutex
 	revalidation   map[string]generationSeen // by class name
@@ -116,6 +128,7 @@ func NewController(
 		nodesetClient:   nodesetClient,
 		recorder:        recorder,
 		nodeLister:      nodeInformer.Lister(),
+		nodeIndexer:     nodeInformer.Informer().GetIndexer(),
 		namespaceLister: namespaceInformer.Lister(),
 		nodeSetLister:   nodeSetInformer.Lister(),
 		nodeClassLister: nodeClassInformer.Lister(),
@@ -138,6 +151,7 @@ func NewController(
 		statusInterval: opts.StatusInterval,
 		nodeEventBatch: opts.NodeEventBatch,
 		lastStatus:     map[string]time.Time{},
+		sizes:          map[string]int{},
 		revalidation:   map[string]generationSeen{},
 	}
 	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{byClassIndex: func(obj any) ([]string, error) {
@@ -146,6 +160,16 @@ func NewController(
 			return nil, nil
 		}
 		return []string{set.Spec.NodeClassName}, nil
+	}}); err != nil {
+		return nil, err
+	}
+	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{byNodeSetIndex: func(obj any) ([]string, error) {
+		if node, ok := obj.(*corev1.Node); ok {
+			if key, ok := nodeSetKey(node); ok {
+				return []string{key}, nil
+			}
+		}
+		return nil, nil
 	}}); err != nil {
 		return nil, err
 	}
@@ -333,7 +357,34 @@ func (c *Controller) enqueueForNode(key string, waiting bool) {
 		c.queue.Add(key)
 		return
 	}
-	c.queue.AddAfter(key, c.nodeEventBatch)
+	c.queue.AddAfter(key, c.batchFor(key))
+}
+
+// batchFor is the NodeEventBatch of the set with key: longer for a large
+// set (batchPerNode).
+func (c *Controller) batchFor(key string) time.Duration {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	return max(c.nodeEventBatch, time.Duration(c.sizes[key])*batchPerNode)
+}
+
+// setNodes returns the cached Nodes of the NodeSet with key, and remembers
+// how many there are for the set's NodeEventBatch.
+func (c *Controller) setNodes(key string) ([]*corev1.Node, error) {
+	objs, err := c.nodeIndexer.ByIndex(byNodeSetIndex, key)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*corev1.Node, 0, len(objs))
+	for _, obj := range objs {
+		if node, ok := obj.(*corev1.Node); ok {
+			nodes = append(nodes, node)
+		}
+	}
+	c.statusMu.Lock()
+	c.sizes[key] = len(nodes)
+	c.statusMu.Unlock()
+	return nodes, nil
 }
 
 func (c *Controller) nodeUpdated(oldObj, newObj any) {

@@ -14,13 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
@@ -505,6 +504,23 @@ func TestNodeEventsOfASetAreBatched(t *testing.T) {
 	f.controller.queue.ShutDown()
 }
 
+// TestALargeSetIsSyncedLessOften: a sync goes over all of a set's Nodes, so
+// a large set's Node events wait longer for their sync, in proportion to
+// its size, and its syncs cost the same per Node and second.
+func TestALargeSetIsSyncedLessOften(t *testing.T) {
+	class, set := validClass("sim"), newSet(1)
+	f := newFixture(t, class, set, setNode(t, set, class, "web-a", time.Hour, true))
+	f.controller.nodeEventBatch = 500 * time.Millisecond
+	assert.Equal(t, 500*time.Millisecond, f.controller.batchFor("team-a/web"), "never synced: the flag's period")
+	require.NoError(t, f.sync())
+	assert.Equal(t, 1, f.controller.sizes["team-a/web"], "a sync counts the set's Nodes")
+	f.controller.sizes["team-a/web"] = 1000
+	assert.Equal(t, 500*time.Millisecond, f.controller.batchFor("team-a/web"))
+	f.controller.sizes["team-a/web"] = 10000
+	assert.Equal(t, 2*time.Second, f.controller.batchFor("team-a/web"))
+	f.controller.queue.ShutDown()
+}
+
 func TestTheLastAwaitedNodeEventSyncsAtOnce(t *testing.T) {
 	class := validClass("sim")
 	set := newSet(3)
@@ -518,17 +534,17 @@ func TestTheLastAwaitedNodeEventSyncsAtOnce(t *testing.T) {
 	f.controller.queue.ShutDown()
 }
 
-// arrivingLister is a Node lister whose cache learns of late, a Node the
-// informer delivers right after the first List has answered.
-type arrivingLister struct {
-	corelisters.NodeLister
+// arrivingIndexer is a Node cache that learns of late, a Node the informer
+// delivers right after the first lookup of a set's Nodes has answered.
+type arrivingIndexer struct {
+	cache.Indexer
 	late    *corev1.Node
 	deliver func(any)
 	lists   int
 }
 
-func (l *arrivingLister) List(selector labels.Selector) ([]*corev1.Node, error) {
-	nodes, err := l.NodeLister.List(selector)
+func (l *arrivingIndexer) ByIndex(index, key string) ([]any, error) {
+	nodes, err := l.Indexer.ByIndex(index, key)
 	l.lists++
 	if l.lists == 1 {
 		l.deliver(l.late)
@@ -545,8 +561,8 @@ func TestNodeObservedDuringTheSyncIsNotMadeTwice(t *testing.T) {
 	set := newSet(2)
 	f := newFixture(t, class, set, setNode(t, set, class, "web-a", time.Hour, true))
 	f.controller.expectations.expectCreations("team-a/web", 1)
-	f.controller.nodeLister = &arrivingLister{
-		NodeLister: f.controller.nodeLister,
+	f.controller.nodeIndexer = &arrivingIndexer{
+		Indexer:    f.controller.nodeIndexer,
 		late:       setNode(t, set, class, "web-b", 0, false),
 		deliver:    f.controller.nodeAdded,
 	}

@@ -56,6 +56,10 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	cached, err := c.nodeSetLister.NodeSets(namespace).Get(name)
 	if isNotFound(err) {
 		c.expectations.forget(key)
+		c.statusMu.Lock()
+		delete(c.sizes, key)
+		delete(c.lastStatus, key)
+		c.statusMu.Unlock()
 		return nil
 	}
 	if err != nil {
@@ -66,7 +70,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	// asked before its Nodes are listed: asked after, a Node observed in
 	// between would be neither in the list nor expected, and be made again.
 	observed := c.expectations.satisfied(key)
-	nodes, err := c.nodeLister.List(resolve.Selector(set))
+	nodes, err := c.setNodes(key)
 	if err != nil {
 		return err
 	}
