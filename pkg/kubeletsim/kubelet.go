@@ -41,6 +41,10 @@ const LeaseNamespace = corev1.NamespaceNodeLease
 // KubeletVersion is what simulated kubelets report.
 const KubeletVersion = "v1.37.2-simulated"
 
+// statusUpdateFrequency is how often a kubelet looks at its Node's status
+// (the kubelet's nodeStatusUpdateFrequency).
+const statusUpdateFrequency = 10 * time.Second
+
 // Options tunes the simulated kubelets.
 type Options struct {
 	// LeaseDuration of the node Leases. Default 40s.
@@ -72,10 +76,12 @@ type Fleet struct {
 
 // kubelet is the state of one simulated kubelet.
 type kubelet struct {
-	statusAt  time.Time
-	nextRenew time.Time
-	lease     *coordinationv1.Lease
-	busy      bool
+	statusAt time.Time
+	// posted says a status was posted, postedReady whether it said Ready.
+	posted, postedReady bool
+	nextRenew           time.Time
+	lease               *coordinationv1.Lease
+	busy                bool
 }
 
 // New returns the simulated kubelets of driver's machines; nodes is a lister of the cluster's Nodes.
@@ -208,7 +214,16 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		if k.busy {
 			continue
 		}
-		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || nodeutil.IsReady(node) != wantsReady(node)
+		// Whether its readiness changed is told by what this kubelet posted
+		// last, not by a cache that may not show it yet (posting again for
+		// a lagging cache doubled the kubelets' writes on a busy API
+		// server). A Node whose condition still disagrees after
+		// statusUpdateFrequency, someone else having written it (as
+		// kube-controller-manager does when a Lease lapses), is answered
+		// then, as the kubelet's status loop would.
+		wants := wantsReady(node)
+		postStatus := now.Sub(k.statusAt) >= f.opts.StatusInterval || !k.posted || k.postedReady != wants ||
+			(nodeutil.IsReady(node) != wants && now.Sub(k.statusAt) >= statusUpdateFrequency)
 		renew := !now.Before(k.nextRenew)
 		if !postStatus && !renew {
 			continue
@@ -270,11 +285,12 @@ func (f *Fleet) serve(ctx context.Context, m simulated.Machine, k *kubelet, post
 	logger := klog.FromContext(ctx)
 	now := time.Now()
 	statusAt, nextRenew, lease := k.statusAt, k.nextRenew, k.lease
+	posted, postedReady := k.posted, k.postedReady
 	if postStatus {
-		if err := f.postStatus(ctx, m, now); err != nil {
+		if ready, err := f.postStatus(ctx, m, now); err != nil {
 			logger.V(2).Info("Posting simulated node status failed; will retry", "node", m.Name, "err", err)
 		} else {
-			statusAt = now
+			statusAt, posted, postedReady = now, true, ready
 		}
 	}
 	if renew {
@@ -288,6 +304,7 @@ func (f *Fleet) serve(ctx context.Context, m simulated.Machine, k *kubelet, post
 	}
 	f.mu.Lock()
 	k.statusAt, k.nextRenew, k.lease, k.busy = statusAt, nextRenew, lease, false
+	k.posted, k.postedReady = posted, postedReady
 	f.mu.Unlock()
 }
 
@@ -304,10 +321,11 @@ func (f *Fleet) forget(ctx context.Context, name string) {
 	delete(f.state, name)
 }
 
-func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Time) error {
+// postStatus posts the machine's status and says whether it was Ready.
+func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Time) (bool, error) {
 	node, err := f.nodes.Get(m.Name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// The kubelet keeps its well-known labels on an existing Node.
 	labels := map[string]string{corev1.LabelHostname: m.Name}
@@ -326,7 +344,7 @@ func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Ti
 	if len(missing) > 0 {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
 		if _, err := f.client.CoreV1().Nodes().Patch(ctx, m.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return err
+			return false, err
 		}
 	}
 	ready, reason, message := corev1.ConditionTrue, "KubeletReady", "simulated kubelet is posting ready status"
@@ -366,10 +384,10 @@ func (f *Fleet) postStatus(ctx context.Context, m simulated.Machine, now time.Ti
 	}
 	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = f.client.CoreV1().Nodes().Patch(ctx, m.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	return err
+	return ready == corev1.ConditionTrue, err
 }
 
 func (f *Fleet) renewLease(ctx context.Context, name string, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {

@@ -3,7 +3,10 @@ package kubeletsim_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -33,16 +37,35 @@ func TestMain(m *testing.M) {
 // fleet runs a Fleet as the node-controller user, with its shipped RBAC, on
 // a fresh simulated driver, until the test ends.
 func fleet(t *testing.T) (*simulated.Driver, kubernetes.Interface) {
+	return fleetWith(t, nil, kubeletsim.Options{
+		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, StatusInterval: time.Second,
+	})
+}
+
+// fleetWith is fleet with opts, its client's requests counted by count
+// (when not nil) and its Node cache seen through lag (when not nil).
+func fleetWith(t *testing.T, count func(*http.Request), opts kubeletsim.Options, lag ...func(corelisters.NodeLister) corelisters.NodeLister) (*simulated.Driver, kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, framework.InstallRBAC(ctx, framework.Shared(t)))
-	client := kubernetes.NewForConfigOrDie(framework.Shared(t).Config("node-controller"))
+	cfg := framework.Shared(t).Config("node-controller")
+	if count != nil {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripper(func(req *http.Request) (*http.Response, error) {
+				count(req)
+				return rt.RoundTrip(req)
+			})
+		})
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
 	factory := kubeinformers.NewSharedInformerFactory(client, 0)
 	nodes := factory.Core().V1().Nodes()
+	var lister corelisters.NodeLister = nodes.Lister()
+	for _, l := range lag {
+		lister = l(lister)
+	}
 	driver := simulated.New(nil)
-	f := kubeletsim.New(client, nodes.Lister(), driver, kubeletsim.Options{
-		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, StatusInterval: time.Second,
-	})
+	f := kubeletsim.New(client, lister, driver, opts)
 	require.NoError(t, f.FinishPods(factory.Core().V1().Pods()))
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
@@ -137,6 +160,63 @@ func TestBootedMachineRegistersReadyAndRenewsItsLease(t *testing.T) {
 		_, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-ready", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// staleLister is a Node cache that never shows a Node's status: one far
+// behind the API server.
+type staleLister struct{ corelisters.NodeLister }
+
+func (l staleLister) Get(name string) (*corev1.Node, error) {
+	node, err := l.NodeLister.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	node = node.DeepCopy()
+	node.Status = corev1.NodeStatus{}
+	return node, nil
+}
+
+// TestALaggingCacheDoesNotMakeTheKubeletPostAgain: the kubelet knows what it
+// posted; a cache that does not show it yet is no reason to post it again
+// (on a busy API server that doubled the simulated kubelets' writes).
+func TestALaggingCacheDoesNotMakeTheKubeletPostAgain(t *testing.T) {
+	var statusPosts atomic.Int32
+	driver, kube := fleetWith(t, func(req *http.Request) {
+		if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/nodes/kl-lagging/status") {
+			statusPosts.Add(1)
+		}
+	}, kubeletsim.Options{LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, StatusInterval: time.Hour},
+		func(l corelisters.NodeLister) corelisters.NodeLister { return staleLister{l} })
+	machineWithNode(t, driver, kube, "kl-lagging", class(nil))
+	eventually(t, 30*time.Second, "node Ready", func(ctx context.Context) (bool, string) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-lagging", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return nodeutil.IsReady(node), fmt.Sprintf("conditions %v", node.Status.Conditions)
+	})
+	// Five renewals later (1.5 s, well within the kubelet's 10 s status
+	// loop), the status was posted once.
+	lease, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(context.Background(), "kl-lagging", metav1.GetOptions{})
+	require.NoError(t, err)
+	renewals := 0
+	last := lease.Spec.RenewTime.Time
+	eventually(t, 30*time.Second, "five lease renewals", func(ctx context.Context) (bool, string) {
+		l, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-lagging", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if l.Spec.RenewTime.After(last) {
+			renewals++
+			last = l.Spec.RenewTime.Time
+		}
+		return renewals >= 5, fmt.Sprintf("%d renewals", renewals)
+	})
+	assert.Equal(t, int32(1), statusPosts.Load(), "status posts")
 }
 
 func TestKubeletWaitsForBootAndNode(t *testing.T) {

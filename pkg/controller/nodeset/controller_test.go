@@ -562,9 +562,9 @@ func TestNodeObservedDuringTheSyncIsNotMadeTwice(t *testing.T) {
 	f := newFixture(t, class, set, setNode(t, set, class, "web-a", time.Hour, true))
 	f.controller.expectations.expectCreations("team-a/web", 1)
 	f.controller.nodeIndexer = &arrivingIndexer{
-		Indexer:    f.controller.nodeIndexer,
-		late:       setNode(t, set, class, "web-b", 0, false),
-		deliver:    f.controller.nodeAdded,
+		Indexer: f.controller.nodeIndexer,
+		late:    setNode(t, set, class, "web-b", 0, false),
+		deliver: f.controller.nodeAdded,
 	}
 	require.NoError(t, f.sync())
 	assert.Empty(t, f.nodeCreates(), "web-b was on its way; a third Node would be one too many")
