@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -121,13 +122,7 @@ func TestBootedMachineRegistersReadyAndRenewsItsLease(t *testing.T) {
 	ctx := context.Background()
 	machineWithNode(t, driver, kube, "kl-ready", class(nil))
 
-	eventually(t, 30*time.Second, "node Ready", func(ctx context.Context) (bool, string) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-ready", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return nodeutil.IsReady(node), fmt.Sprintf("conditions %v", node.Status.Conditions)
-	})
+	waitForReady(t, kube, "kl-ready")
 	node, err := kube.CoreV1().Nodes().Get(ctx, "kl-ready", metav1.GetOptions{})
 	require.NoError(t, err)
 	want := simulated.EffectiveCapacity(class(nil).Spec.Simulated)
@@ -145,20 +140,42 @@ func TestBootedMachineRegistersReadyAndRenewsItsLease(t *testing.T) {
 	assert.Equal(t, "kl-ready", ptr.Deref(lease.Spec.HolderIdentity, ""))
 	require.Len(t, lease.OwnerReferences, 1)
 	assert.Equal(t, node.UID, lease.OwnerReferences[0].UID, "the Lease is owned by its Node")
-	first := lease.Spec.RenewTime.Time
-	eventually(t, 30*time.Second, "lease renewed", func(ctx context.Context) (bool, string) {
-		l, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-ready", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return l.Spec.RenewTime.After(first), "renewTime " + l.Spec.RenewTime.String()
-	})
+	waitForRenewals(t, kube, lease, 1)
 
 	// The machine goes: its kubelet's Lease goes with it.
 	require.NoError(t, driver.Delete(ctx, class(nil), "kl-ready"))
 	eventually(t, 30*time.Second, "lease deleted", func(ctx context.Context) (bool, string) {
 		_, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-ready", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// waitForReady waits until the Node name is Ready.
+func waitForReady(t *testing.T, kube kubernetes.Interface, name string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "node "+name+" Ready", func(ctx context.Context) (bool, string) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return nodeutil.IsReady(node), fmt.Sprintf("conditions %v", node.Status.Conditions)
+	})
+}
+
+// waitForRenewals waits until the kubelet renewed lease n times after the
+// renewal it shows.
+func waitForRenewals(t *testing.T, kube kubernetes.Interface, lease *coordinationv1.Lease, n int) {
+	t.Helper()
+	renewals, last := 0, lease.Spec.RenewTime.Time
+	eventually(t, 30*time.Second, fmt.Sprintf("%d renewals of lease %s", n, lease.Name), func(ctx context.Context) (bool, string) {
+		l, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, lease.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if l.Spec.RenewTime.After(last) {
+			renewals, last = renewals+1, l.Spec.RenewTime.Time
+		}
+		return renewals >= n, fmt.Sprintf("%d renewals, renewTime %s", renewals, l.Spec.RenewTime)
 	})
 }
 
@@ -192,30 +209,12 @@ func TestALaggingCacheDoesNotMakeTheKubeletPostAgain(t *testing.T) {
 	}, kubeletsim.Options{LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, StatusInterval: time.Hour},
 		func(l corelisters.NodeLister) corelisters.NodeLister { return staleLister{l} })
 	machineWithNode(t, driver, kube, "kl-lagging", class(nil))
-	eventually(t, 30*time.Second, "node Ready", func(ctx context.Context) (bool, string) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-lagging", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return nodeutil.IsReady(node), fmt.Sprintf("conditions %v", node.Status.Conditions)
-	})
+	waitForReady(t, kube, "kl-lagging")
 	// Five renewals later (1.5 s, well within the kubelet's 10 s status
 	// loop), the status was posted once.
 	lease, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(context.Background(), "kl-lagging", metav1.GetOptions{})
 	require.NoError(t, err)
-	renewals := 0
-	last := lease.Spec.RenewTime.Time
-	eventually(t, 30*time.Second, "five lease renewals", func(ctx context.Context) (bool, string) {
-		l, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-lagging", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if l.Spec.RenewTime.After(last) {
-			renewals++
-			last = l.Spec.RenewTime.Time
-		}
-		return renewals >= 5, fmt.Sprintf("%d renewals", renewals)
-	})
+	waitForRenewals(t, kube, lease, 5)
 	assert.Equal(t, int32(1), statusPosts.Load(), "status posts")
 }
 
@@ -286,10 +285,7 @@ func TestTerminatingPodsAreFinished(t *testing.T) {
 	_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kl-foreign"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), "kl-foreign", metav1.DeleteOptions{}) })
-	eventually(t, 30*time.Second, "node Ready", func(ctx context.Context) (bool, string) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, "kl-pods", metav1.GetOptions{})
-		return err == nil && nodeutil.IsReady(node), "not ready"
-	})
+	waitForReady(t, kube, "kl-pods")
 
 	pod := func(name, node string) {
 		_, err := kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{

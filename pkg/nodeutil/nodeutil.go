@@ -172,6 +172,7 @@ func marshalPatch(ops []jsonPatchOp) []byte {
 // want differs from read in none of these.
 func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
 	ops, guard := sameUID(read), false
+	tests := len(ops)
 	mapOps := func(path string, read, want map[string]string) {
 		if maps.Equal(read, want) {
 			return
@@ -214,7 +215,7 @@ func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
 	}
 	listOps("/spec/taints", read.Spec.Taints, want.Spec.Taints, slices.EqualFunc(read.Spec.Taints, want.Spec.Taints, taintsEqual),
 		len(read.Spec.Taints) == 0, len(want.Spec.Taints) == 0)
-	if len(ops) == len(sameUID(read)) {
+	if len(ops) == tests {
 		return nil, false
 	}
 	if guard && read.ResourceVersion != "" {

@@ -513,7 +513,10 @@ func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports ma
 				}
 				body, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if err == nil && resp.StatusCode == http.StatusOK {
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("%s: %s", resp.Status, body)
+				}
+				if err == nil {
 					err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%03d.pb.gz", run, name, i)), body, 0o644)
 				}
 				if err != nil {
