@@ -135,6 +135,10 @@ type Controller struct {
 
 	routine *routineEvents
 	pods    *podLists
+
+	// started is when Run's caches synced: a registered Node is judged
+	// NotReady for no longer than this controller has watched it.
+	started time.Time
 }
 
 // NewController returns a NodeController for the drivers in registry.
@@ -263,6 +267,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !c.WaitForCacheSync(ctx) {
 		return fmt.Errorf("caches did not sync")
 	}
+	c.started = c.opts.Now()
 	component.StartWorkers(ctx, c.queue, workers, "node", c.syncNode)
 	component.StartWorkers(ctx, c.groups, workers, "nodeset", c.syncGroup)
 	go wait.Until(c.routine.flush, c.opts.EventPeriod, ctx.Done())

@@ -64,8 +64,9 @@ func registrationTimeout(class *nodesetv1alpha1.NodeClass) time.Duration {
 
 // unhealthyFor returns how long past its deadline a Node is unhealthy (>= 0),
 // or a negative duration until it would be: NotReady since its Ready
-// condition's last transition for a registered Node, not Ready since its
-// machine was made for an unregistered one.
+// condition's last transition (or since this controller started, if later)
+// for a registered Node, not Ready since its machine was made for an
+// unregistered one.
 func (c *Controller) unhealthyFor(node *corev1.Node, class *nodesetv1alpha1.NodeClass) (time.Duration, bool) {
 	now := c.opts.Now()
 	if node.DeletionTimestamp != nil || node.Spec.ProviderID == "" || nodeutil.IsReady(node) {
@@ -87,7 +88,19 @@ func (c *Controller) unhealthyFor(node *corev1.Node, class *nodesetv1alpha1.Node
 			since = cond.LastTransitionTime.Time
 		}
 	}
+	// A controller that was away, restarted or newly leader gives each
+	// Node the whole timeout from when it started watching, as the node
+	// lifecycle controller gives each its whole grace period: the outage
+	// that kept it away may have kept kubelets from reporting too.
+	since = maxTime(since, c.started)
 	return now.Sub(since.Add(c.opts.Remediation.UnhealthyTimeout)), true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // mayReplace reports whether the NodeSet of node has few enough unhealthy

@@ -65,3 +65,31 @@ func TestAWaveIsHeldBeforeItsLaterNodesAreOverdue(t *testing.T) {
 	_, err = f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "web-a alone is unhealthy now: replaced (deleted; the fake has no finalizer handling): %v", err)
 }
+
+// A controller that starts while a Node has long been NotReady (kubelets
+// and controller kept away by the same outage) gives it the whole
+// unhealthy timeout from its start before replacing it.
+func TestAStartingControllerGivesNotReadyNodesTheWholeTimeout(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")},
+		registeredNode("web-a", false, testNow.Add(-time.Hour)), registeredNode("web-b", true, testNow.Add(-time.Hour)),
+		registeredNode("web-c", true, testNow.Add(-time.Hour)))
+	f.controller.opts.Remediation = RemediationOptions{UnhealthyTimeout: 5 * time.Minute, MaxUnhealthyPercent: 50, MaxUnhealthy: 10}
+	f.controller.opts.NodeSets = f.nodesets
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To(int32(3))}}
+	require.NoError(t, f.setIndexer.Add(set))
+	_, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	f.controller.started = testNow.Add(-4 * time.Minute)
+	overdue, ok := f.controller.unhealthyFor(f.get("web-a"), testClass("sim"))
+	require.True(t, ok)
+	assert.Equal(t, -time.Minute, overdue, "due 5 minutes after the start, not after the transition")
+	require.NoError(t, f.sync("web-a"))
+	assert.Nil(t, f.get("web-a").DeletionTimestamp, "kept: this controller has watched it NotReady for 4 minutes only")
+
+	f.controller.started = testNow.Add(-6 * time.Minute)
+	require.NoError(t, f.sync("web-a"))
+	_, err = f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "replaced once watched NotReady for the whole timeout: %v", err)
+}
