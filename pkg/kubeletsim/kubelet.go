@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,10 @@ import (
 
 // LeaseNamespace holds the node Leases.
 const LeaseNamespace = corev1.NamespaceNodeLease
+
+// ProfileLabel and ProfileLabelValue mark the simulated kubelets' goroutines
+// in CPU profiles.
+const ProfileLabel, ProfileLabelValue = "component", "simulated-kubelets"
 
 // KubeletVersion is what simulated kubelets report.
 const KubeletVersion = "v1.37.2-simulated"
@@ -124,6 +129,11 @@ func (f *Fleet) FinishPods(pods coreinformers.PodInformer) error {
 
 // Run serves the kubelets until ctx is done.
 func (f *Fleet) Run(ctx context.Context) {
+	// Its goroutines, and those they start (their connections' too), carry
+	// a profiler label: a CPU profile of the process then tells the
+	// simulated kubelets' share from the node controller's own.
+	ctx = pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, ProfileLabelValue))
+	pprof.SetGoroutineLabels(ctx)
 	logger := klog.FromContext(ctx).WithName("kubeletsim")
 	ctx = klog.NewContext(ctx, logger)
 	if _, err := f.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

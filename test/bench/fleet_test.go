@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	pprofile "github.com/google/pprof/profile"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
+	"nodeset.dev/nodeset/pkg/kubeletsim"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
@@ -84,6 +86,10 @@ type result struct {
 	// CPU seconds and peak RSS of each controller over the whole run.
 	CPUSeconds map[string]float64 `json:"cpuSeconds"`
 	PeakRSSMiB map[string]float64 `json:"peakRSSMiB"`
+	// KubeletsCPUShare is the part of the node controller's CPU that its
+	// simulated kubelets used (they run in its process; real kubelets run
+	// on the machines), from its CPU profiles; -1 when none completed.
+	KubeletsCPUShare float64 `json:"simulatedKubeletsCPUShare"`
 	// The API server and etcd, during the scale-up.
 	ControlPlaneCPUSeconds float64 `json:"controlPlaneCPUSecondsScaleUp"`
 	// ScaleUp and ScaleDown are where a scale's time goes, from the audit
@@ -251,6 +257,18 @@ func report(b *testing.B, results []*result) {
 	for _, k := range []string{"nodeset-controller", "node-controller"} {
 		t.row("CPU ms per node, "+k, func(r *result) string { return num(1000 * r.CPUSeconds[k] / float64(r.Nodes)) })
 	}
+	t.row("  share of it: simulated kubelets", func(r *result) string {
+		if r.KubeletsCPUShare < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%%", 100*r.KubeletsCPUShare)
+	})
+	t.row("  without the simulated kubelets", func(r *result) string {
+		if r.KubeletsCPUShare < 0 {
+			return "-"
+		}
+		return num(1000 * r.CPUSeconds["node-controller"] * (1 - r.KubeletsCPUShare) / float64(r.Nodes))
+	})
 	t.row("ms per node, 0 -> N Ready", func(r *result) string { return num(1000 * r.ToReady / float64(r.Nodes)) })
 	t.row("ms per node, N -> 0 gone", func(r *result) string { return num(1000 * r.ToGone / float64(r.Nodes)) })
 	t.row("peak RSS MiB, nodeset-controller (<= 120)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
@@ -310,10 +328,10 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		// The simulated kubelets too: real kubelets have a client each.
 		limits[0], kubeletQPSFlag = "--kube-api-qps=-1", "-1"
 	}
+	// The node controller is profiled in every run (profile), the others
+	// with NODESET_BENCH_PPROF.
 	profiles := os.Getenv("NODESET_BENCH_PPROF")
-	if profiles != "" {
-		limits = append(limits, "--pprof")
-	}
+	limits = append(limits, "--pprof")
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
 		// The node controller's default workers (the framework's tests run
@@ -386,11 +404,8 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		return out
 	}
 
-	if profiles != "" {
-		stop := profile(b, cp, profiles, fmt.Sprintf("%d-%s", n, m.name), map[string]int{
-			"nodeset-controller": controllers.NodeSetMetricsPort, "node-controller": controllers.NodeMetricsPort})
-		defer stop()
-	}
+	stopProfiles := profile(b, cp, profiles, fmt.Sprintf("%d-%s", n, m.name), map[string]int{
+		"nodeset-controller": controllers.NodeSetMetricsPort, "node-controller": controllers.NodeMetricsPort})
 	first := cpu()
 	upStart := time.Now()
 	scale(b, cs, ns, int32(n))
@@ -436,6 +451,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	})
 	downEnd := time.Now()
 	r.ToGone = downEnd.Sub(downStart).Seconds()
+	r.KubeletsCPUShare = stopProfiles()
 	// The NodeSet's last status write after its Nodes are gone.
 	setStatus(b, cs, ns, "fleet", 0)
 	last := cpu()
@@ -473,12 +489,19 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	_ = cs.NodesetV1alpha1().NodeClasses().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
-// profile saves CPU profiles of the controllers and the API server, 10 s
-// each, into dir until stop is called (NODESET_BENCH_PPROF=dir; `go tool
-// pprof` merges the files of one process given together).
-func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports map[string]int) (stop func()) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
+// profile takes CPU profiles back to back, 10 s each, until stop is called:
+// always the node controller's, to tell the simulated kubelets' CPU (their
+// goroutines carry a profiler label) from its own; with dir set
+// (NODESET_BENCH_PPROF=dir) also the nodeset-controller's and the API
+// server's, and all are saved into dir (`go tool pprof` merges the files of
+// one process given together). stop returns the share of the node
+// controller's sampled CPU time that was the simulated kubelets', or -1
+// when no profile completed.
+func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports map[string]int) (stop func() float64) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
 	}
 	admin, err := rest.HTTPClientFor(cp.AdminConfig())
 	if err != nil {
@@ -488,10 +511,18 @@ func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports ma
 		client *http.Client
 		url    string
 	}
-	targets := map[string]target{"kube-apiserver": {admin, cp.Host + "/debug/pprof/profile?seconds=10"}}
+	const node = "node-controller"
+	targets := map[string]target{}
 	for name, port := range ports {
-		targets[name] = target{http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=10", port)}
+		if dir != "" || name == node {
+			targets[name] = target{http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=10", port)}
+		}
 	}
+	if dir != "" {
+		targets["kube-apiserver"] = target{admin, cp.Host + "/debug/pprof/profile?seconds=10"}
+	}
+	var mu sync.Mutex
+	var kubelets, total int64 // CPU nanoseconds sampled
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for name, t := range targets {
@@ -516,7 +547,15 @@ func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports ma
 				if err == nil && resp.StatusCode != http.StatusOK {
 					err = fmt.Errorf("%s: %s", resp.Status, body)
 				}
-				if err == nil {
+				if err == nil && name == node {
+					var labelled, all int64
+					if labelled, all, err = labelledCPU(body, kubeletsim.ProfileLabel, kubeletsim.ProfileLabelValue); err == nil {
+						mu.Lock()
+						kubelets, total = kubelets+labelled, total+all
+						mu.Unlock()
+					}
+				}
+				if err == nil && dir != "" {
 					err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%03d.pb.gz", run, name, i)), body, 0o644)
 				}
 				if err != nil {
@@ -525,7 +564,40 @@ func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports ma
 			}
 		}()
 	}
-	return func() { cancel(); wg.Wait() }
+	return func() float64 {
+		cancel()
+		wg.Wait()
+		if total == 0 {
+			return -1
+		}
+		return float64(kubelets) / float64(total)
+	}
+}
+
+// labelledCPU sums a CPU profile's sampled CPU time, and the part of it
+// whose samples carry the label key=value.
+func labelledCPU(raw []byte, key, value string) (labelled, total int64, err error) {
+	p, err := pprofile.ParseData(raw)
+	if err != nil {
+		return 0, 0, err
+	}
+	cpu := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			cpu = i
+		}
+	}
+	if cpu < 0 {
+		return 0, 0, fmt.Errorf("no cpu samples in the profile")
+	}
+	for _, sample := range p.Sample {
+		v := sample.Value[cpu]
+		total += v
+		if slices.Contains(sample.Label[key], value) {
+			labelled += v
+		}
+	}
+	return labelled, total, nil
 }
 
 // logEvents logs the controllers' Events created or repeated in [from, to):
