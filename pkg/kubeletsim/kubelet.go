@@ -73,7 +73,7 @@ type Fleet struct {
 
 	mu    sync.Mutex
 	state map[string]*kubelet
-	work  chan func(context.Context)
+	work  *workQueue
 
 	pods       corelisters.PodLister
 	terminated workqueue.TypedRateLimitingInterface[types.NamespacedName]
@@ -104,7 +104,7 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, driver *simu
 		opts.Workers = 8
 	}
 	return &Fleet{client: client, nodes: nodes, driver: driver, opts: opts,
-		state: map[string]*kubelet{}, work: make(chan func(context.Context), opts.Workers)}
+		state: map[string]*kubelet{}, work: newWorkQueue()}
 }
 
 // FinishPods makes the kubelets remove their terminating pods, which
@@ -145,12 +145,11 @@ func (f *Fleet) Run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for {
-				select {
-				case <-ctx.Done():
+				fn, ok := f.work.take()
+				if !ok {
 					return
-				case fn := <-f.work:
-					fn(ctx)
 				}
+				fn(ctx)
 			}
 		}()
 	}
@@ -166,12 +165,13 @@ func (f *Fleet) Run(ctx context.Context) {
 	tick := time.NewTicker(min(f.opts.RenewInterval/4, 500*time.Millisecond))
 	defer tick.Stop()
 	for {
-		f.reconcile(ctx)
+		f.reconcile()
 		select {
 		case <-ctx.Done():
 			if f.terminated != nil {
 				f.terminated.ShutDown()
 			}
+			f.work.stop()
 			wg.Wait()
 			return
 		case <-tick.C:
@@ -197,12 +197,12 @@ const AnnotationUnreachable = "simulated.nodeset.dev/unreachable"
 func unreachable(node *corev1.Node) bool { return node.Annotations[AnnotationUnreachable] != "" }
 
 // reconcile schedules the status posts, Lease renewals and Lease deletions that are due.
-func (f *Fleet) reconcile(ctx context.Context) {
+func (f *Fleet) reconcile() {
 	now := time.Now()
 	machines := f.driver.Machines()
 	present := make(map[string]bool, len(machines))
-	var due []func(context.Context)
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for i := range machines {
 		m := machines[i]
 		present[m.Name] = true
@@ -239,23 +239,72 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			continue
 		}
 		k.busy = true
-		due = append(due, func(ctx context.Context) { f.serve(ctx, m, k, postStatus, renew) })
+		// A kubelet's first status (its registration) goes before the
+		// others' renewals: real kubelets do not wait on one another, and
+		// here they share a pool of workers.
+		f.work.add(!k.posted, func(ctx context.Context) { f.serve(ctx, m, k, postStatus, renew) })
 	}
 	for name, k := range f.state {
 		if present[name] || k.busy {
 			continue
 		}
 		k.busy = true
-		due = append(due, func(ctx context.Context) { f.forget(ctx, name) })
+		f.work.add(false, func(ctx context.Context) { f.forget(ctx, name) })
 	}
-	f.mu.Unlock()
-	for _, fn := range due {
-		select {
-		case f.work <- fn:
-		case <-ctx.Done():
-			return
-		}
+}
+
+// workQueue holds the kubelets' due work, without bound (a kubelet has at
+// most one item in it: see kubelet.busy); its takers get registrations
+// first.
+type workQueue struct {
+	mu          sync.Mutex
+	ready       *sync.Cond
+	first, rest []func(context.Context)
+	stopped     bool
+}
+
+func newWorkQueue() *workQueue {
+	q := &workQueue{}
+	q.ready = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *workQueue) add(first bool, fn func(context.Context)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if first {
+		q.first = append(q.first, fn)
+	} else {
+		q.rest = append(q.rest, fn)
 	}
+	q.ready.Signal()
+}
+
+// take waits for an item; false once the queue is stopped.
+func (q *workQueue) take() (func(context.Context), bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.first) == 0 && len(q.rest) == 0 && !q.stopped {
+		q.ready.Wait()
+	}
+	if q.stopped {
+		return nil, false
+	}
+	from := &q.rest
+	if len(q.first) > 0 {
+		from = &q.first
+	}
+	fn := (*from)[0]
+	(*from)[0] = nil
+	*from = (*from)[1:]
+	return fn, true
+}
+
+func (q *workQueue) stop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = true
+	q.ready.Broadcast()
 }
 
 // finishPod deletes one terminating pod whose node is a running simulated
