@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -30,6 +31,26 @@ func registeredNode(name string, ready bool, since time.Time) *corev1.Node {
 	return node
 }
 
+// remediationFixture has nodes as the set team-a/web of class sim, with as
+// many replicas, an unhealthy timeout of 5 minutes and a cap of
+// maxUnhealthyPercent (at most 10).
+func remediationFixture(t *testing.T, maxUnhealthyPercent int, nodes ...*corev1.Node) *fixture {
+	t.Helper()
+	objects := make([]runtime.Object, 0, len(nodes))
+	for _, n := range nodes {
+		objects = append(objects, n)
+	}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, objects...)
+	f.controller.opts.Remediation = RemediationOptions{UnhealthyTimeout: 5 * time.Minute, MaxUnhealthyPercent: maxUnhealthyPercent, MaxUnhealthy: 10}
+	f.controller.opts.NodeSets = f.nodesets
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To(int32(len(nodes)))}}
+	require.NoError(t, f.setIndexer.Add(set))
+	_, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return f
+}
+
 // A wave of NotReady Nodes is held back from the first moment one of them
 // is overdue: the others count while they are not overdue yet, so the
 // first is not replaced as if it were alone. Once the others recover, the
@@ -37,16 +58,9 @@ func registeredNode(name string, ready bool, since time.Time) *corev1.Node {
 func TestAWaveIsHeldBeforeItsLaterNodesAreOverdue(t *testing.T) {
 	early := registeredNode("web-a", false, testNow.Add(-10*time.Minute))
 	late := registeredNode("web-b", false, testNow.Add(-30*time.Second))
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, early, late,
+	f := remediationFixture(t, 20, early, late,
 		registeredNode("web-c", true, testNow.Add(-time.Hour)), registeredNode("web-d", true, testNow.Add(-time.Hour)),
 		registeredNode("web-e", true, testNow.Add(-time.Hour)))
-	f.controller.opts.Remediation = RemediationOptions{UnhealthyTimeout: 5 * time.Minute, MaxUnhealthyPercent: 20, MaxUnhealthy: 10}
-	f.controller.opts.NodeSets = f.nodesets
-	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
-		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To(int32(5))}}
-	require.NoError(t, f.setIndexer.Add(set))
-	_, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
-	require.NoError(t, err)
 
 	require.NoError(t, f.sync("web-a"))
 	assert.Nil(t, f.get("web-a").DeletionTimestamp, "held: web-b is NotReady too, which makes 2 of 5 over the cap of 1")
@@ -70,16 +84,9 @@ func TestAWaveIsHeldBeforeItsLaterNodesAreOverdue(t *testing.T) {
 // and controller kept away by the same outage) gives it the whole
 // unhealthy timeout from its start before replacing it.
 func TestAStartingControllerGivesNotReadyNodesTheWholeTimeout(t *testing.T) {
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")},
+	f := remediationFixture(t, 50,
 		registeredNode("web-a", false, testNow.Add(-time.Hour)), registeredNode("web-b", true, testNow.Add(-time.Hour)),
 		registeredNode("web-c", true, testNow.Add(-time.Hour)))
-	f.controller.opts.Remediation = RemediationOptions{UnhealthyTimeout: 5 * time.Minute, MaxUnhealthyPercent: 50, MaxUnhealthy: 10}
-	f.controller.opts.NodeSets = f.nodesets
-	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
-		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To(int32(3))}}
-	require.NoError(t, f.setIndexer.Add(set))
-	_, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
-	require.NoError(t, err)
 
 	f.controller.started = testNow.Add(-4 * time.Minute)
 	overdue, ok := f.controller.unhealthyFor(f.get("web-a"), testClass("sim"))
@@ -90,6 +97,6 @@ func TestAStartingControllerGivesNotReadyNodesTheWholeTimeout(t *testing.T) {
 
 	f.controller.started = testNow.Add(-6 * time.Minute)
 	require.NoError(t, f.sync("web-a"))
-	_, err = f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
+	_, err := f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "replaced once watched NotReady for the whole timeout: %v", err)
 }
