@@ -132,6 +132,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	// Its goroutines, and those they start (their connections' too), carry
 	// a profiler label: a CPU profile of the process then tells the
 	// simulated kubelets' share from the node controller's own.
+	defer pprof.SetGoroutineLabels(ctx)
 	ctx = pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, ProfileLabelValue))
 	pprof.SetGoroutineLabels(ctx)
 	logger := klog.FromContext(ctx).WithName("kubeletsim")
