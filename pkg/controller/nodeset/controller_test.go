@@ -337,6 +337,21 @@ func TestDeletedNodeSetRemovesNodesThenFinalizer(t *testing.T) {
 	assert.NotContains(t, got.Finalizers, FinalizerNodes)
 }
 
+// A deleting NodeSet whose earlier writes are not all observed still
+// deletes the Nodes that came since (a cloud group's machines, given Nodes
+// by the node controller), and does not ask again for the deletions still
+// unobserved.
+func TestDeletedNodeSetDoesNotWaitForUnobservedWrites(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
+	f := newFixture(t, class, set, nodes...)
+	f.controller.expectations.expectDeletions("team-a/web", []string{"web-a", "web-gone"})
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"web-b"}, f.nodeDeletes())
+}
+
 func TestComputeStatus(t *testing.T) {
 	class := validClass("sim")
 	set := newSet(3)

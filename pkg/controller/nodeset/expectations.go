@@ -106,6 +106,15 @@ func (e *expectations) deletionObserved(key, name string) {
 	}
 }
 
+// deleting reports whether a deletion of the named Node was issued for key
+// and not observed yet (within the expectations' lifetime).
+func (e *expectations) deleting(key, name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	return ok && e.now().Sub(exp.timestamp) <= expectationsTTL && exp.deletions.Has(name)
+}
+
 // forget drops key's expectations, when its NodeSet is gone.
 func (e *expectations) forget(key string) {
 	e.mu.Lock()

@@ -378,10 +378,20 @@ func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	}
 	key := set.Namespace + "/" + set.Name
 	if active := plan.Active(nodes); len(active) > 0 {
-		if !c.expectations.satisfied(key) {
+		// Every Node goes, so an unobserved write elsewhere in the set
+		// holds nothing back (a Node its cloud group made meanwhile would
+		// otherwise wait for an event that may not come); only the Nodes
+		// whose deletion was issued and not yet seen are not asked again.
+		var victims []*corev1.Node
+		for _, n := range active {
+			if !c.expectations.deleting(key, n.Name) {
+				victims = append(victims, n)
+			}
+		}
+		if len(victims) == 0 {
 			return nil
 		}
-		return c.deleteNodes(ctx, set, key, active)
+		return c.deleteNodes(ctx, set, key, victims)
 	}
 	if len(nodes) > 0 {
 		// Terminating: the node controller is draining and deprovisioning them.

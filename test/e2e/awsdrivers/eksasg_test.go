@@ -455,10 +455,17 @@ func TestAutoScalingGroupLifecycle(t *testing.T) {
 
 	t.Log("deletion leaves no group, launch template or instance")
 	require.NoError(t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
+	var left string
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err == nil {
+			left = fmt.Sprintf("finalizers %v", set.Finalizers)
+			for _, n := range e.setNodes(ns, "web") {
+				left += fmt.Sprintf("; Node %s deleting %v finalizers %v", n.Name, n.DeletionTimestamp != nil, n.Finalizers)
+			}
+		}
 		return apierrors.IsNotFound(err), nil
-	}), "NodeSet gone")
+	}), "NodeSet gone; left: %s", left)
 	assert.Empty(t, e.setNodes(ns, "web"))
 	groups, err := e.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{group}})
 	require.NoError(t, err)
