@@ -92,15 +92,10 @@ func (c *Controller) unhealthyFor(node *corev1.Node, class *nodesetv1alpha1.Node
 	// Node the whole timeout from when it started watching, as the node
 	// lifecycle controller gives each its whole grace period: the outage
 	// that kept it away may have kept kubelets from reporting too.
-	since = maxTime(since, c.started)
-	return now.Sub(since.Add(c.opts.Remediation.UnhealthyTimeout)), true
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	if c.started.After(since) {
+		since = c.started
 	}
-	return b
+	return now.Sub(since.Add(c.opts.Remediation.UnhealthyTimeout)), true
 }
 
 // mayReplace reports whether the NodeSet of node has few enough unhealthy

@@ -321,12 +321,19 @@ func TestCreateFailureLowersExpectationsAndReports(t *testing.T) {
 	assert.Contains(t, failure.Message, "apiserver says no")
 }
 
-func TestDeletedNodeSetRemovesNodesThenFinalizer(t *testing.T) {
-	class := validClass("sim")
-	set := newSet(2)
+// deletedSetFixture has the deleted set team-a/web of class sim with its
+// two Nodes web-a and web-b.
+func deletedSetFixture(t *testing.T) (f *fixture, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) {
+	t.Helper()
+	class = validClass("sim")
+	set = newSet(2)
 	set.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
 	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
-	f := newFixture(t, class, set, nodes...)
+	return newFixture(t, class, set, nodes...), class, set
+}
+
+func TestDeletedNodeSetRemovesNodesThenFinalizer(t *testing.T) {
+	f, class, set := deletedSetFixture(t)
 	require.NoError(t, f.sync())
 	assert.ElementsMatch(t, []string{"web-a", "web-b"}, f.nodeDeletes())
 
@@ -342,11 +349,7 @@ func TestDeletedNodeSetRemovesNodesThenFinalizer(t *testing.T) {
 // by the node controller), and does not ask again for the deletions still
 // unobserved.
 func TestDeletedNodeSetDoesNotWaitForUnobservedWrites(t *testing.T) {
-	class := validClass("sim")
-	set := newSet(2)
-	set.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
-	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
-	f := newFixture(t, class, set, nodes...)
+	f, _, _ := deletedSetFixture(t)
 	f.controller.expectations.expectDeletions("team-a/web", []string{"web-a", "web-gone"})
 	require.NoError(t, f.sync())
 	assert.Equal(t, []string{"web-b"}, f.nodeDeletes())

@@ -45,7 +45,7 @@ func (e *expectations) satisfied(key string) bool {
 	if exp.creations <= 0 && exp.deletions.Len() == 0 {
 		return true
 	}
-	return e.now().Sub(exp.timestamp) > expectationsTTL
+	return e.expired(exp)
 }
 
 // expectCreations records that count more Node creations were issued for key.
@@ -62,11 +62,16 @@ func (e *expectations) expectDeletions(key string, names []string) {
 	e.current(key).deletions.Insert(names...)
 }
 
+// expired reports whether exp outlived expectationsTTL. Callers hold mu.
+func (e *expectations) expired(exp *expectation) bool {
+	return e.now().Sub(exp.timestamp) > expectationsTTL
+}
+
 // current is key's unexpired expectation, a fresh one when it has none; it
 // restarts the clock. Callers hold mu.
 func (e *expectations) current(key string) *expectation {
 	exp, ok := e.items[key]
-	if !ok || e.now().Sub(exp.timestamp) > expectationsTTL {
+	if !ok || e.expired(exp) {
 		exp = &expectation{deletions: sets.New[string]()}
 		e.items[key] = exp
 	}
@@ -80,7 +85,7 @@ func (e *expectations) pendingCreations(match func(key string) bool) plan.Pendin
 	defer e.mu.Unlock()
 	out := plan.Pending{}
 	for key, exp := range e.items {
-		if exp.creations > 0 && e.now().Sub(exp.timestamp) <= expectationsTTL && match(key) {
+		if exp.creations > 0 && !e.expired(exp) && match(key) {
 			out[key] += int64(exp.creations)
 		}
 	}
@@ -112,7 +117,7 @@ func (e *expectations) deleting(key, name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	exp, ok := e.items[key]
-	return ok && e.now().Sub(exp.timestamp) <= expectationsTTL && exp.deletions.Has(name)
+	return ok && !e.expired(exp) && exp.deletions.Has(name)
 }
 
 // forget drops key's expectations, when its NodeSet is gone.
