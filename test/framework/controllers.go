@@ -94,7 +94,12 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeHealthPort),
 		"--simulated-lease-renew-interval=2s",
-		"--orphan-collection-interval=2s", "--orphan-min-age=10s", "--unhealthy-timeout=3s",
+		// Longer than kube-controller-manager takes to taint an unreachable
+		// Node NoExecute (its node monitor period, 5s, and one wait of its
+		// tainting rate limit, 10s), so that a test watching both sees the
+		// taint before the replacement; at 3s the replacement sometimes
+		// came first.
+		"--orphan-collection-interval=2s", "--orphan-min-age=10s", "--unhealthy-timeout=15s",
 		"--workers=8", "-v=2",
 	}, leaderElection...), opts.NodeArgs...),
 		Env: []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}}

@@ -34,7 +34,7 @@ func setNotReady(ctx context.Context, t *testing.T, message string, names ...str
 // TestMeltdownProtection: when half of a NodeSet's nodes go NotReady at
 // once (a network blip, a broken runtime), none is replaced and the NodeSet
 // says why; one unhealthy node among many is replaced after
-// --unhealthy-timeout (3s here).
+// --unhealthy-timeout (15s here).
 func TestMeltdownProtection(t *testing.T) {
 	c := startControllers(t)
 	ctx := context.Background()
