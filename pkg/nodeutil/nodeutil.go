@@ -167,18 +167,25 @@ func marshalPatch(ops []jsonPatchOp) []byte {
 // taints, and tests that the Node is the one read (by UID) and that each
 // list it replaces is as read. Unlike an update it does not fail because
 // another writer changed something else since (a kubelet's status or
-// labels); a list or map read empty is set whole, so the patch then also
-// tests the resourceVersion, as an update would. changed is false when
-// want differs from read in none of these.
+// labels). A list or map read empty is set whole after a test that it is
+// still absent: the API server's JSON patch (evanphx/json-patch v4, which
+// the tests apply too) passes a test of null on a missing member, and a
+// Node's empty lists and maps are always missing from its JSON. Testing
+// the resourceVersion instead, as an update would, failed whenever the
+// copy read lagged any write at all, which a busy cache often does.
+// changed is false when want differs from read in none of these.
 func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
-	ops, guard := sameUID(read), false
+	ops := sameUID(read)
 	tests := len(ops)
+	setAbsent := func(path string, want any) {
+		ops = append(ops, jsonPatchOp{Op: "test", Path: path, Value: nil}, jsonPatchOp{Op: "add", Path: path, Value: want})
+	}
 	mapOps := func(path string, read, want map[string]string) {
 		if maps.Equal(read, want) {
 			return
 		}
 		if len(read) == 0 {
-			ops, guard = append(ops, jsonPatchOp{Op: "add", Path: path, Value: want}), true
+			setAbsent(path, want)
 			return
 		}
 		for _, k := range slices.Sorted(maps.Keys(want)) {
@@ -196,7 +203,7 @@ func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
 		switch {
 		case equal:
 		case readEmpty:
-			ops, guard = append(ops, jsonPatchOp{Op: "add", Path: path, Value: want}), true
+			setAbsent(path, want)
 		case wantEmpty:
 			ops = append(ops, jsonPatchOp{Op: "test", Path: path, Value: read}, jsonPatchOp{Op: "remove", Path: path})
 		default:
@@ -217,9 +224,6 @@ func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
 		len(read.Spec.Taints) == 0, len(want.Spec.Taints) == 0)
 	if len(ops) == tests {
 		return nil, false
-	}
-	if guard && read.ResourceVersion != "" {
-		ops = append([]jsonPatchOp{{Op: "test", Path: "/metadata/resourceVersion", Value: read.ResourceVersion}}, ops...)
 	}
 	return marshalPatch(ops), true
 }

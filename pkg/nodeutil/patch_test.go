@@ -85,24 +85,45 @@ func TestChangePatchFailsWhereItWouldUndoAnotherWrite(t *testing.T) {
 	assert.Error(t, err, "another Node under the same name")
 }
 
-func TestChangePatchOfAMapReadEmptyTestsTheResourceVersion(t *testing.T) {
+// A map or list read empty is set whole, after a test that it is still
+// absent: another writer's change elsewhere (a lagging copy's usual case)
+// does not refuse it, and the same map or list made meanwhile by another
+// writer is never overwritten.
+func TestChangePatchOfAMapOrListReadEmptyTestsItIsStillAbsent(t *testing.T) {
 	read := readNode()
-	read.Annotations = nil
+	read.Annotations, read.Spec.Taints = nil, nil
 	want := read.DeepCopy()
 	want.Annotations = map[string]string{nodesetv1alpha1.AnnotationDriver: "simulated"}
+	want.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}}
 	patch, changed := ChangePatch(read, want)
 	require.True(t, changed)
 	got, err := apply(t, read, patch)
 	require.NoError(t, err)
 	assert.Equal(t, want.Annotations, got.Annotations)
+	assert.Equal(t, want.Spec.Taints, got.Spec.Taints)
 
-	// The map is set whole: a Node written since (its ttl annotation) is
-	// not overwritten.
+	// Written since in other fields (the kubelet's status and labels):
+	// applies, and keeps them.
 	server := read.DeepCopy()
 	server.ResourceVersion = "11"
-	server.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0"}
-	_, err = apply(t, server, patch)
-	assert.Error(t, err)
+	server.Labels["kubernetes.io/hostname"] = "web-a"
+	server.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	got, err = apply(t, server, patch)
+	require.NoError(t, err, "no conflict with writes elsewhere")
+	assert.Equal(t, want.Annotations, got.Annotations)
+	assert.Equal(t, "web-a", got.Labels["kubernetes.io/hostname"])
+	assert.True(t, IsReady(got))
+
+	// The map, or the list, made since (the ttl annotation, a taint): not
+	// overwritten.
+	annotated := read.DeepCopy()
+	annotated.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0"}
+	_, err = apply(t, annotated, patch)
+	assert.Error(t, err, "annotations made since")
+	tainted := read.DeepCopy()
+	tainted.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+	_, err = apply(t, tainted, patch)
+	assert.Error(t, err, "taints made since")
 }
 
 func TestChangePatchRemovesAndAddsFinalizersAndKeys(t *testing.T) {

@@ -265,6 +265,7 @@ func TestProvisionRecordsProviderIDAndIsIdempotent(t *testing.T) {
 	// (which remembers nothing) finds the same machine by name and makes
 	// no second one.
 	f.updateCache(setNode("web-a", "sim"))
+	require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), setNode("web-a", "sim"), ""))
 	f.controller.recorded.forget("web-a")
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 2, f.driver.creates)
@@ -595,17 +596,19 @@ func TestDrainHasItsOwnClient(t *testing.T) {
 }
 
 // TestAnotherWriterDoesNotMakeTheReleaseConflict: kube-controller-manager
-// taints a cordoned Node (node.kubernetes.io/unschedulable) while its drain
-// runs. The release that follows in the same sync does not conflict with
-// that write, keeps the taint, and the termination takes two writes.
+// taints a Node whose kubelet stops reporting while its drain runs
+// (node.kubernetes.io/unreachable). The release that follows in the same
+// sync does not conflict with that write, keeps the taint, and the
+// termination takes two writes.
 func TestAnotherWriterDoesNotMakeTheReleaseConflict(t *testing.T) {
 	f := deletedNodeFixture(t)
+	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}
 	f.kube.PrependReactor("list", "pods", func(core.Action) (bool, runtime.Object, error) {
 		// Between the cordon and the release, as kube-controller-manager would.
 		obj, err := f.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", "web-a")
 		require.NoError(t, err)
 		node := obj.(*corev1.Node).DeepCopy()
-		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+		node.Spec.Taints = append(node.Spec.Taints, unreachable)
 		require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), node, ""))
 		return false, nil, nil
 	})
@@ -613,8 +616,55 @@ func TestAnotherWriterDoesNotMakeTheReleaseConflict(t *testing.T) {
 	got := f.get("web-a")
 	assert.NotContains(t, got.Finalizers, nodesetv1alpha1.FinalizerTermination, "released")
 	assert.True(t, got.Spec.Unschedulable)
-	assert.Contains(t, got.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, "the other writer's taint stays")
+	assert.Contains(t, got.Spec.Taints, unreachable, "the other writer's taint stays")
 	assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release")
+}
+
+// TestTheCordonCarriesTheUnschedulableTaint: the cordon gives the Node the
+// taint kube-controller-manager gives a cordoned Node, in the same write,
+// so that kube-controller-manager has nothing to write; a Node that has the
+// taint already does not get it twice.
+func TestTheCordonCarriesTheUnschedulableTaint(t *testing.T) {
+	startup := corev1.Taint{Key: "example.com/startup", Effect: corev1.TaintEffectNoSchedule}
+	for name, taints := range map[string][]corev1.Taint{
+		"none":      nil,
+		"another":   {startup},
+		"its own":   {unschedulableTaint},
+		"both":      {startup, unschedulableTaint},
+		"old value": {{Key: corev1.TaintNodeUnschedulable, Value: "x", Effect: corev1.TaintEffectNoSchedule}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := deletedNodeFixture(t)
+			node := f.get("web-a")
+			node.Spec.Taints = taints
+			f.updateCache(node)
+			require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), node, ""))
+			var cordoned *corev1.Node
+			f.kube.PrependReactor("list", "pods", func(core.Action) (bool, runtime.Object, error) {
+				obj, err := f.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", "web-a")
+				require.NoError(t, err)
+				cordoned = obj.(*corev1.Node).DeepCopy()
+				return false, nil, nil
+			})
+			require.NoError(t, f.sync("web-a"))
+			require.NotNil(t, cordoned, "the drain listed the Node's pods")
+			assert.True(t, cordoned.Spec.Unschedulable)
+			assert.Equal(t, 1, countTaints(cordoned.Spec.Taints, isUnschedulableTaint), "%v", cordoned.Spec.Taints)
+			assert.Equal(t, len(taints)+1-countTaints(taints, isUnschedulableTaint), len(cordoned.Spec.Taints),
+				"the Node's other taints stay: %v", cordoned.Spec.Taints)
+			assert.Equal(t, 2, f.nodeWrites(), "the cordon and the release")
+		})
+	}
+}
+
+func countTaints(taints []corev1.Taint, match func(corev1.Taint) bool) int {
+	n := 0
+	for _, t := range taints {
+		if match(t) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestReleaseOfANodeReplacedUnderItsNameFails: a Node deleted and made again

@@ -120,6 +120,12 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 		cordoned.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = started.UTC().Format(time.RFC3339)
 	}
 	cordoned.Spec.Unschedulable = true
+	// kube-controller-manager's node lifecycle controller gives every
+	// cordoned Node this taint (matched by key and effect) in a write of its
+	// own; given here with the cordon, that write is not needed.
+	if !slices.ContainsFunc(cordoned.Spec.Taints, isUnschedulableTaint) {
+		cordoned.Spec.Taints = append(cordoned.Spec.Taints, unschedulableTaint)
+	}
 	// A patch, not an update: the kubelet's status or another controller's
 	// write since the Node was read does not make the cordon conflict.
 	updated, err := c.writeNode(ctx, c.opts.Drain, node, cordoned)
@@ -130,6 +136,14 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 	// come back through the queue took seconds per Node when hundreds drain
 	// at once.
 	return updated, started, nil
+}
+
+// unschedulableTaint is the taint kube-controller-manager gives a cordoned
+// Node.
+var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+
+func isUnschedulableTaint(t corev1.Taint) bool {
+	return t.Key == unschedulableTaint.Key && t.Effect == unschedulableTaint.Effect
 }
 
 // drain evicts the Node's pods and reports whether the machine may go now:
