@@ -201,7 +201,7 @@ func report(b *testing.B, results []*result) {
 	if len(results) == 0 {
 		return
 	}
-	t := &table[*result]{results: results, label: 46, column: 14}
+	t := &table[*result]{results: results, label: 52, column: 14}
 	t.row("nodes", func(r *result) string { return strconv.Itoa(r.Nodes) })
 	t.row("client limits", func(r *result) string { return r.Mode })
 	t.row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
@@ -274,8 +274,29 @@ func report(b *testing.B, results []*result) {
 	t.row("peak RSS MiB, nodeset-controller (<= 120)", func(r *result) string { return num(r.PeakRSSMiB["nodeset-controller"]) })
 	t.row("peak RSS MiB, node-controller (<= 250)", func(r *result) string { return num(r.PeakRSSMiB["node-controller"]) })
 	t.row("API server + etcd CPU s, scale-up", func(r *result) string { return num(r.ControlPlaneCPUSeconds) })
+	// BenchmarkAWSCalls, when it ran before in this process (make bench),
+	// in the same table: one figure per fleet of eks-asg NodeSets, in the
+	// first column.
+	for _, a := range awsResults {
+		label := fmt.Sprintf("AWS calls per node, %d eks-asg set(s) x %d", a.NodeSets, a.Nodes/max(a.NodeSets, 1))
+		if a.NodeSets == 1 && a.Nodes >= 100 {
+			label += " (<= 1.5)"
+		}
+		t.row(label, func(r *result) string {
+			if r != results[0] {
+				return ""
+			}
+			return num(a.CallsPerNode)
+		})
+		t.row(fmt.Sprintf("  AWS calls per steady poll (every %s)", awsPollInterval), func(r *result) string {
+			if r != results[0] {
+				return ""
+			}
+			return num(a.CallsPerPoll)
+		})
+	}
 	fmt.Printf("\nfleet benchmark (idle window %s):\n%s", idleWindow, t.out.String())
-	writeJSON(b, "NODESET_BENCH_JSON", "bench.json", map[string]any{"idleWindowSeconds": idleWindow.Seconds(), "results": results})
+	writeJSON(b, "NODESET_BENCH_JSON", "bench.json", map[string]any{"idleWindowSeconds": idleWindow.Seconds(), "results": results, "aws": awsResults})
 }
 
 // stepRows adds where a scale's time went: when the last Node took each
