@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -38,7 +37,6 @@ type fixture struct {
 	nodesets   *nodesetfake.Clientset
 	controller *Controller
 	recorder   *record.FakeRecorder
-	setCache   cache.Indexer
 }
 
 func validClass(name string) *nodesetv1alpha1.NodeClass {
@@ -126,8 +124,7 @@ func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1al
 	if class != nil {
 		require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(class))
 	}
-	f.setCache = nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer()
-	require.NoError(t, f.setCache.Add(set))
+	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer().Add(set))
 	f.controller = c
 	return f
 }
@@ -212,40 +209,6 @@ func TestScaleDownPicksVictims(t *testing.T) {
 	// Deletions not yet observed: nothing more is deleted.
 	require.NoError(t, f.sync())
 	assert.Len(t, f.nodeDeletes(), 3)
-}
-
-// TestScaleDownGoesOnPastUnobservedDeletions: a scale-down larger than one
-// sync's burst goes on at once with the next Nodes, counting those whose
-// deletion the informer has not shown yet as going: none is deleted twice,
-// none more than the scale-down asks. A creation still waits for every
-// earlier write to be observed.
-func TestScaleDownGoesOnPastUnobservedDeletions(t *testing.T) {
-	class := validClass("sim")
-	set := newSet(1)
-	var nodes []*corev1.Node
-	for i := range 6 {
-		nodes = append(nodes, setNode(t, set, class, fmt.Sprintf("web-%d", i), time.Duration(i+1)*time.Hour, true))
-	}
-	f := newFixture(t, class, set, nodes...)
-	f.controller.burst = 2
-	require.NoError(t, f.sync())
-	assert.Len(t, f.nodeDeletes(), 2, "one burst")
-	assert.Equal(t, 1, f.controller.queue.Len(), "more to delete: synced again at once")
-	require.NoError(t, f.sync())
-	assert.Len(t, f.nodeDeletes(), 4, "the next burst, the first not yet observed")
-	require.NoError(t, f.sync())
-	require.NoError(t, f.sync())
-	deleted := f.nodeDeletes()
-	assert.Len(t, deleted, 5, "five of six, each once: %v", deleted)
-	assert.Len(t, sets.New(deleted...), 5, "each once: %v", deleted)
-
-	// Scaled up again while the deletions are unobserved: the creation
-	// waits for them.
-	set.Spec.Replicas = ptr.To(int32(3))
-	require.NoError(t, f.setCache.Update(set))
-	require.NoError(t, f.sync())
-	assert.Empty(t, f.nodeCreates(), "creations wait for the deletions to be observed")
-	assert.Len(t, f.nodeDeletes(), 5, "and nothing more is deleted")
 }
 
 func TestNotAcceptedCreatesNothing(t *testing.T) {

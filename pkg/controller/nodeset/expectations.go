@@ -120,21 +120,6 @@ func (e *expectations) deleting(key, name string) bool {
 	return ok && !e.expired(exp) && exp.deletions.Has(name)
 }
 
-// onlyDeletions returns the Nodes whose deletion was issued for key and not
-// yet observed, when they are all that key's expectations wait for (no
-// creation pending, not expired). Their names are known, so a sync can
-// count them as going and go on deleting others without waiting for its
-// informer to show them going.
-func (e *expectations) onlyDeletions(key string) (sets.Set[string], bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	exp, ok := e.items[key]
-	if !ok || exp.creations > 0 || e.expired(exp) {
-		return nil, false
-	}
-	return exp.deletions.Clone(), true
-}
-
 // forget drops key's expectations, when its NodeSet is gone.
 func (e *expectations) forget(key string) {
 	e.mu.Lock()

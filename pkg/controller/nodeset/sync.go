@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -71,11 +70,6 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	// asked before its Nodes are listed: asked after, a Node observed in
 	// between would be neither in the list nor expected, and be made again.
 	observed := c.expectations.satisfied(key)
-	var deleting sets.Set[string]
-	onlyDeletions := false
-	if !observed {
-		deleting, onlyDeletions = c.expectations.onlyDeletions(key)
-	}
 	nodes, err := c.setNodes(key)
 	if err != nil {
 		return err
@@ -95,15 +89,8 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 
 	res := c.resolve(set)
 	var manageErr error
-	switch {
-	case res.accepted.Status != metav1.ConditionTrue:
-	case observed:
-		manageErr = c.manageReplicas(ctx, set, &res, nodes, false)
-	case onlyDeletions:
-		// A scale-down goes on while its earlier deletions are still to be
-		// observed: those Nodes count as going. Creations wait, as ever,
-		// until every earlier write is observed.
-		manageErr = c.manageReplicas(ctx, set, &res, markDeleting(nodes, deleting, c.now()), true)
+	if res.accepted.Status == metav1.ConditionTrue && observed {
+		manageErr = c.manageReplicas(ctx, set, &res, nodes)
 	}
 	if res.revalidating {
 		// A class edit is validated in a moment: the set keeps its Accepted
@@ -134,31 +121,11 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	return manageErr
 }
 
-// markDeleting returns nodes with those named in deleting marked as being
-// deleted, as the informer will show them: copies, the cache's Nodes stay
-// as they are.
-func markDeleting(nodes []*corev1.Node, deleting sets.Set[string], now time.Time) []*corev1.Node {
-	out := make([]*corev1.Node, 0, len(nodes))
-	for _, n := range nodes {
-		if n.DeletionTimestamp == nil && deleting.Has(n.Name) {
-			marked := *n
-			marked.DeletionTimestamp = &metav1.Time{Time: now}
-			n = &marked
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
 // manageReplicas creates and deletes Nodes so the set has spec.replicas
-// Nodes of its current template, within its rollout strategy; with
-// deleteOnly it only deletes.
-func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node, deleteOnly bool) error {
+// Nodes of its current template, within its rollout strategy.
+func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node) error {
 	key := set.Namespace + "/" + set.Name
 	p := plan.Decide(set, res.templateHash, nodes, c.now())
-	if deleteOnly {
-		p.Create = 0
-	}
 	if res.group {
 		// The cloud group makes the machines and the node controller their
 		// Nodes, within the class's limits; what is decided here is which
@@ -200,11 +167,6 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 			}
 		}
 		errs = append(errs, c.deleteNodes(ctx, set, key, victims))
-		if len(victims) < len(p.Remove) {
-			// More to delete than one sync's burst: the next sync goes on
-			// at once, counting these as going.
-			c.queue.Add(key)
-		}
 	}
 	return errors.Join(errs...)
 }
