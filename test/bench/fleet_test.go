@@ -282,21 +282,22 @@ func report(b *testing.B, results []*result) {
 		if a.NodeSets == 1 && a.Nodes >= 100 {
 			label += " (<= 1.5)"
 		}
-		t.row(label, func(r *result) string {
-			if r != results[0] {
-				return ""
-			}
-			return num(a.CallsPerNode)
-		})
-		t.row(fmt.Sprintf("  AWS calls per steady poll (every %s)", awsPollInterval), func(r *result) string {
-			if r != results[0] {
-				return ""
-			}
-			return num(a.CallsPerPoll)
-		})
+		t.row(label, firstColumn(results, num(a.CallsPerNode)))
+		t.row(fmt.Sprintf("  AWS calls per steady poll (every %s)", awsPollInterval), firstColumn(results, num(a.CallsPerPoll)))
 	}
 	fmt.Printf("\nfleet benchmark (idle window %s):\n%s", idleWindow, t.out.String())
 	writeJSON(b, "NODESET_BENCH_JSON", "bench.json", map[string]any{"idleWindowSeconds": idleWindow.Seconds(), "results": results, "aws": awsResults})
+}
+
+// firstColumn is a row's cell function that shows v under the first result
+// only, for a figure measured once for the whole table.
+func firstColumn(results []*result, v string) func(*result) string {
+	return func(r *result) string {
+		if r != results[0] {
+			return ""
+		}
+		return v
+	}
 }
 
 // stepRows adds where a scale's time went: when the last Node took each
@@ -361,11 +362,10 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	limits = append(limits, "--pprof")
 	controllers, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{
 		NodeSetArgs: append([]string{"-v=1"}, limits...),
-		// The node controller's default workers (the framework's tests run
-		// fewer).
-		// The deployment's orphan collection period (the framework's tests
-		// run one every 2 s, which at 10,000 Nodes was 3 % of the node
-		// controller's own CPU).
+		// The node controller's default workers and the deployment's orphan
+		// collection period: the framework's tests run fewer workers and a
+		// collection every 2 s, which at 10,000 Nodes was 3 % of the node
+		// controller's sampled CPU.
 		NodeArgs: append([]string{"-v=1", "--workers=128", "--orphan-collection-interval=5m", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
 			"--simulated-kube-api-qps=" + kubeletQPSFlag, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + kubeletBurstFlag}, limits...),
 	})

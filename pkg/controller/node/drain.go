@@ -121,8 +121,8 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 	}
 	cordoned.Spec.Unschedulable = true
 	// kube-controller-manager's node lifecycle controller gives every
-	// cordoned Node this taint (matched by key and effect) in a write of its
-	// own; given here with the cordon, that write is not needed.
+	// cordoned Node this taint in a write of its own; given here with the
+	// cordon, that write is not needed.
 	if !slices.ContainsFunc(cordoned.Spec.Taints, isUnschedulableTaint) {
 		cordoned.Spec.Taints = append(cordoned.Spec.Taints, unschedulableTaint)
 	}
@@ -142,9 +142,9 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 // Node.
 var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
 
-func isUnschedulableTaint(t corev1.Taint) bool {
-	return t.Key == unschedulableTaint.Key && t.Effect == unschedulableTaint.Effect
-}
+// isUnschedulableTaint matches t as kube-controller-manager does (Taint's
+// MatchTaint: key and effect).
+func isUnschedulableTaint(t corev1.Taint) bool { return unschedulableTaint.MatchTaint(&t) }
 
 // drain evicts the Node's pods and reports whether the machine may go now:
 // every evictable pod is gone (and, when the class asks, every volume
