@@ -2,6 +2,7 @@ package component
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -72,50 +73,87 @@ func (f *fence) close() {
 
 // lock wraps the leader-election lock: each successful write of a record
 // that names this replica as the holder is a renewal, dated from before the
-// request left.
+// request left; and a release goes out only over a record that names this
+// replica.
 func (f *fence) lock(inner resourcelock.Interface) resourcelock.Interface {
-	return fencedLock{Interface: inner, fence: f}
+	return &fencedLock{Interface: inner, fence: f}
 }
 
 type fencedLock struct {
 	resourcelock.Interface
 	fence *fence
+
+	mu sync.Mutex
+	// ours: the version of the record the inner lock writes over next (its
+	// last read or write) names this replica as the holder.
+	ours bool
 }
 
-func (l fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+func (l *fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	start := time.Now()
 	err := l.Interface.Create(ctx, ler)
 	l.observe(ler, start, err)
 	return err
 }
 
-func (l fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+// Update refuses a release (a record with no holder) unless the record it
+// replaces names this replica. client-go's release reads the lease and
+// writes over what it read, but decides whether it leads from its own
+// memory: a leader paused past its lease wakes, reads its successor's
+// record, and would empty it, leaving two replicas with open fences (the
+// successor's until its next renewal fails) and the lease free for a third.
+func (l *fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if ler.HolderIdentity == "" {
+		l.mu.Lock()
+		ours := l.ours
+		l.mu.Unlock()
+		if !ours {
+			l.fence.close()
+			return errReleaseNotOurs
+		}
+	}
 	start := time.Now()
 	err := l.Interface.Update(ctx, ler)
 	l.observe(ler, start, err)
 	return err
 }
 
+var errReleaseNotOurs = errors.New("not releasing the leader lease: the record last read names another holder")
+
 // Get closes the fence as soon as the record names another holder: the
 // lease is someone else's, whatever this replica's last renewal says.
-func (l fencedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+func (l *fencedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	record, raw, err := l.Interface.Get(ctx)
-	if err == nil && record != nil && record.HolderIdentity != l.fence.identity {
+	if err != nil {
+		return record, raw, err
+	}
+	ours := record != nil && record.HolderIdentity == l.fence.identity
+	l.mu.Lock()
+	l.ours = ours
+	l.mu.Unlock()
+	if !ours {
 		l.fence.close()
 	}
 	return record, raw, err
 }
 
-func (l fencedLock) observe(ler resourcelock.LeaderElectionRecord, start time.Time, err error) {
+func (l *fencedLock) observe(ler resourcelock.LeaderElectionRecord, start time.Time, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch {
 	case apierrors.IsConflict(err):
 		// The record changed since this replica read it: another replica
 		// wrote it, and may lead now. Closed until a renewal succeeds.
+		l.ours = false
 		l.fence.close()
 	case err != nil:
+		// Unknown whether the write took: what the inner lock writes over
+		// next is as before.
 	case ler.HolderIdentity == l.fence.identity:
+		l.ours = true
 		l.fence.renewedAt(start)
 	default:
+		l.ours = false
 		l.fence.close() // released
 	}
 }

@@ -103,6 +103,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 // per replica.
 func TestNeverTwoLeadersAct(t *testing.T) {
 	ctx := context.Background()
+	// The control plane is shared: only this test's writes are its own.
+	start := time.Now()
 	cp := framework.Shared(t)
 	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
 	require.NoError(t, err)
@@ -179,7 +181,7 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 	// one run that no other replica's write interrupts.
 	require.NoError(t, cp.AuditComplete(ctx), "the audit log holds every event")
 	for _, r := range []*replicas{sets, nodes} {
-		writers := writeRuns(t, r.name)
+		writers := writeRuns(t, r.name, start)
 		t.Logf("%s: writes by %d replica runs, in order: %v", r.name, len(writers), writers)
 		seen := map[string]bool{}
 		var again []string
@@ -208,7 +210,9 @@ func startAll(t *testing.T, cp *framework.ControlPlane, all ...*framework.Proces
 			_ = p.Signal(syscall.SIGCONT)
 			p.Kill(syscall.SIGTERM)
 			if t.Failed() {
-				file := filepath.Join(cp.Dir, "logs", p.Name+".log")
+				// Named by the test too: the next test's replicas bear the
+				// same names.
+				file := filepath.Join(cp.Dir, "logs", t.Name()+"-"+p.Name+".log")
 				if err := os.WriteFile(file, []byte(p.Logs()), 0o644); err == nil {
 					t.Logf("%s's log: %s", p.Name, file)
 				}
@@ -334,12 +338,12 @@ func admittedAt(e framework.AuditEvent) time.Time {
 	return e.RequestReceived
 }
 
-// writeRuns groups the user's writes into runs by replica, in the order
-// they were let through the replicas' fences.
-func writeRuns(t *testing.T, user string) []run {
+// writeRuns groups the user's writes received at or after since into runs
+// by replica, in the order they were let through the replicas' fences.
+func writeRuns(t *testing.T, user string, since time.Time) []run {
 	t.Helper()
 	var runs []run
-	events := writes(t, user, time.Time{})
+	events := writes(t, user, since)
 	sort.SliceStable(events, func(i, j int) bool { return admittedAt(events[i]).Before(admittedAt(events[j])) })
 	for _, e := range events {
 		m := replicaRE.FindStringSubmatch(e.UserAgent)
