@@ -70,6 +70,7 @@ type Driver struct {
 	plugins   Opener
 	joiner    Joiner
 	storePath string
+	fence     func() error
 
 	mu    sync.Mutex
 	flags map[string]cachedFlags // by plugin binary path
@@ -92,6 +93,11 @@ type Options struct {
 	// StorePath is the directory plugins keep their files in (SSH keys,
 	// disks); it should outlive the node controller.
 	StorePath string
+	// Fence, when set, is asked right before every plugin call that makes
+	// or removes a machine, and before a join script runs on one: nil lets
+	// it go out. The node controller's check before a driver call does not
+	// cover the calls a Create or Delete makes after its first steps.
+	Fence func() error
 }
 
 // New returns the docker-machine driver.
@@ -99,7 +105,11 @@ func New(opts Options) *Driver {
 	if opts.Opener == nil {
 		opts.Opener = RPCOpener{}
 	}
-	return &Driver{store: opts.Store, plugins: opts.Opener, joiner: opts.Joiner, storePath: opts.StorePath, flags: map[string]cachedFlags{}}
+	if opts.Fence == nil {
+		opts.Fence = func() error { return nil }
+	}
+	return &Driver{store: opts.Store, plugins: fencedOpener{Opener: opts.Opener, fence: opts.Fence}, joiner: opts.Joiner,
+		storePath: opts.StorePath, fence: opts.Fence, flags: map[string]cachedFlags{}}
 }
 
 var (

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,6 +328,50 @@ func TestCrashInTheMiddleOfCreate(t *testing.T) {
 	assertNoPluginLeft(t)
 }
 
+// TestAClosedFenceStopsThePluginsChanges: a replica that may no longer
+// lead makes and removes no machine, whatever step of a Create or Delete
+// it is at, and leaves what it did not do for the next attempt.
+func TestAClosedFenceStopsThePluginsChanges(t *testing.T) {
+	ctx := context.Background()
+	store, joiner := newMemStore(), &fakeJoiner{}
+	var closed atomic.Bool
+	d := New(Options{Store: store, Joiner: joiner, StorePath: t.TempDir(), Fence: func() error {
+		if closed.Load() {
+			return errors.New("this replica does not lead")
+		}
+		return nil
+	}})
+	dir := t.TempDir()
+	class := fakeClass(dir, nil)
+
+	closed.Store(true)
+	_, err := d.Create(ctx, drivers.Machine{Name: "m1", Class: class})
+	require.ErrorContains(t, err, "not creating the machine: this replica does not lead")
+	machines, err := fakeplugin.Machines(dir)
+	require.NoError(t, err)
+	assert.Empty(t, machines, "no machine made")
+	_, err = d.Get(ctx, class, "m1")
+	assert.ErrorIs(t, err, drivers.ErrNotFound, "and no record left: the plugin says there is no machine")
+
+	closed.Store(false)
+	_, err = d.Create(ctx, drivers.Machine{Name: "m1", Class: class})
+	require.NoError(t, err)
+	closed.Store(true)
+	err = d.Delete(ctx, class, "m1")
+	require.ErrorContains(t, err, "not removing the machine: this replica does not lead")
+	machines, _ = fakeplugin.Machines(dir)
+	assert.Contains(t, machines, "m1", "the machine is still there")
+	status, err := d.Get(ctx, class, "m1")
+	require.NoError(t, err, "and so is its record")
+	assert.Equal(t, drivers.MachineRunning, status.State)
+
+	closed.Store(false)
+	require.NoError(t, d.Delete(ctx, class, "m1"))
+	machines, _ = fakeplugin.Machines(dir)
+	assert.Empty(t, machines)
+	assertNoPluginLeft(t)
+}
+
 func TestUserDataProvisioning(t *testing.T) {
 	ctx := context.Background()
 	d, _, joiner := newDriver(t)
@@ -359,7 +404,19 @@ func TestSSHProvisioning(t *testing.T) {
 	sshd, err := framework.StartSSHD(t.TempDir())
 	require.NoError(t, err)
 	defer sshd.Stop()
-	d, _, _ := newDriver(t)
+	var fenceMu sync.Mutex
+	allowed := -1 // the fence's answers still yes; -1: every one
+	d := New(Options{Store: newMemStore(), Joiner: &fakeJoiner{}, StorePath: t.TempDir(), Fence: func() error {
+		fenceMu.Lock()
+		defer fenceMu.Unlock()
+		if allowed == 0 {
+			return errors.New("this replica does not lead")
+		}
+		if allowed > 0 {
+			allowed--
+		}
+		return nil
+	}})
 	dir, out := t.TempDir(), t.TempDir()
 	class := fakeClass(dir, map[string]string{"fake-ssh-port": fmt.Sprint(sshd.Port), "fake-ssh-user": sshd.User, "fake-ssh-key": sshd.KeyFile})
 	class.Spec.DockerMachine.Provisioning = &nodesetv1alpha1.MachineProvisioning{
@@ -397,6 +454,25 @@ func TestSSHProvisioning(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, machines, 3, "on the machine made the first time, not a new one")
 	require.NoError(t, d.Delete(ctx, class, "web-s3"))
+
+	// A replica that stops leading between making the machine and joining
+	// it does not run the join script; the next attempt does, on the same
+	// machine.
+	fenceMu.Lock()
+	allowed = 1
+	fenceMu.Unlock()
+	_, err = d.Create(ctx, drivers.Machine{Name: "web-s4", Class: class})
+	require.ErrorContains(t, err, "machine web-s4: not running the join script: this replica does not lead")
+	assert.NoFileExists(t, filepath.Join(out, "joined-web-s4"))
+	fenceMu.Lock()
+	allowed = -1
+	fenceMu.Unlock()
+	_, err = d.Create(ctx, drivers.Machine{Name: "web-s4", Class: class})
+	require.NoError(t, err)
+	assert.FileExists(t, filepath.Join(out, "joined-web-s4"))
+	machines, err = fakeplugin.Machines(dir)
+	require.NoError(t, err)
+	assert.Len(t, machines, 3, "web-s4 was made once")
 	assertNoPluginLeft(t)
 }
 

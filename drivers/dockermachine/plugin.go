@@ -69,6 +69,39 @@ func (RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin
 
 type rpcPlugin struct{ *rpcdriver.RPCClientDriver }
 
+// fencedOpener opens plugins whose Create and Remove ask the fence first.
+type fencedOpener struct {
+	Opener
+	fence func() error
+}
+
+func (o fencedOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin, func(), error) {
+	p, closer, err := o.Opener.Open(ctx, plugin, config)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fencedPlugin{Plugin: p, fence: o.fence}, closer, nil
+}
+
+type fencedPlugin struct {
+	Plugin
+	fence func() error
+}
+
+func (p fencedPlugin) Create() error {
+	if err := p.fence(); err != nil {
+		return fmt.Errorf("not creating the machine: %w", err)
+	}
+	return p.Plugin.Create()
+}
+
+func (p fencedPlugin) Remove() error {
+	if err := p.fence(); err != nil {
+		return fmt.Errorf("not removing the machine: %w", err)
+	}
+	return p.Plugin.Remove()
+}
+
 func (p rpcPlugin) SetConfigFromFlags(values map[string]any) error {
 	return p.RPCClientDriver.SetConfigFromFlags(rpcdriver.RPCFlags{Values: values})
 }

@@ -169,6 +169,9 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join j
 	session.Stdin = strings.NewReader(join.script)
 	var output bytes.Buffer
 	session.Stdout, session.Stderr = &output, &output
+	if err := d.fence(); err != nil {
+		return fmt.Errorf("machine %s: not running the join script: %w", name, err)
+	}
 	klog.FromContext(ctx).V(2).Info("Running the join script over SSH", "machine", name, "address", address)
 	if err := session.Run("sh -s"); err != nil {
 		return fmt.Errorf("machine %s: the join script failed over SSH: %w", name, err)

@@ -456,6 +456,7 @@ func (o dockerMachineOptions) driver(clients component.Clients) (*dockermachine.
 		Store:     kubestore.MachineRecords{Client: clients.Kube, Namespace: o.namespace},
 		Joiner:    tokens,
 		StorePath: o.storePath,
+		Fence:     clients.MayAct,
 	}), nil
 }
 
