@@ -125,3 +125,16 @@ func writeKey(path string) (ssh.PublicKey, error) {
 	}
 	return ssh.NewPublicKey(public)
 }
+
+// JoinScript stands in for the kubelet in a join script run over SSH on a
+// "machine": it reports the Node Ready under the name it was given, as a
+// kubelet started with --hostname-override would (with kubectl and
+// kubeconfig), and appends that name to <joinDir>/joined.
+func JoinScript(joinDir, kubectl, kubeconfig string) string {
+	return fmt.Sprintf(`test -n "$BOOTSTRAP_TOKEN"
+echo "$NODE_NAME" >> %[1]s/joined
+now=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)
+%[2]s --kubeconfig=%[3]s patch node "$NODE_NAME" --subresource=status --type=merge \
+  -p "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"joined over SSH\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}"
+`, joinDir, kubectl, kubeconfig)
+}

@@ -9,7 +9,9 @@
 // copies the SSH key given by fake-ssh-key there, as generic does, or makes
 // one there, as cloud drivers do, and fails when the directory is missing.
 // With fake-echo it quotes every value it was given in its output and its
-// errors, as drivers do in theirs.
+// errors, as drivers do in theirs. Each machine made or removed is also a
+// line of <fake-dir>/calls.log, which names the node controller (by process
+// ID) that made the call.
 package fakeplugin
 
 import (
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rancher/machine/libmachine/drivers"
@@ -156,7 +159,10 @@ func (d *Driver) Create() error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(d.path(), data, 0o600)
+	if err := os.WriteFile(d.path(), data, 0o600); err != nil {
+		return err
+	}
+	return d.logCall("create")
 }
 
 // keepSSHKey puts the machine's SSH key in its store directory: a copy of
@@ -199,7 +205,58 @@ func (d *Driver) Remove() error {
 	if err := os.Remove(d.path()); err != nil {
 		return fmt.Errorf("fake: removing machine %s: %w", d.MachineName, err)
 	}
-	return nil
+	return d.logCall("remove")
+}
+
+// Call is one machine the plugin made or removed: when, for which process
+// (the plugin's parent, the node controller that started it), and what.
+type Call struct {
+	At     time.Time `json:"at"`
+	Parent int       `json:"parent"`
+	Op     string    `json:"op"`
+	Name   string    `json:"name"`
+}
+
+const callLog = "calls.log"
+
+// logCall appends the change just made to the directory's call log.
+func (d *Driver) logCall(op string) error {
+	line, err := json.Marshal(Call{At: time.Now(), Parent: os.Getppid(), Op: op, Name: d.MachineName})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(d.Dir, callLog), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(line, '\n'))
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	return err
+}
+
+// Calls reads the machines made and removed in dir, in the order made.
+func Calls(dir string) ([]Call, error) {
+	data, err := os.ReadFile(filepath.Join(dir, callLog))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var calls []Call
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		var c Call
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			return nil, fmt.Errorf("%s: %w", callLog, err)
+		}
+		calls = append(calls, c)
+	}
+	return calls, nil
 }
 
 // GetSSHHostname is the configured SSH host.

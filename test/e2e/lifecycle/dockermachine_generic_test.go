@@ -84,7 +84,7 @@ func TestDockerMachineGenericDriver(t *testing.T) {
 	class.Spec.DockerMachine.Options["generic-ip-address"] = "127.0.0.1"
 	class.Spec.DockerMachine.Options["generic-ssh-port"] = strconv.Itoa(sshd.Port)
 	class.Spec.DockerMachine.Options["generic-ssh-user"] = sshd.User
-	class.Spec.DockerMachine.Provisioning.Script = fmt.Sprintf(joinScript, joinDir, framework.Shared(t).Kubectl(), admin)
+	class.Spec.DockerMachine.Provisioning.Script = framework.JoinScript(joinDir, framework.Shared(t).Kubectl(), admin)
 	class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
 	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
 	require.NoError(t, err)

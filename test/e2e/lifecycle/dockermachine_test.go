@@ -23,16 +23,6 @@ import (
 	"nodeset.dev/nodeset/test/framework"
 )
 
-// joinScript stands in for the kubelet: run over SSH on the "machine", it
-// reports the Node Ready under the name it was given, as a kubelet started
-// with --hostname-override would, and records what it was given.
-const joinScript = `test -n "$BOOTSTRAP_TOKEN"
-echo "$NODE_NAME" >> %[1]s/joined
-now=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)
-%[2]s --kubeconfig=%[3]s patch node "$NODE_NAME" --subresource=status --type=merge \
-  -p "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"joined over SSH\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}"
-`
-
 const dmCredential = "dm-s3cret-api-token"
 
 // dockerMachineClass makes a docker-machine class of the fake plugin whose
@@ -63,7 +53,7 @@ func dockerMachineClass(t *testing.T, name string, sshd *framework.SSHD) (machin
 			CredentialOptions: map[string]string{"fake-token": "token"},
 			Provisioning: &nodesetv1alpha1.MachineProvisioning{
 				Method: nodesetv1alpha1.ProvisioningSSH,
-				Script: fmt.Sprintf(joinScript, joinDir, framework.Shared(t).Kubectl(), admin),
+				Script: framework.JoinScript(joinDir, framework.Shared(t).Kubectl(), admin),
 			},
 		}
 	})
