@@ -53,14 +53,25 @@ type Record struct {
 	Provisioned bool
 	// CreatedAt is when the record was first written, as Unix seconds.
 	CreatedAt int64
+	// Version is the store's version of the record as it was read or last
+	// written (a Secret's resourceVersion); empty for one not stored yet.
+	Version string
 }
 
 // Store keeps Records. Get returns an error wrapping drivers.ErrNotFound for
 // a name it does not have. List must fail rather than return a partial list.
+//
+// Put and Delete act only on the version of the record they are given: Put
+// of a record with no Version creates it and fails if it exists; otherwise
+// both fail if the stored record changed or went since that version. So a
+// write that a replica decided while it led and delivered late (a process
+// frozen between its fence and the send) cannot undo its successor's: a
+// machine recorded made cannot be recorded unmade again, nor its record
+// deleted while the machine stays. Put sets record.Version to the new one.
 type Store interface {
 	Get(ctx context.Context, name string) (Record, error)
-	Put(ctx context.Context, record Record) error
-	Delete(ctx context.Context, name string) error
+	Put(ctx context.Context, record *Record) error
+	Delete(ctx context.Context, record Record) error
 	List(ctx context.Context) ([]Record, error)
 }
 
@@ -462,7 +473,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 		if record.Config, err = p.GetConfigRaw(); err != nil {
 			return err
 		}
-		if err := d.store.Put(ctx, record); err != nil {
+		if err := d.store.Put(ctx, &record); err != nil {
 			return fmt.Errorf("saving machine %s before creating it: %w", machine.Name, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Creating machine through plugin", "machine", machine.Name, "plugin", BinaryName(dm.DriverName))
@@ -478,7 +489,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 		}
 		record.Created = true
 		record.Provisioned = !joinsOverSSH(dm)
-		if err := d.store.Put(ctx, record); err != nil {
+		if err := d.store.Put(ctx, &record); err != nil {
 			return fmt.Errorf("saving machine %s: %w", machine.Name, err)
 		}
 		if !joinsOverSSH(dm) {
@@ -488,7 +499,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 			return err
 		}
 		record.Provisioned = true
-		return d.store.Put(ctx, record)
+		return d.store.Put(ctx, &record)
 	})
 	if err != nil {
 		return "", err
@@ -511,7 +522,7 @@ func (d *Driver) undoCreate(ctx context.Context, p Plugin, record Record) error 
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Undid an unfinished machine creation", "machine", record.Name, "plugin", BinaryName(record.Plugin))
-	return d.store.Delete(ctx, record.Name)
+	return d.store.Delete(ctx, record)
 }
 
 func joinsOverSSH(dm *nodesetv1alpha1.DockerMachine) bool {
@@ -524,7 +535,7 @@ func joinsOverSSH(dm *nodesetv1alpha1.DockerMachine) bool {
 func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine, dm *nodesetv1alpha1.DockerMachine, record Record) error {
 	if !joinsOverSSH(dm) {
 		record.Provisioned = true
-		return d.store.Put(ctx, record)
+		return d.store.Put(ctx, &record)
 	}
 	if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
 		return err
@@ -541,7 +552,7 @@ func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine
 		return err
 	}
 	record.Provisioned = true
-	return d.store.Put(ctx, record)
+	return d.store.Put(ctx, &record)
 }
 
 func (d *Driver) state(ctx context.Context, record Record) (state.State, error) {
@@ -602,7 +613,7 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 	if err := d.removeMachineDir(name); err != nil {
 		return err
 	}
-	return d.store.Delete(ctx, name)
+	return d.store.Delete(ctx, record)
 }
 
 // goneMarkers are what plugins say when asked about a machine that does not

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,7 @@ type memStore struct {
 	// failDelete fails the next Delete, as a node controller that stops
 	// between the plugin's Remove and the record's deletion.
 	failDelete bool
+	version    int // of the last write
 }
 
 func newMemStore() *memStore { return &memStore{records: map[string]Record{}} }
@@ -86,7 +88,7 @@ func (s *memStore) Get(_ context.Context, name string) (Record, error) {
 	return r, nil
 }
 
-func (s *memStore) Put(_ context.Context, r Record) error {
+func (s *memStore) Put(_ context.Context, r *Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failPut > 0 {
@@ -95,18 +97,26 @@ func (s *memStore) Put(_ context.Context, r Record) error {
 			return errors.New("store unavailable")
 		}
 	}
-	s.records[r.Name] = r
+	if stored, ok := s.records[r.Name]; ok != (r.Version != "") || stored.Version != r.Version {
+		return fmt.Errorf("machine %s: stored at version %q, written over %q", r.Name, stored.Version, r.Version)
+	}
+	s.version++
+	r.Version = strconv.Itoa(s.version)
+	s.records[r.Name] = *r
 	return nil
 }
 
-func (s *memStore) Delete(_ context.Context, name string) error {
+func (s *memStore) Delete(_ context.Context, r Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failDelete {
 		s.failDelete = false
 		return errors.New("store unavailable")
 	}
-	delete(s.records, name)
+	if stored, ok := s.records[r.Name]; ok && r.Version != "" && stored.Version != r.Version {
+		return fmt.Errorf("machine %s: stored at version %q, deleted at %q", r.Name, stored.Version, r.Version)
+	}
+	delete(s.records, r.Name)
 	return nil
 }
 

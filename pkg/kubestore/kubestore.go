@@ -83,6 +83,7 @@ func recordFrom(secret *corev1.Secret) (dockermachine.Record, error) {
 		Created: string(secret.Data[keyCreated]) == "true",
 		// Records written before provisioning was tracked were provisioned.
 		Provisioned: string(secret.Data[keyProvision]) != "false",
+		Version:     secret.ResourceVersion,
 	}
 	r.CreatedAt, _ = strconv.ParseInt(string(secret.Data[keyCreatedAt]), 10, 64)
 	if owner := secret.Annotations[AnnotationOwner]; owner != "" {
@@ -93,8 +94,10 @@ func recordFrom(secret *corev1.Secret) (dockermachine.Record, error) {
 	return r, nil
 }
 
-// Put creates or replaces a machine's record.
-func (s MachineRecords) Put(ctx context.Context, r dockermachine.Record) error {
+// Put writes a machine's record over the version it carries: it creates
+// a record with no Version (and fails if one exists), and replaces one only
+// at its Version (a conflict if it changed, not found if it went).
+func (s MachineRecords) Put(ctx context.Context, r *dockermachine.Record) error {
 	owner, err := json.Marshal(r.Owner)
 	if err != nil {
 		return err
@@ -109,10 +112,11 @@ func (s MachineRecords) Put(ctx context.Context, r dockermachine.Record) error {
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        secretName(r.Name),
-			Namespace:   s.Namespace,
-			Labels:      labels,
-			Annotations: map[string]string{AnnotationMachine: r.Name, AnnotationOwner: string(owner)},
+			Name:            secretName(r.Name),
+			Namespace:       s.Namespace,
+			Labels:          labels,
+			Annotations:     map[string]string{AnnotationMachine: r.Name, AnnotationOwner: string(owner)},
+			ResourceVersion: r.Version,
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
@@ -123,20 +127,34 @@ func (s MachineRecords) Put(ctx context.Context, r dockermachine.Record) error {
 			keyCreatedAt: []byte(strconv.FormatInt(r.CreatedAt, 10)),
 		},
 	}
-	_, err = s.Client.CoreV1().Secrets(s.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = s.Client.CoreV1().Secrets(s.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	var written *corev1.Secret
+	if r.Version == "" {
+		written, err = s.Client.CoreV1().Secrets(s.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	} else {
+		written, err = s.Client.CoreV1().Secrets(s.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	r.Version = written.ResourceVersion
+	return nil
 }
 
-// Delete removes a machine's record; a missing one is not an error.
-func (s MachineRecords) Delete(ctx context.Context, name string) error {
-	err := s.Client.CoreV1().Secrets(s.Namespace).Delete(ctx, secretName(name), metav1.DeleteOptions{})
+// Delete removes a machine's record at the version it carries (any, when
+// it carries none); a missing one is not an error, a changed one is.
+func (s MachineRecords) Delete(ctx context.Context, r dockermachine.Record) error {
+	opts := metav1.DeleteOptions{}
+	if r.Version != "" {
+		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &r.Version}
+	}
+	err := s.Client.CoreV1().Secrets(s.Namespace).Delete(ctx, secretName(r.Name), opts)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("machine %s's record: %w", r.Name, err)
+	}
+	return nil
 }
 
 // List returns every record, or an error: never part of them.

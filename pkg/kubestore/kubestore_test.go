@@ -2,6 +2,7 @@ package kubestore
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,43 +10,78 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/dockermachine"
+	"nodeset.dev/nodeset/test/framework"
 )
 
+func TestMain(m *testing.M) {
+	os.Exit(framework.Run(m, framework.Options{}))
+}
+
+// TestMachineRecords runs against a real API server: what matters is how
+// it answers writes over a version.
 func TestMachineRecords(t *testing.T) {
 	ctx := context.Background()
-	client := fake.NewClientset()
-	store := MachineRecords{Client: client, Namespace: "nodeset-system"}
-	_, err := store.Get(ctx, "web-abcde")
+	client := kubernetes.NewForConfigOrDie(framework.Shared(t).AdminConfig())
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "records"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	store := MachineRecords{Client: client, Namespace: "records"}
+	_, err = store.Get(ctx, "web-abcde")
 	assert.ErrorIs(t, err, drivers.ErrNotFound)
 
 	record := dockermachine.Record{Name: "web-abcde", Plugin: "fake", Config: []byte(`{"MachineName":"web-abcde"}`),
 		Owner: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web", UID: "u1"}, CreatedAt: 1700000000}
-	require.NoError(t, store.Put(ctx, record))
+	require.NoError(t, store.Put(ctx, &record))
+	assert.NotEmpty(t, record.Version, "Put sets the version it wrote")
+	before := record
 	record.Created = true
-	require.NoError(t, store.Put(ctx, record), "Put replaces")
+	require.NoError(t, store.Put(ctx, &record), "Put replaces the version it carries")
 	got, err := store.Get(ctx, "web-abcde")
 	require.NoError(t, err)
 	assert.Equal(t, record, got)
-	secret, err := client.CoreV1().Secrets("nodeset-system").Get(ctx, "machine-web-abcde", metav1.GetOptions{})
+	secret, err := client.CoreV1().Secrets("records").Get(ctx, "machine-web-abcde", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, corev1.SecretTypeOpaque, secret.Type)
+	assert.Equal(t, "team-a", secret.Labels[nodesetv1alpha1.LabelNodeSetNamespace])
+
+	// Writes decided on an older version fail and change nothing: a late
+	// "not created yet" cannot overwrite "created", nor a late delete take
+	// the record of a machine that is there.
+	stale := before
+	err = store.Put(ctx, &stale)
+	assert.True(t, apierrors.IsConflict(err), "a Put over an older version conflicts: %v", err)
+	fresh := dockermachine.Record{Name: "web-abcde", Plugin: "fake"}
+	err = store.Put(ctx, &fresh)
+	assert.True(t, apierrors.IsAlreadyExists(err), "a Put of a new record where one exists fails: %v", err)
+	err = store.Delete(ctx, before)
+	assert.True(t, apierrors.IsConflict(err), "a Delete at an older version conflicts: %v", err)
+	got, err = store.Get(ctx, "web-abcde")
+	require.NoError(t, err)
+	assert.Equal(t, record, got, "the record is as the last current write left it")
 
 	long := strings.Repeat("a", 250)
-	require.NoError(t, store.Put(ctx, dockermachine.Record{Name: long, Plugin: "fake"}))
+	require.NoError(t, store.Put(ctx, &dockermachine.Record{Name: long, Plugin: "fake"}))
 	got, err = store.Get(ctx, long)
 	require.NoError(t, err, "a name too long for a Secret is hashed")
 	assert.Equal(t, long, got.Name)
 
 	list, err := store.List(ctx)
 	require.NoError(t, err)
-	assert.Len(t, list, 2)
-	require.NoError(t, store.Delete(ctx, "web-abcde"))
-	require.NoError(t, store.Delete(ctx, "web-abcde"), "Delete is idempotent")
+	require.Len(t, list, 2)
+	for _, r := range list {
+		assert.NotEmpty(t, r.Version, "List gives versions too")
+	}
+	require.NoError(t, store.Delete(ctx, record))
+	require.NoError(t, store.Delete(ctx, record), "Delete is idempotent")
+	err = store.Put(ctx, &record)
+	assert.True(t, apierrors.IsNotFound(err), "a Put over a version deleted since does not bring it back: %v", err)
 	list, err = store.List(ctx)
 	require.NoError(t, err)
 	assert.Len(t, list, 1)
