@@ -3,7 +3,6 @@ package ha
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -25,14 +24,15 @@ import (
 )
 
 // TestNeverTwoReplicasChangeTheMachines runs two node-controller replicas
-// serving docker-machine through the fake plugin's real RPC, each with a
-// store directory of its own, as on two hosts. The leader is paused
-// (SIGSTOP) while machines are being made and joined over SSH, and while a
-// scale-down drains; each time the standby takes over and the woken leader
-// exits. The plugin logs every machine it made or removed with the node
-// controller process that asked: each process's calls form one unbroken
-// run, and in the end the machines, their records and the Nodes are the
-// same set, and deleting the NodeSet leaves none.
+// serving docker-machine through the fake plugin's real RPC, sharing one
+// store directory as the deployment's replicas share its ReadWriteMany
+// volume. The leader is paused (SIGSTOP) while machines are being made and
+// joined over SSH, and while a scale-down drains; each time the standby
+// takes over and the woken leader exits. The plugin logs every machine it
+// made or removed with the node controller process that asked: each
+// process's calls form one unbroken run, and in the end the machines, their
+// records and the Nodes are the same set, and deleting the NodeSet leaves
+// none.
 //
 // What the fences cannot stop, and this test does not provoke, is a call a
 // leader had decided and was frozen in the middle of sending: the plugin,
@@ -47,7 +47,6 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 	require.NoError(t, err)
 	nodeStandby, _, err := c.Replica(c.Node)
 	require.NoError(t, err)
-	nodeStandby.Args = append(nodeStandby.Args, "--docker-machine-store-path="+filepath.Join(cp.Dir, "docker-machine-2"))
 	nodes := &replicas{name: "node-controller", all: [2]*framework.Process{c.Node, nodeStandby}}
 	startAll(t, cp, c.NodeSet, c.Node, nodeStandby)
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
