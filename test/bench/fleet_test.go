@@ -37,11 +37,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/kubeletsim"
@@ -73,6 +76,13 @@ type result struct {
 	BaselineToGone  float64 `json:"baselineToGoneSeconds"`
 	ReadyRatio      float64 `json:"readyRatio"`
 	GoneRatio       float64 `json:"goneRatio"`
+	// The baseline again with the simulated kubelets nodeset's Nodes get
+	// (their registration, status and Lease renewals, the same code and
+	// limits): what the same work costs when the API server also serves
+	// the kubelets, as in nodeset's run. Reported beside the baseline, not
+	// instead of it.
+	KubeletBaselineToReady float64 `json:"kubeletBaselineToReadySeconds"`
+	KubeletBaselineToGone  float64 `json:"kubeletBaselineToGoneSeconds"`
 	// API writes per node over its life (scale-up and scale-down), by
 	// controller, and requests per node by verb of both controllers.
 	WritesPerNode     map[string]float64 `json:"writesPerNode"`
@@ -184,6 +194,7 @@ func BenchmarkFleet(b *testing.B) {
 func fleet(b *testing.B, n int, m mode, i int) {
 	r := &result{Nodes: n, Mode: m.name}
 	r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared(b), n, m)
+	r.KubeletBaselineToReady, r.KubeletBaselineToGone = kubeletBaseline(b, framework.Shared(b), n, m)
 	scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%s-%d", n, strings.ReplaceAll(m.name, "+", "-"), i), r, m)
 	r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
 	results = append(results, r)
@@ -207,6 +218,8 @@ func report(b *testing.B, results []*result) {
 	t.row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
 	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToReady) })
 	t.row("  ratio (target <= 1.5)", func(r *result) string { return num(r.ReadyRatio) })
+	t.row("  baseline with simulated kubelets, s", func(r *result) string { return num(r.KubeletBaselineToReady) })
+	t.row("  ratio to it", func(r *result) string { return num(r.ToReady / r.KubeletBaselineToReady) })
 	for _, step := range upSteps[:1] {
 		t.row("  last "+step+" at, s", func(r *result) string { return cell(r.ScaleUp.Last, step) })
 	}
@@ -214,6 +227,8 @@ func report(b *testing.B, results []*result) {
 	t.row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
 	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
 	t.row("  ratio (target <= 1.2; uncapped <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
+	t.row("  baseline with simulated kubelets, s", func(r *result) string { return num(r.KubeletBaselineToGone) })
+	t.row("  ratio to it", func(r *result) string { return num(r.ToGone / r.KubeletBaselineToGone) })
 	stepRows(t, downSteps, func(r *result) *steps { return r.ScaleDown })
 	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets", "kube-controller-manager"} {
 		label := "writes per node, " + k
@@ -820,6 +835,98 @@ func baseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady,
 	return toReady, time.Since(start).Seconds()
 }
 
+// kubeletBaseline is the baseline with simulated kubelets: the same
+// client creates and deletes the Nodes, and the simulated kubelets (the
+// node controller's code, with the limits and workers it has in nodeset's
+// run) register each Node, report it Ready and renew its Lease until its
+// machine is deleted after the Node. It returns the seconds to all Ready
+// (as the kubelets report it) and to all Nodes deleted.
+func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64) {
+	cfg := cp.Config(baselineUser)
+	cfg.QPS, cfg.Burst = qps, burst
+	kcfg := cp.Config(framework.KubeletsName)
+	kcfg.QPS, kcfg.Burst = float32(kubeletLimit(n)), 2*kubeletLimit(n)
+	if m.uncapped {
+		cfg.QPS, kcfg.QPS = -1, -1
+	}
+	cfg.UserAgent = "nodeset-bench-baseline"
+	kcfg.UserAgent = "nodeset-simulated-kubelet/v1alpha1 nodeset-bench-baseline"
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	kubelets, err := component.NewKube(kcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The kubelets' user has the node controller's role, as in nodeset's run.
+	if err := framework.InstallRBAC(context.Background(), cp); err != nil {
+		b.Fatal(err)
+	}
+	const label = "baseline-kubelets"
+	nodes, unwatch := watchNodes(b, cp, "nodeset.dev/bench="+label)
+	defer unwatch()
+	machines := simulated.New(nil)
+	ctx, stop := context.WithCancel(context.Background())
+	fleet := kubeletsim.New(kubelets, corelisters.NewNodeLister(nodes), machines, kubeletsim.Options{
+		RenewInterval: leaseRenewInterval, Workers: max(64, n/20)})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fleet.Run(ctx)
+	}()
+	defer func() { stop(); <-done }()
+	class := drivers.Class{Name: label, Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
+		DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
+			InstanceType: "sim.small", BootDelay: &metav1.Duration{}}}}}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d-%05d", label, n, i)
+	}
+
+	start := time.Now()
+	parallel(b, names, func(name string) error {
+		if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"nodeset.dev/bench": label}}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := machines.Create(ctx, drivers.Machine{Name: name, Class: class})
+		return err
+	})
+	waitFor(b, 30*time.Minute, fmt.Sprintf("%d baseline Nodes Ready", n), func(context.Context) (bool, string) {
+		ready := 0
+		for _, obj := range nodes.List() {
+			if nodeutil.IsReady(obj.(*corev1.Node)) {
+				ready++
+			}
+		}
+		return ready == n, fmt.Sprintf("%d/%d Ready", ready, n)
+	})
+	toReady = time.Since(start).Seconds()
+	start = time.Now()
+	parallel(b, names, func(name string) error {
+		if err := kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		return machines.Delete(ctx, class, name)
+	})
+	toGone = time.Since(start).Seconds()
+	// The kubelets delete their Leases once their machines are gone: not
+	// timed, but done before nodeset's run, whose requests are counted.
+	admin := kubernetes.NewForConfigOrDie(withRate(cp))
+	waitFor(b, 5*time.Minute, "the baseline kubelets' Leases gone", func(ctx context.Context) (bool, string) {
+		leases, err := admin.CoordinationV1().Leases(kubeletsim.LeaseNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		left := 0
+		for _, l := range leases.Items {
+			if strings.HasPrefix(l.Name, label+"-") {
+				left++
+			}
+		}
+		return left == 0, fmt.Sprintf("%d Leases", left)
+	})
+	return toReady, toGone
+}
+
 // parallel runs f for every name on 16 workers, as the controllers' workers do.
 func parallel(b *testing.B, names []string, f func(string) error) {
 	work := make(chan string)
@@ -851,7 +958,7 @@ func parallel(b *testing.B, names []string, f func(string) error) {
 // compression, as the controllers'), so that waiting for N Ready Nodes does
 // not make the API server list thousands of Nodes four times a second: such
 // polling took a tenth of its CPU during a scale-down of 5000.
-func watchNodes(b *testing.B, cp *framework.ControlPlane, selector string) (store cache.Store, stop func()) {
+func watchNodes(b *testing.B, cp *framework.ControlPlane, selector string) (store cache.Indexer, stop func()) {
 	cfg := cp.AdminConfig()
 	cfg.DisableCompression = true
 	kube, err := component.NewKube(cfg)
@@ -866,7 +973,7 @@ func watchNodes(b *testing.B, cp *framework.ControlPlane, selector string) (stor
 	if !cache.WaitForCacheSync(done, informer.HasSynced) {
 		b.Fatal("the Node watch did not sync")
 	}
-	return informer.GetStore(), func() { close(done); factory.Shutdown() }
+	return informer.GetIndexer(), func() { close(done); factory.Shutdown() }
 }
 
 // withRate is the admin config with a rate limit that does not slow the
