@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -93,15 +92,7 @@ func TestNeverTwoReplicasChangeTheCloud(t *testing.T) {
 		scale(t, cs, ns, "web", size)
 		inFlight(t, kube, ns, "web", current, int(size))
 		current = int(size)
-		was := identity(leader)
-		require.NoError(t, leader.Signal(syscall.SIGSTOP))
-		eventually(t, time.Minute, "node-controller standby takes over", func(ctx context.Context) (bool, string) {
-			h := holder(ctx, kube, nodes.name)
-			return h != was && h == identity(standby), "lease held by " + h
-		})
-		restarts := leader.Restarts()
-		require.NoError(t, leader.Signal(syscall.SIGCONT))
-		require.True(t, leader.RestartedSince(restarts, 30*time.Second), "%s exits once it wakes without its lease, and comes back as the standby", leader.Name)
+		nodes.pauseUntilTakeover(t, kube, leader, standby)
 		eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready nodes", size), func(ctx context.Context) (bool, string) {
 			return readyNodes(ctx, kube, ns, "web", int(size))
 		})
@@ -126,20 +117,7 @@ func TestNeverTwoReplicasChangeTheCloud(t *testing.T) {
 		changes = append(changes, change{replica: app[1], action: call.Action, admitted: time.UnixMilli(ms)})
 	}
 	sort.SliceStable(changes, func(i, j int) bool { return changes[i].admitted.Before(changes[j].admitted) })
-	var runs []string
-	seen := map[string]bool{}
-	var again []string
-	for i, ch := range changes {
-		if i > 0 && changes[i-1].replica == ch.replica {
-			runs[len(runs)-1] += " " + ch.action
-			continue
-		}
-		if seen[ch.replica] {
-			again = append(again, ch.replica)
-		}
-		seen[ch.replica] = true
-		runs = append(runs, ch.replica+": "+ch.action)
-	}
+	runs, again := unbrokenRuns(changes, func(c change) string { return c.replica }, func(c change) string { return c.action })
 	t.Logf("changing AWS calls by replica runs, in the order the fences let them through:\n  %s", strings.Join(runs, "\n  "))
 	assert.Empty(t, again, "replicas that changed the cloud again after another replica had")
 	assert.GreaterOrEqual(t, len(runs), 2, "the standby changed the cloud after a takeover")

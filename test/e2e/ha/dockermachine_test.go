@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -99,15 +98,7 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 		scale(t, cs, ns, "web", size)
 		inFlight(t, kube, ns, "web", current, int(size))
 		current = int(size)
-		was := identity(leader)
-		require.NoError(t, leader.Signal(syscall.SIGSTOP))
-		eventually(t, time.Minute, "node-controller standby takes over", func(ctx context.Context) (bool, string) {
-			h := holder(ctx, kube, nodes.name)
-			return h != was && h == identity(standby), "lease held by " + h
-		})
-		restarts := leader.Restarts()
-		require.NoError(t, leader.Signal(syscall.SIGCONT))
-		require.True(t, leader.RestartedSince(restarts, 30*time.Second), "%s exits once it wakes without its lease, and comes back as the standby", leader.Name)
+		nodes.pauseUntilTakeover(t, kube, leader, standby)
 		eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready nodes", size), func(ctx context.Context) (bool, string) {
 			return readyNodes(ctx, kube, ns, "web", int(size))
 		})
@@ -129,20 +120,8 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 	// form one unbroken run.
 	calls, err := fakeplugin.Calls(machineDir)
 	require.NoError(t, err)
-	var runs []string
-	seen := map[int]bool{}
-	var again []int
-	for i, call := range calls {
-		if i > 0 && calls[i-1].Parent == call.Parent {
-			runs[len(runs)-1] += " " + call.Op + "/" + call.Name
-			continue
-		}
-		if seen[call.Parent] {
-			again = append(again, call.Parent)
-		}
-		seen[call.Parent] = true
-		runs = append(runs, fmt.Sprintf("pid %d: %s/%s", call.Parent, call.Op, call.Name))
-	}
+	runs, again := unbrokenRuns(calls, func(c fakeplugin.Call) string { return fmt.Sprintf("pid %d", c.Parent) },
+		func(c fakeplugin.Call) string { return c.Op + "/" + c.Name })
 	t.Logf("machines made and removed, by node-controller process runs:\n  %s", strings.Join(runs, "\n  "))
 	assert.Empty(t, again, "node-controller processes that changed machines again after another had")
 	assert.GreaterOrEqual(t, len(runs), 2, "a standby changed machines after a takeover")

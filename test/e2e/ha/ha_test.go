@@ -81,6 +81,49 @@ func (r *replicas) leader(t *testing.T, kube kubernetes.Interface) (leader, stan
 	return leader, standby
 }
 
+// pauseUntilTakeover SIGSTOPs the leader until the standby holds the
+// lease, then wakes it: it must exit, having lost its lease, and come back
+// as the standby. It returns how long the takeover took.
+func (r *replicas) pauseUntilTakeover(t *testing.T, kube kubernetes.Interface, leader, standby *framework.Process) time.Duration {
+	t.Helper()
+	was := identity(leader)
+	require.NoError(t, leader.Signal(syscall.SIGSTOP))
+	paused := time.Now()
+	eventually(t, time.Minute, r.name+" standby takes over", func(ctx context.Context) (bool, string) {
+		if !standby.Running() {
+			logs := standby.Logs()
+			return false, "the standby is not running; the end of its log:\n" + logs[max(0, len(logs)-3000):]
+		}
+		h := holder(ctx, kube, r.name)
+		return h != was && h == identity(standby), "lease held by " + h
+	})
+	took := time.Since(paused)
+	restarts := leader.Restarts()
+	require.NoError(t, leader.Signal(syscall.SIGCONT))
+	require.True(t, leader.RestartedSince(restarts, 30*time.Second), "%s exits once it wakes without its lease, and comes back as the standby", leader.Name)
+	return took
+}
+
+// unbrokenRuns groups changes, in the order given, into runs by who made
+// them (describe says what each one was), and returns the runs and whoever
+// made changes again after someone else had: none when each actor's
+// changes form one unbroken run.
+func unbrokenRuns[C any, K comparable](changes []C, who func(C) K, describe func(C) string) (runs []string, again []K) {
+	seen := map[K]bool{}
+	for i, c := range changes {
+		if i > 0 && who(changes[i-1]) == who(c) {
+			runs[len(runs)-1] += " " + describe(c)
+			continue
+		}
+		if seen[who(c)] {
+			again = append(again, who(c))
+		}
+		seen[who(c)] = true
+		runs = append(runs, fmt.Sprintf("%v: %s", who(c), describe(c)))
+	}
+	return runs, again
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	t.Helper()
 	var last string
@@ -155,21 +198,7 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 		scale(t, cs, "ha", "web", s.size)
 		inFlight(t, kube, "ha", "web", current, int(s.size))
 		current = int(s.size)
-		was := identity(leader)
-		require.NoError(t, leader.Signal(syscall.SIGSTOP))
-		paused := time.Now()
-		eventually(t, time.Minute, s.pause.name+" standby takes over", func(ctx context.Context) (bool, string) {
-			if !standby.Running() {
-				logs := standby.Logs()
-				return false, "the standby is not running; the end of its log:\n" + logs[max(0, len(logs)-3000):]
-			}
-			h := holder(ctx, kube, s.pause.name)
-			return h != was && h == identity(standby), "lease held by " + h
-		})
-		takeovers = append(takeovers, time.Since(paused))
-		restarts := leader.Restarts()
-		require.NoError(t, leader.Signal(syscall.SIGCONT))
-		require.True(t, leader.RestartedSince(restarts, 30*time.Second), "%s exits once it wakes without its lease, and comes back as the standby", leader.Name)
+		takeovers = append(takeovers, s.pause.pauseUntilTakeover(t, kube, leader, standby))
 		assert.Contains(t, leader.Logs(), "Lost the leader lease")
 		eventually(t, 2*time.Minute, fmt.Sprintf("%d Ready nodes", s.size), func(ctx context.Context) (bool, string) {
 			return readyNodes(ctx, kube, "ha", "web", int(s.size))
