@@ -194,14 +194,12 @@ func BenchmarkFleet(b *testing.B) {
 func fleet(b *testing.B, n int, m mode, i int) {
 	r := &result{Nodes: n, Mode: m.name}
 	r.BaselineToReady, r.BaselineToGone = baseline(b, framework.Shared(b), n, m)
-	since := time.Now()
-	r.KubeletBaselineToReady, r.KubeletBaselineToGone = kubeletBaseline(b, framework.Shared(b), n, m)
-	// kube-controller-manager's node lifecycle controller is still at the
-	// kubelet baseline's deleted Nodes for minutes at 10,000 (status
-	// updates answered 404, at its 20 QPS): nodeset's run starts once it is
-	// done, so that its counts and times are its own.
-	settled(b, framework.Shared(b), since, 5*time.Second, 10*time.Minute, "kube-controller-manager", controllerManagers)
 	scaleUpAndDown(b, n, fmt.Sprintf("bench-%d-%s-%d", n, strings.ReplaceAll(m.name, "+", "-"), i), r, m)
+	// After nodeset's run, not before: kube-controller-manager's node
+	// lifecycle controller goes on writing to the kubelet baseline's deleted
+	// Nodes (status updates answered 404) for more than ten minutes at
+	// 10,000, and nodeset's counts and times must be its own.
+	r.KubeletBaselineToReady, r.KubeletBaselineToGone = kubeletBaseline(b, framework.Shared(b), n, m)
 	r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
 	results = append(results, r)
 	b.ReportMetric(r.ToReady, "s-to-ready")
@@ -480,7 +478,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		// The scale-up's last routine Events go out up to a
 		// --routine-event-period (5 s) after it: the idle window starts
 		// once the controllers have written nothing for longer than that.
-		settled(b, cp, upStart, 6*time.Second, time.Minute, "the controllers", controllersWrite)
+		settled(b, cp, upStart, 6*time.Second)
 	}
 	idleStart := time.Now()
 	if m.idle {
@@ -674,11 +672,12 @@ func logEvents(b *testing.B, kube kubernetes.Interface, from, to time.Time) {
 	}
 }
 
-// settled waits, up to within, until the writes whose requests count,
-// received since from, stopped for longer than quiet.
-func settled(b *testing.B, cp *framework.ControlPlane, from time.Time, quiet, within time.Duration, whose string, counts func(framework.AuditEvent) bool) {
+// settled returns once the audit log has no write of the controllers since
+// from for quiet, or after a minute (the idle window then counts what goes
+// on).
+func settled(b *testing.B, cp *framework.ControlPlane, from time.Time, quiet time.Duration) {
 	var last time.Time
-	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, within, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute+quiet, true, func(ctx context.Context) (bool, error) {
 		if err := cp.SyncAuditLog(ctx); err != nil {
 			return false, err
 		}
@@ -688,21 +687,15 @@ func settled(b *testing.B, cp *framework.ControlPlane, from time.Time, quiet, wi
 		}
 		last = from
 		for _, e := range events {
-			if counts(e) && e.IsWrite() {
+			if src := source(e); (src == "nodeset-controller" || src == "node-controller") && e.IsWrite() {
 				last = e.RequestReceived
 			}
 		}
 		return time.Since(last) > quiet, nil
 	})
 	if err != nil {
-		b.Logf("%s did not stop writing (last write %s ago): %v", whose, time.Since(last).Round(time.Second), err)
+		b.Logf("the controllers did not stop writing (last write %s ago): %v", time.Since(last).Round(time.Second), err)
 	}
-}
-
-// controllersWrite says whether an audit event is one of the controllers'.
-func controllersWrite(e framework.AuditEvent) bool {
-	src := source(e)
-	return src == "nodeset-controller" || src == "node-controller"
 }
 
 // source says whose request an audit event is: a controller, the simulated
