@@ -8,7 +8,9 @@
 // client-go program doing only the unavoidable work (create each Node, mark
 // it Ready, delete it) with the controllers' client QPS and burst. nodeset's
 // times are reported as ratios to it, which mean something on a shared
-// machine where absolute seconds do not. API requests are counted from the
+// machine where absolute seconds do not. After nodeset's run, a second
+// baseline does the same with the simulated kubelets nodeset's Nodes get
+// (see kubeletBaseline), for a ratio beside the first. API requests are counted from the
 // API server's audit log, by user (each controller runs as its own) and
 // user agent (the simulated kubelets, standing in for real kubelets, and
 // leader election are counted apart from the controllers' work).
