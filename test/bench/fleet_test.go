@@ -803,13 +803,7 @@ func writeKind(e framework.AuditEvent) string {
 // each Node, mark it Ready (its status, as a kubelet would), and delete it.
 // It returns the seconds to all Ready and to all gone.
 func baseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64) {
-	cfg := cp.Config(baselineUser)
-	cfg.QPS, cfg.Burst = qps, burst
-	if m.uncapped {
-		cfg.QPS = -1
-	}
-	cfg.UserAgent = "nodeset-bench-baseline"
-	kube := kubernetes.NewForConfigOrDie(cfg)
+	kube := baselineClient(cp, m)
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("baseline-%d-%05d", n, i)
@@ -848,16 +842,13 @@ func baseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady,
 // machine is deleted after the Node. It returns the seconds to all Ready
 // (as the kubelets report it) and to all Nodes deleted.
 func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64) {
-	cfg := cp.Config(baselineUser)
-	cfg.QPS, cfg.Burst = qps, burst
+	kube := baselineClient(cp, m)
 	kcfg := cp.Config(framework.KubeletsName)
 	kcfg.QPS, kcfg.Burst = float32(kubeletLimit(n)), 2*kubeletLimit(n)
 	if m.uncapped {
-		cfg.QPS, kcfg.QPS = -1, -1
+		kcfg.QPS = -1
 	}
-	cfg.UserAgent = "nodeset-bench-baseline"
 	kcfg.UserAgent = "nodeset-simulated-kubelet/v1alpha1 nodeset-bench-baseline"
-	kube := kubernetes.NewForConfigOrDie(cfg)
 	kubelets, err := component.NewKube(kcfg)
 	if err != nil {
 		b.Fatal(err)
@@ -915,7 +906,8 @@ func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (t
 	})
 	toGone = time.Since(start).Seconds()
 	// The kubelets delete their Leases once their machines are gone: not
-	// timed, but done before nodeset's run, whose requests are counted.
+	// timed, but done before the next size's or mode's runs, whose requests
+	// are counted.
 	admin := kubernetes.NewForConfigOrDie(withRate(cp))
 	waitFor(b, 5*time.Minute, "the baseline kubelets' Leases gone", func(ctx context.Context) (bool, string) {
 		leases, err := admin.CoordinationV1().Leases(kubeletsim.LeaseNamespace).List(ctx, metav1.ListOptions{})
@@ -931,6 +923,18 @@ func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (t
 		return left == 0, fmt.Sprintf("%d Leases", left)
 	})
 	return toReady, toGone
+}
+
+// baselineClient is the baselines' client: the baseline's user, at the
+// controllers' QPS and burst, or without a limit when uncapped.
+func baselineClient(cp *framework.ControlPlane, m mode) kubernetes.Interface {
+	cfg := cp.Config(baselineUser)
+	cfg.QPS, cfg.Burst = qps, burst
+	if m.uncapped {
+		cfg.QPS = -1
+	}
+	cfg.UserAgent = "nodeset-bench-baseline"
+	return kubernetes.NewForConfigOrDie(cfg)
 }
 
 // parallel runs f for every name on 16 workers, as the controllers' workers do.

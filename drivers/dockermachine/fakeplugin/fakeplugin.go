@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -270,6 +271,20 @@ func (d *Driver) Start() error   { return nil }
 func (d *Driver) Stop() error    { return nil }
 func (d *Driver) Restart() error { return nil }
 func (d *Driver) Kill() error    { return nil }
+
+// MachineNames are the names of the machines recorded in dir, sorted.
+func MachineNames(dir string) ([]string, error) {
+	machines, err := Machines(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(machines))
+	for name := range machines {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
 
 // Machines reads the machines recorded in dir.
 func Machines(dir string) (map[string]Machine, error) {

@@ -106,22 +106,33 @@ func (r *replicas) pauseUntilTakeover(t *testing.T, kube kubernetes.Interface, l
 
 // unbrokenRuns groups changes, in the order given, into runs by who made
 // them (describe says what each one was), and returns the runs and whoever
-// made changes again after someone else had: none when each actor's
-// changes form one unbroken run.
+// made changes again after someone else had (see cameBack).
 func unbrokenRuns[C any, K comparable](changes []C, who func(C) K, describe func(C) string) (runs []string, again []K) {
-	seen := map[K]bool{}
+	var actors []K
 	for i, c := range changes {
 		if i > 0 && who(changes[i-1]) == who(c) {
 			runs[len(runs)-1] += " " + describe(c)
 			continue
 		}
-		if seen[who(c)] {
-			again = append(again, who(c))
-		}
-		seen[who(c)] = true
+		actors = append(actors, who(c))
 		runs = append(runs, fmt.Sprintf("%v: %s", who(c), describe(c)))
 	}
-	return runs, again
+	return runs, cameBack(actors)
+}
+
+// cameBack is whoever, in actors (who made each run of changes, in order),
+// acted again after someone else had: none when each actor's changes form
+// one unbroken run.
+func cameBack[K comparable](actors []K) []K {
+	seen := map[K]bool{}
+	var again []K
+	for _, a := range actors {
+		if seen[a] {
+			again = append(again, a)
+		}
+		seen[a] = true
+	}
+	return again
 }
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
@@ -212,15 +223,11 @@ func TestNeverTwoLeadersAct(t *testing.T) {
 	for _, r := range []*replicas{sets, nodes} {
 		writers := writeRuns(t, r.name, start)
 		t.Logf("%s: writes by %d replica runs, in order: %v", r.name, len(writers), writers)
-		seen := map[string]bool{}
-		var again []string
-		for _, w := range writers {
-			if seen[w.identity] {
-				again = append(again, w.identity)
-			}
-			seen[w.identity] = true
+		identities := make([]string, len(writers))
+		for i, w := range writers {
+			identities[i] = w.identity
 		}
-		assert.Empty(t, again, "%s: replicas that wrote again after another replica had written", r.name)
+		assert.Empty(t, cameBack(identities), "%s: replicas that wrote again after another replica had written", r.name)
 		assert.GreaterOrEqual(t, len(writers), 2, "%s: the standby acted after the takeover", r.name)
 	}
 }

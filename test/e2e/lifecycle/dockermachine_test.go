@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,13 +61,8 @@ func dockerMachineClass(t *testing.T, name string, sshd *framework.SSHD) (machin
 
 func pluginMachines(t *testing.T, dir string) []string {
 	t.Helper()
-	machines, err := fakeplugin.Machines(dir)
+	names, err := fakeplugin.MachineNames(dir)
 	require.NoError(t, err)
-	names := make([]string, 0, len(machines))
-	for name := range machines {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	return names
 }
 
