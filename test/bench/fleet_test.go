@@ -10,7 +10,9 @@
 // times are reported as ratios to it, which mean something on a shared
 // machine where absolute seconds do not. After nodeset's run, a second
 // baseline does the same with the simulated kubelets nodeset's Nodes get
-// (see kubeletBaseline), for a ratio beside the first. API requests are counted from the
+// (see kubeletBaseline), for a ratio beside the first, and a third makes
+// the requests nodeset's contract asks of each Node without nodeset's
+// controllers (see contractBaseline). API requests are counted from the
 // API server's audit log, by user (each controller runs as its own) and
 // user agent (the simulated kubelets, standing in for real kubelets, and
 // leader election are counted apart from the controllers' work).
@@ -85,6 +87,14 @@ type result struct {
 	// instead of it.
 	KubeletBaselineToReady float64 `json:"kubeletBaselineToReadySeconds"`
 	KubeletBaselineToGone  float64 `json:"kubeletBaselineToGoneSeconds"`
+	// The contract baseline (contractBaseline): the requests nodeset's
+	// contract asks of each Node, with nodeset's clients, concurrency and
+	// simulated kubelets, without its controllers. nodeset's time beyond
+	// it is its own; its time beyond the baseline is the contract's.
+	// ContractRetried are its steps that failed and were tried again.
+	ContractBaselineToReady float64 `json:"contractBaselineToReadySeconds"`
+	ContractBaselineToGone  float64 `json:"contractBaselineToGoneSeconds"`
+	ContractRetried         int64   `json:"contractBaselineRetried"`
 	// API writes per node over its life (scale-up and scale-down), by
 	// controller, and requests per node by verb of both controllers.
 	WritesPerNode     map[string]float64 `json:"writesPerNode"`
@@ -202,6 +212,7 @@ func fleet(b *testing.B, n int, m mode, i int) {
 	// Nodes (status updates answered 404) for more than ten minutes at
 	// 10,000, and nodeset's counts and times must be its own.
 	r.KubeletBaselineToReady, r.KubeletBaselineToGone = kubeletBaseline(b, framework.Shared(b), n, m)
+	r.ContractBaselineToReady, r.ContractBaselineToGone, r.ContractRetried = contractBaseline(b, framework.Shared(b), n, m)
 	r.ReadyRatio, r.GoneRatio = r.ToReady/r.BaselineToReady, r.ToGone/r.BaselineToGone
 	results = append(results, r)
 	b.ReportMetric(r.ToReady, "s-to-ready")
@@ -218,7 +229,7 @@ func report(b *testing.B, results []*result) {
 	if len(results) == 0 {
 		return
 	}
-	t := &table[*result]{results: results, label: 52, column: 14}
+	t := &table[*result]{results: results, label: 62, column: 14}
 	t.row("nodes", func(r *result) string { return strconv.Itoa(r.Nodes) })
 	t.row("client limits", func(r *result) string { return r.Mode })
 	t.row("0 -> N Ready, s", func(r *result) string { return num(r.ToReady) })
@@ -226,6 +237,8 @@ func report(b *testing.B, results []*result) {
 	t.row("  ratio (target <= 1.5)", func(r *result) string { return num(r.ReadyRatio) })
 	t.row("  baseline with simulated kubelets, s", func(r *result) string { return num(r.KubeletBaselineToReady) })
 	t.row("  ratio to it", func(r *result) string { return num(r.ToReady / r.KubeletBaselineToReady) })
+	t.row("  contract baseline (nodeset's requests, no controllers), s", func(r *result) string { return num(r.ContractBaselineToReady) })
+	t.row("  ratio to it", func(r *result) string { return num(r.ToReady / r.ContractBaselineToReady) })
 	for _, step := range upSteps[:1] {
 		t.row("  last "+step+" at, s", func(r *result) string { return cell(r.ScaleUp.Last, step) })
 	}
@@ -235,6 +248,9 @@ func report(b *testing.B, results []*result) {
 	t.row("  ratio (target <= 1.2; uncapped <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
 	t.row("  baseline with simulated kubelets, s", func(r *result) string { return num(r.KubeletBaselineToGone) })
 	t.row("  ratio to it", func(r *result) string { return num(r.ToGone / r.KubeletBaselineToGone) })
+	t.row("  contract baseline (nodeset's requests, no controllers), s", func(r *result) string { return num(r.ContractBaselineToGone) })
+	t.row("  ratio to it", func(r *result) string { return num(r.ToGone / r.ContractBaselineToGone) })
+	t.row("  contract baseline's steps tried again", func(r *result) string { return strconv.FormatInt(r.ContractRetried, 10) })
 	stepRows(t, downSteps, func(r *result) *steps { return r.ScaleDown })
 	for _, k := range []string{"controllers", "nodeset-controller", "node-controller", "simulated-kubelets", "kube-controller-manager"} {
 		label := "writes per node, " + k
@@ -387,7 +403,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		// collection period: the framework's tests run fewer workers and a
 		// collection every 2 s, which at 10,000 Nodes was 3 % of the node
 		// controller's sampled CPU.
-		NodeArgs: append([]string{"-v=1", "--workers=128", "--orphan-collection-interval=5m", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
+		NodeArgs: append([]string{"-v=1", "--workers=" + strconv.Itoa(nodeControllerWorkers), "--orphan-collection-interval=5m", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
 			"--simulated-kube-api-qps=" + kubeletQPSFlag, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + kubeletBurstFlag}, limits...),
 	})
 	if err != nil {
@@ -439,8 +455,9 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		}
 		return false, "no Accepted condition"
 	})
-	watched, unwatch := watchNodes(b, cp, resolve.Selector(set).String())
+	informer, unwatch := watchNodes(b, cp, resolve.Selector(set).String())
 	defer unwatch()
+	watched := informer.GetIndexer()
 
 	pids := map[string]int{"node-controller": controllers.Node.Pid(), "nodeset-controller": controllers.NodeSet.Pid()}
 	cpu := func() map[string]time.Duration {
@@ -804,10 +821,7 @@ func writeKind(e framework.AuditEvent) string {
 // It returns the seconds to all Ready and to all gone.
 func baseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64) {
 	kube := baselineClient(cp, m)
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("baseline-%d-%05d", n, i)
-	}
+	names := benchNames("baseline", n)
 	ctx := context.Background()
 	start := time.Now()
 	parallel(b, names, func(name string) error {
@@ -843,40 +857,12 @@ func baseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady,
 // (as the kubelets report it) and to all Nodes deleted.
 func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64) {
 	kube := baselineClient(cp, m)
-	kcfg := cp.Config(framework.KubeletsName)
-	kcfg.QPS, kcfg.Burst = float32(kubeletLimit(n)), 2*kubeletLimit(n)
-	if m.uncapped {
-		kcfg.QPS = -1
-	}
-	kcfg.UserAgent = "nodeset-simulated-kubelet/v1alpha1 nodeset-bench-baseline"
-	kubelets, err := component.NewKube(kcfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The kubelets' user has the node controller's role, as in nodeset's run.
-	if err := framework.InstallRBAC(context.Background(), cp); err != nil {
-		b.Fatal(err)
-	}
 	const label = "baseline-kubelets"
-	nodes, unwatch := watchNodes(b, cp, "nodeset.dev/bench="+label)
-	defer unwatch()
-	machines := simulated.New(nil)
-	ctx, stop := context.WithCancel(context.Background())
-	fleet := kubeletsim.New(kubelets, corelisters.NewNodeLister(nodes), machines, kubeletsim.Options{
-		RenewInterval: leaseRenewInterval, Workers: max(64, n/20)})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fleet.Run(ctx)
-	}()
-	defer func() { stop(); <-done }()
-	class := drivers.Class{Name: label, Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
-		DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
-			InstanceType: "sim.small", BootDelay: &metav1.Duration{}}}}}
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s-%d-%05d", label, n, i)
-	}
+	k := startKubelets(b, cp, n, m, label)
+	defer k.stop()
+	nodes := k.nodes.GetIndexer()
+	ctx := context.Background()
+	names := benchNames(label, n)
 
 	start := time.Now()
 	parallel(b, names, func(name string) error {
@@ -884,7 +870,7 @@ func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (t
 			Labels: map[string]string{"nodeset.dev/bench": label}}}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		_, err := machines.Create(ctx, drivers.Machine{Name: name, Class: class})
+		_, err := k.machines.Create(ctx, drivers.Machine{Name: name, Class: k.class})
 		return err
 	})
 	waitFor(b, 30*time.Minute, fmt.Sprintf("%d baseline Nodes Ready", n), func(context.Context) (bool, string) {
@@ -902,27 +888,83 @@ func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (t
 		if err := kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			return err
 		}
-		return machines.Delete(ctx, class, name)
+		return k.machines.Delete(ctx, k.class, name)
 	})
-	toGone = time.Since(start).Seconds()
-	// The kubelets delete their Leases once their machines are gone: not
-	// timed, but done before the next size's or mode's runs, whose requests
-	// are counted.
-	admin := kubernetes.NewForConfigOrDie(withRate(cp))
-	waitFor(b, 5*time.Minute, "the baseline kubelets' Leases gone", func(ctx context.Context) (bool, string) {
-		leases, err := admin.CoordinationV1().Leases(kubeletsim.LeaseNamespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		left := 0
-		for _, l := range leases.Items {
-			if strings.HasPrefix(l.Name, label+"-") {
-				left++
+	return toReady, time.Since(start).Seconds()
+}
+
+// benchKubelets are simulated kubelets for a baseline's Nodes.
+type benchKubelets struct {
+	// nodes watches the Nodes labelled nodeset.dev/bench=<label>.
+	nodes cache.SharedIndexInformer
+	// machines are the Nodes' machines: a Node's kubelet registers it
+	// once its machine is made, and stops once it is deleted.
+	machines *simulated.Driver
+	class    drivers.Class
+	stop     func()
+}
+
+// startKubelets runs simulated kubelets for the Nodes labelled
+// nodeset.dev/bench=label: the node controller's code, as its user, with
+// the client limits and workers they have in nodeset's run. stop waits
+// until the kubelets have deleted their Leases (once their machines are
+// gone; not timed, but done before the next run, whose requests are
+// counted) and stops them.
+func startKubelets(b *testing.B, cp *framework.ControlPlane, n int, m mode, label string) *benchKubelets {
+	kcfg := cp.Config(framework.KubeletsName)
+	kcfg.QPS, kcfg.Burst = float32(kubeletLimit(n)), 2*kubeletLimit(n)
+	if m.uncapped {
+		kcfg.QPS = -1
+	}
+	kcfg.UserAgent = "nodeset-simulated-kubelet/v1alpha1 nodeset-bench-baseline"
+	kubelets, err := component.NewKube(kcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The kubelets' user has the node controller's role, as in nodeset's run.
+	if err := framework.InstallRBAC(context.Background(), cp); err != nil {
+		b.Fatal(err)
+	}
+	informer, unwatch := watchNodes(b, cp, "nodeset.dev/bench="+label)
+	machines := simulated.New(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	fleet := kubeletsim.New(kubelets, corelisters.NewNodeLister(informer.GetIndexer()), machines, kubeletsim.Options{
+		RenewInterval: leaseRenewInterval, Workers: max(64, n/20)})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fleet.Run(ctx)
+	}()
+	class := drivers.Class{Name: label, Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
+		DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{
+			InstanceType: "sim.small", BootDelay: &metav1.Duration{}}}}}
+	return &benchKubelets{nodes: informer, machines: machines, class: class, stop: func() {
+		defer unwatch()
+		defer func() { cancel(); <-done }()
+		admin := kubernetes.NewForConfigOrDie(withRate(cp))
+		waitFor(b, 5*time.Minute, "the "+label+" kubelets' Leases gone", func(ctx context.Context) (bool, string) {
+			leases, err := admin.CoordinationV1().Leases(kubeletsim.LeaseNamespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
 			}
-		}
-		return left == 0, fmt.Sprintf("%d Leases", left)
-	})
-	return toReady, toGone
+			left := 0
+			for _, l := range leases.Items {
+				if strings.HasPrefix(l.Name, label+"-") {
+					left++
+				}
+			}
+			return left == 0, fmt.Sprintf("%d Leases", left)
+		})
+	}}
+}
+
+// benchNames are n Node names for a baseline.
+func benchNames(label string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d-%05d", label, n, i)
+	}
+	return names
 }
 
 // baselineClient is the baselines' client: the baseline's user, at the
@@ -938,11 +980,14 @@ func baselineClient(cp *framework.ControlPlane, m mode) kubernetes.Interface {
 }
 
 // parallel runs f for every name on 16 workers, as the controllers' workers do.
-func parallel(b *testing.B, names []string, f func(string) error) {
+func parallel(b *testing.B, names []string, f func(string) error) { parallelOn(b, 16, names, f) }
+
+// parallelOn runs f for every name on the given number of workers.
+func parallelOn(b *testing.B, workers int, names []string, f func(string) error) {
 	work := make(chan string)
 	errs := make(chan error, len(names))
 	var wg sync.WaitGroup
-	for range 16 {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -968,7 +1013,7 @@ func parallel(b *testing.B, names []string, f func(string) error) {
 // compression, as the controllers'), so that waiting for N Ready Nodes does
 // not make the API server list thousands of Nodes four times a second: such
 // polling took a tenth of its CPU during a scale-down of 5000.
-func watchNodes(b *testing.B, cp *framework.ControlPlane, selector string) (store cache.Indexer, stop func()) {
+func watchNodes(b *testing.B, cp *framework.ControlPlane, selector string) (informer cache.SharedIndexInformer, stop func()) {
 	cfg := cp.AdminConfig()
 	cfg.DisableCompression = true
 	kube, err := component.NewKube(cfg)
@@ -977,13 +1022,13 @@ func watchNodes(b *testing.B, cp *framework.ControlPlane, selector string) (stor
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	informer := factory.Core().V1().Nodes().Informer()
+	informer = factory.Core().V1().Nodes().Informer()
 	done := make(chan struct{})
 	factory.Start(done)
 	if !cache.WaitForCacheSync(done, informer.HasSynced) {
 		b.Fatal("the Node watch did not sync")
 	}
-	return informer.GetIndexer(), func() { close(done); factory.Shutdown() }
+	return informer, func() { close(done); factory.Shutdown() }
 }
 
 // withRate is the admin config with a rate limit that does not slow the

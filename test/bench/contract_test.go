@@ -1,0 +1,245 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/simulated"
+	"nodeset.dev/nodeset/pkg/component"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// nodeControllerWorkers is the node controller's workers in nodeset's run
+// (its --workers), and the contract baseline's for the same steps.
+const nodeControllerWorkers = 128
+
+// nodeWritesInFlight is how many Node creations and deletions the
+// nodeset-controller has in flight at most (its maxNodeWritesInFlight),
+// and the contract baseline's.
+const nodeWritesInFlight = 32
+
+// contractBaseline makes the API requests nodeset's contract asks of each
+// Node, in the order it asks them, and nothing else: its clients (the
+// controllers' users, limits, protobuf), its concurrency and the
+// simulated kubelets of its run, without its controllers' machinery: no
+// informer between one step and the next, no queue, no expectations, no
+// status, no Events. Going up, a Node is created as a NodeSet's (its
+// finalizer and startup taints), its machine made, and once its kubelet
+// reports it Ready one patch records the machine and lifts the startup
+// taints; going down, the Node is deleted, cordoned (with the
+// unschedulable taint and the drain's start), its pods listed, its
+// machine deleted, and its finalizer removed. What nodeset takes beyond
+// this is its own; what this takes beyond the baseline is the work the
+// contract asks (the registration, the drain, the finalizer), which no
+// implementation of it avoids. It returns the seconds to all Ready and
+// untainted and to all gone, and the requests it had to send again.
+func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64, retried int64) {
+	const label = "baseline-contract"
+	client := func(user string) kubernetes.Interface {
+		cfg := cp.Config(user)
+		cfg.QPS, cfg.Burst = qps, burst
+		if m.uncapped {
+			cfg.QPS = -1
+		}
+		cfg.DisableCompression = true
+		cfg.UserAgent = "nodeset-bench-contract"
+		kube, err := component.NewKube(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return kube
+	}
+	// Three clients, as in nodeset's run: the nodeset-controller's, and the
+	// node controller's and its drains'.
+	sets, nodesKube, drainKube := client("nodeset-controller"), client("node-controller"), client("node-controller")
+	k := startKubelets(b, cp, n, m, label)
+	defer k.stop()
+	nodes := k.nodes.GetIndexer()
+	names := benchNames(label, n)
+	ctx := context.Background()
+
+	failures := &stepFailures{}
+	defer func() {
+		if len(failures.first) > 0 {
+			b.Logf("contract baseline: %d steps tried again; the first: %s", failures.count.Load(), strings.Join(failures.first, "; "))
+		}
+	}()
+	register := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	defer register.ShutDown()
+	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { registerWhenReady(register, obj) },
+		UpdateFunc: func(_, obj any) { registerWhenReady(register, obj) },
+	}); err != nil {
+		b.Fatal(err)
+	}
+	go serve(register, failures, func(name string) error {
+		obj, ok, err := nodes.GetByKey(name)
+		if err != nil || !ok {
+			return err
+		}
+		read := obj.(*corev1.Node)
+		if !nodeutil.IsReady(read) || !nodeutil.HasStartupTaint(read) {
+			return nil
+		}
+		want := read.DeepCopy()
+		want.Spec.ProviderID = simulated.ProviderID(name) // what its Create returned
+		want.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = time.Now().UTC().Format(time.RFC3339)
+		want.Spec.Taints = nodeutil.WithoutStartupTaints(want.Spec.Taints)
+		patch, _ := nodeutil.ChangePatch(read, want)
+		_, err = nodesKube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+
+	start := time.Now()
+	parallelOn(b, nodeWritesInFlight, names, func(name string) error {
+		if _, err := sets.CoreV1().Nodes().Create(ctx, contractNode(name, label), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := k.machines.Create(ctx, drivers.Machine{Name: name, Class: k.class})
+		return err
+	})
+	waitFor(b, 30*time.Minute, fmt.Sprintf("%d contract-baseline Nodes Ready and untainted", n), func(context.Context) (bool, string) {
+		ready := 0
+		for _, obj := range nodes.List() {
+			if node := obj.(*corev1.Node); nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
+				ready++
+			}
+		}
+		return ready == n, fmt.Sprintf("%d/%d Ready and untainted", ready, n)
+	})
+	toReady = time.Since(start).Seconds()
+
+	drain := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	defer drain.ShutDown()
+	go serve(drain, failures, func(name string) error {
+		obj, ok, err := nodes.GetByKey(name)
+		if err != nil || !ok {
+			return err
+		}
+		node := obj.(*corev1.Node)
+		if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+			return nil
+		}
+		if !node.Spec.Unschedulable {
+			cordoned := node.DeepCopy()
+			cordoned.Spec.Unschedulable = true
+			cordoned.Annotations[nodesetv1alpha1.AnnotationDrainStarted] = time.Now().UTC().Format(time.RFC3339)
+			cordoned.Spec.Taints = append(cordoned.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+			patch, _ := nodeutil.ChangePatch(node, cordoned)
+			if node, err = drainKube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+				return err
+			}
+		}
+		pods, err := drainKube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%s: %d pods on a benchmark Node", name, len(pods.Items))
+		}
+		if err := k.machines.Delete(ctx, k.class, name); err != nil {
+			return err
+		}
+		patch, ok := nodeutil.RemoveFinalizerPatch(node, nodesetv1alpha1.FinalizerTermination)
+		if !ok {
+			return nil
+		}
+		_, err = nodesKube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	start = time.Now()
+	parallelOn(b, nodeWritesInFlight, names, func(name string) error {
+		err := sets.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		drain.Add(name)
+		return err
+	})
+	waitFor(b, 30*time.Minute, "every contract-baseline Node gone", func(context.Context) (bool, string) {
+		left := len(nodes.List())
+		return left == 0, fmt.Sprintf("%d Nodes", left)
+	})
+	return toReady, time.Since(start).Seconds(), failures.count.Load()
+}
+
+// contractNode is a Node as the nodeset-controller creates a NodeSet's:
+// the driver annotation, the termination finalizer and the startup taints.
+func contractNode(name, label string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{"nodeset.dev/bench": label},
+			Annotations: map[string]string{nodesetv1alpha1.AnnotationDriver: nodesetv1alpha1.DriverSimulated},
+			Finalizers:  []string{nodesetv1alpha1.FinalizerTermination}},
+		Spec: corev1.NodeSpec{Taints: resolve.StartupTaints()},
+	}
+}
+
+// registerWhenReady queues a Node its kubelet reports Ready while it still
+// has its startup taints.
+func registerWhenReady(q workqueue.TypedRateLimitingInterface[string], obj any) {
+	if node, ok := obj.(*corev1.Node); ok && nodeutil.IsReady(node) && nodeutil.HasStartupTaint(node) {
+		q.Add(node.Name)
+	}
+}
+
+// stepFailures counts the steps that failed, and keeps the first few errors.
+type stepFailures struct {
+	count atomic.Int64
+	mu    sync.Mutex
+	first []string
+}
+
+func (s *stepFailures) add(err error) {
+	if s.count.Add(1) > 3 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.first = append(s.first, err.Error())
+}
+
+// serve runs f on nodeControllerWorkers workers for each name q gives, until
+// q shuts down; a name f fails on goes back with the queue's backoff, and
+// is counted in failures.
+func serve(q workqueue.TypedRateLimitingInterface[string], failures *stepFailures, f func(string) error) {
+	var wg sync.WaitGroup
+	for range nodeControllerWorkers {
+		wg.Go(func() {
+			for {
+				name, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				if err := f(name); err != nil {
+					failures.add(err)
+					q.AddRateLimited(name)
+				} else {
+					q.Forget(name)
+				}
+				q.Done(name)
+			}
+		})
+	}
+	wg.Wait()
+}
