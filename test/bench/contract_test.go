@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -51,8 +50,9 @@ const nodeWritesInFlight = 32
 // this is its own; what this takes beyond the baseline is the work the
 // contract asks (the registration, the drain, the finalizer), which no
 // implementation of it avoids. It returns the seconds to all Ready and
-// untainted and to all gone, and the requests it had to send again.
-func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (toReady, toGone float64, retried int64) {
+// untainted and to all gone, where the time went, and the steps it had to
+// take again.
+func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *contractResult {
 	const label = "baseline-contract"
 	client := func(user string) kubernetes.Interface {
 		cfg := cp.Config(user)
@@ -109,6 +109,7 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (
 		return err
 	})
 
+	r := &contractResult{}
 	start := time.Now()
 	parallelOn(b, nodeWritesInFlight, names, func(name string) error {
 		if _, err := sets.CoreV1().Nodes().Create(ctx, contractNode(name, label), metav1.CreateOptions{}); err != nil {
@@ -126,8 +127,10 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (
 		}
 		return ready == n, fmt.Sprintf("%d/%d Ready and untainted", ready, n)
 	})
-	toReady = time.Since(start).Seconds()
+	r.ToReady = time.Since(start).Seconds()
+	up := [2]time.Time{start, time.Now()}
 
+	lists := &podLists{kube: drainKube}
 	drain := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer drain.ShutDown()
 	go serve(drain, failures, func(name string) error {
@@ -149,13 +152,8 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (
 				return err
 			}
 		}
-		pods, err := drainKube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
-		if err != nil {
+		if err := lists.after(ctx); err != nil {
 			return err
-		}
-		if len(pods.Items) > 0 {
-			return fmt.Errorf("%s: %d pods on a benchmark Node", name, len(pods.Items))
 		}
 		if err := k.machines.Delete(ctx, k.class, name); err != nil {
 			return err
@@ -180,7 +178,87 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (
 		left := len(nodes.List())
 		return left == 0, fmt.Sprintf("%d Nodes", left)
 	})
-	return toReady, time.Since(start).Seconds(), failures.count.Load()
+	r.ToGone = time.Since(start).Seconds()
+	r.Retried = failures.count.Load()
+	if err := cp.AuditComplete(ctx); err != nil {
+		b.Fatal(err)
+	}
+	events, err := cp.AuditEvents(up[0], up[1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.ScaleUp = scaleUpTimes(events, up[0], label+"-")
+	if events, err = cp.AuditEvents(start, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	r.ScaleDown = scaleDownTimes(events, start, label+"-")
+	return r
+}
+
+// contractResult is what the contract baseline measured.
+type contractResult struct {
+	ToReady float64 `json:"toReadySeconds"`
+	ToGone  float64 `json:"toGoneSeconds"`
+	// Retried are the steps that failed and were taken again (a patch
+	// whose test failed on a Node changed since it was read).
+	Retried   int64  `json:"stepsTriedAgain"`
+	ScaleUp   *steps `json:"scaleUp"`
+	ScaleDown *steps `json:"scaleDown"`
+}
+
+// podLists answers the drains' pod lists as nodeset's drains are
+// answered: every drain that asks while a list is under way is answered
+// by the next one, a list of every pod, which starts after each of them
+// asked (after its cordon).
+type podLists struct {
+	kube    kubernetes.Interface
+	mu      sync.Mutex
+	next    *listRound
+	running bool
+}
+
+// listRound is one list and the drains it answers.
+type listRound struct {
+	done chan struct{}
+	err  error
+}
+
+// after returns once a list of every pod that started after the call has
+// found none.
+func (p *podLists) after(ctx context.Context) error {
+	p.mu.Lock()
+	if p.next == nil {
+		p.next = &listRound{done: make(chan struct{})}
+	}
+	round := p.next
+	if !p.running {
+		p.running = true
+		go p.run(ctx)
+	}
+	p.mu.Unlock()
+	<-round.done
+	return round.err
+}
+
+// run lists every pod for each round of drains that asked, until none has.
+func (p *podLists) run(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		round := p.next
+		p.next = nil
+		if round == nil {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		pods, err := p.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 500})
+		if err == nil && len(pods.Items) > 0 {
+			err = fmt.Errorf("%d pods on the benchmark's Nodes", len(pods.Items))
+		}
+		round.err = err
+		close(round.done)
+	}
 }
 
 // contractNode is a Node as the nodeset-controller creates a NodeSet's:
