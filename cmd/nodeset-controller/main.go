@@ -65,8 +65,8 @@ func main() {
 		// cluster-autoscaler, whichever a Service sends them to; only the
 		// leader runs the controller's workers.
 		Serve: func(ctx context.Context, clients component.Clients) error {
-			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatus))
-			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
+			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Watch.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatus))
+			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Watch.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
 				kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),

@@ -219,8 +219,8 @@ func Main(name string, extra ...Driver) int {
 		},
 		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registryOnce.Load)},
 		Start: func(ctx context.Context, clients component.Clients) error {
-			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatusButVolumes))
-			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
+			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Watch.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatusButVolumes))
+			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Watch.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			nodes := kubeFactory.Core().V1().Nodes()
 			classes := nodesetFactory.Nodeset().V1alpha1().NodeClasses()
 			registry, err := makeDrivers(ctx, served, Env{Clients: clients, Cluster: cluster, NodeClasses: classes.Lister(), CloudCalls: metrics.CloudCalls})

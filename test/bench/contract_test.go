@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,4 +323,53 @@ func serve(q workqueue.TypedRateLimitingInterface[string], failures *stepFailure
 		})
 	}
 	wg.Wait()
+}
+
+// queueTimes are the mean seconds an item of a controller's work queue
+// waited in it and took to sync, from the controller's metrics.
+type queueTimes struct {
+	Syncs     float64 `json:"syncs"`
+	WaitMean  float64 `json:"waitMeanSeconds"`
+	SyncMean  float64 `json:"syncMeanSeconds"`
+	waitTotal float64
+	syncTotal float64
+}
+
+// readQueue reads the sums and counts of the named work queue's wait and
+// sync histograms from a controller's /metrics.
+func readQueue(port int, queue string) (queueTimes, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return queueTimes{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return queueTimes{}, err
+	}
+	var q queueTimes
+	suffix := `{name="` + queue + `"} `
+	for line := range strings.SplitSeq(string(body), "\n") {
+		for name, into := range map[string]*float64{
+			"workqueue_queue_duration_seconds_sum":  &q.waitTotal,
+			"workqueue_work_duration_seconds_sum":   &q.syncTotal,
+			"workqueue_work_duration_seconds_count": &q.Syncs,
+		} {
+			if v, ok := strings.CutPrefix(line, name+suffix); ok {
+				if *into, err = strconv.ParseFloat(v, 64); err != nil {
+					return queueTimes{}, fmt.Errorf("%s: %w", line, err)
+				}
+			}
+		}
+	}
+	return q, nil
+}
+
+// since is what the queue did from before to q.
+func (q queueTimes) since(before queueTimes) queueTimes {
+	out := queueTimes{Syncs: q.Syncs - before.Syncs, waitTotal: q.waitTotal - before.waitTotal, syncTotal: q.syncTotal - before.syncTotal}
+	if out.Syncs > 0 {
+		out.WaitMean, out.SyncMean = out.waitTotal/out.Syncs, out.syncTotal/out.Syncs
+	}
+	return out
 }

@@ -115,6 +115,11 @@ type result struct {
 	// log.
 	ScaleUp   *steps `json:"scaleUp,omitempty"`
 	ScaleDown *steps `json:"scaleDown,omitempty"`
+	// NodeQueueUp and NodeQueueDown are the node controller's syncs of
+	// Nodes during the scale-up and the scale-down, and how long they
+	// waited in its queue and took, from its metrics.
+	NodeQueueUp   queueTimes `json:"nodeQueueScaleUp"`
+	NodeQueueDown queueTimes `json:"nodeQueueScaleDown"`
 	// Refused are the requests the API server refused with 429 Too Many
 	// Requests over the whole run, by source; leader election's are lease
 	// renewals and acquisitions.
@@ -237,6 +242,7 @@ func report(b *testing.B, results []*result) {
 	t.row("  contract baseline (nodeset's requests, no controllers), s", func(r *result) string { return num(r.Contract.ToReady) })
 	t.row("  ratio to it", func(r *result) string { return num(r.ToReady / r.Contract.ToReady) })
 	upRows(t, "  ", func(r *result) *steps { return r.ScaleUp })
+	queueRows(t, func(r *result) queueTimes { return r.NodeQueueUp })
 	t.row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
 	t.row("  baseline, s", func(r *result) string { return num(r.BaselineToGone) })
 	t.row("  ratio (target <= 1.2; uncapped <= 1.5)", func(r *result) string { return num(r.GoneRatio) })
@@ -245,6 +251,7 @@ func report(b *testing.B, results []*result) {
 	t.row("  contract baseline (nodeset's requests, no controllers), s", func(r *result) string { return num(r.Contract.ToGone) })
 	t.row("  ratio to it", func(r *result) string { return num(r.ToGone / r.Contract.ToGone) })
 	stepRows(t, "  ", downSteps, func(r *result) *steps { return r.ScaleDown })
+	queueRows(t, func(r *result) queueTimes { return r.NodeQueueDown })
 	t.row("contract baseline: steps tried again", func(r *result) string { return strconv.FormatInt(r.Contract.Retried, 10) })
 	upRows(t, "  contract: ", func(r *result) *steps { return r.Contract.ScaleUp })
 	stepRows(t, "  contract: ", downSteps, func(r *result) *steps { return r.Contract.ScaleDown })
@@ -333,6 +340,15 @@ func firstColumn(results []*result, v string) func(*result) string {
 	}
 }
 
+// queueRows adds the node controller's syncs per Node, and how long they
+// waited and took.
+func queueRows(t *table[*result], of func(*result) queueTimes) {
+	t.row("  node-controller syncs per node", func(r *result) string { return num(of(r).Syncs / float64(r.Nodes)) })
+	t.row("  node-controller sync, queue wait / work, mean ms", func(r *result) string {
+		return fmt.Sprintf("%.1f / %.1f", 1000*of(r).WaitMean, 1000*of(r).SyncMean)
+	})
+}
+
 // upRows adds where a scale-up's time went: its creates are timed only
 // as a whole (see scaleUpTimes).
 func upRows(t *table[*result], prefix string, of func(*result) *steps) {
@@ -350,6 +366,7 @@ func stepRows(t *table[*result], prefix string, names []string, of func(*result)
 		step := names[i-1] + " -> " + names[i]
 		t.row(prefix+"per node "+step+", median s", func(r *result) string { return cell(of(r).Median, step) })
 		t.row(prefix+"per node "+step+", p90 s", func(r *result) string { return cell(of(r).P90, step) })
+		t.row(prefix+"  of which "+names[i]+" at the API server, median s", func(r *result) string { return cell(of(r).Server, names[i]) })
 	}
 }
 
@@ -478,6 +495,14 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	stopProfiles := profile(b, cp, profiles, fmt.Sprintf("%d-%s", n, m.name), map[string]int{
 		"nodeset-controller": controllers.NodeSetMetricsPort, "node-controller": controllers.NodeMetricsPort})
 	first := cpu()
+	queue := func() queueTimes {
+		q, err := readQueue(controllers.NodeMetricsPort, "node")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return q
+	}
+	queueBefore := queue()
 	upStart := time.Now()
 	scale(b, cs, ns, int32(n))
 	waitFor(b, 30*time.Minute, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, string) {
@@ -491,6 +516,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		return ready == n && len(nodes) == n, fmt.Sprintf("%d/%d Ready and untainted, %d Nodes", ready, n, len(nodes))
 	})
 	upEnd := time.Now()
+	r.NodeQueueUp = queue().since(queueBefore)
 	r.ToReady = upEnd.Sub(upStart).Seconds()
 	r.ControlPlaneCPUSeconds = (cpu()["controlplane"] - first["controlplane"]).Seconds()
 
@@ -513,6 +539,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		logEvents(b, kube, idleStart, idleEnd)
 	}
 
+	queueBefore = queue()
 	downStart := time.Now()
 	scale(b, cs, ns, 0)
 	waitFor(b, 30*time.Minute, "all Nodes and machines gone", func(ctx context.Context) (bool, string) {
@@ -526,6 +553,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		return ok && len(machines) == 0, fmt.Sprintf("0 Nodes, %d machines", len(machines))
 	})
 	downEnd := time.Now()
+	r.NodeQueueDown = queue().since(queueBefore)
 	r.ToGone = downEnd.Sub(downStart).Seconds()
 	r.KubeletsCPUShare = stopProfiles()
 	// The NodeSet's last status write after its Nodes are gone.

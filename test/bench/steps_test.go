@@ -42,6 +42,10 @@ type steps struct {
 	// of the step before ("delete -> cordon", ...).
 	Median map[string]float64 `json:"medianSeconds"`
 	P90    map[string]float64 `json:"p90Seconds"`
+	// Server is the median seconds of a step's request at the API server
+	// (from its receipt to its response), part of the step's time: the
+	// rest is the controller's before it sent the request.
+	Server map[string]float64 `json:"serverMedianSeconds"`
 }
 
 var (
@@ -49,20 +53,27 @@ var (
 	downSteps = []string{"delete", "cordon", "pod list", "release"}
 )
 
-// summarize makes steps of when each Node (by name) ended each step, in
-// the order of names; Nodes that missed a step are left out.
-func summarize(ends map[string][]time.Time, names []string, start time.Time) *steps {
-	out := &steps{Last: map[string]float64{}, Median: map[string]float64{}, P90: map[string]float64{}}
-	took := map[string][]float64{}
+// stepAt is one Node's step: when its request reached the API server, and
+// when it was done.
+type stepAt struct{ sent, done time.Time }
+
+func (s stepAt) missing() bool { return s.done.IsZero() }
+
+// summarize makes steps of when each Node (by name) took each step, in the
+// order of names; Nodes that missed a step are left out.
+func summarize(ends map[string][]stepAt, names []string, start time.Time) *steps {
+	out := &steps{Last: map[string]float64{}, Median: map[string]float64{}, P90: map[string]float64{}, Server: map[string]float64{}}
+	took, served := map[string][]float64{}, map[string][]float64{}
 	for _, s := range ends {
-		if len(s) != len(names) || slices.ContainsFunc(s, time.Time.IsZero) {
+		if len(s) != len(names) || slices.ContainsFunc(s, stepAt.missing) {
 			continue
 		}
 		out.Nodes++
 		for i, step := range names {
-			out.Last[step] = max(out.Last[step], s[i].Sub(start).Seconds())
+			out.Last[step] = max(out.Last[step], s[i].done.Sub(start).Seconds())
 			if i > 0 {
-				took[names[i-1]+" -> "+step] = append(took[names[i-1]+" -> "+step], s[i].Sub(s[i-1]).Seconds())
+				took[names[i-1]+" -> "+step] = append(took[names[i-1]+" -> "+step], s[i].done.Sub(s[i-1].done).Seconds())
+				served[step] = append(served[step], s[i].done.Sub(s[i].sent).Seconds())
 			}
 		}
 	}
@@ -70,6 +81,10 @@ func summarize(ends map[string][]time.Time, names []string, start time.Time) *st
 		sort.Float64s(d)
 		out.Median[step] = d[len(d)/2]
 		out.P90[step] = d[len(d)*9/10]
+	}
+	for step, d := range served {
+		sort.Float64s(d)
+		out.Server[step] = d[len(d)/2]
 	}
 	return out
 }
@@ -80,7 +95,7 @@ func summarize(ends map[string][]time.Time, names []string, start time.Time) *st
 // creates are counted only in Last, the per-Node steps start at the
 // kubelet's first status.
 func scaleUpTimes(events []framework.AuditEvent, start time.Time, prefix string) *steps {
-	ends := map[string][]time.Time{}
+	ends := map[string][]stepAt{}
 	var lastCreate time.Time
 	for _, e := range events {
 		if e.ObjectRef == nil || !e.Succeeded() || e.ObjectRef.Resource != "nodes" {
@@ -96,9 +111,9 @@ func scaleUpTimes(events []framework.AuditEvent, start time.Time, prefix string)
 		}
 		switch s := ends[name]; {
 		case s == nil && source(e) == "simulated-kubelets" && e.ObjectRef.Subresource == "status":
-			ends[name] = []time.Time{e.Completed, {}}
-		case len(s) == 2 && s[1].IsZero() && source(e) == "node-controller" && (e.Verb == "patch" || e.Verb == "update") && e.ObjectRef.Subresource == "":
-			s[1] = e.Completed
+			ends[name] = []stepAt{{e.RequestReceived, e.Completed}, {}}
+		case len(s) == 2 && s[1].missing() && source(e) == "node-controller" && (e.Verb == "patch" || e.Verb == "update") && e.ObjectRef.Subresource == "":
+			s[1] = stepAt{e.RequestReceived, e.Completed}
 		}
 	}
 	out := summarize(ends, upSteps[1:], start)
@@ -111,7 +126,7 @@ func scaleUpTimes(events []framework.AuditEvent, start time.Time, prefix string)
 // scaleDownTimes reads the steps of the Nodes named with prefix from the
 // audit events of a scale-down that started at start.
 func scaleDownTimes(events []framework.AuditEvent, start time.Time, prefix string) *steps {
-	ends := map[string][]time.Time{}
+	ends := map[string][]stepAt{}
 	var lists []framework.AuditEvent
 	for _, e := range events {
 		if e.ObjectRef == nil || !e.Succeeded() || source(e) == "simulated-kubelets" {
@@ -120,14 +135,14 @@ func scaleDownTimes(events []framework.AuditEvent, start time.Time, prefix strin
 		name := e.ObjectRef.Name
 		switch {
 		case e.User.Username == "nodeset-controller" && e.Verb == "delete" && e.ObjectRef.Resource == "nodes" && strings.HasPrefix(name, prefix):
-			ends[name] = []time.Time{e.Completed}
+			ends[name] = []stepAt{{e.RequestReceived, e.Completed}}
 		case e.User.Username == "node-controller" && (e.Verb == "update" || e.Verb == "patch") && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "" && len(ends[name]) > 0:
 			// The first write after the delete is the cordon, the last
 			// the release (patches both, updates in earlier versions).
 			if len(ends[name]) == 1 {
-				ends[name] = append(ends[name], e.Completed)
+				ends[name] = append(ends[name], stepAt{e.RequestReceived, e.Completed})
 			} else {
-				ends[name] = append(ends[name][:2], time.Time{}, e.Completed)
+				ends[name] = append(ends[name][:2], stepAt{}, stepAt{e.RequestReceived, e.Completed})
 			}
 		case e.User.Username == "node-controller" && e.Verb == "list" && e.ObjectRef.Resource == "pods":
 			lists = append(lists, e)
@@ -142,8 +157,8 @@ func scaleDownTimes(events []framework.AuditEvent, start time.Time, prefix strin
 		// that is either this Node's or every pod's.
 		for _, l := range lists {
 			own := strings.Contains(l.RequestURI, "spec.nodeName%3D"+name+"&") || strings.HasSuffix(l.RequestURI, "spec.nodeName%3D"+name)
-			if !l.RequestReceived.Before(s[1]) && (own || !strings.Contains(l.RequestURI, "spec.nodeName")) {
-				s[2] = l.Completed
+			if !l.RequestReceived.Before(s[1].done) && (own || !strings.Contains(l.RequestURI, "spec.nodeName")) {
+				s[2] = stepAt{l.RequestReceived, l.Completed}
 				break
 			}
 		}
@@ -315,6 +330,10 @@ func TestScaleDownTimes(t *testing.T) {
 	assert.InDelta(t, 0.4, got.Median["delete -> cordon"], 1e-9)
 	assert.InDelta(t, 0.11, got.Median["cordon -> pod list"], 1e-9)
 	assert.InDelta(t, 0.39, got.Median["pod list -> release"], 1e-9)
+	// Cordons at the server 10 and 20 ms; lists 10 and 30; releases 10 and 20.
+	assert.InDelta(t, 0.02, got.Server["cordon"], 1e-9)
+	assert.InDelta(t, 0.03, got.Server["pod list"], 1e-9)
+	assert.InDelta(t, 0.02, got.Server["release"], 1e-9)
 }
 
 func TestRefusals(t *testing.T) {
@@ -364,4 +383,5 @@ func TestScaleUpTimes(t *testing.T) {
 	assert.Equal(t, 2, got.Nodes)
 	assert.Equal(t, map[string]float64{"create": 0.03, "kubelet Ready": 0.41, "registered": 0.61}, got.Last)
 	assert.InDelta(t, 0.2, got.Median["kubelet Ready -> registered"], 1e-9, "A 0.1, B 0.2: the upper of two")
+	assert.InDelta(t, 0.11, got.Server["registered"], 1e-9, "A 10 ms at the server, B 110 ms")
 }
