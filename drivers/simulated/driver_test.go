@@ -123,3 +123,40 @@ func TestNameFromProviderID(t *testing.T) {
 	_, err = NameFromProviderID("aws:///eu-west-1a/i-123")
 	assert.Error(t, err)
 }
+
+func TestMachinesReportTheirSectionsCapacity(t *testing.T) {
+	d := New(nil)
+	ctx := context.Background()
+	big := class(func(s *nodesetv1alpha1.SimulatedMachine) {
+		s.InstanceType = "sim.big"
+		s.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+	})
+	for _, m := range []drivers.Machine{{Name: "a", Class: class(nil)}, {Name: "b", Class: class(nil)}, {Name: "c", Class: big}} {
+		_, err := d.Create(ctx, m)
+		require.NoError(t, err)
+	}
+	d.Adopt("d", time.Now(), big, drivers.Owner{})
+	got := map[string]Machine{}
+	for _, m := range d.Machines() {
+		got[m.Name] = m
+	}
+	for name, want := range map[string]struct{ cpu, instanceType string }{
+		"a": {"2", "sim.small"}, "b": {"2", "sim.small"}, "c": {"16", "sim.big"}, "d": {"16", "sim.big"}} {
+		cpu := got[name].Capacity.Resources[corev1.ResourceCPU]
+		assert.Equal(t, want.cpu, cpu.String(), name)
+		assert.Equal(t, want.instanceType, got[name].Capacity.Labels[corev1.LabelInstanceTypeStable], name)
+	}
+	// A section edited later gives the machines made after it the new capacity.
+	bigger := class(func(s *nodesetv1alpha1.SimulatedMachine) {
+		s.InstanceType = "sim.big"
+		s.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32")}
+	})
+	_, err := d.Create(ctx, drivers.Machine{Name: "e", Class: bigger})
+	require.NoError(t, err)
+	for _, m := range d.Machines() {
+		if m.Name == "e" {
+			cpu := m.Capacity.Resources[corev1.ResourceCPU]
+			assert.Equal(t, "32", cpu.String())
+		}
+	}
+}

@@ -142,7 +142,7 @@ func Main(name string, extra ...Driver) int {
 		eventPeriod  time.Duration
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
-	opts.AddFlags(fs, 128)
+	opts.AddFlags(fs, nodecontroller.DefaultWorkers)
 	fs.StringSliceVar(&driverNames, "drivers", nil, "Drivers to serve, comma-separated.")
 	fs.StringVar(&cluster, "cluster-name", "nodeset", "Cluster name drivers put in the owner tags of machines.")
 	fs.DurationVar(&resync, "resync-period", 10*time.Minute, "How often every Node is reconciled even without changes.")

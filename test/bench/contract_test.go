@@ -25,19 +25,12 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
+	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
+	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
 )
-
-// nodeControllerWorkers is the node controller's workers in nodeset's run
-// (its --workers), and the contract baseline's for the same steps.
-const nodeControllerWorkers = 128
-
-// nodeWritesInFlight is how many Node creations and deletions the
-// nodeset-controller has in flight at most (its maxNodeWritesInFlight),
-// and the contract baseline's.
-const nodeWritesInFlight = 32
 
 // contractBaseline makes the API requests nodeset's contract asks of each
 // Node, in the order it asks them, and nothing else: its clients (the
@@ -114,7 +107,7 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 
 	r := &contractResult{}
 	start := time.Now()
-	parallelOn(b, nodeWritesInFlight, names, func(name string) error {
+	parallelOn(b, nodesetcontroller.MaxNodeWritesInFlight, names, func(name string) error {
 		if _, err := sets.CoreV1().Nodes().Create(ctx, contractNode(name, label), metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -172,7 +165,7 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 		return err
 	})
 	start = time.Now()
-	parallelOn(b, nodeWritesInFlight, names, func(name string) error {
+	parallelOn(b, nodesetcontroller.MaxNodeWritesInFlight, names, func(name string) error {
 		err := sets.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		drain.Add(name)
 		return err
@@ -300,12 +293,12 @@ func (s *stepFailures) add(err error) {
 	s.first = append(s.first, err.Error())
 }
 
-// serve runs f on nodeControllerWorkers workers for each name q gives, until
+// serve runs f on nodecontroller.DefaultWorkers workers for each name q gives, until
 // q shuts down; a name f fails on goes back with the queue's backoff, and
 // is counted in failures.
 func serve(q workqueue.TypedRateLimitingInterface[string], failures *stepFailures, f func(string) error) {
 	var wg sync.WaitGroup
-	for range nodeControllerWorkers {
+	for range nodecontroller.DefaultWorkers {
 		wg.Go(func() {
 			for {
 				name, shutdown := q.Get()

@@ -50,6 +50,7 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
+	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/kubeletsim"
 	"nodeset.dev/nodeset/pkg/nodeutil"
@@ -423,7 +424,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 		// collection period: the framework's tests run fewer workers and a
 		// collection every 2 s, which at 10,000 Nodes was 3 % of the node
 		// controller's sampled CPU.
-		NodeArgs: append([]string{"-v=1", "--workers=" + strconv.Itoa(nodeControllerWorkers), "--orphan-collection-interval=5m", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
+		NodeArgs: append([]string{"-v=1", "--workers=" + strconv.Itoa(nodecontroller.DefaultWorkers), "--orphan-collection-interval=5m", "--simulated-lease-renew-interval=" + leaseRenewInterval.String(),
 			"--simulated-kube-api-qps=" + kubeletQPSFlag, "--simulated-kubelet-workers=" + kubeletWorkers, "--simulated-kube-api-burst=" + kubeletBurstFlag}, limits...),
 	})
 	if err != nil {
@@ -517,6 +518,10 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	})
 	upEnd := time.Now()
 	r.NodeQueueUp = queue().since(queueBefore)
+	if profiles != "" {
+		saveHeaps(b, profiles, fmt.Sprintf("%d-%s", n, m.name), map[string]int{
+			"nodeset-controller": controllers.NodeSetMetricsPort, "node-controller": controllers.NodeMetricsPort})
+	}
 	r.ToReady = upEnd.Sub(upStart).Seconds()
 	r.ControlPlaneCPUSeconds = (cpu()["controlplane"] - first["controlplane"]).Seconds()
 
@@ -675,6 +680,26 @@ func profile(b *testing.B, cp *framework.ControlPlane, dir, run string, ports ma
 			return -1
 		}
 		return float64(kubelets) / float64(total)
+	}
+}
+
+// saveHeaps saves each controller's heap profile into dir, with N Nodes
+// Ready (NODESET_BENCH_PPROF): what their peak RSS is made of.
+func saveHeaps(b *testing.B, dir, run string, ports map[string]int) {
+	for name, port := range ports {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap", port))
+		if err != nil {
+			b.Logf("heap profile of %s: %v", name, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pb.gz", run, name)), body, 0o644)
+		}
+		if err != nil {
+			b.Logf("heap profile of %s: %v", name, err)
+		}
 	}
 }
 

@@ -45,6 +45,13 @@ const (
 	ReasonDeprovisionFailed   = "DeprovisionFailed"
 )
 
+// DefaultWorkers is the node controller's default --workers. Each Node
+// holds a worker through a few round trips (a scale-down's cordon, pod
+// list and release), so the workers, not the client's QPS, set the pace
+// of thousands of Nodes leaving at once with fewer; 128 requests in
+// flight stay below the 300 that one flow may queue at a priority level.
+const DefaultWorkers = 128
+
 // Options tunes the controller.
 type Options struct {
 	// Cluster names the cluster in the owner tags drivers put on machines.

@@ -145,7 +145,7 @@ func NewController(
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass_protection"}),
 		expectations: newExpectations(opts.Now),
 		burst:        opts.BurstReplicas,
-		nodeWrites:   make(chan struct{}, maxNodeWritesInFlight),
+		nodeWrites:   make(chan struct{}, MaxNodeWritesInFlight),
 		now:          opts.Now,
 
 		statusInterval: opts.StatusInterval,

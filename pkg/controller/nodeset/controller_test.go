@@ -590,13 +590,13 @@ func TestNodeObservedDuringTheSyncIsNotMadeTwice(t *testing.T) {
 }
 
 // TestNodeWritesInFlightAreBounded: however many Nodes a scale-down names,
-// at most maxNodeWritesInFlight requests wait at the API server at once.
+// at most MaxNodeWritesInFlight requests wait at the API server at once.
 func TestNodeWritesInFlightAreBounded(t *testing.T) {
 	f := newFixture(t, validClass("sim"), newSet(0))
 	var inFlight, most atomic.Int32
 	release := make(chan struct{})
 	var wg sync.WaitGroup
-	for range 3 * maxNodeWritesInFlight {
+	for range 3 * MaxNodeWritesInFlight {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -610,10 +610,10 @@ func TestNodeWritesInFlightAreBounded(t *testing.T) {
 			})
 		}()
 	}
-	require.Eventually(t, func() bool { return inFlight.Load() == maxNodeWritesInFlight }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return inFlight.Load() == MaxNodeWritesInFlight }, 10*time.Second, time.Millisecond)
 	close(release)
 	wg.Wait()
-	assert.Equal(t, int32(maxNodeWritesInFlight), most.Load())
+	assert.Equal(t, int32(MaxNodeWritesInFlight), most.Load())
 }
 
 // TestObservedGenerationWaitsForTheDecision: while earlier writes are not

@@ -27,13 +27,13 @@ import (
 // batch doubles the next, so a failing API server sees one failed call, not a storm.
 const slowStartInitialBatchSize = 1
 
-// maxNodeWritesInFlight caps the Node creations and deletions the controller
+// MaxNodeWritesInFlight caps the Node creations and deletions the controller
 // has in flight at once, over all NodeSets. The client's QPS limit paces the
 // requests anyway; what this bounds is how many wait at the API server. A
 // burst of 500 deletions sent at once overflows the queues that API Priority
 // and Fairness gives one flow (6 queues of 50 by default) and comes back as
 // 429 Too Many Requests, to be sent again.
-const maxNodeWritesInFlight = 32
+const MaxNodeWritesInFlight = 32
 
 // writeNode runs one Node create or delete when a slot is free.
 func (c *Controller) writeNode(ctx context.Context, write func() error) error {
