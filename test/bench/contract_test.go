@@ -75,6 +75,8 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 
 	failures := &stepFailures{}
 	defer func() {
+		failures.mu.Lock()
+		defer failures.mu.Unlock()
 		if len(failures.first) > 0 {
 			b.Logf("contract baseline: %d steps tried again; the first: %s", failures.count.Load(), strings.Join(failures.first, "; "))
 		}
