@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/simulated"
 	"nodeset.dev/nodeset/pkg/component"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
@@ -109,22 +108,8 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 
 	r := &contractResult{}
 	start := time.Now()
-	parallelOn(b, nodesetcontroller.MaxNodeWritesInFlight, names, func(name string) error {
-		if _, err := sets.CoreV1().Nodes().Create(ctx, contractNode(name, label), metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		_, err := k.machines.Create(ctx, drivers.Machine{Name: name, Class: k.class})
-		return err
-	})
-	waitFor(b, 30*time.Minute, fmt.Sprintf("%d contract-baseline Nodes Ready and untainted", n), func(context.Context) (bool, string) {
-		ready := 0
-		for _, obj := range nodes.List() {
-			if node := obj.(*corev1.Node); nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
-				ready++
-			}
-		}
-		return ready == n, fmt.Sprintf("%d/%d Ready and untainted", ready, n)
-	})
+	k.makeNodes(b, sets, nodesetcontroller.MaxNodeWritesInFlight, names, func(name string) *corev1.Node { return contractNode(name, label) })
+	k.waitFor(b, n, "Ready and untainted", func(node *corev1.Node) bool { return nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) })
 	r.ToReady = time.Since(start).Seconds()
 	up := [2]time.Time{start, time.Now()}
 

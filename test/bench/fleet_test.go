@@ -916,28 +916,14 @@ func kubeletBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) (t
 	const label = "baseline-kubelets"
 	k := startKubelets(b, cp, n, m, label)
 	defer k.stop()
-	nodes := k.nodes.GetIndexer()
 	ctx := context.Background()
 	names := benchNames(label, n)
 
 	start := time.Now()
-	parallel(b, names, func(name string) error {
-		if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels: map[string]string{"nodeset.dev/bench": label}}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		_, err := k.machines.Create(ctx, drivers.Machine{Name: name, Class: k.class})
-		return err
+	k.makeNodes(b, kube, 16, names, func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"nodeset.dev/bench": label}}}
 	})
-	waitFor(b, 30*time.Minute, fmt.Sprintf("%d baseline Nodes Ready", n), func(context.Context) (bool, string) {
-		ready := 0
-		for _, obj := range nodes.List() {
-			if nodeutil.IsReady(obj.(*corev1.Node)) {
-				ready++
-			}
-		}
-		return ready == n, fmt.Sprintf("%d/%d Ready", ready, n)
-	})
+	k.waitFor(b, n, "Ready", nodeutil.IsReady)
 	toReady = time.Since(start).Seconds()
 	start = time.Now()
 	parallel(b, names, func(name string) error {
@@ -1012,6 +998,33 @@ func startKubelets(b *testing.B, cp *framework.ControlPlane, n int, m mode, labe
 			return left == 0, fmt.Sprintf("%d Leases", left)
 		})
 	}}
+}
+
+// makeNodes creates each named Node through kube, on the given number of
+// workers, and then its machine, so that its kubelet registers it.
+func (k *benchKubelets) makeNodes(b *testing.B, kube kubernetes.Interface, workers int, names []string, node func(name string) *corev1.Node) {
+	ctx := context.Background()
+	parallelOn(b, workers, names, func(name string) error {
+		if _, err := kube.CoreV1().Nodes().Create(ctx, node(name), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := k.machines.Create(ctx, drivers.Machine{Name: name, Class: k.class})
+		return err
+	})
+}
+
+// waitFor waits until n of the kubelets' Nodes are what ok says (state
+// names it).
+func (k *benchKubelets) waitFor(b *testing.B, n int, state string, ok func(*corev1.Node) bool) {
+	waitFor(b, 30*time.Minute, fmt.Sprintf("%d Nodes %s", n, state), func(context.Context) (bool, string) {
+		count := 0
+		for _, obj := range k.nodes.GetIndexer().List() {
+			if ok(obj.(*corev1.Node)) {
+				count++
+			}
+		}
+		return count == n, fmt.Sprintf("%d/%d %s", count, n, state)
+	})
 }
 
 // benchNames are n Node names for a baseline.
