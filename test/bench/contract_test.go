@@ -50,13 +50,8 @@ import (
 func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *contractResult {
 	const label = "baseline-contract"
 	client := func(user string) kubernetes.Interface {
-		cfg := cp.Config(user)
-		cfg.QPS, cfg.Burst = qps, burst
-		if m.uncapped {
-			cfg.QPS = -1
-		}
+		cfg := limited(cp, m, user, "nodeset-bench-contract", qps, burst)
 		cfg.DisableCompression = true
-		cfg.UserAgent = "nodeset-bench-contract"
 		kube, err := component.NewKube(cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -70,7 +65,8 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 	defer k.stop()
 	nodes := k.nodes.GetIndexer()
 	names := benchNames(label, n)
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 
 	failures := &stepFailures{}
 	defer func() {
@@ -88,7 +84,7 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 	}); err != nil {
 		b.Fatal(err)
 	}
-	go serve(register, failures, func(name string) error {
+	serve(ctx, register, failures, func(name string) error {
 		obj, ok, err := nodes.GetByKey(name)
 		if err != nil || !ok {
 			return err
@@ -113,10 +109,11 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 	r.ToReady = time.Since(start).Seconds()
 	up := [2]time.Time{start, time.Now()}
 
-	lists := &podLists{kube: drainKube}
+	// The node controller's own shared pod lists.
+	lists := nodecontroller.NewPodLists(drainKube)
 	drain := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer drain.ShutDown()
-	go serve(drain, failures, func(name string) error {
+	serve(ctx, drain, failures, func(name string) error {
 		obj, ok, err := nodes.GetByKey(name)
 		if err != nil || !ok {
 			return err
@@ -135,8 +132,10 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 				return err
 			}
 		}
-		if err := lists.after(ctx); err != nil {
+		if pods, err := lists.OnNode(ctx, name); err != nil {
 			return err
+		} else if len(pods) > 0 {
+			return fmt.Errorf("%s: %d pods on a benchmark Node", name, len(pods))
 		}
 		if err := k.machines.Delete(ctx, k.class, name); err != nil {
 			return err
@@ -189,61 +188,6 @@ type contractResult struct {
 	ScaleDown *steps `json:"scaleDown"`
 }
 
-// podLists answers the drains' pod lists as nodeset's drains are
-// answered: every drain that asks while a list is under way is answered
-// by the next one, a list of every pod, which starts after each of them
-// asked (after its cordon).
-type podLists struct {
-	kube    kubernetes.Interface
-	mu      sync.Mutex
-	next    *listRound
-	running bool
-}
-
-// listRound is one list and the drains it answers.
-type listRound struct {
-	done chan struct{}
-	err  error
-}
-
-// after returns once a list of every pod that started after the call has
-// found none.
-func (p *podLists) after(ctx context.Context) error {
-	p.mu.Lock()
-	if p.next == nil {
-		p.next = &listRound{done: make(chan struct{})}
-	}
-	round := p.next
-	if !p.running {
-		p.running = true
-		go p.run(ctx)
-	}
-	p.mu.Unlock()
-	<-round.done
-	return round.err
-}
-
-// run lists every pod for each round of drains that asked, until none has.
-func (p *podLists) run(ctx context.Context) {
-	for {
-		p.mu.Lock()
-		round := p.next
-		p.next = nil
-		if round == nil {
-			p.running = false
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		pods, err := p.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 500})
-		if err == nil && len(pods.Items) > 0 {
-			err = fmt.Errorf("%d pods on the benchmark's Nodes", len(pods.Items))
-		}
-		round.err = err
-		close(round.done)
-	}
-}
-
 // contractNode is a Node as the nodeset-controller creates a NodeSet's:
 // the driver annotation, the termination finalizer and the startup taints.
 func contractNode(name, label string) *corev1.Node {
@@ -280,29 +224,17 @@ func (s *stepFailures) add(err error) {
 	s.first = append(s.first, err.Error())
 }
 
-// serve runs f on nodecontroller.DefaultWorkers workers for each name q gives, until
-// q shuts down; a name f fails on goes back with the queue's backoff, and
-// is counted in failures.
-func serve(q workqueue.TypedRateLimitingInterface[string], failures *stepFailures, f func(string) error) {
-	var wg sync.WaitGroup
-	for range nodecontroller.DefaultWorkers {
-		wg.Go(func() {
-			for {
-				name, shutdown := q.Get()
-				if shutdown {
-					return
-				}
-				if err := f(name); err != nil {
-					failures.add(err)
-					q.AddRateLimited(name)
-				} else {
-					q.Forget(name)
-				}
-				q.Done(name)
-			}
-		})
-	}
-	wg.Wait()
+// serve runs f on the node controller's default number of workers for each
+// name q gives, until ctx is done or q shuts down, as the node controller
+// runs its syncs; a step f fails is counted in failures.
+func serve(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], failures *stepFailures, f func(string) error) {
+	component.StartWorkers(ctx, q, nodecontroller.DefaultWorkers, "node", func(_ context.Context, name string) error {
+		err := f(name)
+		if err != nil {
+			failures.add(err)
+		}
+		return err
+	})
 }
 
 // queueTimes are the mean seconds an item of a controller's work queue
@@ -329,13 +261,14 @@ func readQueue(port int, queue string) (queueTimes, error) {
 	}
 	var q queueTimes
 	suffix := `{name="` + queue + `"} `
+	sums := map[string]*float64{
+		"workqueue_queue_duration_seconds_sum" + suffix:  &q.waitTotal,
+		"workqueue_work_duration_seconds_sum" + suffix:   &q.syncTotal,
+		"workqueue_work_duration_seconds_count" + suffix: &q.Syncs,
+	}
 	for line := range strings.SplitSeq(string(body), "\n") {
-		for name, into := range map[string]*float64{
-			"workqueue_queue_duration_seconds_sum":  &q.waitTotal,
-			"workqueue_work_duration_seconds_sum":   &q.syncTotal,
-			"workqueue_work_duration_seconds_count": &q.Syncs,
-		} {
-			if v, ok := strings.CutPrefix(line, name+suffix); ok {
+		for prefix, into := range sums {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
 				if *into, err = strconv.ParseFloat(v, 64); err != nil {
 					return queueTimes{}, fmt.Errorf("%s: %w", line, err)
 				}

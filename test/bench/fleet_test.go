@@ -953,13 +953,8 @@ type benchKubelets struct {
 // gone; not timed, but done before the next run, whose requests are
 // counted) and stops them.
 func startKubelets(b *testing.B, cp *framework.ControlPlane, n int, m mode, label string) *benchKubelets {
-	kcfg := cp.Config(framework.KubeletsName)
-	kcfg.QPS, kcfg.Burst = float32(kubeletLimit(n)), 2*kubeletLimit(n)
-	if m.uncapped {
-		kcfg.QPS = -1
-	}
-	kcfg.UserAgent = "nodeset-simulated-kubelet/v1alpha1 nodeset-bench-baseline"
-	kubelets, err := component.NewKube(kcfg)
+	kubelets, err := component.NewKube(limited(cp, m, framework.KubeletsName,
+		"nodeset-simulated-kubelet/v1alpha1 nodeset-bench-baseline", float32(kubeletLimit(n)), 2*kubeletLimit(n)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -1039,13 +1034,19 @@ func benchNames(label string, n int) []string {
 // baselineClient is the baselines' client: the baseline's user, at the
 // controllers' QPS and burst, or without a limit when uncapped.
 func baselineClient(cp *framework.ControlPlane, m mode) kubernetes.Interface {
-	cfg := cp.Config(baselineUser)
+	return kubernetes.NewForConfigOrDie(limited(cp, m, baselineUser, "nodeset-bench-baseline", qps, burst))
+}
+
+// limited is user's config with the user agent and client limits given, or
+// without a QPS limit when the mode is uncapped.
+func limited(cp *framework.ControlPlane, m mode, user, agent string, qps float32, burst int) *rest.Config {
+	cfg := cp.Config(user)
 	cfg.QPS, cfg.Burst = qps, burst
 	if m.uncapped {
 		cfg.QPS = -1
 	}
-	cfg.UserAgent = "nodeset-bench-baseline"
-	return kubernetes.NewForConfigOrDie(cfg)
+	cfg.UserAgent = agent
+	return cfg
 }
 
 // parallel runs f for every name on 16 workers, as the controllers' workers do.

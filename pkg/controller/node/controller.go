@@ -143,7 +143,7 @@ type Controller struct {
 	heartbeats *nodeMemory[time.Time]
 
 	routine *routineEvents
-	pods    *podLists
+	pods    *PodLists
 
 	// started is when Run's caches synced: a registered Node is judged
 	// NotReady for no longer than this controller has watched it.
@@ -200,7 +200,7 @@ func NewController(
 		drainConditions: newNodeMemory[corev1.NodeCondition](),
 		heartbeats:      newNodeMemory[time.Time](),
 		routine:         newRoutineEvents(recorder, nodeSetInformer.Lister()),
-		pods:            &podLists{kube: opts.Drain},
+		pods:            NewPodLists(opts.Drain),
 
 		credentialsCache: map[string]credentialsRead{},
 	}

@@ -340,7 +340,7 @@ const drainedAnnotation = nodesetv1alpha1.AnnotationDrainFinished
 // pods). It returns how many such pods are still on the node and how many
 // evictions a PodDisruptionBudget refused.
 func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining, blocked int, err error) {
-	pods, err := c.pods.onNode(ctx, nodeName)
+	pods, err := c.pods.OnNode(ctx, nodeName)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -19,7 +19,7 @@ const podPage = 500
 // podListTimeout bounds one round of pod lists.
 const podListTimeout = time.Minute
 
-// podLists answers a drain's question "which pods are on this node now?",
+// PodLists answers a drain's question "which pods are on this node now?",
 // with a read made after the question was asked, so a pod bound before the
 // node's cordon is never missed. Questions asked while a read is under way
 // wait for the next read together: when many Nodes drain at once (a
@@ -28,7 +28,7 @@ const podListTimeout = time.Minute
 // limit. Few Nodes in a big cluster are still asked about one by one: a
 // round lists every pod only when that takes fewer requests than a list
 // per Node, judged by how many pods the last full list saw.
-type podLists struct {
+type PodLists struct {
 	kube kubernetes.Interface
 
 	mu      sync.Mutex
@@ -46,8 +46,11 @@ type podRound struct {
 	err   error
 }
 
-// onNode returns the pods bound to node, read after the call began.
-func (p *podLists) onNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+// NewPodLists answers drains' pod lists through kube.
+func NewPodLists(kube kubernetes.Interface) *PodLists { return &PodLists{kube: kube} }
+
+// OnNode returns the pods bound to node, read after the call began.
+func (p *PodLists) OnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
 	p.mu.Lock()
 	if p.next == nil {
 		p.next = &podRound{nodes: map[string]bool{}, done: make(chan struct{})}
@@ -74,7 +77,7 @@ func (p *podLists) onNode(ctx context.Context, node string) ([]corev1.Pod, error
 }
 
 // run reads r, then every round that gathered meanwhile.
-func (p *podLists) run(logger klog.Logger, r *podRound) {
+func (p *PodLists) run(logger klog.Logger, r *podRound) {
 	for r != nil {
 		ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), podListTimeout)
 		r.pods, r.err = p.read(ctx, r.nodes)
@@ -89,7 +92,7 @@ func (p *podLists) run(logger klog.Logger, r *podRound) {
 
 // read lists the pods of nodes: every pod, a page at a time, when that is
 // fewer requests than one list per node; else a list per node.
-func (p *podLists) read(ctx context.Context, nodes map[string]bool) (map[string][]corev1.Pod, error) {
+func (p *PodLists) read(ctx context.Context, nodes map[string]bool) (map[string][]corev1.Pod, error) {
 	p.mu.Lock()
 	pages := p.seen/podPage + 1
 	p.mu.Unlock()

@@ -25,7 +25,7 @@ func podOn(name, node string) *corev1.Pod {
 // holds the first one until release is closed.
 type podListsFixture struct {
 	kube             *kubefake.Clientset
-	lists            *podLists
+	lists            *PodLists
 	perNode, allPods atomic.Int32
 	release          chan struct{}
 	started          chan struct{}
@@ -46,7 +46,7 @@ func newPodListsFixture(objects ...runtime.Object) *podListsFixture {
 		})
 		return false, nil, nil
 	})
-	f.lists = &podLists{kube: f.kube}
+	f.lists = NewPodLists(f.kube)
 	return f
 }
 
@@ -61,7 +61,7 @@ func names(pods []corev1.Pod) []string {
 func TestOneNodeIsListedByItself(t *testing.T) {
 	f := newPodListsFixture(podOn("a", "node-1"), podOn("b", "node-2"))
 	close(f.release)
-	pods, err := f.lists.onNode(context.Background(), "node-1")
+	pods, err := f.lists.OnNode(context.Background(), "node-1")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, names(pods))
 	assert.Equal(t, int32(1), f.perNode.Load())
@@ -73,7 +73,7 @@ func TestNodesAskedDuringARoundShareTheNextRead(t *testing.T) {
 	// The first question starts a read, held open.
 	firstDone := make(chan []corev1.Pod)
 	go func() {
-		pods, _ := f.lists.onNode(context.Background(), "node-0")
+		pods, _ := f.lists.OnNode(context.Background(), "node-0")
 		firstDone <- pods
 	}()
 	<-f.started
@@ -84,7 +84,7 @@ func TestNodesAskedDuringARoundShareTheNextRead(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 1; i < 6; i++ {
 		wg.Go(func() {
-			pods, err := f.lists.onNode(context.Background(), fmt.Sprintf("node-%d", i))
+			pods, err := f.lists.OnNode(context.Background(), fmt.Sprintf("node-%d", i))
 			assert.NoError(t, err)
 			results[i] = pods
 		})
