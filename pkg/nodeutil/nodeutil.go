@@ -86,6 +86,27 @@ func WithoutStartupTaints(taints []corev1.Taint) []corev1.Taint {
 	return out
 }
 
+// RegisteredTaints is the Node's taints once registered: less nodeset's
+// startup taints and, as the kubelet reports Ready, less the NoSchedule
+// taints that only a Ready condition other than True calls for
+// (node.kubernetes.io/not-ready, which the TaintNodesByCondition admission
+// plugin puts on every new Node, and node.kubernetes.io/unreachable).
+// kube-controller-manager's node lifecycle controller removes those from a
+// Ready Node by the same rule, each in a write of its own at its client's
+// pace (20 a second by default): lifted with the startup taints, the Node is
+// schedulable at once and that write is not needed. Should the Node turn
+// NotReady between the read and the write, that controller sees the write
+// and taints it again.
+func RegisteredTaints(node *corev1.Node) []corev1.Taint {
+	taints := WithoutStartupTaints(node.Spec.Taints)
+	if !IsReady(node) {
+		return taints
+	}
+	return slices.DeleteFunc(taints, func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule && (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable)
+	})
+}
+
 // IsReady reports whether the Node's Ready condition is True.
 func IsReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {

@@ -1,6 +1,7 @@
 package nodeutil
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -37,4 +38,41 @@ func TestNodeSetOf(t *testing.T) {
 	assert.False(t, ok, "a set name without a namespace is no set")
 	_, _, ok = NodeSetOf(nil)
 	assert.False(t, ok, "a lone Node")
+}
+
+func TestRegisteredTaints(t *testing.T) {
+	taint := func(key string, effect corev1.TaintEffect) corev1.Taint {
+		return corev1.Taint{Key: key, Effect: effect}
+	}
+	dedicated := corev1.Taint{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}
+	node := func(ready corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+				taint(nodesetv1alpha1.TaintUnregistered, corev1.TaintEffectNoSchedule),
+				taint(AutoscalerStartupTaint, corev1.TaintEffectNoSchedule),
+				dedicated,
+				taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule),
+				taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute),
+				taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule),
+				taint(corev1.TaintNodeDiskPressure, corev1.TaintEffectNoSchedule),
+			}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}},
+		}
+	}
+	// Ready: the startup taints and the NoSchedule taints of a Ready
+	// condition other than True go; the rest, NoExecute included (the node
+	// lifecycle controller's eviction taint), stays.
+	assert.Equal(t, []corev1.Taint{
+		dedicated,
+		taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute),
+		taint(corev1.TaintNodeDiskPressure, corev1.TaintEffectNoSchedule),
+	}, RegisteredTaints(node(corev1.ConditionTrue)))
+	// Not Ready: only nodeset's own startup taints go.
+	for _, status := range []corev1.ConditionStatus{corev1.ConditionFalse, corev1.ConditionUnknown} {
+		assert.Equal(t, node(status).Spec.Taints[2:], RegisteredTaints(node(status)), "Ready=%s", status)
+	}
+	read := node(corev1.ConditionTrue)
+	before := slices.Clone(read.Spec.Taints)
+	RegisteredTaints(read)
+	assert.Equal(t, before, read.Spec.Taints, "the Node read is left as it was")
 }

@@ -96,7 +96,7 @@ func contractBaseline(b *testing.B, cp *framework.ControlPlane, n int, m mode) *
 		want := read.DeepCopy()
 		want.Spec.ProviderID = simulated.ProviderID(name) // what its Create returned
 		want.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = time.Now().UTC().Format(time.RFC3339)
-		want.Spec.Taints = nodeutil.WithoutStartupTaints(want.Spec.Taints)
+		want.Spec.Taints = nodeutil.RegisteredTaints(want)
 		patch, _ := nodeutil.ChangePatch(read, want)
 		_, err = nodesKube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
 		return err

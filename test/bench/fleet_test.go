@@ -76,6 +76,12 @@ type result struct {
 	// scale to zero to every Node and machine gone.
 	ToReady float64 `json:"toReadySeconds"`
 	ToGone  float64 `json:"toGoneSeconds"`
+	// Seconds from the scale to N Nodes schedulable: Ready and untainted,
+	// and without the not-ready taint the TaintNodesByCondition admission
+	// plugin gives every new Node (lifted by registration, or else by
+	// kube-controller-manager at its own pace); -1 when not within
+	// schedulableWait.
+	ToSchedulable float64 `json:"toSchedulableSeconds"`
 	// The baseline's times for the same work, and the ratios.
 	BaselineToReady float64 `json:"baselineToReadySeconds"`
 	BaselineToGone  float64 `json:"baselineToGoneSeconds"`
@@ -242,6 +248,7 @@ func report(b *testing.B, results []*result) {
 	t.row("  ratio to it", func(r *result) string { return num(r.ToReady / r.KubeletBaselineToReady) })
 	t.row("  contract baseline (nodeset's requests, no controllers), s", func(r *result) string { return num(r.Contract.ToReady) })
 	t.row("  ratio to it", func(r *result) string { return num(r.ToReady / r.Contract.ToReady) })
+	t.row("  last Node schedulable (no not-ready taint either) at, s", func(r *result) string { return num(r.ToSchedulable) })
 	upRows(t, "  ", func(r *result) *steps { return r.ScaleUp })
 	queueRows(t, func(r *result) queueTimes { return r.NodeQueueUp })
 	t.row("N -> 0 gone, s", func(r *result) string { return num(r.ToGone) })
@@ -524,6 +531,7 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	}
 	r.ToReady = upEnd.Sub(upStart).Seconds()
 	r.ControlPlaneCPUSeconds = (cpu()["controlplane"] - first["controlplane"]).Seconds()
+	r.ToSchedulable = untilSchedulable(b, watched, n, upStart)
 
 	// The scale-up's last status write, then what nothing changing costs.
 	setStatus(b, cs, ns, "fleet", n)
@@ -1113,6 +1121,33 @@ func scale(b *testing.B, cs versioned.Interface, ns string, replicas int32) {
 	if err := framework.Scale(context.Background(), cs, ns, "fleet", replicas); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// schedulableWait bounds the wait for N schedulable Nodes after N Ready.
+const schedulableWait = 10 * time.Minute
+
+// untilSchedulable waits until the n Nodes watched are Ready without any
+// taint of their start (nodeset's startup taints, the admission plugin's
+// not-ready) and returns the seconds since start, or -1 when that takes
+// longer than schedulableWait after the call.
+func untilSchedulable(b *testing.B, watched cache.Store, n int, start time.Time) float64 {
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, schedulableWait, true, func(ctx context.Context) (bool, error) {
+		nodes := watched.List()
+		schedulable := 0
+		for _, obj := range nodes {
+			if node := obj.(*corev1.Node); nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) && !hasTaint(node, corev1.TaintNodeNotReady) {
+				schedulable++
+			}
+		}
+		last = fmt.Sprintf("%d/%d schedulable", schedulable, n)
+		return schedulable == n && len(nodes) == n, nil
+	})
+	if err != nil {
+		b.Logf("%d Nodes schedulable: not within %s; last: %s", n, schedulableWait, last)
+		return -1
+	}
+	return time.Since(start).Seconds()
 }
 
 func hasTaint(node *corev1.Node, key string) bool {

@@ -302,18 +302,23 @@ func TestACopyFromBeforeItsOwnWriteIsNotWrittenAgain(t *testing.T) {
 }
 
 func TestStartupTaintLiftedOnlyWhenReady(t *testing.T) {
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	node := setNode("web-a", "sim")
+	// As the TaintNodesByCondition admission plugin gives every new Node.
+	notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
+	node.Spec.Taints = append(node.Spec.Taints, notReady)
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
 	require.NoError(t, f.sync("web-a"))
 	require.NoError(t, f.sync("web-a"))
 	assert.True(t, nodeutil.HasStartupTaint(f.get("web-a")), "not Ready: taint stays")
+	assert.Contains(t, f.get("web-a").Spec.Taints, notReady, "not Ready: so does kube's")
 
 	ready, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), markReady(f.get("web-a")), metav1.UpdateOptions{})
 	require.NoError(t, err)
 	f.updateCache(ready)
 	require.NoError(t, f.sync("web-a"))
-	node := f.get("web-a")
+	node = f.get("web-a")
 	assert.False(t, nodeutil.HasStartupTaint(node))
-	require.Len(t, node.Spec.Taints, 1, "the template's taints stay")
+	require.Len(t, node.Spec.Taints, 1, "the template's taints stay; kube's not-ready goes with the startup taints, in one write")
 	assert.Equal(t, "dedicated", node.Spec.Taints[0].Key)
 	assert.Contains(t, f.events(), "Normal Registered 1 node(s) registered (the kubelet reports Ready; startup taint removed): web-a")
 }

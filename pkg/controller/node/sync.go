@@ -396,14 +396,15 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 }
 
 // liftStartupTaint tells the driver the machine registered, then removes
-// the startup taint from node (in memory; the caller writes it).
+// the startup taints from node, with the condition taints its Ready rules
+// out (nodeutil.RegisteredTaints; in memory, the caller writes it).
 func (c *Controller) liftStartupTaint(ctx context.Context, node *corev1.Node, className string, driver drivers.Driver) error {
 	if observer, ok := driver.(drivers.RegistrationObserver); ok {
 		if err := observer.Registered(ctx, drivers.Class{Name: className}, node.Name); err != nil {
 			return fmt.Errorf("driver %s: after registration of %s: %w", driver.Name(), node.Name, err)
 		}
 	}
-	node.Spec.Taints = nodeutil.WithoutStartupTaints(node.Spec.Taints)
+	node.Spec.Taints = nodeutil.RegisteredTaints(node)
 	return nil
 }
 
