@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
@@ -31,17 +30,10 @@ import (
 func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 	ctx := context.Background()
 	cp := framework.Shared(t)
-	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	framework.FailOnCrash(t, c.NodeSet, c.Node)
-	t.Cleanup(c.Stop)
-	require.NoError(t, c.WaitReady(ctx))
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
+	_, kube, cs := startSupervised(t, cp)
 
 	const ns, set = "no-kcm", "web"
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-kcm-sim"},
@@ -62,7 +54,8 @@ func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 	t.Cleanup(func() {
 		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		assert.NoError(t, cp.StartComponent(startCtx, controllerManager), "kube-controller-manager back for the other tests")
+		require.NoError(t, cp.StartComponent(startCtx, controllerManager), "kube-controller-manager back for the other tests")
+		controllersRunning(t, kube)
 	})
 
 	// Every version of the set's Nodes, from their creation on.
@@ -111,5 +104,28 @@ func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 	eventually(t, 2*time.Minute, "the set's Nodes gone", func(ctx context.Context) (bool, string) {
 		names := nodeNamesOf(ctx, kube, ns, set)
 		return len(names) == 0, fmt.Sprintf("%d left: %v", len(names), names)
+	})
+}
+
+// controllersRunning waits until a restarted kube-controller-manager runs
+// its controllers: it exits when the API server goes away while it is
+// still building them, which would take it from the tests after this one.
+// Its node lifecycle controller lifts the admission plugin's not-ready
+// taint from a Node with no conditions yet; a Node of no NodeClass, which
+// nodeset leaves alone, shows when it does.
+func controllersRunning(t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	probe, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{GenerateName: "kcm-probe-"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	defer func() {
+		assert.NoError(t, kube.CoreV1().Nodes().Delete(ctx, probe.Name, metav1.DeleteOptions{}))
+	}()
+	eventually(t, 2*time.Minute, "kube-controller-manager's node lifecycle controller running", func(ctx context.Context) (bool, string) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, probe.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(node.Spec.Taints) == 0, fmt.Sprintf("%s has taints %v", node.Name, node.Spec.Taints)
 	})
 }

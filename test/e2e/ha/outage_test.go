@@ -32,24 +32,9 @@ import (
 func TestAPIServerAndEtcdOutages(t *testing.T) {
 	ctx := context.Background()
 	cp := framework.Shared(t)
-	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	framework.FailOnCrash(t, c.NodeSet, c.Node)
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for _, p := range []*framework.Process{c.NodeSet, c.Node} {
-				t.Logf("%s:\n%s", p.Name, tailLines(p.Logs(), 40))
-			}
-		}
-	})
-	// Both are supervised (framework.NewControllers): restarted when they
-	// exit, as in a cluster.
+	c, kube, cs := startSupervised(t, cp)
 	restarts := func() int { return c.NodeSet.Restarts() + c.Node.Restarts() }
-	require.NoError(t, c.WaitReady(ctx))
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
+	var err error
 
 	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "outage"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -265,6 +250,29 @@ func guard(t *testing.T, kube kubernetes.Interface, namespace, budget string, no
 		return err
 	})
 	require.NoError(t, err)
+}
+
+// startSupervised starts both controllers, supervised
+// (framework.NewControllers: restarted when they exit, as in a cluster),
+// waits until they are ready and stops them when the test ends, logging the
+// tail of their logs when it failed. It returns them and admin clients.
+func startSupervised(t *testing.T, cp *framework.ControlPlane) (*framework.Controllers, kubernetes.Interface, versioned.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Start())
+	framework.FailOnCrash(t, c.NodeSet, c.Node)
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for _, p := range []*framework.Process{c.NodeSet, c.Node} {
+				t.Logf("%s:\n%s", p.Name, tailLines(p.Logs(), 40))
+			}
+		}
+	})
+	require.NoError(t, c.WaitReady(ctx))
+	return c, kubernetes.NewForConfigOrDie(cp.AdminConfig()), versioned.NewForConfigOrDie(cp.AdminConfig())
 }
 
 func tailLines(s string, n int) string {
