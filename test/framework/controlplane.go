@@ -24,6 +24,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -318,7 +321,8 @@ func (cp *ControlPlane) StopComponent(name string) error {
 
 // StartComponent starts a process stopped by StopComponent again, with the
 // same flags (and so the same ports and data), and waits until the API
-// server is ready.
+// server is ready; kube-controller-manager, until it runs its controllers
+// again.
 func (cp *ControlPlane) StartComponent(ctx context.Context, name string) error {
 	f, ok := cp.flags[name]
 	if !ok {
@@ -336,7 +340,34 @@ func (cp *ControlPlane) StartComponent(ctx context.Context, name string) error {
 	if err := cp.start(f.opts, name, f.args...); err != nil {
 		return err
 	}
-	return cp.waitReady(ctx, "kube-apiserver", 2*time.Minute)
+	if err := cp.waitReady(ctx, "kube-apiserver", 2*time.Minute); err != nil {
+		return err
+	}
+	if name == "kube-controller-manager" {
+		return cp.waitControllersRunning(ctx)
+	}
+	return nil
+}
+
+// waitControllersRunning waits until a restarted kube-controller-manager
+// runs its controllers, as its first start is waited for: until it makes
+// the default ServiceAccount of a namespace, here a new one. It builds
+// every controller before it runs any, and exits when the API server goes
+// away meanwhile; a caller that took the API server away right after a
+// restart that waited less would lose it.
+func (cp *ControlPlane) waitControllersRunning(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	ns, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kcm-restart-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
+	}()
+	return cp.waitServiceAccount(ctx, ns.Name, 2*time.Minute)
 }
 
 // Stop kills the control plane's processes. It leaves Dir in place.

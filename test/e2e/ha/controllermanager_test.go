@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -55,7 +54,6 @@ func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		require.NoError(t, cp.StartComponent(startCtx, controllerManager), "kube-controller-manager back for the other tests")
-		controllersRunning(t, kube)
 	})
 
 	// Every version of the set's Nodes, from their creation on.
@@ -104,28 +102,5 @@ func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 	eventually(t, 2*time.Minute, "the set's Nodes gone", func(ctx context.Context) (bool, string) {
 		names := nodeNamesOf(ctx, kube, ns, set)
 		return len(names) == 0, fmt.Sprintf("%d left: %v", len(names), names)
-	})
-}
-
-// controllersRunning waits until a restarted kube-controller-manager runs
-// its controllers: it exits when the API server goes away while it is
-// still building them, which would take it from the tests after this one.
-// Its node lifecycle controller lifts the admission plugin's not-ready
-// taint from a Node with no conditions yet; a Node of no NodeClass, which
-// nodeset leaves alone, shows when it does.
-func controllersRunning(t *testing.T, kube kubernetes.Interface) {
-	t.Helper()
-	ctx := context.Background()
-	probe, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{GenerateName: "kcm-probe-"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	defer func() {
-		assert.NoError(t, kube.CoreV1().Nodes().Delete(ctx, probe.Name, metav1.DeleteOptions{}))
-	}()
-	eventually(t, 2*time.Minute, "kube-controller-manager's node lifecycle controller running", func(ctx context.Context) (bool, string) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, probe.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(node.Spec.Taints) == 0, fmt.Sprintf("%s has taints %v", node.Name, node.Spec.Taints)
 	})
 }
