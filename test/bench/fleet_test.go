@@ -515,12 +515,9 @@ func scaleUpAndDown(b *testing.B, n int, name string, r *result, m mode) {
 	scale(b, cs, ns, int32(n))
 	waitFor(b, 30*time.Minute, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, string) {
 		nodes := watched.List()
-		ready := 0
-		for _, obj := range nodes {
-			if node := obj.(*corev1.Node); nodeutil.IsReady(node) && !hasTaint(node, nodesetv1alpha1.TaintUnregistered) {
-				ready++
-			}
-		}
+		ready := countNodes(nodes, func(node *corev1.Node) bool {
+			return nodeutil.IsReady(node) && !hasTaint(node, nodesetv1alpha1.TaintUnregistered)
+		})
 		return ready == n && len(nodes) == n, fmt.Sprintf("%d/%d Ready and untainted, %d Nodes", ready, n, len(nodes))
 	})
 	upEnd := time.Now()
@@ -1020,12 +1017,7 @@ func (k *benchKubelets) makeNodes(b *testing.B, kube kubernetes.Interface, worke
 // names it).
 func (k *benchKubelets) waitFor(b *testing.B, n int, state string, ok func(*corev1.Node) bool) {
 	waitFor(b, 30*time.Minute, fmt.Sprintf("%d Nodes %s", n, state), func(context.Context) (bool, string) {
-		count := 0
-		for _, obj := range k.nodes.GetIndexer().List() {
-			if ok(obj.(*corev1.Node)) {
-				count++
-			}
-		}
+		count := countNodes(k.nodes.GetIndexer().List(), ok)
 		return count == n, fmt.Sprintf("%d/%d %s", count, n, state)
 	})
 }
@@ -1131,17 +1123,12 @@ const schedulableWait = 10 * time.Minute
 // not-ready) and returns the seconds since start, or -1 when that takes
 // longer than schedulableWait after the call.
 func untilSchedulable(b *testing.B, watched cache.Store, n int, start time.Time) float64 {
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, schedulableWait, true, func(ctx context.Context) (bool, error) {
+	last, err := poll(schedulableWait, func(context.Context) (bool, string) {
 		nodes := watched.List()
-		schedulable := 0
-		for _, obj := range nodes {
-			if node := obj.(*corev1.Node); nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) && !hasTaint(node, corev1.TaintNodeNotReady) {
-				schedulable++
-			}
-		}
-		last = fmt.Sprintf("%d/%d schedulable", schedulable, n)
-		return schedulable == n && len(nodes) == n, nil
+		schedulable := countNodes(nodes, func(node *corev1.Node) bool {
+			return nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) && !hasTaint(node, corev1.TaintNodeNotReady)
+		})
+		return schedulable == n && len(nodes) == n, fmt.Sprintf("%d/%d schedulable", schedulable, n)
 	})
 	if err != nil {
 		b.Logf("%d Nodes schedulable: not within %s; last: %s", n, schedulableWait, last)
@@ -1177,13 +1164,29 @@ func setStatus(b *testing.B, cs versioned.Interface, namespace, name string, n i
 
 func waitFor(b *testing.B, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	b.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	if last, err := poll(timeout, cond); err != nil {
+		b.Fatalf("%s: not true after %s; last: %s", what, timeout, last)
+	}
+}
+
+// poll asks cond four times a second until it holds or timeout passes, and
+// returns what cond said last.
+func poll(timeout time.Duration, cond func(ctx context.Context) (bool, string)) (last string, err error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, why := cond(ctx)
 		last = why
 		return ok, nil
 	})
-	if err != nil {
-		b.Fatalf("%s: not true after %s; last: %s", what, timeout, last)
+	return last, err
+}
+
+// countNodes counts the Nodes among objs that ok says yes to.
+func countNodes(objs []any, ok func(*corev1.Node) bool) int {
+	count := 0
+	for _, obj := range objs {
+		if ok(obj.(*corev1.Node)) {
+			count++
+		}
 	}
+	return count
 }
