@@ -15,7 +15,6 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
-	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -59,8 +58,7 @@ func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 	// Every version of the set's Nodes, from their creation on.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	w, err := kube.CoreV1().Nodes().Watch(watchCtx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: ns}}).String()})
+	w, err := kube.CoreV1().Nodes().Watch(watchCtx, ofSet(ns, set))
 	require.NoError(t, err)
 	type seen struct{ admissionTaint, registeredTainted bool }
 	versions := make(chan map[string]seen, 1)
@@ -86,8 +84,7 @@ func TestNodesAreSchedulableWithoutTheControllerManager(t *testing.T) {
 	eventually(t, 2*time.Minute, "3 Nodes Ready and registered", func(ctx context.Context) (bool, string) {
 		return readyNodes(ctx, kube, ns, set, 3)
 	})
-	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: ns}}).String()})
+	list, err := kube.CoreV1().Nodes().List(ctx, ofSet(ns, set))
 	require.NoError(t, err)
 	stopWatch()
 	byNode := <-versions

@@ -271,8 +271,7 @@ func inFlight(t *testing.T, kube kubernetes.Interface, namespace, name string, f
 	t.Helper()
 	finished := false
 	eventually(t, time.Minute, fmt.Sprintf("the scale from %d to %d Nodes under way", from, to), func(ctx context.Context) (bool, string) {
-		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()})
+		list, err := kube.CoreV1().Nodes().List(ctx, ofSet(namespace, name))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -297,9 +296,14 @@ func inFlight(t *testing.T, kube kubernetes.Interface, namespace, name string, f
 }
 
 // nodeNamesOf is the names of the set's Nodes.
+// ofSet selects the Nodes of the NodeSet namespace/name.
+func ofSet(namespace, name string) metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()}
+}
+
 func nodeNamesOf(ctx context.Context, kube kubernetes.Interface, namespace, name string) []string {
-	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()})
+	list, err := kube.CoreV1().Nodes().List(ctx, ofSet(namespace, name))
 	if err != nil {
 		return nil
 	}
@@ -311,8 +315,7 @@ func nodeNamesOf(ctx context.Context, kube kubernetes.Interface, namespace, name
 }
 
 func readyNodes(ctx context.Context, kube kubernetes.Interface, namespace, name string, n int) (bool, string) {
-	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(&nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}).String()})
+	list, err := kube.CoreV1().Nodes().List(ctx, ofSet(namespace, name))
 	if err != nil {
 		return false, err.Error()
 	}
