@@ -122,6 +122,21 @@ func WithoutString(list []string, s string) []string {
 	return slices.DeleteFunc(slices.Clone(list), func(item string) bool { return item == s })
 }
 
+// maxNamed is how many Node names an Event names before "and N more".
+const maxNamed = 10
+
+// NameList is how an Event about many Nodes names them: sorted, each once,
+// the first ten and then "and N more", so that a scale-down of thousands
+// still makes a short message. n is how many distinct names there are.
+func NameList(names []string) (n int, listed string) {
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	listed = strings.Join(names[:min(len(names), maxNamed)], ", ")
+	if len(names) > maxNamed {
+		listed += fmt.Sprintf(" and %d more", len(names)-maxNamed)
+	}
+	return len(names), listed
+}
+
 // jsonPatchOp is one operation of a JSON patch (RFC 6902).
 type jsonPatchOp struct {
 	Op    string

@@ -1,6 +1,7 @@
 package nodeutil
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -75,4 +76,20 @@ func TestRegisteredTaints(t *testing.T) {
 	before := slices.Clone(read.Spec.Taints)
 	RegisteredTaints(read)
 	assert.Equal(t, before, read.Spec.Taints, "the Node read is left as it was")
+}
+
+func TestNameList(t *testing.T) {
+	n, listed := NameList([]string{"b", "a", "b"})
+	if n != 2 || listed != "a, b" {
+		t.Errorf("NameList(b, a, b) = %d, %q; want 2, %q", n, listed, "a, b")
+	}
+	var many []string
+	for i := range 25 {
+		many = append(many, fmt.Sprintf("n%02d", i))
+	}
+	n, listed = NameList(many)
+	want := "n00, n01, n02, n03, n04, n05, n06, n07, n08, n09 and 15 more"
+	if n != 25 || listed != want {
+		t.Errorf("NameList(25 names) = %d, %q; want 25, %q", n, listed, want)
+	}
 }

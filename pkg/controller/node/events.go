@@ -2,8 +2,6 @@ package node
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,9 +55,6 @@ func (e *routineEvents) record(node *corev1.Node, reason, detail, single string)
 	e.mu.Unlock()
 }
 
-// maxNamed is how many Nodes an Event names before "and N more".
-const maxNamed = 10
-
 // flush records one Event per NodeSet and step noted since the last flush.
 func (e *routineEvents) flush() {
 	e.mu.Lock()
@@ -67,13 +62,8 @@ func (e *routineEvents) flush() {
 	e.pending = map[routineKey][]string{}
 	e.mu.Unlock()
 	for key, names := range pending {
-		slices.Sort(names)
-		names = slices.Compact(names)
-		listed := strings.Join(names[:min(len(names), maxNamed)], ", ")
-		if len(names) > maxNamed {
-			listed += fmt.Sprintf(" and %d more", len(names)-maxNamed)
-		}
-		e.recorder.Event(e.setRef(key.namespace, key.set), corev1.EventTypeNormal, key.reason, routineMessage(key, len(names), listed))
+		n, listed := nodeutil.NameList(names)
+		e.recorder.Event(e.setRef(key.namespace, key.set), corev1.EventTypeNormal, key.reason, routineMessage(key, n, listed))
 	}
 }
 

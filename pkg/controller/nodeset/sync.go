@@ -329,7 +329,7 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
-		deleted  int
+		deleted  []string
 	)
 	for _, victim := range victims {
 		wg.Add(1)
@@ -355,13 +355,14 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 				}
 				return
 			}
-			deleted++
+			deleted = append(deleted, victim.Name)
 			logger.V(2).Info("Deleted Node", "node", klog.KObj(victim))
 		}()
 	}
 	wg.Wait()
-	if deleted > 0 {
-		c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted %d node(s): %v", deleted, names)
+	if len(deleted) > 0 {
+		n, listed := nodeutil.NameList(deleted)
+		c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted %d node(s): %s", n, listed)
 	}
 	if firstErr != nil {
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting node: %v", firstErr)
