@@ -225,7 +225,14 @@ func (d *Driver) withPlugin(ctx context.Context, plugin string, config []byte, f
 		return err
 	}
 	defer closer()
-	return fn(p)
+	if err := fn(p); err != nil {
+		if ctx.Err() != nil {
+			// The plugin was killed with the call in flight.
+			return fmt.Errorf("%w (plugin %s stopped: %w)", err, BinaryName(plugin), context.Cause(ctx))
+		}
+		return err
+	}
+	return nil
 }
 
 // driverOptions turns the class's options and credential options into typed

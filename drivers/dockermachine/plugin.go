@@ -1,17 +1,23 @@
 package dockermachine
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net/rpc"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/rancher/machine/libmachine/drivers/plugin/localbinary"
 	rpcdriver "github.com/rancher/machine/libmachine/drivers/rpc"
 	"github.com/rancher/machine/libmachine/log"
 	"github.com/rancher/machine/libmachine/mcnflag"
 	"github.com/rancher/machine/libmachine/state"
+	"github.com/rancher/machine/libmachine/version"
 	"k8s.io/klog/v2"
 )
 
@@ -37,16 +43,41 @@ type Opener interface {
 
 // RPCOpener starts docker-machine-driver-<plugin> from PATH and speaks
 // libmachine's plugin RPC to it.
+//
+// It runs the plugin process itself rather than through libmachine's
+// client factory, which leaves a plugin that exits or fails to load its
+// configuration unreaped (or panics closing it), stops reading a plugin's
+// output at its first line over 64 KiB (so the plugin blocks on its next
+// write), and has no way to stop a call that never returns.
 type RPCOpener struct{}
+
+const (
+	// pluginStartTimeout is how long a plugin may take to print the
+	// address it serves on, as libmachine allows.
+	pluginStartTimeout = 10 * time.Second
+	// pluginHeartbeat is how often a plugin is told its client is alive;
+	// libmachine's plugins exit after 10s without.
+	pluginHeartbeat = 5 * time.Second
+	// pluginStopTimeout is how long a plugin asked to close may take to
+	// exit before it is killed.
+	pluginStopTimeout = 5 * time.Second
+	// maxOutputLine is the longest line of plugin output that is logged;
+	// a longer one is read to its end and logged by its length only.
+	maxOutputLine = 64 << 10
+	// lastLinesKept are the last lines of a plugin's output an error
+	// about its start quotes.
+	lastLinesKept = 5
+)
 
 var quietLibmachine sync.Once
 
-// Open starts the plugin process. It stops when close is called (and by
-// itself when its heartbeat stops).
+// Open starts the plugin process. It stops when close is called, when ctx
+// is done (a call in flight then fails), and by itself when its heartbeat
+// stops.
 func (RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin, func(), error) {
 	quietLibmachine.Do(func() {
-		// Plugins' output goes to the node controller's log at high
-		// verbosity, never to its stdout.
+		// What libmachine's client code logs goes to the node
+		// controller's log at high verbosity, never to its stdout.
 		w := klogWriter{}
 		log.SetOutWriter(w)
 		log.SetErrWriter(w)
@@ -58,13 +89,207 @@ func (RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugin binary %s is not installed in the node controller's PATH", BinaryName(plugin))
 	}
-	factory := rpcdriver.NewRPCClientDriverFactory()
-	client, err := factory.NewRPCClientDriver(path, config)
+	proc, err := startPlugin(ctx, path, plugin)
 	if err != nil {
-		_ = factory.Close()
 		return nil, nil, err
 	}
-	return rpcPlugin{client}, func() { _ = factory.Close() }, nil
+	client := &rpcdriver.RPCClientDriver{Client: rpcdriver.NewInternalClient(proc.rpc)}
+	var apiVersion int
+	if err := client.Client.Call(rpcdriver.GetVersionMethod, struct{}{}, &apiVersion); err != nil {
+		proc.stop()
+		return nil, nil, proc.failed(ctx, fmt.Errorf("asking its plugin API version: %w", err))
+	}
+	if apiVersion != version.APIVersion {
+		proc.stop()
+		return nil, nil, fmt.Errorf("plugin %s speaks plugin API version %d, not %d", proc.binary, apiVersion, version.APIVersion)
+	}
+	if err := client.SetConfigRaw(config); err != nil {
+		proc.stop()
+		return nil, nil, proc.failed(ctx, fmt.Errorf("loading the machine's saved configuration: %w", err))
+	}
+	client.Client.MachineName = client.GetMachineName()
+	return rpcPlugin{client}, proc.stop, nil
+}
+
+// pluginProcess is a running plugin and the RPC connection to it.
+type pluginProcess struct {
+	binary string
+	cmd    *exec.Cmd
+	rpc    *rpc.Client
+	// exited is closed once the process is reaped, and its output read.
+	exited   chan struct{}
+	stopping chan struct{}
+	stopOnce sync.Once
+
+	mu        sync.Mutex
+	lastLines []string
+}
+
+// startPlugin starts the plugin binary at path and connects to it.
+func startPlugin(ctx context.Context, path, plugin string) (*pluginProcess, error) {
+	p := &pluginProcess{binary: BinaryName(plugin), exited: make(chan struct{}), stopping: make(chan struct{})}
+	p.cmd = exec.Command(path)
+	p.cmd.Env = append(os.Environ(), localbinary.PluginEnvKey+"="+localbinary.PluginEnvVal, localbinary.PluginEnvDriverName+"="+plugin)
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting plugin %s: %w", p.binary, err)
+	}
+	addr := make(chan string, 1)
+	var output sync.WaitGroup
+	output.Add(2)
+	go func() { defer output.Done(); p.readOutput(stdout, addr) }()
+	go func() { defer output.Done(); p.readOutput(stderr, nil) }()
+	var waitErr error
+	go func() {
+		output.Wait()
+		waitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+
+	fail := func(err error) (*pluginProcess, error) {
+		_ = p.cmd.Process.Kill()
+		p.awaitExit()
+		return nil, err
+	}
+	var address string
+	select {
+	case address = <-addr:
+	case <-time.After(pluginStartTimeout):
+		return fail(fmt.Errorf("plugin %s did not start serving within %s", p.binary, pluginStartTimeout))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("starting plugin %s: %w", p.binary, context.Cause(ctx)))
+	}
+	if address == "" {
+		// Its stdout closed without an address: it exited, or is about to.
+		select {
+		case <-p.exited:
+			return nil, fmt.Errorf("plugin %s exited before serving (%v)%s", p.binary, waitErr, p.tail())
+		case <-time.After(pluginStopTimeout):
+			return fail(fmt.Errorf("plugin %s closed its output before serving%s", p.binary, p.tail()))
+		}
+	}
+	if p.rpc, err = rpc.DialHTTP("tcp", address); err != nil {
+		return fail(fmt.Errorf("plugin %s: connecting to %q: %w%s", p.binary, address, err, p.tail()))
+	}
+	go p.watch(ctx)
+	return p, nil
+}
+
+// readOutput logs each line of a plugin's stdout or stderr, scrubbed, as
+// libmachine does (the first line of stdout is the address, sent on addr,
+// closed if there is none). It reads to the end whatever the lines are,
+// so the plugin never blocks on a write.
+func (p *pluginProcess) readOutput(r io.Reader, addr chan<- string) {
+	defer func() {
+		if addr != nil {
+			close(addr)
+		}
+	}()
+	br := bufio.NewReaderSize(r, maxOutputLine)
+	for {
+		line, isPrefix, err := br.ReadLine()
+		if err != nil {
+			return
+		}
+		if isPrefix {
+			n := len(line)
+			for isPrefix && err == nil {
+				line, isPrefix, err = br.ReadLine()
+				n += len(line)
+			}
+			klog.V(5).InfoS("docker-machine plugin", "plugin", p.binary, "output", fmt.Sprintf("(a line of %d bytes, not shown)", n))
+			if err != nil {
+				return
+			}
+			continue
+		}
+		text := credentialValues.String(strings.TrimRight(string(line), "\r"))
+		if addr != nil {
+			addr <- strings.TrimSpace(text)
+			close(addr)
+			addr = nil
+			continue
+		}
+		klog.V(5).InfoS("docker-machine plugin", "plugin", p.binary, "output", text)
+		p.mu.Lock()
+		p.lastLines = append(p.lastLines, text)
+		if len(p.lastLines) > lastLinesKept {
+			p.lastLines = p.lastLines[1:]
+		}
+		p.mu.Unlock()
+	}
+}
+
+// tail is the last lines of the plugin's output after its address, to
+// quote in an error.
+func (p *pluginProcess) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.lastLines) == 0 {
+		return ""
+	}
+	return "; it printed: " + strings.Join(p.lastLines, " | ")
+}
+
+// failed is err of a call to the plugin, with why the plugin stopped.
+func (p *pluginProcess) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("plugin %s: %w: %w", p.binary, err, context.Cause(ctx))
+	}
+	return fmt.Errorf("plugin %s: %w%s", p.binary, err, p.tail())
+}
+
+// watch sends heartbeats until the plugin is stopped or exits, and kills
+// it when ctx is done: a call in flight then fails.
+func (p *pluginProcess) watch(ctx context.Context) {
+	ticker := time.NewTicker(pluginHeartbeat)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-p.stopping:
+			return
+		case <-p.exited:
+			return
+		case <-ctx.Done():
+			_ = p.cmd.Process.Kill()
+			return
+		case <-ticker.C:
+			// Asynchronous: a plugin that does not answer must not keep
+			// this loop from seeing ctx.
+			p.rpc.Go(rpcdriver.RPCServiceNameV1+rpcdriver.HeartbeatMethod, struct{}{}, nil, make(chan *rpc.Call, 1))
+		}
+	}
+}
+
+// stop asks the plugin to exit, kills it if it does not, and reaps it.
+func (p *pluginProcess) stop() {
+	p.stopOnce.Do(func() {
+		close(p.stopping)
+		p.rpc.Go(rpcdriver.RPCServiceNameV1+rpcdriver.CloseMethod, struct{}{}, nil, make(chan *rpc.Call, 1))
+		select {
+		case <-p.exited:
+		case <-time.After(pluginStopTimeout):
+			_ = p.cmd.Process.Kill()
+			p.awaitExit()
+		}
+		_ = p.rpc.Close()
+	})
+}
+
+// awaitExit waits, bounded, for a killed plugin to be reaped: a child it
+// left holding its output would otherwise keep this waiting.
+func (p *pluginProcess) awaitExit() {
+	select {
+	case <-p.exited:
+	case <-time.After(pluginStopTimeout):
+	}
 }
 
 type rpcPlugin struct{ *rpcdriver.RPCClientDriver }

@@ -11,7 +11,10 @@
 // With fake-echo it quotes every value it was given in its output and its
 // errors, as drivers do in theirs. Each machine made or removed is also a
 // line of <fake-dir>/calls.log, which names the node controller (by process
-// ID) that made the call.
+// ID) that made the call. For the failures of real plugins, fake-chatter
+// prints one line of that many bytes to its stdout and stderr in Create,
+// and fake-hang-create makes Create never return (once it has written
+// <fake-dir>/<name>.hanging).
 package fakeplugin
 
 import (
@@ -61,8 +64,10 @@ type Driver struct {
 	FailCreate   bool
 	// SSHKey is the key file given by fake-ssh-key; Create copies it to
 	// SSHKeyPath, in the machine's store directory.
-	SSHKey string
-	Echo   bool
+	SSHKey     string
+	Echo       bool
+	Chatter    int
+	HangCreate bool
 }
 
 // New returns an unconfigured plugin driver.
@@ -88,6 +93,8 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.StringFlag{Name: "fake-ssh-key", Usage: "SSH private key file of every machine"},
 		mcnflag.BoolFlag{Name: "fake-fail-create", Usage: "fail every Create"},
 		mcnflag.BoolFlag{Name: "fake-echo", Usage: "quote every value given in output and errors"},
+		mcnflag.IntFlag{Name: "fake-chatter", Usage: "bytes of the one line Create prints to stdout and stderr"},
+		mcnflag.BoolFlag{Name: "fake-hang-create", Usage: "make Create never return"},
 	}
 }
 
@@ -108,6 +115,8 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.SSHKey = opts.String("fake-ssh-key")
 	d.FailCreate = opts.Bool("fake-fail-create")
 	d.Echo = opts.Bool("fake-echo")
+	d.Chatter = opts.Int("fake-chatter")
+	d.HangCreate = opts.Bool("fake-hang-create")
 	return nil
 }
 
@@ -135,6 +144,17 @@ func (d *Driver) path() string { return filepath.Join(d.Dir, d.MachineName+".jso
 func (d *Driver) Create() error {
 	if d.Echo {
 		log.Infof("fake: creating with %s", d.echoed())
+	}
+	if d.Chatter > 0 {
+		line := strings.Repeat("x", d.Chatter)
+		fmt.Fprintln(os.Stdout, line)
+		fmt.Fprintln(os.Stderr, line)
+	}
+	if d.HangCreate {
+		if err := os.WriteFile(filepath.Join(d.Dir, d.MachineName+".hanging"), nil, 0o600); err != nil {
+			return err
+		}
+		select {}
 	}
 	if err := d.keepSSHKey(); err != nil {
 		return err

@@ -1,0 +1,163 @@
+package dockermachine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/dockermachine/fakeplugin"
+)
+
+// zombies counts this process's children that exited and were not waited for.
+func zombies(t *testing.T) int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	n := 0
+	for _, p := range stats {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid()) {
+			n++
+		}
+	}
+	return n
+}
+
+// assertNothingLeaks checks that no plugin call left a process, a zombie or
+// a goroutine behind, against the goroutines counted before.
+func assertNothingLeaks(t *testing.T, goroutines int) {
+	t.Helper()
+	assertNoPluginLeft(t)
+	assert.Zero(t, zombies(t), "every plugin process is waited for")
+	assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines+2 }, 10*time.Second, 50*time.Millisecond,
+		"no goroutine outlives its plugin")
+}
+
+// installPlugin puts an executable docker-machine-driver-<name> with script
+// on PATH for the test.
+func installPlugin(t *testing.T, name, script string) {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, BinaryName(name)), []byte(script), 0o755))
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// TestPluginThatExitsAtOnce: a plugin binary that exits before serving (a
+// broken build, a missing library) fails the call with what it said, and
+// leaves no zombie process or goroutine behind, however often it is tried.
+func TestPluginThatExitsAtOnce(t *testing.T) {
+	installPlugin(t, "broken", "#!/bin/sh\necho 'error while loading shared libraries: libvirt.so.0' >&2\nexit 127\n")
+	ctx := context.Background()
+	d, _, _ := newDriver(t)
+	class := fakeClass(t.TempDir(), nil)
+	class.Spec.DockerMachine.DriverName = "broken"
+	goroutines := runtime.NumGoroutine()
+	for range 5 {
+		err := d.Validate(ctx, class)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "docker-machine-driver-broken")
+		assert.Contains(t, err.Error(), "exited before serving (exit status 127)")
+		assert.Contains(t, err.Error(), "libvirt.so.0", "the error says why the plugin stopped")
+	}
+	assertNothingLeaks(t, goroutines)
+}
+
+// TestPluginWhoseConfigDoesNotFit: a saved configuration the plugin refuses
+// (written by an older version of it, or edited) is an error of the call
+// that needs it, not a crash of the node controller.
+func TestPluginWhoseConfigDoesNotFit(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	class := fakeClass(t.TempDir(), nil)
+	goroutines := runtime.NumGoroutine()
+	store.records["m1"] = Record{Name: "m1", Plugin: fakeplugin.Name, Config: []byte(`{"MachineName":"m1","CPUs":"four"}`), Created: true, Provisioned: true, Version: "1"}
+	assert.NotPanics(t, func() {
+		_, err := d.Get(ctx, class, "m1")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "loading the machine's saved configuration")
+		assert.Contains(t, err.Error(), "cannot unmarshal")
+		err = d.Delete(ctx, class, "m1")
+		require.Error(t, err)
+		assert.Contains(t, store.records, "m1", "a machine the plugin cannot load is not forgotten")
+	})
+	assertNothingLeaks(t, goroutines)
+}
+
+// TestPluginThatPrintsLongLines: a plugin that prints a line longer than
+// any buffer (a cloud SDK's debug dump) is not blocked on its output; the
+// line is not logged whole.
+func TestPluginThatPrintsLongLines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, _, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, map[string]string{"fake-chatter": strconv.Itoa(1 << 20)})
+	goroutines := runtime.NumGoroutine()
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Create(ctx, drivers.Machine{Name: "chatty", Class: class})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Create did not return: the plugin is blocked writing its output")
+	}
+	machines, err := fakeplugin.Machines(dir)
+	require.NoError(t, err)
+	assert.Contains(t, machines, "chatty")
+	require.NoError(t, d.Delete(ctx, class, "chatty"))
+	assertNothingLeaks(t, goroutines)
+}
+
+// TestCancelStopsAHungPlugin: a plugin call that never returns ends when
+// the call's context does (the node controller stopping or losing its
+// lease); the plugin process goes, and the next attempt undoes the
+// unfinished Create and makes the machine.
+func TestCancelStopsAHungPlugin(t *testing.T) {
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	hanging := fakeClass(dir, map[string]string{"fake-hang-create": "true"})
+	goroutines := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Create(ctx, drivers.Machine{Name: "hung", Class: hanging})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "hung.hanging"))
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the plugin's Create started")
+	cancel()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, context.Canceled), err.Error())
+	case <-time.After(30 * time.Second):
+		t.Fatal("Create did not return after its context was canceled")
+	}
+	assertNoPluginLeft(t)
+	assert.False(t, store.records["hung"].Created)
+
+	_, err := d.Create(context.Background(), drivers.Machine{Name: "hung", Class: fakeClass(dir, nil)})
+	require.NoError(t, err, "the next attempt makes the machine")
+	require.NoError(t, d.Delete(context.Background(), hanging, "hung"))
+	assertNothingLeaks(t, goroutines)
+}
