@@ -3,8 +3,9 @@
 // anything stores, logs or shows it.
 //
 // A plugin or a cloud may quote any value it was given, in any of the ways
-// Go programs print strings: as is, quoted (%q, JSON), base64-encoded, or a
-// line at a time. A Set replaces every credential value in each of these
+// Go programs print strings: as is, quoted (%q, JSON), URL-escaped (in a
+// query string, a path or userinfo), base64-encoded (alone or inside a
+// longer encoded text), or a line at a time. A Set replaces every credential value in each of these
 // forms, and each line of a multi-line value (a PEM key), with
 // [redacted:<key>], naming the credentials Secret key it came from.
 package redact
@@ -13,6 +14,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +85,13 @@ func forms(value string) []string {
 		if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
 			out = append(out, string(j[1:len(j)-1]))
 		}
+		// In a URL: a query string, a path segment, userinfo.
+		userinfo := strings.TrimPrefix(url.UserPassword("", v).String(), ":")
+		for _, escaped := range []string{url.QueryEscape(v), url.PathEscape(v), userinfo} {
+			if escaped != v && !slices.Contains(out, escaped) {
+				out = append(out, escaped)
+			}
+		}
 	}
 	add(value, MinValue)
 	if trimmed := strings.TrimSpace(value); trimmed != value {
@@ -89,10 +99,33 @@ func forms(value string) []string {
 	}
 	if len(strings.TrimSpace(value)) >= MinValue {
 		out = append(out, base64.StdEncoding.EncodeToString([]byte(value)), base64.RawURLEncoding.EncodeToString([]byte(value)))
+		out = append(out, base64Inside(value)...)
 	}
 	if strings.ContainsAny(value, "\r\n") {
 		for _, line := range strings.FieldsFunc(value, func(r rune) bool { return r == '\n' || r == '\r' }) {
 			add(strings.TrimSpace(line), MinLine)
+		}
+	}
+	return out
+}
+
+// base64Inside are the texts a value is base64-encoded as when other bytes
+// come before and after it (user:password in an HTTP Basic Authorization
+// header, a field of an encoded document): for each of its 3 possible
+// offsets in the 3-byte groups, the characters that only its own bytes
+// determine, in the standard and the URL alphabet.
+func base64Inside(value string) []string {
+	urlAlphabet := strings.NewReplacer("+", "-", "/", "_")
+	var out []string
+	for offset := range 3 {
+		encoded := base64.StdEncoding.EncodeToString(append(make([]byte, offset), value...))
+		inner := encoded[(offset*8+5)/6 : (offset+len(value))*8/6]
+		if len(inner) < MinLine {
+			continue
+		}
+		out = append(out, inner)
+		if u := urlAlphabet.Replace(inner); u != inner {
+			out = append(out, u)
 		}
 	}
 	return out

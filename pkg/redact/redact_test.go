@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -65,4 +66,47 @@ func TestSetGrows(t *testing.T) {
 	assert.Equal(t, "[redacted:k] [redacted:k]", s.String("secret-one secret-two"))
 	var nilSet *Set
 	assert.Equal(t, "x", nilSet.String("x"))
+}
+
+// TestURLEncoded: a credential that a plugin or cloud SDK put in a URL
+// (a query string, a path, userinfo) and quoted in an error (Go's
+// url.Error prints the URL) is escaped there.
+func TestURLEncoded(t *testing.T) {
+	const secret = "wJalrXUtnFEMI/K7MDENG+bPxRfi:CY@EXAMPLE=KEY"
+	creds := map[string][]byte{"aws-secret-access-key": []byte(secret)}
+	query := url.Values{"secret": {secret}}.Encode()
+	userinfo := (&url.URL{Scheme: "https", User: url.UserPassword("admin", secret), Host: "vcenter.example.com", Path: "/sdk"}).String()
+	path := (&url.URL{Scheme: "https", Host: "api.example.com", Path: "/v1/tokens/" + secret}).String()
+	for name, text := range map[string]string{
+		"query":    `Get "https://api.example.com/v1?` + query + `": dial tcp: i/o timeout`,
+		"userinfo": `Post "` + userinfo + `": EOF`,
+		"path":     `Get "` + path + `": 403 Forbidden`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := New(creds).String(text)
+			assert.Contains(t, got, "[redacted:aws-secret-access-key]")
+			for _, part := range []string{"wJalrXUtnFEMI", "K7MDENG", "bPxRfi", "EXAMPLE"} {
+				assert.NotContains(t, got, part, got)
+			}
+		})
+	}
+}
+
+// TestBase64Inside: a credential base64-encoded with other text around it
+// (an HTTP Basic Authorization header in a plugin's debug dump of a
+// request, a base64 config blob) is found at any offset, padded or not.
+func TestBase64Inside(t *testing.T) {
+	const password = "Pl4nted-vCenter-Passw0rd"
+	creds := map[string][]byte{"password": []byte(password)}
+	for _, user := range []string{"a", "ab", "abc"} { // each offset of the value in its 3-byte groups
+		for name, enc := range map[string]*base64.Encoding{"std": base64.StdEncoding, "raw std": base64.RawStdEncoding, "raw url": base64.RawURLEncoding} {
+			blob := enc.EncodeToString([]byte(user + ":" + password + "\n"))
+			got := New(creds).String("> Authorization: Basic " + blob)
+			assert.Contains(t, got, "[redacted:password]", "%s, user %q: %s", name, user, got)
+			rest := strings.TrimPrefix(got, "> Authorization: Basic ")
+			other := len(user) + 2 // ":" and "\n"
+			assert.LessOrEqual(t, len(rest)-len("[redacted:password]"), other*8/6+2+2,
+				"what is left encodes the other bytes, a character at each edge and the padding: %s", got)
+		}
+	}
 }
