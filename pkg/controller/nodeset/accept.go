@@ -87,6 +87,11 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", strings.Join(problems, "; "))
 		return res
 	}
+	if createdAfterDeletion(set, class) {
+		res.accepted = notAccepted(ReasonNodeClassDeleting,
+			"NodeClass %q is being deleted: it waits for its NodeSets to go, and takes no new one", class.Name)
+		return res
+	}
 	valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
 	switch {
 	case valid != nil && valid.ObservedGeneration != class.Generation && valid.Status == metav1.ConditionTrue && c.revalidating(class):
@@ -117,6 +122,15 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	res.accepted = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
 		Reason: ReasonAccepted, Message: fmt.Sprintf("NodeClass %q (driver %s) accepts this NodeSet", class.Name, class.Spec.Driver)}
 	return res
+}
+
+// createdAfterDeletion reports whether the set was created after its
+// class's deletion began. The webhook refuses to create such a set; one
+// that got in while the webhook was away gets no Node and does not hold the
+// class. Timestamps are whole seconds: a set of the same second as the
+// deletion counts as one from before.
+func createdAfterDeletion(set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.NodeClass) bool {
+	return class.DeletionTimestamp != nil && set.CreationTimestamp.After(class.DeletionTimestamp.Time)
 }
 
 // revalidationGrace is how long a new generation of a valid class may wait

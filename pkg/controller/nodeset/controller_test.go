@@ -225,6 +225,11 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 	badLabel.Spec.Template.Labels = map[string]string{"tier": "not a value!"}
 	managed := newSet(2)
 	managed.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.ManagedStrategy}
+	deleting := validClass("sim")
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(-time.Minute)}
+	deleting.Finalizers = []string{nodesetv1alpha1.FinalizerInUse}
+	late := newSet(2)
+	late.CreationTimestamp = metav1.Now()
 	tests := []struct {
 		name    string
 		class   *nodesetv1alpha1.NodeClass
@@ -238,6 +243,7 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 		{"namespace not allowed", listed, newSet(2), ReasonNamespaceNotAllowed, `namespace "team-a" may not use NodeClass "sim"`},
 		{"restricted override", validClass("sim"), restricted, ReasonOverrideNotAllowed, "spec.simulated.instanceType is restricted by NodeClass sim"},
 		{"bad label value", validClass("sim"), badLabel, ReasonInvalidTemplate, `spec.template.labels["tier"] value "not a value!"`},
+		{"created after its class's deletion began", deleting, late, ReasonNodeClassDeleting, `NodeClass "sim" is being deleted`},
 		{"Managed on a machine driver", validClass("sim"), managed, ReasonStrategyNotSupported, `spec.strategy.type Managed lets a group driver roll the nodes, and NodeClass "sim" uses driver "simulated"`},
 	}
 	for _, tt := range tests {

@@ -36,7 +36,8 @@ func (c *Controller) nodeSetDeleted(obj any) {
 // syncClassProtection keeps the in-use finalizer on a NodeClass, as
 // PersistentVolumeClaim protection does: every class carries it, so that a
 // class deleted while NodeSets use it stays (deleting) and its NodeSets go
-// on working; it is removed once no NodeSet names the class.
+// on working; it is removed once no NodeSet names the class but those
+// created after its deletion began, which get no Node.
 func (c *Controller) syncClassProtection(ctx context.Context, name string) error {
 	class, err := c.nodeClassLister.Get(name)
 	if isNotFound(err) {
@@ -62,8 +63,9 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 		return err
 	}
 	var users []string
-	for _, set := range sets.Items {
-		if set.Spec.NodeClassName == name {
+	for i := range sets.Items {
+		set := &sets.Items[i]
+		if set.Spec.NodeClassName == name && !createdAfterDeletion(set, class) {
 			users = append(users, set.Namespace+"/"+set.Name)
 		}
 	}
