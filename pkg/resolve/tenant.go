@@ -21,18 +21,21 @@ import (
 // NodeRestriction admission plugin keeps them: a NodeClass may set them, a
 // NodeSet may not.
 func ReservedForTenants(key string) string {
-	domain, _, found := strings.Cut(key, "/")
-	if !found {
-		return ""
-	}
-	inDomain := func(d string) bool { return domain == d || strings.HasSuffix(domain, "."+d) }
 	switch {
-	case inDomain("nodeset.dev"):
-		return "keys under nodeset.dev/ are reserved for nodeset"
-	case inDomain("kubernetes.io"), inDomain("k8s.io"):
+	case inDomain(key, "nodeset.dev"):
+		return reservedForNodeset
+	case inDomain(key, "kubernetes.io"), inDomain(key, "k8s.io"):
 		return "keys in the kubernetes.io and k8s.io domains are reserved for the cluster admin (set them in the NodeClass)"
 	}
 	return ""
+}
+
+const reservedForNodeset = "keys under nodeset.dev/ are reserved for nodeset"
+
+// inDomain reports whether key's prefix is domain or one of its subdomains.
+func inDomain(key, domain string) bool {
+	prefix, _, found := strings.Cut(key, "/")
+	return found && (prefix == domain || strings.HasSuffix(prefix, "."+domain))
 }
 
 // kubeletFlagsOfNodes are kubelet flags that give a Node labels or taints.
@@ -123,6 +126,12 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
 			add("spec.template.annotations key %q: %s", k, msg)
 		}
+		// nodeset and its drivers read annotations of their domain on a
+		// Node (simulated.nodeset.dev/unreachable taints it NoExecute);
+		// the cluster's own are the tenant's to set on its Nodes.
+		if inDomain(k, "nodeset.dev") {
+			add("spec.template.annotations key %q: %s", k, reservedForNodeset)
+		}
 	}
 	if err := apivalidation.ValidateAnnotationsSize(template.Annotations); err != nil {
 		add("spec.template.annotations: may not be more than %d bytes in all", apivalidation.TotalAnnotationSizeLimitB)
@@ -154,4 +163,59 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	}
 	sort.Strings(problems)
 	return problems
+}
+
+// TemplateConflicts names what a NodeSet's template would change of what
+// its class stamps on every Node: a label or annotation the class sets, to
+// another value, or a taint of the class's key and effect with another
+// value. What the class stamps is the admin's word to everyone whose pods
+// may land on the Node (lifecycle=spot, a zone, a taint that keeps pods
+// off): a NodeSet may add to it, never change it. Each problem names its
+// field; the result is sorted.
+func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) []string {
+	var problems []string
+	stamped := &class.Spec.NodeTemplate
+	template := &set.Spec.Template
+	conflict := func(path, key, value, classValue string) {
+		problems = append(problems, fmt.Sprintf("%s[%q] %q: NodeClass %s sets it to %q on every Node, and a NodeSet may not change it",
+			path, key, value, class.Name, classValue))
+	}
+	for k, v := range template.Labels {
+		if classValue, ok := stamped.Labels[k]; ok && classValue != v {
+			conflict("spec.template.labels", k, v, classValue)
+		}
+	}
+	for k, v := range template.Annotations {
+		if classValue, ok := stamped.Annotations[k]; ok && classValue != v {
+			conflict("spec.template.annotations", k, v, classValue)
+		}
+	}
+	for i, t := range template.Taints {
+		for _, ct := range stamped.Taints {
+			if ct.Key == t.Key && ct.Effect == t.Effect && ct.Value != t.Value {
+				problems = append(problems, fmt.Sprintf("spec.template.taints[%d] %s=%s:%s: NodeClass %s puts %s=%s:%s on every Node, and a NodeSet may not change its value",
+					i, t.Key, t.Value, t.Effect, class.Name, ct.Key, ct.Value, ct.Effect))
+			}
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}
+
+// ProvisioningSpec is EffectiveSpec for a controller about to make or
+// change machines from a NodeSet's current spec, which may be newer than
+// the set's last Accepted verdict (a tenant's edit the nodeset controller
+// has not judged yet): it also refuses what TenantErrors and
+// TemplateConflicts find, so such an edit never reaches a machine or a
+// cloud group. The nodeset controller reports the same problems as
+// Accepted=False.
+func ProvisioningSpec(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
+	spec, err := EffectiveSpec(class, set)
+	if err != nil || set == nil {
+		return spec, err
+	}
+	if problems := append(TenantErrors(set), TemplateConflicts(class, set)...); len(problems) > 0 {
+		return spec, fmt.Errorf("NodeSet %s/%s: %s", set.Namespace, set.Name, strings.Join(problems, "; "))
+	}
+	return spec, nil
 }

@@ -67,6 +67,12 @@ func TestTenantErrors(t *testing.T) {
 		{"a reserved taint through an EKS node group", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Spec.EKSManagedNodeGroup = &nodesetv1alpha1.EKSManagedNodeGroup{Taints: []nodesetv1alpha1.ManagedTaint{{Key: "nodeset.dev/tenant", Effect: "NO_SCHEDULE"}}}
 		}), []string{"spec.eksManagedNodeGroup.taints[0].key", "reserved for nodeset"}},
+		{"an annotation a driver of nodeset reads", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Annotations = map[string]string{"simulated.nodeset.dev/unreachable": "yes"}
+		}), []string{"spec.template.annotations", "simulated.nodeset.dev/unreachable", "reserved for nodeset"}},
+		{"an annotation of the cluster's domain", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Annotations = map[string]string{"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}
+		}), nil},
 		{"node labels through kubelet flags", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
 				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels=nodeset.dev/nodeset=x"}}}
@@ -116,6 +122,52 @@ func TestTenantErrors(t *testing.T) {
 			if assert.Len(t, problems, 1, "%v", problems) {
 				for _, want := range tt.want {
 					assert.Contains(t, problems[0], want)
+				}
+			}
+		})
+	}
+}
+
+func TestTemplateConflicts(t *testing.T) {
+	class := &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "spot"}}
+	class.Spec.NodeTemplate = nodesetv1alpha1.NodeTemplate{
+		Labels:      map[string]string{"lifecycle": "spot"},
+		Annotations: map[string]string{"example.com/owner": "platform"},
+		Taints:      []nodesetv1alpha1.Taint{{Key: "example.com/spot", Value: "true", Effect: "NoSchedule"}},
+	}
+	tests := []struct {
+		name     string
+		template nodesetv1alpha1.NodeTemplate
+		want     []string // substrings of the one problem expected; nil for none
+	}{
+		{"adds its own keys", nodesetv1alpha1.NodeTemplate{
+			Labels: map[string]string{"tier": "web"}, Annotations: map[string]string{"a": "b"},
+			Taints: []nodesetv1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}},
+		}, nil},
+		{"repeats the class's values", class.Spec.NodeTemplate, nil},
+		{"a stricter effect of the class's taint key", nodesetv1alpha1.NodeTemplate{
+			Taints: []nodesetv1alpha1.Taint{{Key: "example.com/spot", Value: "false", Effect: "NoExecute"}},
+		}, nil},
+		{"changes a label", nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"lifecycle": "on-demand"}},
+			[]string{`spec.template.labels["lifecycle"] "on-demand"`, `NodeClass spot sets it to "spot"`}},
+		{"changes an annotation", nodesetv1alpha1.NodeTemplate{Annotations: map[string]string{"example.com/owner": "me"}},
+			[]string{`spec.template.annotations["example.com/owner"]`, `"platform"`}},
+		{"changes a taint's value", nodesetv1alpha1.NodeTemplate{
+			Taints: []nodesetv1alpha1.Taint{{Key: "example.com/spot", Value: "false", Effect: "NoSchedule"}},
+		}, []string{"spec.template.taints[0] example.com/spot=false:NoSchedule", "example.com/spot=true:NoSchedule"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"}}
+			set.Spec.Template = tt.template
+			got := TemplateConflicts(class, set)
+			if tt.want == nil {
+				assert.Empty(t, got)
+				return
+			}
+			if assert.Len(t, got, 1) {
+				for _, want := range tt.want {
+					assert.Contains(t, got[0], want)
 				}
 			}
 		})

@@ -26,6 +26,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -854,4 +855,45 @@ func TestConflictingProviderIDWriteDoesNotCreateAgain(t *testing.T) {
 	require.NoError(t, f.sync("web-a"))
 	assert.Equal(t, 1, f.driver.creates, "one Create for one machine")
 	assert.Equal(t, "test:///web-a", f.get("web-a").Spec.ProviderID)
+}
+
+// TestAnEditNotYetJudgedNeverReachesAMachine: the machine of a Node is
+// made from its NodeSet's current spec, which may be a tenant's edit the
+// nodeset controller has not judged yet; one that breaks a rule (a label
+// of nodeset's own through the simulated kubelet, a label the class stamps
+// with another value) makes no machine, whatever the set's last Accepted.
+func TestAnEditNotYetJudgedNeverReachesAMachine(t *testing.T) {
+	class := testClass("sim")
+	class.Spec.TenantOverrides = []string{"labels"}
+	class.Spec.NodeTemplate.Labels = map[string]string{"example.com/lifecycle": "spot"}
+	accepted := []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"}}
+	tests := []struct {
+		name string
+		edit func(*nodesetv1alpha1.NodeSet)
+		want string
+	}{
+		{"a reserved label through the kubelet", func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{Labels: map[string]string{"nodeset.dev/tenant": "victim"}}
+		}, "spec.simulated.labels"},
+		{"a label the class stamps", func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Labels = map[string]string{"example.com/lifecycle": "on-demand"}
+		}, `spec.template.labels["example.com/lifecycle"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, setNode("web-a", "sim"))
+			set := &nodesetv1alpha1.NodeSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a", Generation: 2},
+				Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To[int32](1)},
+				Status:     nodesetv1alpha1.NodeSetStatus{Conditions: accepted},
+			}
+			tt.edit(set)
+			require.NoError(t, f.setIndexer.Add(set))
+			err := f.sync("web-a")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.Zero(t, f.driver.creates, "no machine")
+			assert.Empty(t, f.get("web-a").Spec.ProviderID)
+		})
+	}
 }

@@ -132,9 +132,11 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 		c.groups.AddAfter(key, 2*time.Second)
 		return nil
 	}
-	spec, err := resolve.EffectiveSpec(class, set)
+	spec, err := resolve.ProvisioningSpec(class, set)
 	if err != nil {
-		return nil // reported by the nodeset controller as Accepted=False
+		// Reported by the nodeset controller as Accepted=False; the set's
+		// Accepted may still be of the generation before the tenant's edit.
+		return nil
 	}
 	hash := resolve.TemplateHash(&spec, set)
 	if !slices.Contains(set.Finalizers, nodesetv1alpha1.FinalizerGroup) {

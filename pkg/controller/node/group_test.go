@@ -410,3 +410,46 @@ func TestGroupWaitsForTheVerdictOnAClassEdit(t *testing.T) {
 	require.NoError(t, g.syncGroup())
 	assert.NotEmpty(t, g.group.ensured, "validated: the group follows")
 }
+
+// TestAnEditNotYetJudgedNeverReachesTheGroup: a tenant's edit of an
+// Accepted NodeSet reaches the node controller before the nodeset
+// controller's verdict on it; a kubelet flag that would label the Nodes
+// with another tenant's name is not passed to the cloud group on the
+// strength of the old Accepted.
+func TestAnEditNotYetJudgedNeverReachesTheGroup(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	class := asgTestClass()
+	class.Spec.TenantOverrides = []string{"bootstrap.kubeletExtraArgs"}
+	require.NoError(t, g.classIndexer.Update(class))
+	set := g.getSet()
+	set.Generation = 2 // Accepted is of generation 0, before the edit
+	set.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+		KubeletExtraArgs: []string{"--node-labels=nodeset.dev/tenant=victim"}}}
+	require.NoError(t, g.setIndexer.Update(set))
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, g.group.ensured, "the edit is not acted on")
+
+	set.Spec.EKSAutoscalingGroup.Bootstrap.KubeletExtraArgs = []string{"--max-pods=20"}
+	require.NoError(t, g.setIndexer.Update(set))
+	require.NoError(t, g.syncGroup())
+	require.NotEmpty(t, g.group.ensured, "an edit within the rules is")
+}
+
+// TestABrokenEditNeverKeepsAMachineFromGoing: a NodeSet edited to set a
+// field its class keeps gets nothing new, but its deleted Nodes' machines
+// are still terminated, with the class's own settings.
+func TestABrokenEditNeverKeepsAMachineFromGoing(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	require.NoError(t, g.syncGroup())
+	set := g.getSet()
+	set.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{InstanceType: "p5.48xlarge"} // not in tenantOverrides
+	require.NoError(t, g.setIndexer.Update(set))
+	node := g.get("ip-100")
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	_, err := g.kube.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	g.updateCache(g.get("ip-100"))
+	require.NoError(t, g.sync("ip-100"))
+	assert.Len(t, g.group.terminated, 1, "the machine went")
+	assert.NotContains(t, g.get("ip-100").Finalizers, nodesetv1alpha1.FinalizerTermination)
+}

@@ -212,7 +212,7 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 				"NodeClass %s is gone: machine %s cannot be terminated from here", node.Labels[nodesetv1alpha1.LabelNodeClass], node.Spec.ProviderID)
 			return nil
 		}
-		machineClass, err := c.machineClass(ctx, node, class)
+		machineClass, err := c.terminationClass(ctx, node, class)
 		if err != nil {
 			return err
 		}

@@ -77,12 +77,12 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if c.cacheBehind(node) {
 		return nil // the event of the write brings the Node back
 	}
-	machineClass, err := c.machineClass(ctx, node, class)
-	if err != nil {
-		c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
-		return err
-	}
 	if node.Spec.ProviderID == "" || !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		machineClass, err := c.machineClass(ctx, node, class)
+		if err != nil {
+			c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
+			return err
+		}
 		return c.provision(ctx, node, machineClass, driver)
 	}
 	return c.register(ctx, node, class, driver)
@@ -118,17 +118,39 @@ func (c *Controller) cacheBehind(node *corev1.Node) bool {
 
 // machineClass is the effective configuration of the Node's machine: the
 // class with its NodeSet's permitted overrides, and the class's credentials.
+// A NodeSet whose current spec breaks a tenant rule gets no machine from it
+// (resolve.ProvisioningSpec), whatever its last Accepted said.
 func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) (drivers.Class, error) {
-	var set *nodesetv1alpha1.NodeSet
-	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
-		if s, err := c.sets.NodeSets(ns).Get(name); err == nil {
-			set = s
-		}
-	}
-	spec, err := resolve.EffectiveSpec(class, set)
+	spec, err := resolve.ProvisioningSpec(class, c.setOf(node))
 	if err != nil {
 		return drivers.Class{}, err
 	}
+	return c.withCredentials(ctx, class, spec)
+}
+
+// terminationClass is machineClass for taking the Node's machine away: an
+// edit of its NodeSet that breaks a rule never keeps a machine from going,
+// the class's own spec is used then.
+func (c *Controller) terminationClass(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) (drivers.Class, error) {
+	spec, err := resolve.EffectiveSpec(class, c.setOf(node))
+	if err != nil {
+		spec = *class.Spec.DeepCopy()
+	}
+	return c.withCredentials(ctx, class, spec)
+}
+
+// setOf is the NodeSet of the Node in the cache, nil for a lone Node or a
+// NodeSet gone.
+func (c *Controller) setOf(node *corev1.Node) *nodesetv1alpha1.NodeSet {
+	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
+		if set, err := c.sets.NodeSets(ns).Get(name); err == nil {
+			return set
+		}
+	}
+	return nil
+}
+
+func (c *Controller) withCredentials(ctx context.Context, class *nodesetv1alpha1.NodeClass, spec nodesetv1alpha1.NodeClassSpec) (drivers.Class, error) {
 	credentials, err := c.credentials(ctx, class)
 	if err != nil {
 		return drivers.Class{}, err

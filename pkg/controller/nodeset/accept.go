@@ -87,6 +87,10 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", strings.Join(problems, "; "))
 		return res
 	}
+	if problems := resolve.TemplateConflicts(class, set); len(problems) > 0 {
+		res.accepted = notAccepted(ReasonOverrideNotAllowed, "%s", strings.Join(problems, "; "))
+		return res
+	}
 	if createdAfterDeletion(set, class) {
 		res.accepted = notAccepted(ReasonNodeClassDeleting,
 			"NodeClass %q is being deleted: it waits for its NodeSets to go, and takes no new one", class.Name)

@@ -230,6 +230,10 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 	deleting.Finalizers = []string{nodesetv1alpha1.FinalizerInUse}
 	late := newSet(2)
 	late.CreationTimestamp = metav1.Now()
+	spot := validClass("sim")
+	spot.Spec.NodeTemplate.Labels = map[string]string{"lifecycle": "spot"}
+	onDemand := newSet(2)
+	onDemand.Spec.Template.Labels = map[string]string{"lifecycle": "on-demand"}
 	tests := []struct {
 		name    string
 		class   *nodesetv1alpha1.NodeClass
@@ -244,6 +248,7 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 		{"restricted override", validClass("sim"), restricted, ReasonOverrideNotAllowed, "spec.simulated.instanceType is restricted by NodeClass sim"},
 		{"bad label value", validClass("sim"), badLabel, ReasonInvalidTemplate, `spec.template.labels["tier"] value "not a value!"`},
 		{"created after its class's deletion began", deleting, late, ReasonNodeClassDeleting, `NodeClass "sim" is being deleted`},
+		{"a label the class stamps, changed", spot, onDemand, ReasonOverrideNotAllowed, `spec.template.labels["lifecycle"] "on-demand": NodeClass sim sets it to "spot"`},
 		{"Managed on a machine driver", validClass("sim"), managed, ReasonStrategyNotSupported, `spec.strategy.type Managed lets a group driver roll the nodes, and NodeClass "sim" uses driver "simulated"`},
 	}
 	for _, tt := range tests {

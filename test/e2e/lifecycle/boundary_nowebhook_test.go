@@ -118,3 +118,42 @@ func TestKubeletArgumentsCannotEscapeTheBootstrap(t *testing.T) {
 		acceptedWith(t, ns, set.Name, "InvalidTemplate", "spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[0]")
 	}
 }
+
+// TestWhatTheClassStampsHoldsWithoutTheWebhook: what a NodeClass stamps on
+// every Node is the admin's word to every tenant whose pods may land there.
+// Without the webhook, a NodeSet that changes a label the class sets
+// (lifecycle=spot to on-demand) is OverrideNotAllowed, and one that sets an
+// annotation a driver of nodeset reads (simulated.nodeset.dev/unreachable,
+// which would get the Node tainted NoExecute and other tenants' pods
+// evicted past their PodDisruptionBudgets) is InvalidTemplate; neither gets
+// a Node. Adding labels of its own, or repeating the class's, is fine.
+func TestWhatTheClassStampsHoldsWithoutTheWebhook(t *testing.T) {
+	c := startControllers(t)
+	ns := createNamespace(t, "stamped")
+	_, tenantCS := tenant(t, "tenant-a", ns)
+	createClass(t, "stamped", func(c *nodesetv1alpha1.NodeClass) {
+		c.Spec.NodeTemplate.Labels = map[string]string{"example.com/lifecycle": "spot"}
+	})
+	withoutWebhook(t)
+	ctx := context.Background()
+
+	relabelled := tenantSet("relabelled", "stamped", 1)
+	relabelled.Spec.Template.Labels = map[string]string{"example.com/lifecycle": "on-demand"}
+	unreachable := tenantSet("unreachable", "stamped", 1)
+	unreachable.Spec.Template.Annotations = map[string]string{"simulated.nodeset.dev/unreachable": "yes"}
+	fine := tenantSet("fine", "stamped", 1)
+	fine.Spec.Template.Labels = map[string]string{"example.com/lifecycle": "spot", "tier": "web"}
+	for _, set := range []*nodesetv1alpha1.NodeSet{relabelled, unreachable, fine} {
+		_, err := tenantCS.NodesetV1alpha1().NodeSets(ns).Create(ctx, set, metav1.CreateOptions{})
+		require.NoError(t, err, "%s: no webhook, the schema admits it", set.Name)
+	}
+	acceptedWith(t, ns, "relabelled", "OverrideNotAllowed", `spec.template.labels["example.com/lifecycle"]`)
+	acceptedWith(t, ns, "unreachable", "InvalidTemplate", `spec.template.annotations key "simulated.nodeset.dev/unreachable"`)
+	eventually(t, 2*time.Minute, "the set that adds to the class's labels", converged(c, t, ns, "fine", 1))
+	nodes, err := setNodes(ctx, t, ns, "fine")
+	require.NoError(t, err)
+	for _, node := range nodes {
+		assert.Equal(t, "spot", node.Labels["example.com/lifecycle"], node.Name)
+		assert.Equal(t, "web", node.Labels["tier"], node.Name)
+	}
+}
