@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -115,10 +116,57 @@ func protoGroup(set *nodesetv1alpha1.NodeSet) *protos.NodeGroup {
 		Id:      GroupID(set),
 		MinSize: set.Spec.Autoscaling.MinReplicas,
 		MaxSize: set.Spec.Autoscaling.MaxReplicas,
-		Debug: fmt.Sprintf("NodeSet %s/%s (NodeClass %s): replicas %d, ready %d, min %d, max %d",
+		Debug: fmt.Sprintf("NodeSet %s/%s (NodeClass %s): replicas %d, ready %d, min %d, max %d, %s",
 			set.Namespace, set.Name, set.Spec.NodeClassName, plan.Replicas(set), set.Status.ReadyReplicas,
-			set.Spec.Autoscaling.MinReplicas, set.Spec.Autoscaling.MaxReplicas),
+			set.Spec.Autoscaling.MinReplicas, set.Spec.Autoscaling.MaxReplicas, acceptedDebug(set)),
 	}
+}
+
+// unmanaged is the refusal of a scale-up or deletion of a set whose Nodes
+// the NodeSetController neither makes nor removes, or nil: a set that is not Accepted keeps its Nodes as
+// they are (one over its class's limits is still managed, within them).
+// A scale-up or a deletion written to it would be answered and never
+// carried out, so cluster-autoscaler would wait for nodes that never come
+// and leave a drained node running; refused, it backs the group off and
+// gives the node back.
+func (s *Server) unmanaged(set *nodesetv1alpha1.NodeSet) error {
+	accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	if accepted == nil || accepted.Status == metav1.ConditionTrue || accepted.Reason == nodesetv1alpha1.ReasonLimitExceeded {
+		return nil
+	}
+	if classNotReadyReasons[accepted.Reason] && s.classReady(set.Spec.NodeClassName) {
+		// A verdict about a class that was not there or not validated
+		// yet, which it is by now: the controller is about to accept
+		// the set (a new class and its first NodeSets).
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "node group %s: the NodeSet is not Accepted (%s: %s), so nodeset adds and removes none of its nodes",
+		GroupID(set), accepted.Reason, accepted.Message)
+}
+
+// classNotReadyReasons are the NodeSetController's Accepted=False reasons
+// that say only that the class was missing or not yet validated by its
+// node controller.
+var classNotReadyReasons = map[string]bool{nodesetv1alpha1.ReasonNodeClassNotFound: true, nodesetv1alpha1.ReasonDriverNotServed: true}
+
+// classReady reports whether the class exists and its node controller has
+// found its current generation valid.
+func (s *Server) classReady(name string) bool {
+	class, err := s.classes.Get(name)
+	if err != nil || class.DeletionTimestamp != nil || class.Status.DriverKind == "" {
+		return false
+	}
+	valid := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+	return valid != nil && valid.Status == metav1.ConditionTrue && valid.ObservedGeneration == class.Generation
+}
+
+// acceptedDebug is the set's Accepted condition, as the node group's debug text shows it.
+func acceptedDebug(set *nodesetv1alpha1.NodeSet) string {
+	accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	if accepted == nil {
+		return "Accepted=Unknown"
+	}
+	return fmt.Sprintf("Accepted=%s (%s)", accepted.Status, accepted.Reason)
 }
 
 func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) {
@@ -231,6 +279,9 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 		return nil, status.Errorf(codes.InvalidArgument, "size increase must be positive, got %d", req.GetDelta())
 	}
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+		if err := s.unmanaged(set); err != nil {
+			return err
+		}
 		// In 64 bits: a delta near the largest int32 must not wrap round
 		// to a small or negative size that passes the checks.
 		target := int64(plan.Replicas(set)) + int64(req.GetDelta())
@@ -274,6 +325,9 @@ func (s *Server) checkLimits(set *nodesetv1alpha1.NodeSet, target int32) error {
 func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
 	var victims []string
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+		if err := s.unmanaged(set); err != nil {
+			return err
+		}
 		nodes, err := s.setNodes(set)
 		if err != nil {
 			return err
@@ -564,7 +618,8 @@ func (s *Server) Cleanup(context.Context, *protos.CleanupRequest) (*protos.Clean
 	return &protos.CleanupResponse{}, nil
 }
 
-// GPULabel names the label nodeset puts on nodes with accelerators.
+// GPULabel names the node label cluster-autoscaler reads as a node's
+// accelerator type. nodeset puts it on no Node itself.
 func (s *Server) GPULabel(context.Context, *protos.GPULabelRequest) (*protos.GPULabelResponse, error) {
 	return &protos.GPULabelResponse{Label: GPULabel}, nil
 }

@@ -81,7 +81,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, objects []runtime.Object, set *nodesetv1alpha1.NodeSet, nodes ...*corev1.Node) *fixture {
 	t.Helper()
-	class := testClass()
+	return newClassFixture(t, testClass(), objects, set, nodes...)
+}
+
+func newClassFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, objects []runtime.Object, set *nodesetv1alpha1.NodeSet, nodes ...*corev1.Node) *fixture {
+	t.Helper()
 	nodesets := nodesetfake.NewSimpleClientset(append([]runtime.Object{class, set}, objects...)...)
 	var kubeObjects []runtime.Object
 	for _, n := range nodes {
@@ -230,6 +234,71 @@ func TestDeleteNodesRefusals(t *testing.T) {
 		Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
 	assert.Equal(t, codes.FailedPrecondition, code(err), "below minReplicas")
 	assert.Zero(t, f.writes())
+}
+
+// TestScalingRefusedWhileNotAccepted: the NodeSetController makes and
+// removes no Nodes of a set that is not Accepted, so a scale-up or a
+// deletion is refused rather than answered and never carried out. Over its
+// class's limits (Accepted=False, LimitExceeded) a set is still managed,
+// and before its first verdict it will be.
+func TestScalingRefusedWhileNotAccepted(t *testing.T) {
+	notServed := &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "DriverNotServed",
+		Message: `no node controller serving driver "simulated" has validated NodeClass "sim" yet`}
+	validated := func(class *nodesetv1alpha1.NodeClass) {
+		class.Generation = 2
+		class.Status.DriverKind = nodesetv1alpha1.DriverKindMachine
+		class.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue, ObservedGeneration: 2}}
+	}
+	tests := []struct {
+		name      string
+		condition *metav1.Condition
+		class     func(*nodesetv1alpha1.NodeClass)
+		refused   string
+	}{
+		{name: "not accepted", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NamespaceNotAllowed",
+			Message: `namespace "team-a" may not use NodeClass "sim"`}, class: validated, refused: "not Accepted (NamespaceNotAllowed"},
+		{name: "class not validated", condition: notServed, refused: "not Accepted (DriverNotServed"},
+		{name: "class validated since the verdict", condition: notServed, class: validated},
+		{name: "over the class's limits", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse,
+			Reason: nodesetv1alpha1.ReasonLimitExceeded}},
+		{name: "accepted", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"}},
+		{name: "no verdict yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := testSet(2)
+			if tt.condition != nil {
+				set.Status.Conditions = []metav1.Condition{*tt.condition}
+			}
+			set.Spec.Autoscaling.MaxReplicas = 3
+			class := testClass()
+			if tt.class != nil {
+				tt.class(class)
+			}
+			f := newClassFixture(t, class, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", true))
+			ctx := context.Background()
+			groups, err := f.server.NodeGroups(ctx, &protos.NodeGroupsRequest{})
+			require.NoError(t, err)
+			require.Len(t, groups.NodeGroups, 1)
+			if tt.condition != nil {
+				assert.Contains(t, groups.NodeGroups[0].Debug, "Accepted="+string(tt.condition.Status)+" ("+tt.condition.Reason+")")
+			}
+			_, upErr := f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 1})
+			_, downErr := f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+				Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
+			if tt.refused == "" {
+				require.NoError(t, upErr)
+				require.NoError(t, downErr)
+				assert.Equal(t, 2, f.writes())
+				return
+			}
+			for _, err := range []error{upErr, downErr} {
+				assert.Equal(t, codes.FailedPrecondition, code(err), "%v", err)
+				assert.ErrorContains(t, err, tt.refused)
+			}
+			assert.Zero(t, f.writes())
+		})
+	}
 }
 
 func TestDecreaseTargetSizeOnlyForUnregistered(t *testing.T) {

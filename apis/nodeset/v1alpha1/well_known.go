@@ -109,6 +109,15 @@ const (
 // does not stop the set: its Nodes are capped at the limit.
 const ReasonLimitExceeded = "LimitExceeded"
 
+// ReasonNodeClassNotFound and ReasonDriverNotServed are the Accepted=False
+// reasons that say only that the class is missing or not yet validated by
+// a node controller serving its driver: a NodeSet new with its class has
+// them for a moment.
+const (
+	ReasonNodeClassNotFound = "NodeClassNotFound"
+	ReasonDriverNotServed   = "DriverNotServed"
+)
+
 // FinalizerInUse holds a NodeClass while NodeSets use it, as
 // kubernetes.io/pvc-protection holds a PersistentVolumeClaim in use.
 const FinalizerInUse = "nodeset.dev/in-use"

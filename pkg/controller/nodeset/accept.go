@@ -17,10 +17,10 @@ import (
 // Reasons of the Accepted condition.
 const (
 	ReasonAccepted             = "Accepted"
-	ReasonNodeClassNotFound    = "NodeClassNotFound"
+	ReasonNodeClassNotFound    = nodesetv1alpha1.ReasonNodeClassNotFound
 	ReasonNodeClassDeleting    = "NodeClassDeleting"
 	ReasonNodeClassInvalid     = "NodeClassInvalid"
-	ReasonDriverNotServed      = "DriverNotServed"
+	ReasonDriverNotServed      = nodesetv1alpha1.ReasonDriverNotServed
 	ReasonNamespaceNotAllowed  = "NamespaceNotAllowed"
 	ReasonOverrideNotAllowed   = "OverrideNotAllowed"
 	ReasonInvalidTemplate      = "InvalidTemplate"

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -430,5 +431,94 @@ func TestTemplateNodeIsPerNodeSet(t *testing.T) {
 		}
 		cpu := ptr.To(node.Status.Allocatable[corev1.ResourceCPU]).String()
 		return cpu == "2", cpu
+	})
+}
+
+// TestAutoscalerRefusesNotAcceptedSet: the nodeset controller makes and
+// removes no Node of a NodeSet that is not Accepted, so cluster-autoscaler's
+// IncreaseSize and DeleteNodes are refused for it (FailedPrecondition), as
+// cluster-autoscaler expects of a group that cannot scale now: a failed
+// scale-up backs the group off and lets another group take the pending
+// pods, where an answered one would stand for 15 minutes of upcoming nodes
+// that never come; a failed deletion gives the node back (cluster-autoscaler
+// lifts its ToBeDeleted taint), where an answered one would leave it
+// drained, tainted and running. The server refuses them itself, with or
+// without the webhook. Once the set is Accepted again, both work.
+func TestAutoscalerRefusesNotAcceptedSet(t *testing.T) {
+	c := startControllers(t)
+	kube, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca-unaccepted")
+	allow := func(namespaces ...string) {
+		t.Helper()
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "ca-unaccepted", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			class.Spec.AllowedNamespaces = &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: namespaces}
+			_, err = cs.NodesetV1alpha1().NodeClasses().Update(ctx, class, metav1.UpdateOptions{})
+			return err
+		}))
+	}
+	createClass(t, "ca-unaccepted", func(class *nodesetv1alpha1.NodeClass) {
+		twoCPUs(class)
+		class.Spec.AllowedNamespaces = &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{ns}}
+	})
+	createAutoscaledSet(t, ns, "pool", "ca-unaccepted", 3)
+	ca := autoscalerClient(t, c)
+	id := ns + "/pool"
+	debug := func(ctx context.Context) string {
+		groups, err := ca.NodeGroups(ctx, &protos.NodeGroupsRequest{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, g := range groups.NodeGroups {
+			if g.Id == id {
+				return g.Debug
+			}
+		}
+		return "not listed"
+	}
+	eventually(t, time.Minute, "the set is Accepted, as the server sees it", func(ctx context.Context) (bool, string) {
+		d := debug(ctx)
+		return strings.Contains(d, "Accepted=True"), d
+	})
+	_, err := ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, "one node", converged(c, t, ns, "pool", 1))
+	nodes, err := setNodes(ctx, t, ns, "pool")
+	require.NoError(t, err)
+	node := nodes[0]
+
+	allow("elsewhere")
+	eventually(t, time.Minute, "the set is not Accepted, as the server sees it", func(ctx context.Context) (bool, string) {
+		d := debug(ctx)
+		return strings.Contains(d, "NamespaceNotAllowed"), d
+	})
+	// The webhook refuses these writes too, but the refusal must not
+	// depend on it (docs/design.md: its absence never weakens safety).
+	withoutWebhook(t)
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "IncreaseSize of a set that gets no Nodes: %v", err)
+	_, err = ca.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: id, Nodes: []*protos.ExternalGrpcNode{
+		{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels}}})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "DeleteNodes of a set whose Nodes are not removed: %v", err)
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "pool", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), *set.Spec.Replicas, "spec.replicas untouched")
+	assert.Empty(t, set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes], "no victim written down")
+
+	allow(ns)
+	eventually(t, time.Minute, "the set is Accepted again, as the server sees it", func(ctx context.Context) (bool, string) {
+		d := debug(ctx)
+		return strings.Contains(d, "Accepted=True"), d
+	})
+	_, err = ca.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: id, Nodes: []*protos.ExternalGrpcNode{
+		{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels}}})
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, "the named node is gone", func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
