@@ -1700,11 +1700,9 @@ type NodeGroupTemplateNodeInfoResponse struct {
 	// A k8s.io/api core/v1 Node, embedded (releases before 1.35).
 	NodeInfo []byte `protobuf:"bytes,1,opt,name=nodeInfo,proto3" json:"nodeInfo,omitempty"`
 	// The same Node, marshaled (1.35 and later).
-	NodeBytes []byte `protobuf:"bytes,2,opt,name=nodeBytes,proto3" json:"nodeBytes,omitempty"`
-	// resource.k8s.io ResourceSlices a new node would publish (none here).
-	ResourceSliceBytes [][]byte `protobuf:"bytes,3,rep,name=resourceSliceBytes,proto3" json:"resourceSliceBytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	NodeBytes     []byte `protobuf:"bytes,2,opt,name=nodeBytes,proto3" json:"nodeBytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeGroupTemplateNodeInfoResponse) Reset() {
@@ -1751,13 +1749,6 @@ func (x *NodeGroupTemplateNodeInfoResponse) GetNodeBytes() []byte {
 	return nil
 }
 
-func (x *NodeGroupTemplateNodeInfoResponse) GetResourceSliceBytes() [][]byte {
-	if x != nil {
-		return x.ResourceSliceBytes
-	}
-	return nil
-}
-
 type NodeGroupAutoscalingOptions struct {
 	state                            protoimpl.MessageState `protogen:"open.v1"`
 	ScaleDownUtilizationThreshold    float64                `protobuf:"fixed64,1,opt,name=scaleDownUtilizationThreshold,proto3" json:"scaleDownUtilizationThreshold,omitempty"`
@@ -1769,13 +1760,11 @@ type NodeGroupAutoscalingOptions struct {
 	ZeroOrMaxNodeScaling        bool         `protobuf:"varint,6,opt,name=zeroOrMaxNodeScaling,proto3" json:"zeroOrMaxNodeScaling,omitempty"`
 	IgnoreDaemonSetsUtilization bool         `protobuf:"varint,7,opt,name=ignoreDaemonSetsUtilization,proto3" json:"ignoreDaemonSetsUtilization,omitempty"`
 	// Newer releases: google.protobuf Durations.
-	ScaleDownUnneededDuration  *durationpb.Duration `protobuf:"bytes,8,opt,name=scaleDownUnneededDuration,proto3" json:"scaleDownUnneededDuration,omitempty"`
-	ScaleDownUnreadyDuration   *durationpb.Duration `protobuf:"bytes,9,opt,name=scaleDownUnreadyDuration,proto3" json:"scaleDownUnreadyDuration,omitempty"`
-	MaxNodeProvisionDuration   *durationpb.Duration `protobuf:"bytes,10,opt,name=MaxNodeProvisionDuration,proto3" json:"MaxNodeProvisionDuration,omitempty"`
-	MaxNodeStartupDuration     *durationpb.Duration `protobuf:"bytes,11,opt,name=maxNodeStartupDuration,proto3" json:"maxNodeStartupDuration,omitempty"`
-	AllowNonAtomicScaleUpToMax bool                 `protobuf:"varint,12,opt,name=allowNonAtomicScaleUpToMax,proto3" json:"allowNonAtomicScaleUpToMax,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	ScaleDownUnneededDuration *durationpb.Duration `protobuf:"bytes,8,opt,name=scaleDownUnneededDuration,proto3" json:"scaleDownUnneededDuration,omitempty"`
+	ScaleDownUnreadyDuration  *durationpb.Duration `protobuf:"bytes,9,opt,name=scaleDownUnreadyDuration,proto3" json:"scaleDownUnreadyDuration,omitempty"`
+	MaxNodeProvisionDuration  *durationpb.Duration `protobuf:"bytes,10,opt,name=MaxNodeProvisionDuration,proto3" json:"MaxNodeProvisionDuration,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *NodeGroupAutoscalingOptions) Reset() {
@@ -1876,20 +1865,6 @@ func (x *NodeGroupAutoscalingOptions) GetMaxNodeProvisionDuration() *durationpb.
 		return x.MaxNodeProvisionDuration
 	}
 	return nil
-}
-
-func (x *NodeGroupAutoscalingOptions) GetMaxNodeStartupDuration() *durationpb.Duration {
-	if x != nil {
-		return x.MaxNodeStartupDuration
-	}
-	return nil
-}
-
-func (x *NodeGroupAutoscalingOptions) GetAllowNonAtomicScaleUpToMax() bool {
-	if x != nil {
-		return x.AllowNonAtomicScaleUpToMax
-	}
-	return false
 }
 
 type NodeGroupAutoscalingOptionsRequest struct {
@@ -2093,11 +2068,10 @@ const file_externalgrpc_proto_rawDesc = "" +
 	"\ferrorMessage\x18\x02 \x01(\tR\ferrorMessage\x12.\n" +
 	"\x12instanceErrorClass\x18\x03 \x01(\x05R\x12instanceErrorClass\"2\n" +
 	" NodeGroupTemplateNodeInfoRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x8d\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"]\n" +
 	"!NodeGroupTemplateNodeInfoResponse\x12\x1a\n" +
 	"\bnodeInfo\x18\x01 \x01(\fR\bnodeInfo\x12\x1c\n" +
-	"\tnodeBytes\x18\x02 \x01(\fR\tnodeBytes\x12.\n" +
-	"\x12resourceSliceBytes\x18\x03 \x03(\fR\x12resourceSliceBytes\"\x97\b\n" +
+	"\tnodeBytes\x18\x02 \x01(\fR\tnodeBytes\"\x84\a\n" +
 	"\x1bNodeGroupAutoscalingOptions\x12D\n" +
 	"\x1dscaleDownUtilizationThreshold\x18\x01 \x01(\x01R\x1dscaleDownUtilizationThreshold\x12J\n" +
 	" scaleDownGpuUtilizationThreshold\x18\x02 \x01(\x01R scaleDownGpuUtilizationThreshold\x12r\n" +
@@ -2109,9 +2083,7 @@ const file_externalgrpc_proto_rawDesc = "" +
 	"\x19scaleDownUnneededDuration\x18\b \x01(\v2\x19.google.protobuf.DurationR\x19scaleDownUnneededDuration\x12U\n" +
 	"\x18scaleDownUnreadyDuration\x18\t \x01(\v2\x19.google.protobuf.DurationR\x18scaleDownUnreadyDuration\x12U\n" +
 	"\x18MaxNodeProvisionDuration\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x18MaxNodeProvisionDuration\x12Q\n" +
-	"\x16maxNodeStartupDuration\x18\v \x01(\v2\x19.google.protobuf.DurationR\x16maxNodeStartupDuration\x12>\n" +
-	"\x1aallowNonAtomicScaleUpToMax\x18\f \x01(\bR\x1aallowNonAtomicScaleUpToMax\"\x9e\x01\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x18MaxNodeProvisionDuration\"\x9e\x01\n" +
 	"\"NodeGroupAutoscalingOptionsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12h\n" +
 	"\bdefaults\x18\x02 \x01(\v2L.clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsR\bdefaults\"\xb6\x01\n" +
@@ -2223,45 +2195,44 @@ var file_externalgrpc_proto_depIdxs = []int32{
 	43, // 23: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions.scaleDownUnneededDuration:type_name -> google.protobuf.Duration
 	43, // 24: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions.scaleDownUnreadyDuration:type_name -> google.protobuf.Duration
 	43, // 25: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions.MaxNodeProvisionDuration:type_name -> google.protobuf.Duration
-	43, // 26: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions.maxNodeStartupDuration:type_name -> google.protobuf.Duration
-	36, // 27: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsRequest.defaults:type_name -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions
-	36, // 28: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsResponse.nodeGroupAutoscalingOptions:type_name -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions
-	44, // 29: clusterautoscaler.cloudprovider.v1.externalgrpc.GetAvailableGPUTypesResponse.GpuTypesEntry.value:type_name -> google.protobuf.Any
-	5,  // 30: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroups:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupsRequest
-	7,  // 31: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupForNode:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupForNodeRequest
-	9,  // 32: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingNodePrice:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingNodePriceRequest
-	11, // 33: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingPodPrice:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingPodPriceRequest
-	13, // 34: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GPULabel:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GPULabelRequest
-	15, // 35: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GetAvailableGPUTypes:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GetAvailableGPUTypesRequest
-	17, // 36: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Cleanup:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.CleanupRequest
-	19, // 37: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Refresh:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.RefreshRequest
-	21, // 38: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTargetSize:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTargetSizeRequest
-	23, // 39: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupIncreaseSize:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupIncreaseSizeRequest
-	25, // 40: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDeleteNodes:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDeleteNodesRequest
-	27, // 41: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDecreaseTargetSize:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDecreaseTargetSizeRequest
-	29, // 42: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupNodes:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupNodesRequest
-	34, // 43: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTemplateNodeInfo:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTemplateNodeInfoRequest
-	37, // 44: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupGetOptions:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsRequest
-	6,  // 45: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroups:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupsResponse
-	8,  // 46: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupForNode:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupForNodeResponse
-	10, // 47: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingNodePrice:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingNodePriceResponse
-	12, // 48: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingPodPrice:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingPodPriceResponse
-	14, // 49: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GPULabel:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GPULabelResponse
-	16, // 50: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GetAvailableGPUTypes:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GetAvailableGPUTypesResponse
-	18, // 51: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Cleanup:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.CleanupResponse
-	20, // 52: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Refresh:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.RefreshResponse
-	22, // 53: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTargetSize:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTargetSizeResponse
-	24, // 54: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupIncreaseSize:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupIncreaseSizeResponse
-	26, // 55: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDeleteNodes:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDeleteNodesResponse
-	28, // 56: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDecreaseTargetSize:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDecreaseTargetSizeResponse
-	30, // 57: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupNodes:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupNodesResponse
-	35, // 58: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTemplateNodeInfo:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTemplateNodeInfoResponse
-	38, // 59: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupGetOptions:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsResponse
-	45, // [45:60] is the sub-list for method output_type
-	30, // [30:45] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	36, // 26: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsRequest.defaults:type_name -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions
+	36, // 27: clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsResponse.nodeGroupAutoscalingOptions:type_name -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions
+	44, // 28: clusterautoscaler.cloudprovider.v1.externalgrpc.GetAvailableGPUTypesResponse.GpuTypesEntry.value:type_name -> google.protobuf.Any
+	5,  // 29: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroups:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupsRequest
+	7,  // 30: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupForNode:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupForNodeRequest
+	9,  // 31: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingNodePrice:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingNodePriceRequest
+	11, // 32: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingPodPrice:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingPodPriceRequest
+	13, // 33: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GPULabel:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GPULabelRequest
+	15, // 34: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GetAvailableGPUTypes:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GetAvailableGPUTypesRequest
+	17, // 35: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Cleanup:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.CleanupRequest
+	19, // 36: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Refresh:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.RefreshRequest
+	21, // 37: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTargetSize:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTargetSizeRequest
+	23, // 38: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupIncreaseSize:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupIncreaseSizeRequest
+	25, // 39: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDeleteNodes:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDeleteNodesRequest
+	27, // 40: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDecreaseTargetSize:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDecreaseTargetSizeRequest
+	29, // 41: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupNodes:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupNodesRequest
+	34, // 42: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTemplateNodeInfo:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTemplateNodeInfoRequest
+	37, // 43: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupGetOptions:input_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsRequest
+	6,  // 44: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroups:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupsResponse
+	8,  // 45: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupForNode:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupForNodeResponse
+	10, // 46: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingNodePrice:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingNodePriceResponse
+	12, // 47: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.PricingPodPrice:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.PricingPodPriceResponse
+	14, // 48: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GPULabel:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GPULabelResponse
+	16, // 49: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.GetAvailableGPUTypes:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.GetAvailableGPUTypesResponse
+	18, // 50: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Cleanup:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.CleanupResponse
+	20, // 51: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.Refresh:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.RefreshResponse
+	22, // 52: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTargetSize:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTargetSizeResponse
+	24, // 53: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupIncreaseSize:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupIncreaseSizeResponse
+	26, // 54: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDeleteNodes:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDeleteNodesResponse
+	28, // 55: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupDecreaseTargetSize:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupDecreaseTargetSizeResponse
+	30, // 56: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupNodes:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupNodesResponse
+	35, // 57: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupTemplateNodeInfo:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupTemplateNodeInfoResponse
+	38, // 58: clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider.NodeGroupGetOptions:output_type -> clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptionsResponse
+	44, // [44:59] is the sub-list for method output_type
+	29, // [29:44] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_externalgrpc_proto_init() }
