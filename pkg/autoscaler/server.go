@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ import (
 )
 
 // GPULabel is the node label the protocol's GPULabel call names.
-const GPULabel = "nodeset.dev/accelerator"
+const GPULabel = nodesetv1alpha1.LabelAccelerator
 
 // Instance error classes of the protocol.
 const (
@@ -563,6 +564,7 @@ func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error
 	for k, v := range resolve.NodeLabels(&effective, class.Name, set, set.Status.TemplateHash) {
 		nodeLabels[k] = v
 	}
+	maps.Copy(nodeLabels, resolve.AcceleratorLabels(capacity.Resources))
 	allocatable := capacity.Allocatable
 	if len(allocatable) == 0 {
 		allocatable = capacity.Resources
@@ -619,7 +621,9 @@ func (s *Server) Cleanup(context.Context, *protos.CleanupRequest) (*protos.Clean
 }
 
 // GPULabel names the node label cluster-autoscaler reads as a node's
-// accelerator type. nodeset puts it on no Node itself.
+// accelerator type: nodeset puts it on every Node whose machine has a GPU
+// (resolve.AcceleratorLabels), so that a Ready Node whose device plugin
+// has not reported its GPUs yet counts as starting, not as ready capacity.
 func (s *Server) GPULabel(context.Context, *protos.GPULabelRequest) (*protos.GPULabelResponse, error) {
 	return &protos.GPULabelResponse{Label: GPULabel}, nil
 }

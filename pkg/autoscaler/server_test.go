@@ -520,6 +520,13 @@ func TestOverridingSetGetsItsOwnTemplateNode(t *testing.T) {
 	assert.Equal(t, "64Gi", ptr.To(node.Status.Allocatable[corev1.ResourceMemory]).String())
 	assert.Equal(t, "sim.large", node.Labels[corev1.LabelInstanceTypeStable])
 
+	assert.NotContains(t, node.Labels, GPULabel, "no GPU, no GPU label")
+
+	set.Status.Capacity.Resources["nvidia.com/gpu"] = resource.MustParse("4")
+	node, err = f.server.TemplateNode(set)
+	require.NoError(t, err)
+	assert.Equal(t, "nvidia.com-gpu", node.Labels[GPULabel], "a new node with GPUs carries the GPU label, as the set's Nodes do")
+
 	plain := testSet(0)
 	node, err = f.server.TemplateNode(plain)
 	require.NoError(t, err, "a set that overrides nothing uses the class's capacity")

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -392,8 +393,30 @@ func NewNode(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodese
 		}
 		node.Status.Capacity = set.Status.Capacity.Resources.DeepCopy()
 		node.Status.Allocatable = allocatable.DeepCopy()
+		maps.Copy(node.Labels, AcceleratorLabels(set.Status.Capacity.Resources))
 	}
 	return node
+}
+
+// acceleratorResources are the extended resources of accelerators that
+// cluster-autoscaler knows: a Node labelled LabelAccelerator counts as
+// starting while none of them is allocatable.
+var acceleratorResources = []corev1.ResourceName{
+	"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/xe", "habana.ai/gaudi", "microsoft.com/directx",
+}
+
+// AcceleratorLabels is the LabelAccelerator label of a machine of this
+// capacity, when it has accelerators. A GPU's device plugin reports it
+// after the kubelet is Ready, and the label is what tells
+// cluster-autoscaler to wait for it rather than count a Node without it as
+// ready capacity and make more.
+func AcceleratorLabels(capacity corev1.ResourceList) map[string]string {
+	for _, name := range acceleratorResources {
+		if q, ok := capacity[name]; ok && q.Sign() > 0 {
+			return map[string]string{nodesetv1alpha1.LabelAccelerator: strings.ReplaceAll(string(name), "/", "-")}
+		}
+	}
+	return nil
 }
 
 // StartupTaints keep pods off a Node until its kubelet reports Ready:

@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -264,6 +266,33 @@ func TestNewNodeStartupTaintsAndCapacity(t *testing.T) {
 			}
 			assert.Equal(t, tc.cpu, node.Status.Capacity.Cpu().String())
 			assert.Equal(t, tc.cpu, node.Status.Allocatable.Cpu().String(), "allocatable defaults to the capacity")
+		})
+	}
+}
+
+// TestAcceleratorLabel: a Node whose machine has a GPU carries the label
+// cluster-autoscaler reads as its GPU label, from creation; one without
+// does not.
+func TestAcceleratorLabel(t *testing.T) {
+	spec := &nodesetv1alpha1.NodeClassSpec{}
+	for _, tc := range []struct {
+		name      string
+		resources corev1.ResourceList
+		want      string
+	}{
+		{"an NVIDIA GPU", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), "nvidia.com/gpu": resource.MustParse("1")}, "nvidia.com-gpu"},
+		{"an AMD GPU", corev1.ResourceList{"amd.com/gpu": resource.MustParse("2")}, "amd.com-gpu"},
+		{"no GPU", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}, ""},
+		{"a GPU count of 0", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"}}
+			set.Status.Capacity = &nodesetv1alpha1.TemplateCapacity{TemplateHash: "h1", NodeCapacity: nodesetv1alpha1.NodeCapacity{Resources: tc.resources}}
+			node := NewNode(spec, "gpu", set, "h1")
+			got, ok := node.Labels[nodesetv1alpha1.LabelAccelerator]
+			assert.Equal(t, tc.want != "", ok)
+			assert.Equal(t, tc.want, got)
+			assert.NoError(t, metav1validation.ValidateLabels(node.Labels, field.NewPath("labels")).ToAggregate())
 		})
 	}
 }

@@ -17,6 +17,11 @@ const (
 	LabelTemplateHash = "nodeset.dev/template-hash"
 	// LabelTenant marks and taints the Nodes of Dedicated classes with the tenant namespace.
 	LabelTenant = "nodeset.dev/tenant"
+	// LabelAccelerator is on every Node whose machine has accelerators (a
+	// GPU resource in its capacity), with the resource's name ("/" as "-")
+	// as its value. cluster-autoscaler reads a Ready Node with this label
+	// and no accelerator allocatable yet as still starting (its GPU label).
+	LabelAccelerator = "nodeset.dev/accelerator"
 
 	// FinalizerTermination holds a Node until its machine has been drained and deprovisioned.
 	FinalizerTermination = "nodeset.dev/termination"
