@@ -82,7 +82,9 @@ func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds m
 		cache = map[string]*aws.Config{}
 	)
 	return func(ctx context.Context, region string, creds map[string][]byte) (*aws.Config, error) {
-		id, secret, token := string(creds[CredentialAccessKeyID]), string(creds[CredentialSecretAccessKey]), string(creds[CredentialSessionToken])
+		// A Secret made from files holds each key with the files' final
+		// newline; AWS keys never contain white space.
+		id, secret, token := credential(creds, CredentialAccessKeyID), credential(creds, CredentialSecretAccessKey), credential(creds, CredentialSessionToken)
 		sum := sha256.Sum256([]byte(region + "\x00" + id + "\x00" + secret + "\x00" + token))
 		key := hex.EncodeToString(sum[:])
 		mu.Lock()
@@ -129,6 +131,12 @@ func NewAWSConfigs(c SDKConfig) func(ctx context.Context, region string, creds m
 		cache[key] = &cfg
 		return &cfg, nil
 	}
+}
+
+// credential is the value of key in a credentials Secret's data, without
+// the white space around it.
+func credential(creds map[string][]byte, key string) string {
+	return strings.TrimSpace(string(creds[key]))
 }
 
 // callMiddleware waits for the client-side rate limiter before each call
