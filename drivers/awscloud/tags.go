@@ -1,6 +1,12 @@
 package awscloud
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,4 +37,45 @@ func OwnerFromTags(tags []asgtypes.TagDescription) drivers.Owner {
 func OwnerFromTagMap(tags map[string]string) drivers.Owner {
 	return drivers.Owner{Cluster: tags[TagCluster], Namespace: tags[TagNamespace], Name: tags[TagNodeSet],
 		UID: types.UID(tags[TagNodeSetUID])}
+}
+
+// CheckOwner refuses a group whose owner tags (have) name another cluster,
+// another NodeSet or another UID of the NodeSet than want, or no owner at
+// all. A group's name comes from the cluster, namespace and name alone, so
+// the name the controller chose can be another's group: a NodeSet made
+// again under its old name (the orphan collection deletes the old UID's
+// group with whatever runs in it), two names cut to one prefix whose hashes
+// collide, a group made by hand. Acting on it would resize it, give it
+// another launch template and report its instances as want's.
+func CheckOwner(kind, name string, have, want drivers.Owner) error {
+	if have.Cluster == want.Cluster && have.Namespace == want.Namespace && have.Name == want.Name && (have.UID == "" || have.UID == want.UID) {
+		return nil
+	}
+	if have.Cluster == "" || have.Namespace == "" || have.Name == "" {
+		return fmt.Errorf("%s %s exists but nodeset did not make it (it has no %s, %s and %s tags): it is left alone, and NodeSet %s/%s gets no group while it exists",
+			kind, name, TagCluster, TagNamespace, TagNodeSet, want.Namespace, want.Name)
+	}
+	return fmt.Errorf("%s %s belongs to NodeSet %s/%s (UID %s) of cluster %s, not to NodeSet %s/%s (UID %s) of cluster %s: it is left alone "+
+		"(once its own NodeSet is gone, the orphan collection deletes it)",
+		kind, name, have.Namespace, have.Name, have.UID, have.Cluster, want.Namespace, want.Name, want.UID, want.Cluster)
+}
+
+// ValidateTags refuses the tags AWS would refuse on every group, launch
+// template, node group or instance the class makes: a key with the aws:
+// prefix (reserved for AWS, in any case), an empty key, a key longer than
+// 128 characters or a value longer than 256. field is the map's path.
+func ValidateTags(field string, tags map[string]string) error {
+	for _, key := range slices.Sorted(maps.Keys(tags)) {
+		switch keyField := field + "[" + key + "]"; {
+		case key == "":
+			return drivers.InvalidConfiguration(field, "a tag key cannot be empty")
+		case strings.HasPrefix(strings.ToLower(key), "aws:"):
+			return drivers.InvalidConfiguration(keyField, "the aws: prefix is reserved for AWS")
+		case utf8.RuneCountInString(key) > 128:
+			return drivers.InvalidConfiguration(keyField, "a tag key has at most 128 characters")
+		case utf8.RuneCountInString(tags[key]) > 256:
+			return drivers.InvalidConfiguration(keyField, "a tag value has at most 256 characters")
+		}
+	}
+	return nil
 }

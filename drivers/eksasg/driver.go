@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -173,6 +174,9 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 			return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksAutoscalingGroup.subnetIDs[%d]", i), "%q is not a subnet id (subnet-...)", subnet)
 		}
 	}
+	if err := awscloud.ValidateTags("spec.eksAutoscalingGroup.tags", s.Tags); err != nil {
+		return err
+	}
 	return validateInterruptions(s.Interruptions)
 }
 
@@ -202,6 +206,9 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 	if len(images.Images) == 0 {
 		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.imageID", "%s does not exist in %s", s.ImageID, s.Region)
 	}
+	if err := fitsImage(s.BlockDevices, images.Images[0]); err != nil {
+		return err
+	}
 	field, types := "spec.eksAutoscalingGroup.instanceType", []string{s.InstanceType}
 	if m := s.MixedInstances; m != nil {
 		field, types = "spec.eksAutoscalingGroup.mixedInstances.instanceTypes", m.InstanceTypes
@@ -218,6 +225,23 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 		// the class's error, not theirs.
 		if _, err := d.withCluster(ctx, class.Credentials, s); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// fitsImage refuses a volume smaller than the snapshot the image has for
+// its device: every launch would fail with it.
+func fitsImage(devices []nodesetv1alpha1.BlockDevice, image ec2types.Image) error {
+	for i, b := range devices {
+		for _, m := range image.BlockDeviceMappings {
+			if aws.ToString(m.DeviceName) != b.DeviceName || m.Ebs == nil || m.Ebs.VolumeSize == nil || b.VolumeSize == nil {
+				continue
+			}
+			if snapshot := aws.ToInt32(m.Ebs.VolumeSize); *b.VolumeSize < snapshot {
+				return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksAutoscalingGroup.blockDevices[%d].volumeSize", i),
+					"%d GiB is smaller than the %d GiB snapshot image %s has for %s", *b.VolumeSize, snapshot, aws.ToString(image.ImageId), b.DeviceName)
+			}
 		}
 	}
 	return nil
@@ -255,6 +279,8 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		return drivers.GroupStatus{}, err
 	}
 	minSize, maxSize := group.MinReplicas, max(group.MaxReplicas, group.Replicas)
+	owner := group.Owner
+	owner.Cluster = d.opts.Cluster // what the driver tags its groups with
 	// Most calls change nothing: answer them from the shared look at the
 	// region's groups.
 	if d.templateKnown(group.Name, group.TemplateHash) && d.hookKnown(group.Name, s.Interruptions) {
@@ -263,21 +289,31 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			return drivers.GroupStatus{}, err
 		}
 		if g, ok := v.groups[group.Name]; ok && g.Status == nil && aws.ToInt32(g.MinSize) == minSize &&
-			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= group.Replicas {
+			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= group.Replicas && rebalanceSuspended(g) {
+			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
+				return drivers.GroupStatus{}, err
+			}
 			return awscloud.StatusOf(group.Name, g, v.instances), nil
 		}
 	}
 	defer d.invalidate(s.Region, group.Class.Credentials)
+	// The group first: its launch template is not touched for a group that
+	// is not the owner's.
+	existing, err := awscloud.FindGroup(ctx, asg, group.Name)
+	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+		return drivers.GroupStatus{}, err
+	}
+	if existing != nil {
+		if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(existing.Tags), owner); err != nil {
+			return drivers.GroupStatus{}, err
+		}
+	}
 	if err := d.ensureLaunchTemplate(ctx, ec2c, group, s); err != nil {
 		return drivers.GroupStatus{}, err
 	}
 	d.mu.Lock()
 	d.templates[group.Name] = group.TemplateHash
 	d.mu.Unlock()
-	existing, err := awscloud.FindGroup(ctx, asg, group.Name)
-	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
-		return drivers.GroupStatus{}, err
-	}
 	if existing == nil {
 		input := &autoscaling.CreateAutoScalingGroupInput{
 			AutoScalingGroupName: aws.String(group.Name),
@@ -296,28 +332,42 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		} else {
 			input.LaunchTemplate = spec
 		}
-		if _, err := asg.CreateAutoScalingGroup(ctx, input); err != nil && !awscloud.IsCode(err, "AlreadyExists") {
+		if _, err := asg.CreateAutoScalingGroup(ctx, input); awscloud.IsCode(err, "AlreadyExists") {
+			// Made meanwhile: by an earlier call of ours, or by someone else.
+			if existing, err = awscloud.FindGroup(ctx, asg, group.Name); err != nil {
+				return drivers.GroupStatus{}, err
+			}
+			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(existing.Tags), owner); err != nil {
+				return drivers.GroupStatus{}, err
+			}
+		} else if err != nil {
 			return drivers.GroupStatus{}, awscloud.Classify("creating Auto Scaling group "+group.Name, err)
 		}
-		// nodeset, not AWS, decides which instances go.
-		if _, err := asg.SuspendProcesses(ctx, &autoscaling.SuspendProcessesInput{
-			AutoScalingGroupName: aws.String(group.Name), ScalingProcesses: []string{"AZRebalance"}}); err != nil {
-			return drivers.GroupStatus{}, awscloud.Classify("suspending AZRebalance on "+group.Name, err)
+		if err := suspendRebalance(ctx, asg, group.Name); err != nil {
+			return drivers.GroupStatus{}, err
 		}
 		if err := d.ensureHook(ctx, asg, group.Name, s.Interruptions); err != nil {
 			return drivers.GroupStatus{}, err
 		}
 	} else {
+		// Made by a call that died before it suspended AZRebalance, or
+		// resumed by someone since.
+		if !rebalanceSuspended(existing) {
+			if err := suspendRebalance(ctx, asg, group.Name); err != nil {
+				return drivers.GroupStatus{}, err
+			}
+		}
 		if err := d.ensureHook(ctx, asg, group.Name, s.Interruptions); err != nil {
 			return drivers.GroupStatus{}, err
 		}
-		if aws.ToInt32(existing.MinSize) != minSize || aws.ToInt32(existing.MaxSize) < maxSize {
-			if _, err := asg.UpdateAutoScalingGroup(ctx, &autoscaling.UpdateAutoScalingGroupInput{
-				AutoScalingGroupName: aws.String(group.Name),
-				MinSize:              aws.Int32(min(minSize, aws.ToInt32(existing.DesiredCapacity))),
-				MaxSize:              aws.Int32(max(maxSize, aws.ToInt32(existing.DesiredCapacity))),
-			}); err != nil {
-				return drivers.GroupStatus{}, awscloud.Classify("updating the bounds of "+group.Name, err)
+		if update := groupChanges(existing, group.Name, s); update != nil || aws.ToInt32(existing.MinSize) != minSize || aws.ToInt32(existing.MaxSize) < maxSize {
+			if update == nil {
+				update = launchedFrom(group.Name, s)
+			}
+			update.MinSize = aws.Int32(min(minSize, aws.ToInt32(existing.DesiredCapacity)))
+			update.MaxSize = aws.Int32(max(maxSize, aws.ToInt32(existing.DesiredCapacity)))
+			if _, err := asg.UpdateAutoScalingGroup(ctx, update); err != nil {
+				return drivers.GroupStatus{}, awscloud.Classify("updating Auto Scaling group "+group.Name, err)
 			}
 		}
 		if aws.ToInt32(existing.DesiredCapacity) < group.Replicas {
@@ -329,6 +379,67 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		}
 	}
 	return awscloud.GroupInstances(ctx, asg, ec2c, group.Name)
+}
+
+// launchedFrom is an update of the group that names what it launches from:
+// the launch template, in the mixed-instances policy when the class has one.
+func launchedFrom(name string, s *nodesetv1alpha1.EKSAutoscalingGroup) *autoscaling.UpdateAutoScalingGroupInput {
+	update := &autoscaling.UpdateAutoScalingGroupInput{AutoScalingGroupName: aws.String(name)}
+	spec := &asgtypes.LaunchTemplateSpecification{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")}
+	if m := s.MixedInstances; m != nil {
+		update.MixedInstancesPolicy = mixedInstances(spec, m)
+	} else {
+		update.LaunchTemplate = spec
+	}
+	return update
+}
+
+// groupChanges is the update that brings the group's own settings in step
+// with the class (what the launch template does not hold: the instance
+// types and spot settings of a mixed-instances policy, the subnets,
+// capacity rebalancing), or nil when they are.
+func groupChanges(g *asgtypes.AutoScalingGroup, name string, s *nodesetv1alpha1.EKSAutoscalingGroup) *autoscaling.UpdateAutoScalingGroupInput {
+	update, changed := launchedFrom(name, s), false
+	if m, have := s.MixedInstances, g.MixedInstancesPolicy; m == nil {
+		changed = have != nil
+	} else if have == nil || have.LaunchTemplate == nil || have.InstancesDistribution == nil {
+		changed = true
+	} else {
+		var types []string
+		for _, o := range have.LaunchTemplate.Overrides {
+			types = append(types, aws.ToString(o.InstanceType))
+		}
+		dist := have.InstancesDistribution
+		changed = !slices.Equal(types, m.InstanceTypes) ||
+			(m.OnDemandBaseCapacity != nil && aws.ToInt32(m.OnDemandBaseCapacity) != aws.ToInt32(dist.OnDemandBaseCapacity)) ||
+			(m.OnDemandPercentageAboveBaseCapacity != nil && aws.ToInt32(m.OnDemandPercentageAboveBaseCapacity) != aws.ToInt32(dist.OnDemandPercentageAboveBaseCapacity)) ||
+			(m.SpotAllocationStrategy != "" && m.SpotAllocationStrategy != aws.ToString(dist.SpotAllocationStrategy)) ||
+			(m.SpotMaxPrice != "" && m.SpotMaxPrice != aws.ToString(dist.SpotMaxPrice))
+	}
+	have := strings.Split(aws.ToString(g.VPCZoneIdentifier), ",")
+	if want := slices.Sorted(slices.Values(s.SubnetIDs)); !slices.Equal(slices.Sorted(slices.Values(have)), want) {
+		update.VPCZoneIdentifier, changed = aws.String(strings.Join(s.SubnetIDs, ",")), true
+	}
+	if s.CapacityRebalance != nil && *s.CapacityRebalance != aws.ToBool(g.CapacityRebalance) {
+		update.CapacityRebalance, changed = s.CapacityRebalance, true
+	}
+	if !changed {
+		return nil
+	}
+	return update
+}
+
+// suspendRebalance suspends AZRebalance on the group: nodeset, not AWS,
+// decides which instances go.
+func suspendRebalance(ctx context.Context, asg awscloud.AutoScaling, name string) error {
+	_, err := asg.SuspendProcesses(ctx, &autoscaling.SuspendProcessesInput{
+		AutoScalingGroupName: aws.String(name), ScalingProcesses: []string{"AZRebalance"}})
+	return awscloud.Classify("suspending AZRebalance on "+name, err)
+}
+
+// rebalanceSuspended reports whether AZRebalance is suspended on the group.
+func rebalanceSuspended(g *asgtypes.AutoScalingGroup) bool {
+	return slices.ContainsFunc(g.SuspendedProcesses, func(p asgtypes.SuspendedProcess) bool { return aws.ToString(p.ProcessName) == "AZRebalance" })
 }
 
 // DescribeGroup returns the group and its instances, or ErrNotFound.

@@ -160,3 +160,24 @@ func TestEveryBrokenClassGetsAVerdictNamingTheField(t *testing.T) {
 }
 
 func errorsIsInProgress(err error) bool { return errors.Is(err, drivers.ErrInProgress) }
+
+// rootDevice is the root device of the world's image and the size of its
+// snapshot.
+type rootDevice struct {
+	device string
+	size   int32
+}
+
+func (w *world) ec2ImageRoot(ctx context.Context) (rootDevice, error) {
+	out, err := w.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{ImageIds: []string{w.image}})
+	if err != nil {
+		return rootDevice{}, err
+	}
+	image := out.Images[0]
+	for _, m := range image.BlockDeviceMappings {
+		if aws.ToString(m.DeviceName) == aws.ToString(image.RootDeviceName) && m.Ebs != nil {
+			return rootDevice{device: aws.ToString(m.DeviceName), size: aws.ToInt32(m.Ebs.VolumeSize)}, nil
+		}
+	}
+	return rootDevice{}, errors.New("the image has no root EBS volume")
+}

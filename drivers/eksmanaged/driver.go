@@ -158,7 +158,7 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 	if s.ReleaseVersion != "" && s.Version == "" {
 		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.releaseVersion", "needs version (the Kubernetes version it is a release of)")
 	}
-	return nil
+	return awscloud.ValidateTags("spec.eksManagedNodeGroup.tags", s.Tags)
 }
 
 // ValidateCloud checks with read-only calls that the credentials Secret
@@ -379,9 +379,19 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		if err == nil && out.Nodegroup != nil {
 			return d.status(ctx, api, out.Nodegroup, nil)
 		}
-		return d.DescribeGroup(ctx, group.Class, group.Name)
+		// Made meanwhile: by an earlier call of ours, or by someone else.
+		if ng, err = describe(ctx, api.EKS, s.ClusterName, group.Name); err != nil {
+			return drivers.GroupStatus{}, err
+		}
+		if err := d.checkOwner(ng, group.Owner); err != nil {
+			return drivers.GroupStatus{}, err
+		}
+		return d.status(ctx, api, ng, nil)
 	}
 	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	if err := d.checkOwner(ng, group.Owner); err != nil {
 		return drivers.GroupStatus{}, err
 	}
 
@@ -424,6 +434,13 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		return drivers.GroupStatus{}, err
 	}
 	return d.status(ctx, api, ng, update)
+}
+
+// checkOwner refuses a node group whose tags name another owner than the
+// driver's cluster and owner's NodeSet (awscloud.CheckOwner).
+func (d *Driver) checkOwner(ng *ekstypes.Nodegroup, owner drivers.Owner) error {
+	owner.Cluster = d.opts.Cluster // what the driver tags its node groups with
+	return awscloud.CheckOwner("node group", aws.ToString(ng.NodegroupName), awscloud.OwnerFromTagMap(ng.Tags), owner)
 }
 
 // tagTemplateHash records on the node group the template hash its

@@ -183,6 +183,9 @@ func TestValidateRefusesConflictsBeforeAnyCall(t *testing.T) {
 		},
 		"spec.eksManagedNodeGroup.capacityType":   func(s *nodesetv1alpha1.EKSManagedNodeGroup) { s.CapacityType = "CAPACITY_BLOCK" },
 		"spec.eksManagedNodeGroup.releaseVersion": func(s *nodesetv1alpha1.EKSManagedNodeGroup) { s.ReleaseVersion = "1.37.2-20261101" },
+		"spec.eksManagedNodeGroup.tags[aws:eks:cluster-name]": func(s *nodesetv1alpha1.EKSManagedNodeGroup) {
+			s.Tags = map[string]string{"team": "a", "aws:eks:cluster-name": "other"}
+		},
 	} {
 		class := good()
 		mutate(class.Spec.EKSManagedNodeGroup)
@@ -273,6 +276,9 @@ func (f *fakeEKS) DescribeUpdate(_ context.Context, in *eks.DescribeUpdateInput,
 	return &eks.DescribeUpdateOutput{Update: &copied}, nil
 }
 
+// ngOwner is the NodeSet the fake's node group "ng" is tagged with.
+var ngOwner = drivers.Owner{Cluster: "e2e", Namespace: "team-a", Name: "web"}
+
 // managedWorld is a node group "ng" of the fake EKS whose Auto Scaling
 // group "ng-asg" is real, in moto, with two instances.
 func managedWorld(t *testing.T) (*world, *fakeEKS, *Driver) {
@@ -309,7 +315,7 @@ func TestManagedUpdateIsStartedTrackedAndResumed(t *testing.T) {
 	ctx := context.Background()
 	w, fake, d := managedWorld(t)
 	class := w.class() // version 1.37; the node group runs 1.36
-	group := drivers.Group{Name: "ng", Class: class, Replicas: 2, MaxReplicas: 5, TemplateHash: "h2"}
+	group := drivers.Group{Name: "ng", Owner: ngOwner, Class: class, Replicas: 2, MaxReplicas: 5, TemplateHash: "h2"}
 
 	// Without the Managed strategy the version change waits, and says so.
 	status, err := d.EnsureGroup(ctx, group)
@@ -365,7 +371,7 @@ func TestDegradedHealthIsReported(t *testing.T) {
 	fake.groups["ng"].Status = ekstypes.NodegroupStatusDegraded
 	fake.groups["ng"].Health = &ekstypes.NodegroupHealth{Issues: []ekstypes.Issue{{Code: ekstypes.NodegroupIssueCodeAsgInstanceLaunchFailures,
 		Message: aws.String("Could not launch On-Demand Instances. InsufficientInstanceCapacity"), ResourceIds: []string{"ng-asg"}}}}
-	status, err := d.EnsureGroup(ctx, drivers.Group{Name: "ng", Class: w.class(), Replicas: 2, MaxReplicas: 5})
+	status, err := d.EnsureGroup(ctx, drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 2, MaxReplicas: 5})
 	require.NoError(t, err)
 	assert.Equal(t, "DEGRADED", status.State)
 	assert.Equal(t, "AsgInstanceLaunchFailures: Could not launch On-Demand Instances. InsufficientInstanceCapacity (ng-asg)", status.Message)
@@ -373,7 +379,7 @@ func TestDegradedHealthIsReported(t *testing.T) {
 	// While EKS creates or updates the group, nothing is written.
 	fake.groups["ng"].Status = ekstypes.NodegroupStatusUpdating
 	fake.calls = nil
-	_, err = d.EnsureGroup(ctx, drivers.Group{Name: "ng", Class: w.class(), Replicas: 4, MaxReplicas: 5})
+	_, err = d.EnsureGroup(ctx, drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 4, MaxReplicas: 5})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"DescribeNodegroup"}, fake.calls)
 }
@@ -424,7 +430,7 @@ func TestTemplateHashTagFollowsTheConfiguration(t *testing.T) {
 	ctx := context.Background()
 	w, fake, d := managedWorld(t)
 	fake.groups["ng"].Version = aws.String("1.37")
-	group := drivers.Group{Name: "ng", Class: w.class(), Replicas: 2, MaxReplicas: 5, TemplateHash: "h1", Labels: map[string]string{"tier": "web"}}
+	group := drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 2, MaxReplicas: 5, TemplateHash: "h1", Labels: map[string]string{"tier": "web"}}
 
 	_, err := d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
