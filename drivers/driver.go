@@ -34,6 +34,16 @@ type Owner struct {
 	UID types.UID
 }
 
+// Matches reports whether a cloud resource tagged with owner o belongs to
+// the NodeSet want: the same cluster, namespace and name, and the same UID
+// unless the resource records none (made before UIDs were recorded). A
+// group's name comes from the cluster, namespace and name alone, so a
+// resource under the name the controller chose may be another's: the
+// NodeSet's predecessor under the same name, or one made by hand.
+func (o Owner) Matches(want Owner) bool {
+	return o.Cluster == want.Cluster && o.Namespace == want.Namespace && o.Name == want.Name && (o.UID == "" || o.UID == want.UID)
+}
+
 // Class is the effective configuration of a machine: the NodeClass's driver
 // section with the NodeSet's permitted overrides merged in.
 type Class struct {

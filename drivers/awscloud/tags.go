@@ -48,7 +48,7 @@ func OwnerFromTagMap(tags map[string]string) drivers.Owner {
 // collide, a group made by hand. Acting on it would resize it, give it
 // another launch template and report its instances as want's.
 func CheckOwner(kind, name string, have, want drivers.Owner) error {
-	if have.Cluster == want.Cluster && have.Namespace == want.Namespace && have.Name == want.Name && (have.UID == "" || have.UID == want.UID) {
+	if have.Matches(want) {
 		return nil
 	}
 	if have.Cluster == "" || have.Namespace == "" || have.Name == "" {

@@ -262,11 +262,28 @@ func (c *Controller) deleteGroup(ctx context.Context, set *nodesetv1alpha1.NodeS
 		c.groups.AddAfter(key, 2*time.Second)
 		return nil
 	}
+	owner := drivers.Owner{Cluster: c.opts.Cluster, Namespace: set.Namespace, Name: set.Name, UID: set.UID}
 	start := c.opts.Now()
+	found, err := driver.DescribeGroup(ctx, class, groupName)
+	c.metrics.driverCall(driver.Name(), opDescribeGroup, start, err)
+	switch {
+	case errors.Is(err, drivers.ErrNotFound):
+	case err != nil:
+		return err
+	case !found.Owner.Matches(owner):
+		// Another's group under this set's name (this set's predecessor,
+		// one made by hand): never this set's to delete. Its own set, or
+		// the orphan collection, takes it away.
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonGroupFailed,
+			"Cloud group %s belongs to NodeSet %s/%s (UID %s) of cluster %s, not to this one: it is left alone", groupName,
+			found.Owner.Namespace, found.Owner.Name, found.Owner.UID, found.Owner.Cluster)
+		return c.releaseGroup(ctx, set)
+	}
+	start = c.opts.Now()
 	if err := c.mayAct(opDeleteGroup); err != nil {
 		return err
 	}
-	err := driver.DeleteGroup(ctx, class, groupName)
+	err = driver.DeleteGroup(ctx, class, groupName)
 	c.metrics.driverCall(driver.Name(), opDeleteGroup, start, err)
 	if errors.Is(err, drivers.ErrInProgress) {
 		c.groups.AddAfter(key, 2*time.Second)
@@ -277,8 +294,14 @@ func (c *Controller) deleteGroup(ctx context.Context, set *nodesetv1alpha1.NodeS
 		return err
 	}
 	c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonGroupDeleted, "Deleted cloud group %s", groupName)
+	return c.releaseGroup(ctx, set)
+}
+
+// releaseGroup removes the set's group finalizer: its group is gone, or
+// was never its own.
+func (c *Controller) releaseGroup(ctx context.Context, set *nodesetv1alpha1.NodeSet) error {
 	set.Finalizers = nodeutil.WithoutString(set.Finalizers, nodesetv1alpha1.FinalizerGroup)
-	_, err = c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+	_, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -452,4 +453,23 @@ func TestABrokenEditNeverKeepsAMachineFromGoing(t *testing.T) {
 	require.NoError(t, g.sync("ip-100"))
 	assert.Len(t, g.group.terminated, 1, "the machine went")
 	assert.NotContains(t, g.get("ip-100").Finalizers, nodesetv1alpha1.FinalizerTermination)
+}
+
+// TestADeletedSetNeverDeletesAnothersGroup: the group under a deleted
+// set's name belongs to another NodeSet (its predecessor under the same
+// name, whose Nodes may still run in it): the set goes, the group stays.
+func TestADeletedSetNeverDeletesAnothersGroup(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	require.NoError(t, g.syncGroup())
+	groupName := g.group.ensured[0].Name
+	g.group.groups[groupName].Owner.UID = "uid-of-the-predecessor"
+	set := g.getSet()
+	set.DeletionTimestamp = &metav1.Time{Time: testNow}
+	require.NoError(t, g.setIndexer.Update(set))
+	g.deleteCache("ip-100")
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web"))
+	assert.Empty(t, g.group.deleted, "another's group is left alone")
+	assert.Contains(t, g.group.groups, groupName)
+	assert.NotContains(t, g.getSet().Finalizers, nodesetv1alpha1.FinalizerGroup, "the set is not held for it")
+	assert.Contains(t, strings.Join(g.events(), "\n"), "belongs to NodeSet team-a/web (UID uid-of-the-predecessor)")
 }
