@@ -367,7 +367,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			Taints:             taints(s, group),
 			Tags:               d.tags(group.Owner, group.TemplateHash, s.Tags),
 			ScalingConfig:      &ekstypes.NodegroupScalingConfig{MinSize: aws.Int32(minSize), MaxSize: aws.Int32(maxSize), DesiredSize: aws.Int32(group.Replicas)},
-			ClientRequestToken: aws.String(token(group.Name, group.TemplateHash)),
+			ClientRequestToken: aws.String(token(group)),
 		}
 		if r := s.RemoteAccess; r != nil {
 			input.RemoteAccess = &ekstypes.RemoteAccessConfig{Ec2SshKey: optional(r.EC2SSHKey), SourceSecurityGroups: r.SourceSecurityGroups}
@@ -422,7 +422,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			return status, err
 		}
 		version.ClusterName, version.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
-		version.ClientRequestToken = aws.String(token(group.Name, group.TemplateHash))
+		version.ClientRequestToken = aws.String(token(group))
 		out, err := api.EKS.UpdateNodegroupVersion(ctx, version)
 		if err != nil {
 			return drivers.GroupStatus{}, classify("updating the version of node group "+group.Name, err)
@@ -461,9 +461,12 @@ func (d *Driver) tagTemplateHash(ctx context.Context, api API, ng *ekstypes.Node
 }
 
 // token is the idempotency token of a create or version update of the
-// group at a template hash: a retry after a lost answer makes nothing twice.
-func token(name, hash string) string {
-	t := name + "-" + hash
+// group at a template hash: a retry after a lost answer makes nothing
+// twice. It names the NodeSet's UID too (kept whole when the token is cut
+// to EKS's 64 characters), so that a NodeSet made again under the same
+// name and template never gets its predecessor's answer back.
+func token(group drivers.Group) string {
+	t := group.Name + "-" + group.TemplateHash + "-" + string(group.Owner.UID)
 	if len(t) > 64 {
 		t = t[len(t)-64:]
 	}

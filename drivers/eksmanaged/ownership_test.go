@@ -2,6 +2,7 @@ package eksmanaged
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -65,4 +66,17 @@ func TestANodeGroupOfAnotherOwnerIsNeverTakenOver(t *testing.T) {
 	status, err := d.EnsureGroup(ctx, drivers.Group{Name: name, Owner: owner, Class: class, Replicas: 1, MaxReplicas: 5, TemplateHash: "h1"})
 	require.NoError(t, err, "its own NodeSet still runs it")
 	assert.EqualValues(t, 1, status.DesiredSize)
+}
+
+// TestTokensAreTheNodeSets: the idempotency token of a create names the
+// NodeSet's UID, so a NodeSet made again under the same name and template
+// is a new request to EKS, not a retry of its predecessor's.
+func TestTokensAreTheNodeSets(t *testing.T) {
+	group := drivers.Group{Name: strings.Repeat("g", 100), TemplateHash: "abcdef1234",
+		Owner: drivers.Owner{Namespace: "team-a", Name: "web", UID: "6f1c3b9e-0d4e-4c8f-9a51-2b7d8e0f1a23"}}
+	first := token(group)
+	assert.LessOrEqual(t, len(first), 64, "EKS's limit")
+	assert.Equal(t, first, token(group), "the same for a retry")
+	group.Owner.UID = "0a9b8c7d-6e5f-4a3b-2c1d-0e9f8a7b6c5d"
+	assert.NotEqual(t, first, token(group), "another for the NodeSet made again")
 }
