@@ -53,6 +53,11 @@ type Record struct {
 	Provisioned bool
 	// CreatedAt is when the record was first written, as Unix seconds.
 	CreatedAt int64
+	// Credentials are the class's credential values the machine was made
+	// with. Config may quote them after the class's Secret has changed, so
+	// the driver keeps scrubbing them from the machine's plugin text after
+	// a restart. A Store keeps them secret.
+	Credentials map[string][]byte
 	// Version is the store's version of the record as it was read or last
 	// written (a Secret's resourceVersion); empty for one not stored yet.
 	Version string
@@ -425,7 +430,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 		return "", err
 	}
 	providerID := ProviderID(dm.DriverName, machine.Name)
-	record, err := d.store.Get(ctx, machine.Name)
+	record, err := d.record(ctx, machine.Name)
 	switch {
 	case err == nil && record.Created && record.Provisioned:
 		return providerID, nil
@@ -469,7 +474,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 	if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
 		return "", err
 	}
-	record = Record{Name: machine.Name, Plugin: dm.DriverName, Owner: machine.Owner, CreatedAt: time.Now().Unix()}
+	record = Record{Name: machine.Name, Plugin: dm.DriverName, Owner: machine.Owner, CreatedAt: time.Now().Unix(), Credentials: machine.Class.Credentials}
 	err = d.withPlugin(ctx, dm.DriverName, d.baseConfig(machine.Name), func(p Plugin) error {
 		if err := p.SetConfigFromFlags(values); err != nil {
 			return drivers.InvalidConfiguration("spec.dockerMachine.options", "plugin %s refused the options: %v", BinaryName(dm.DriverName), err)
@@ -581,7 +586,7 @@ func (d *Driver) Delete(ctx context.Context, class drivers.Class, name string) e
 }
 
 func (d *Driver) delete(ctx context.Context, name string) error {
-	record, err := d.store.Get(ctx, name)
+	record, err := d.record(ctx, name)
 	if errors.Is(err, drivers.ErrNotFound) {
 		if err := d.removeMachineDir(name); err != nil {
 			return err
@@ -638,6 +643,16 @@ func machineGone(err error) bool {
 	return false
 }
 
+// record is the machine's record from the store. The credentials it was
+// made with are scrubbed from plugin text from then on.
+func (d *Driver) record(ctx context.Context, name string) (Record, error) {
+	record, err := d.store.Get(ctx, name)
+	if err == nil {
+		remember(record.Credentials)
+	}
+	return record, err
+}
+
 // Get reports the machine's state as its plugin sees it.
 func (d *Driver) Get(ctx context.Context, class drivers.Class, name string) (drivers.MachineStatus, error) {
 	remember(class.Credentials)
@@ -646,7 +661,7 @@ func (d *Driver) Get(ctx context.Context, class drivers.Class, name string) (dri
 }
 
 func (d *Driver) get(ctx context.Context, name string) (drivers.MachineStatus, error) {
-	record, err := d.store.Get(ctx, name)
+	record, err := d.record(ctx, name)
 	if err != nil {
 		return drivers.MachineStatus{}, err
 	}
@@ -681,6 +696,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.MachineStatus, error) {
 	}
 	out := make([]drivers.MachineStatus, 0, len(records))
 	for _, r := range records {
+		remember(r.Credentials)
 		st := drivers.MachineRunning
 		if !r.Created {
 			st = drivers.MachinePending

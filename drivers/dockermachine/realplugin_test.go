@@ -19,6 +19,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/redact"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -253,5 +254,32 @@ func TestPluginTextIsScrubbed(t *testing.T) {
 			assert.NotContains(t, text, planted, name)
 		}
 	}
+	assertNoPluginLeft(t)
+}
+
+// TestOldCredentialsStayScrubbedAfterARestart: a machine's plugin keeps
+// the credential values it was made with in its saved configuration, and
+// may quote them long after the class's Secret has changed. A node
+// controller started after the change never saw the old values in a
+// Secret; it learns them from the machine's record, and scrubs them.
+func TestOldCredentialsStayScrubbedAfterARestart(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	const old = "old-token-Hk29vLq7"
+	class := fakeClass(dir, map[string]string{"fake-echo": "true", "fake-fail-remove": "true"})
+	class.Credentials = map[string][]byte{"token": []byte(old)}
+	_, err := d.Create(ctx, drivers.Machine{Name: "rotated-1", Class: class})
+	require.NoError(t, err)
+
+	// The Secret is rotated, and the node controller restarts: it knows
+	// no credential value but the new one.
+	credentialValues = redact.Set{}
+	class.Credentials = map[string][]byte{"token": []byte("new-token-Pw31xZa5")}
+	restarted := New(Options{Store: store, Joiner: &fakeJoiner{}, StorePath: d.storePath})
+	err = restarted.Delete(ctx, class, "rotated-1")
+	require.ErrorContains(t, err, "fake: cannot remove machine rotated-1 with token=")
+	assert.NotContains(t, err.Error(), old)
+	assert.Contains(t, err.Error(), "[redacted:token]")
 	assertNoPluginLeft(t)
 }

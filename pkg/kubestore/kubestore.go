@@ -41,6 +41,9 @@ const (
 	keyCreated   = "created"
 	keyProvision = "provisioned"
 	keyCreatedAt = "createdAt"
+	// keyCredentials holds the credential values the machine was made
+	// with, as JSON (a map of key to base64 value).
+	keyCredentials = "credentials.json"
 )
 
 // MachineRecords keeps docker-machine records as Secrets (a plugin's saved
@@ -86,6 +89,11 @@ func recordFrom(secret *corev1.Secret) (dockermachine.Record, error) {
 		Version:     secret.ResourceVersion,
 	}
 	r.CreatedAt, _ = strconv.ParseInt(string(secret.Data[keyCreatedAt]), 10, 64)
+	if credentials := secret.Data[keyCredentials]; len(credentials) > 0 {
+		if err := json.Unmarshal(credentials, &r.Credentials); err != nil {
+			return r, fmt.Errorf("secret %s/%s: %s: %w", secret.Namespace, secret.Name, keyCredentials, err)
+		}
+	}
 	if owner := secret.Annotations[AnnotationOwner]; owner != "" {
 		if err := json.Unmarshal([]byte(owner), &r.Owner); err != nil {
 			return r, fmt.Errorf("secret %s/%s: owner: %w", secret.Namespace, secret.Name, err)
@@ -99,6 +107,10 @@ func recordFrom(secret *corev1.Secret) (dockermachine.Record, error) {
 // at its Version (a conflict if it changed, not found if it went).
 func (s MachineRecords) Put(ctx context.Context, r *dockermachine.Record) error {
 	owner, err := json.Marshal(r.Owner)
+	if err != nil {
+		return err
+	}
+	credentials, err := json.Marshal(r.Credentials)
 	if err != nil {
 		return err
 	}
@@ -126,6 +138,9 @@ func (s MachineRecords) Put(ctx context.Context, r *dockermachine.Record) error 
 			keyProvision: []byte(strconv.FormatBool(r.Provisioned)),
 			keyCreatedAt: []byte(strconv.FormatInt(r.CreatedAt, 10)),
 		},
+	}
+	if len(r.Credentials) > 0 {
+		secret.Data[keyCredentials] = credentials
 	}
 	var written *corev1.Secret
 	if r.Version == "" {

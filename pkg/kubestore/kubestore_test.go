@@ -37,7 +37,8 @@ func TestMachineRecords(t *testing.T) {
 	assert.ErrorIs(t, err, drivers.ErrNotFound)
 
 	record := dockermachine.Record{Name: "web-abcde", Plugin: "fake", Config: []byte(`{"MachineName":"web-abcde"}`),
-		Owner: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web", UID: "u1"}, CreatedAt: 1700000000}
+		Owner: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web", UID: "u1"}, CreatedAt: 1700000000,
+		Credentials: map[string][]byte{"token": []byte("s3cret\n")}}
 	require.NoError(t, store.Put(ctx, &record))
 	assert.NotEmpty(t, record.Version, "Put sets the version it wrote")
 	before := record

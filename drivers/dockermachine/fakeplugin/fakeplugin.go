@@ -13,8 +13,9 @@
 // line of <fake-dir>/calls.log, which names the node controller (by process
 // ID) that made the call. For the failures of real plugins, fake-chatter
 // prints one line of that many bytes to its stdout and stderr in Create,
-// and fake-hang-create makes Create never return (once it has written
-// <fake-dir>/<name>.hanging).
+// fake-hang-create makes Create never return (once it has written
+// <fake-dir>/<name>.hanging), and fake-fail-remove makes Remove fail (with
+// the values it was given, under fake-echo).
 package fakeplugin
 
 import (
@@ -68,6 +69,7 @@ type Driver struct {
 	Echo       bool
 	Chatter    int
 	HangCreate bool
+	FailRemove bool
 }
 
 // New returns an unconfigured plugin driver.
@@ -95,6 +97,7 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.BoolFlag{Name: "fake-echo", Usage: "quote every value given in output and errors"},
 		mcnflag.IntFlag{Name: "fake-chatter", Usage: "bytes of the one line Create prints to stdout and stderr"},
 		mcnflag.BoolFlag{Name: "fake-hang-create", Usage: "make Create never return"},
+		mcnflag.BoolFlag{Name: "fake-fail-remove", Usage: "fail every Remove of a machine that exists"},
 	}
 }
 
@@ -117,6 +120,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.Echo = opts.Bool("fake-echo")
 	d.Chatter = opts.Int("fake-chatter")
 	d.HangCreate = opts.Bool("fake-hang-create")
+	d.FailRemove = opts.Bool("fake-fail-remove")
 	return nil
 }
 
@@ -223,6 +227,12 @@ func (d *Driver) GetState() (state.State, error) {
 
 // Remove deletes the machine's record; removing one that is gone is an error.
 func (d *Driver) Remove() error {
+	if _, err := os.Stat(d.path()); err == nil && d.FailRemove {
+		if d.Echo {
+			return fmt.Errorf("fake: cannot remove machine %s with %s", d.MachineName, d.echoed())
+		}
+		return fmt.Errorf("fake: cannot remove machine %s", d.MachineName)
+	}
 	if err := os.Remove(d.path()); err != nil {
 		return fmt.Errorf("fake: removing machine %s: %w", d.MachineName, err)
 	}
