@@ -67,6 +67,9 @@ func (o *options) create(ctx context.Context, name string, co *createOptions) er
 	default:
 		return fmt.Errorf(`--output must be "yaml" or "json", not %q`, co.output)
 	}
+	if co.replicas < 0 {
+		return fmt.Errorf("--replicas must be 0 or more")
+	}
 	c, err := o.clients()
 	if err != nil {
 		return err
