@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -302,8 +303,11 @@ func (o *options) status(ctx context.Context, c *clients, name string, events in
 	if events <= 0 {
 		return nil
 	}
+	// By UID, as kubectl describe does: Events outlive their object, and an
+	// earlier NodeSet of the same name is not this one.
 	list, err := c.kube.CoreV1().Events(c.namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=NodeSet,involvedObject.name=" + set.Name})
+		FieldSelector: fields.Set{"involvedObject.kind": "NodeSet", "involvedObject.name": set.Name,
+			"involvedObject.uid": string(set.UID)}.String()})
 	if err != nil {
 		fmt.Fprintf(out, "\nEvents: %s\n", err)
 		return nil
