@@ -19,7 +19,13 @@ cache="${NODESET_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/nodeset}"
 module_version() { grep -oE "^(require )?[[:space:]]*$1 v[^ ]+" "${mod}/go.mod" | awk '{print $NF}'; }
 k8s_version="$(module_version k8s.io/kubernetes)"
 etcd_version="$(module_version go.etcd.io/etcd/server/v3)"
-key="$(cat "${mod}/go.mod" "${mod}/go.sum" "${mod}/cmd/etcd/main.go" | sha256sum | cut -c1-12)"
+# The Kubernetes binaries report the pinned release as their version (what
+# kubectl version, Helm's kubeVersion check and clients' skew checks read),
+# as a release build does; without it they say v0.0.0-master.
+k8s_minor="$(echo "${k8s_version}" | cut -d. -f2)"
+version_pkg=k8s.io/component-base/version
+ldflags="-s -w -X ${version_pkg}.gitVersion=${k8s_version} -X ${version_pkg}.gitMajor=1 -X ${version_pkg}.gitMinor=${k8s_minor} -X ${version_pkg}.gitTreeState=clean"
+key="$( (cat "${mod}/go.mod" "${mod}/go.sum" "${mod}/cmd/etcd/main.go"; echo "${ldflags}") | sha256sum | cut -c1-12)"
 bin="${cache}/kube/${k8s_version}-etcd${etcd_version}-${key}/bin"
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
@@ -65,7 +71,7 @@ for b in "${binaries[@]}"; do
   # Print a dot every 15s so a long build is visibly alive.
   ( while sleep 15; do printf . >&2; done ) &
   ticker=$!
-  if ! go build -trimpath -ldflags="-s -w" -o "${bin}/${b}.tmp" "${pkgs[$b]}"; then
+  if ! go build -trimpath -ldflags="${ldflags}" -o "${bin}/${b}.tmp" "${pkgs[$b]}"; then
     kill "${ticker}" 2>/dev/null || true
     echo "kube-binaries: building ${b} failed" >&2
     exit 1

@@ -217,6 +217,23 @@ func TestScaleSubresource(t *testing.T) {
 	assert.Equal(t, got.Status.Selector, scale.Status.Selector)
 }
 
+// TestControlPlaneReportsItsRelease: the control plane's binaries say which
+// Kubernetes release they are, as a release build does, so that kubectl
+// version, Helm's kubeVersion check (the chart needs 1.30 or later) and
+// clients' version skew checks work against it.
+func TestControlPlaneReportsItsRelease(t *testing.T) {
+	disco, err := discovery.NewDiscoveryClientForConfig(framework.Shared(t).AdminConfig())
+	require.NoError(t, err)
+	info, err := disco.ServerVersion()
+	require.NoError(t, err)
+	assert.Regexp(t, `^v1\.\d+\.\d+$`, info.GitVersion)
+	assert.Equal(t, "1", info.Major)
+	assert.Equal(t, strings.Split(info.GitVersion, ".")[1], info.Minor)
+	out := kubectl(t, "version", "-o", "json")
+	assert.Contains(t, out, `"serverVersion"`)
+	assert.Contains(t, out, `"gitVersion": "`+info.GitVersion+`"`)
+}
+
 func TestKubectl(t *testing.T) {
 	out := kubectl(t, "explain", "nodeset.spec.strategy")
 	assert.Contains(t, out, "strategy says how nodes are replaced")
