@@ -123,6 +123,28 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	return status
 }
 
+// untilAvailable is how long until the first of the set's Ready Nodes that
+// is not yet available has been Ready for minReadySeconds, and whether
+// there is such a Node.
+func untilAvailable(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, now time.Time) (time.Duration, bool) {
+	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
+	if minReady == 0 {
+		return 0, false
+	}
+	var next time.Duration
+	found := false
+	for _, node := range plan.Active(nodes) {
+		since, ready := plan.ReadySince(node)
+		if !ready || plan.Available(node, minReady, now) {
+			continue
+		}
+		if wait := since.Add(minReady).Sub(now); !found || wait < next {
+			next, found = wait, true
+		}
+	}
+	return next, found
+}
+
 // maxUnavailable is how many nodes may be unavailable: the rolling update's
 // bound, 0 for the other strategies.
 func maxUnavailable(set *nodesetv1alpha1.NodeSet, replicas int32) int32 {
@@ -156,9 +178,6 @@ func (c *Controller) updateStatus(ctx context.Context, set *nodesetv1alpha1.Node
 	}
 	if err == nil {
 		c.statusWritten(key)
-	}
-	if err == nil && set.Spec.MinReadySeconds > 0 && status.ReadyReplicas > status.AvailableReplicas {
-		c.queue.AddAfter(set.Namespace+"/"+set.Name, time.Duration(set.Spec.MinReadySeconds)*time.Second)
 	}
 	return err
 }

@@ -98,6 +98,10 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		if old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); old != nil {
 			res.accepted = *old
 		}
+		// The current template is not known until then: the status keeps
+		// the one it recorded (else every Node would count as outdated and
+		// the set look mid-rollout), and claims no new generation.
+		res.templateHash = set.Status.TemplateHash
 		c.queue.AddAfter(key, time.Second)
 	} else if res.accepted.Status != metav1.ConditionTrue {
 		old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
@@ -109,11 +113,17 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return err
 	}
 	status := computeStatus(set, &res, nodes, manageErr, c.now())
-	if res.accepted.Status == metav1.ConditionTrue && !observed {
+	if res.revalidating || (res.accepted.Status == metav1.ConditionTrue && !observed) {
 		// The creations and deletions for this generation are not decided
 		// until the earlier ones are observed: observedGeneration says a
 		// sync has looked at the spec and acted on it (or decided not to).
 		status.ObservedGeneration = set.Status.ObservedGeneration
+	}
+	if wait, ok := untilAvailable(set, nodes, c.now()); ok {
+		// Nothing about the Node changes when it has been Ready for
+		// minReadySeconds: the set is looked at again then, whatever this
+		// sync wrote, so a rollout waiting for it goes on.
+		c.queue.AddAfter(key, wait)
 	}
 	if err := c.updateStatus(ctx, set, status); err != nil {
 		return err
@@ -162,6 +172,9 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 		victims := p.Remove[:min(len(p.Remove), c.burst)]
 		if p.Replacing {
 			for _, v := range victims {
+				if v.Labels[nodesetv1alpha1.LabelTemplateHash] == res.templateHash {
+					continue // on the delete list: going, not replaced
+				}
 				c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonReplacingNode,
 					"Replacing outdated node %s (template %s, current %s)", v.Name, v.Labels[nodesetv1alpha1.LabelTemplateHash], res.templateHash)
 			}

@@ -1,0 +1,102 @@
+package nodeset
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// TestClassRevalidationKeepsTheRolloutStatus: while the node controller
+// validates an edit of the class, the current template is not known. The
+// set's status keeps the template hash it recorded, so its up-to-date Nodes
+// stay up to date (no UP-TO-DATE 0, no rolling update that is not there,
+// which cluster-autoscaler would also read), and observedGeneration does
+// not claim a generation nothing was decided for.
+func TestClassRevalidationKeepsTheRolloutStatus(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	nodes := []*corev1.Node{
+		setNode(t, set, class, "web-a", time.Hour, true),
+		setNode(t, set, class, "web-b", time.Hour, true),
+		setNode(t, set, class, "web-c", time.Hour, true),
+	}
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	before := f.status()
+	require.NotEmpty(t, before.TemplateHash)
+	require.EqualValues(t, 3, before.UpdatedReplicas)
+
+	edited := class.DeepCopy()
+	edited.Generation = 2 // its Valid condition is of generation 1
+	tenantEdit := set.DeepCopy()
+	tenantEdit.Generation = 3
+	tenantEdit.Status = before
+	f = newFixture(t, edited, tenantEdit, nodes...)
+	require.NoError(t, f.sync())
+	after := f.status()
+	assert.Equal(t, before.TemplateHash, after.TemplateHash, "the recorded template stays")
+	assert.EqualValues(t, 3, after.UpdatedReplicas, "the Nodes are no more outdated than they were")
+	assert.EqualValues(t, 2, after.ObservedGeneration, "generation 3 is not acted on until the class is validated")
+	progressing := findCondition(after.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, progressing)
+	assert.Equal(t, ReasonComplete, progressing.Reason, progressing.Message)
+}
+
+// TestMinReadySecondsWaitIsTimed: a rollout waits for a new Node to be
+// available (Ready for minReadySeconds); nothing about the Node changes
+// when that moment passes, so the set is synced again then, also when the
+// sync wrote no status (a controller that just took over finds the status
+// it would write already there).
+func TestMinReadySecondsWaitIsTimed(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(1)
+	set.Spec.MinReadySeconds = 3600
+	node := setNode(t, set, class, "web-a", time.Hour, true)
+	node.Status.Conditions[0].LastTransitionTime = metav1.NewTime(testNow.Add(-time.Hour + time.Second)) // available in 1s
+	f := newFixture(t, class, set, node)
+	require.NoError(t, f.sync())
+	written := f.status()
+	require.EqualValues(t, [2]int32{1, 0}, [2]int32{written.ReadyReplicas, written.AvailableReplicas})
+	require.Eventually(t, func() bool { return f.controller.queue.Len() == 1 }, 5*time.Second, 10*time.Millisecond,
+		"synced again when the Node becomes available, not minReadySeconds later")
+
+	takenOver := set.DeepCopy()
+	takenOver.Status = written
+	f = newFixture(t, class, takenOver, node)
+	require.NoError(t, f.sync())
+	for _, a := range f.nodesets.Actions() {
+		require.False(t, a.Matches("update", "nodesets"), "the status was already right")
+	}
+	assert.Eventually(t, func() bool { return f.controller.queue.Len() == 1 }, 5*time.Second, 10*time.Millisecond,
+		"synced again when the Node becomes available")
+}
+
+// TestOnlyOutdatedNodesAreCalledReplaced: a Node on the set's delete list
+// goes during a rollout too; it is of the current template, so no Event
+// says it is an outdated Node being replaced.
+func TestOnlyOutdatedNodesAreCalledReplaced(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	current := setNode(t, set, class, "web-current", time.Hour, true)
+	outdated := setNode(t, set, class, "web-outdated", 2*time.Hour, false)
+	outdated.Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
+	set.Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNodes: "web-current"}
+	f := newFixture(t, class, set, current, outdated)
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"web-current", "web-outdated"}, f.nodeDeletes())
+	var replacing []string
+	for len(f.recorder.Events) > 0 {
+		if event := <-f.recorder.Events; strings.Contains(event, ReasonReplacingNode) {
+			replacing = append(replacing, event)
+		}
+	}
+	require.Len(t, replacing, 1, "%q", replacing)
+	assert.Contains(t, replacing[0], "web-outdated")
+}
