@@ -39,6 +39,7 @@ const (
 	ReasonRegistrationTimeout = "RegistrationTimeout"
 	ReasonDrainStarted        = "DrainStarted"
 	ReasonEvictionBlocked     = "EvictionBlocked"
+	ReasonEvictionFailed      = "EvictionFailed"
 	ReasonDrainTimedOut       = "DrainTimedOut"
 	ReasonDrained             = "Drained"
 	ReasonDeprovisioned       = "Deprovisioned"

@@ -154,10 +154,11 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 	now := c.opts.Now()
 	deadline := started.Add(policy.timeout)
 	recheck := min(c.opts.DrainRecheck, deadline.Sub(now)+time.Second)
-	remaining, blocked, err := c.evictPods(ctx, node.Name)
+	evicted, err := c.evictPods(ctx, node.Name)
 	if err != nil {
 		return false, err
 	}
+	remaining := evicted.remaining
 	attached := 0
 	if policy.waitForDetached {
 		// The attach/detach controller lists what is still attached.
@@ -172,7 +173,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		}
 		c.queue.AddAfter(node.Name, recheck)
 		return false, nil
-	case remaining == 0:
+	case remaining == 0 && attached == 0:
 		c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
 		if c.drainConditionOf(node) != nil {
 			// Pods were evicted: say so. A Node that had nothing to drain
@@ -187,22 +188,30 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		if c.drainConditionOf(node) == nil {
 			c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; evicting %d pod(s) with a drain timeout of %s", remaining, policy.timeout)
 		}
-		msg := fmt.Sprintf("%d pod(s) left to evict, drain timeout at %s", remaining, deadline.UTC().Format(time.RFC3339))
-		if blocked > 0 {
-			klog.FromContext(ctx).V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", blocked)
+		msg := fmt.Sprintf("%d pod(s) left to evict", remaining)
+		if evicted.blocked > 0 {
+			klog.FromContext(ctx).V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", evicted.blocked)
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionBlocked,
-				"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", blocked, policy.timeout)
-			msg = fmt.Sprintf("%d pod(s) left to evict, %d held by a PodDisruptionBudget; drain timeout at %s",
-				remaining, blocked, deadline.UTC().Format(time.RFC3339))
+				"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", evicted.blocked, policy.timeout)
+			msg += fmt.Sprintf(", %d held by a PodDisruptionBudget", evicted.blocked)
 		}
+		if evicted.failed > 0 {
+			// Not a budget: the API server's reason is the only clue to
+			// what holds the drain (two budgets over one pod, a namespace
+			// being deleted, a webhook), so it is told, not only logged.
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionFailed,
+				"%d pod eviction(s) failed (%s); retrying until the drain timeout of %s", evicted.failed, evicted.failure, policy.timeout)
+			msg += fmt.Sprintf(", %d eviction(s) failed (%s)", evicted.failed, evicted.failure)
+		}
+		msg += "; drain timeout at " + deadline.UTC().Format(time.RFC3339)
 		if err := c.setDrainCondition(ctx, node, ReasonDraining, msg); err != nil {
 			return false, err
 		}
 		c.queue.AddAfter(node.Name, recheck)
 		return false, nil
 	case policy.onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
-		msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
-			"The machine is deprovisioned once they are gone.", remaining, policy.timeout)
+		msg := fmt.Sprintf("%s after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
+			"The machine is deprovisioned once they are gone.", leftOnNode(remaining, attached), policy.timeout)
 		if cond := c.drainConditionOf(node); cond == nil || cond.Reason != ReasonDrainTimedOut {
 			c.metrics.drains.WithLabelValues(drainTimedOutCordoned).Observe(now.Sub(started).Seconds())
 			c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
@@ -214,7 +223,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		c.queue.AddAfter(node.Name, time.Minute)
 		return false, nil
 	default:
-		msg := fmt.Sprintf("%d pod(s) still on the node after the drain timeout of %s; deprovisioning anyway", remaining, policy.timeout)
+		msg := fmt.Sprintf("%s after the drain timeout of %s; deprovisioning anyway", leftOnNode(remaining, attached), policy.timeout)
 		c.metrics.drains.WithLabelValues(drainTimedOut).Observe(now.Sub(started).Seconds())
 		c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
 		if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
@@ -222,6 +231,18 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		}
 		return true, nil
 	}
+}
+
+// leftOnNode says what a timed-out drain left: pods still on the node,
+// volumes still attached (counted only with drain.waitForVolumeDetach).
+func leftOnNode(pods, volumes int) string {
+	switch {
+	case volumes == 0:
+		return fmt.Sprintf("%d pod(s) still on the node", pods)
+	case pods == 0:
+		return fmt.Sprintf("%d volume(s) still attached", volumes)
+	}
+	return fmt.Sprintf("%d pod(s) still on the node and %d volume(s) still attached", pods, volumes)
 }
 
 // deprovision removes the drained Node's machine, and once the driver says
@@ -335,21 +356,34 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node) error {
 // restart goes straight to deprovisioning.
 const drainedAnnotation = nodesetv1alpha1.AnnotationDrainFinished
 
+// evictions is what a look at a draining Node's pods found.
+type evictions struct {
+	// remaining are the pods a drain moves still on the node.
+	remaining int
+	// blocked are the evictions a PodDisruptionBudget refused (429).
+	blocked int
+	// failed are the evictions refused for another reason; failure names
+	// the first, with the API server's answer.
+	failed  int
+	failure string
+}
+
 // evictPods asks the Eviction API to evict every pod on the node that a
 // drain should move (not mirror pods, not DaemonSet pods, not finished
-// pods). It returns how many such pods are still on the node and how many
-// evictions a PodDisruptionBudget refused.
-func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining, blocked int, err error) {
+// pods), and says how many are still there and which evictions were
+// refused.
+func (c *Controller) evictPods(ctx context.Context, nodeName string) (evictions, error) {
+	var out evictions
 	pods, err := c.pods.OnNode(ctx, nodeName)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	for i := range pods {
 		pod := &pods[i]
 		if !shouldEvict(pod) {
 			continue
 		}
-		remaining++
+		out.remaining++
 		if pod.DeletionTimestamp != nil {
 			continue // already going
 		}
@@ -357,12 +391,16 @@ func (c *Controller) evictPods(ctx context.Context, nodeName string) (remaining,
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
-			blocked++
+			out.blocked++
 		default:
 			klog.FromContext(ctx).V(2).Info("Eviction failed; will retry", "pod", klog.KObj(pod), "err", err)
+			if out.failed == 0 {
+				out.failure = fmt.Sprintf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
+			}
+			out.failed++
 		}
 	}
-	return remaining, blocked, nil
+	return out, nil
 }
 
 // evictWithoutRetries posts one eviction. A budget that refuses answers 429
