@@ -57,6 +57,26 @@ func TestNoDriverCallWhileNotSureToLead(t *testing.T) {
 		assert.Equal(t, []string{"web-a"}, f.driver.deletes)
 	})
 
+	t.Run("a lone Node's registration timeout", func(t *testing.T) {
+		node := setNode("static-a", "sim")
+		delete(node.Labels, nodesetv1alpha1.LabelNodeSet)
+		delete(node.Labels, nodesetv1alpha1.LabelNodeSetNamespace)
+		f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
+		f.controller.opts.MayAct = mayAct
+		leading = true
+		require.NoError(t, f.sync("static-a"))
+		require.Equal(t, 1, f.driver.creates)
+		f.events()
+		f.now = testNow.Add(10*time.Minute + time.Second) // never Ready: overdue
+		leading = false
+		require.ErrorIs(t, f.sync("static-a"), errNotLeading)
+		assert.Empty(t, f.driver.deletes, "the machine of a Node overdue is not replaced by a replica that may not lead")
+		assert.Empty(t, f.events(), "nor told about")
+		leading = true
+		require.NoError(t, f.sync("static-a"))
+		assert.Equal(t, []string{"static-a"}, f.driver.deletes)
+	})
+
 	t.Run("orphans", func(t *testing.T) {
 		f := newFixture(t, nil)
 		synced(f)

@@ -394,15 +394,26 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		// deprovisions this machine.
 		return c.remediate(ctx, node, class, ReasonRegistrationTimeout, msg)
 	}
-	c.recorder.Event(node, corev1.EventTypeWarning, ReasonRegistrationTimeout, msg)
 	machines, ok := driver.(drivers.MachineDriver)
+	if ok {
+		// A replica that is not sure it leads neither tells nor deletes.
+		if err := c.mayAct(opDelete); err != nil {
+			return err
+		}
+	}
+	c.recorder.Event(node, corev1.EventTypeWarning, ReasonRegistrationTimeout, msg)
 	if !ok {
 		return nil // a group's machine: only its NodeSet replaces it
 	}
 	klog.FromContext(ctx).Info("Registration timed out; replacing the machine", "timeout", timeout)
-	// A static node stays: remove its machine and provision a new one.
+	// A static node stays: remove its machine and provision a new one,
+	// with the class's credentials (which the driver scrubs from its errors).
+	machineClass, err := c.terminationClass(ctx, node, class)
+	if err != nil {
+		return err
+	}
 	start := c.opts.Now()
-	err := machines.Delete(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}, node.Name)
+	err = machines.Delete(ctx, machineClass, node.Name)
 	c.metrics.driverCall(driver.Name(), opDelete, start, err)
 	if err != nil {
 		if errors.Is(err, drivers.ErrInProgress) {
