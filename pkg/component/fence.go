@@ -22,17 +22,25 @@ import (
 // last successful renewal started less than the renew deadline ago; a
 // standby takes over no earlier than the lease duration after it saw that
 // renewal, so the difference is the margin for writes already on the wire.
+//
+// The age of the last renewal is the longer of what the monotonic clock and
+// the wall clock say: the monotonic clock keeps running while the process
+// is stopped but not while the machine is suspended (Linux CLOCK_MONOTONIC),
+// and the wall clock is stepped forward on resume, but may be set back.
 type fence struct {
 	deadline time.Duration
 	identity string
+	// wallNow reads the wall clock.
+	wallNow func() time.Time
 
-	mu      sync.Mutex
-	leading bool
-	renewed time.Time // monotonic: the clock keeps running while the process is stopped
+	mu          sync.Mutex
+	leading     bool
+	renewed     time.Time // with its monotonic reading
+	renewedWall time.Time // the same moment on the wall clock alone
 }
 
 func newFence(identity string, deadline time.Duration) *fence {
-	return &fence{identity: identity, deadline: deadline}
+	return &fence{identity: identity, deadline: deadline, wallNow: time.Now}
 }
 
 // open reports whether writes may go out now, and if not why.
@@ -42,7 +50,8 @@ func (f *fence) open() (bool, string) {
 	if !f.leading {
 		return false, "this replica does not lead"
 	}
-	if age := time.Since(f.renewed); age >= f.deadline {
+	age := max(time.Since(f.renewed), f.wallNow().Round(0).Sub(f.renewedWall))
+	if age >= f.deadline {
 		return false, fmt.Sprintf("its leader lease was last renewed %s ago, more than the renew deadline %s", age.Round(time.Millisecond), f.deadline)
 	}
 	return true, ""
@@ -61,7 +70,7 @@ func (f *fence) renewedAt(start time.Time) {
 	defer f.mu.Unlock()
 	f.leading = true
 	if start.After(f.renewed) {
-		f.renewed = start
+		f.renewed, f.renewedWall = start, start.Round(0)
 	}
 }
 
@@ -102,13 +111,15 @@ func (l *fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElection
 // memory: a leader paused past its lease wakes, reads its successor's
 // record, and would empty it, leaving two replicas with open fences (the
 // successor's until its next renewal fails) and the lease free for a third.
+// A release it sends closes the fence first: once the server has applied
+// it a standby may lead, before the answer is back.
 func (l *fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	if ler.HolderIdentity == "" {
 		l.mu.Lock()
 		ours := l.ours
 		l.mu.Unlock()
+		l.fence.close()
 		if !ours {
-			l.fence.close()
 			return errReleaseNotOurs
 		}
 	}

@@ -158,3 +158,64 @@ func TestFenceClosesOnceAnotherReplicaHolds(t *testing.T) {
 		})
 	}
 }
+
+// releaseWatcher is a lock that notes whether the fence let writes through
+// while a release (a record with no holder) was on its way to the server.
+type releaseWatcher struct {
+	resourcelock.Interface
+	fence          *fence
+	openDuringSend []bool
+}
+
+func (l *releaseWatcher) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	return &resourcelock.LeaderElectionRecord{HolderIdentity: "me"}, nil, nil
+}
+
+func (l *releaseWatcher) Update(_ context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if ler.HolderIdentity == "" {
+		l.openDuringSend = append(l.openDuringSend, l.fence.mayAct() == nil)
+	}
+	return nil
+}
+
+// TestFenceClosesBeforeTheReleaseIsSent: once the server has applied a
+// release, a standby may take the lease before the answer is back; the
+// replica that lets go stops writing before it sends the release, not
+// when the answer arrives.
+func TestFenceClosesBeforeTheReleaseIsSent(t *testing.T) {
+	ctx := context.Background()
+	f := newFence("me", time.Hour)
+	inner := &releaseWatcher{fence: f}
+	lock := f.lock(inner)
+	_, _, err := lock.Get(ctx)
+	require.NoError(t, err)
+	require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+	require.NoError(t, f.mayAct(), "leading, renewed")
+	require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: ""}))
+	assert.Equal(t, []bool{false}, inner.openDuringSend, "no write let through while the release is in flight")
+	require.Error(t, f.mayAct(), "released")
+}
+
+// TestFenceCountsTimeTheMachineWasSuspended: Go's monotonic clock (Linux
+// CLOCK_MONOTONIC) stops while the machine is suspended, and the wall
+// clock is stepped forward on resume. A leader whose machine slept past
+// its lease wakes with a fence that must be closed, though its monotonic
+// clock says only a moment passed since its last renewal.
+func TestFenceCountsTimeTheMachineWasSuspended(t *testing.T) {
+	ctx := context.Background()
+	f := newFence("me", time.Minute)
+	lock := f.lock(&stubLock{})
+	require.NoError(t, lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me"}))
+	require.NoError(t, f.mayAct(), "leading, renewed")
+	f.wallNow = func() time.Time { return time.Now().Round(0).Add(2 * time.Hour) } // slept two hours
+	var notLeading *NotLeadingError
+	require.ErrorAs(t, f.mayAct(), &notLeading, "the lease expired while the machine slept")
+	assert.Contains(t, notLeading.Error(), "renew deadline")
+
+	f.wallNow = func() time.Time { return time.Now().Round(0).Add(-2 * time.Hour) } // clock stepped back
+	require.NoError(t, f.mayAct(), "a wall clock set back does not stretch the fence: the monotonic age still counts")
+	f.mu.Lock()
+	f.renewed = time.Now().Add(-2 * time.Hour)
+	f.mu.Unlock()
+	require.Error(t, f.mayAct(), "the monotonic age past the deadline closes it, whatever the wall clock says")
+}
