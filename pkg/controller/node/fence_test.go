@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -77,6 +78,26 @@ func TestNoDriverCallWhileNotSureToLead(t *testing.T) {
 		assert.Equal(t, []string{"static-a"}, f.driver.deletes)
 	})
 
+	t.Run("registered", func(t *testing.T) {
+		f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+		observer := &observingDriver{recordingDriver: f.driver}
+		f.controller.registry[f.driver.Name()] = observer
+		f.controller.opts.MayAct = mayAct
+		leading = true
+		require.NoError(t, f.sync("web-a"))
+		require.NotEmpty(t, f.get("web-a").Spec.ProviderID)
+		ready, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), markReady(f.get("web-a")), metav1.UpdateOptions{})
+		require.NoError(t, err)
+		f.updateCache(ready)
+		f.controller.recorded.forget("web-a")
+		leading = false
+		require.ErrorIs(t, f.sync("web-a"), errNotLeading)
+		assert.Empty(t, observer.registered, "a replica that may not lead tells the driver nothing")
+		leading = true
+		require.NoError(t, f.sync("web-a"))
+		assert.Equal(t, []string{"web-a"}, observer.registered)
+	})
+
 	t.Run("orphans", func(t *testing.T) {
 		f := newFixture(t, nil)
 		synced(f)
@@ -120,4 +141,16 @@ func TestCredentialsOutsideTheirNamespaceSayTheRule(t *testing.T) {
 	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
 	assert.Contains(t, err.Error(), "credentials Secrets must be in the namespace its Role grants")
 	assert.NotContains(t, err.Error(), "no RBAC")
+}
+
+// observingDriver is a machine driver that keeps something until its
+// machine registers (as docker-machine keeps a bootstrap token).
+type observingDriver struct {
+	*recordingDriver
+	registered []string
+}
+
+func (d *observingDriver) Registered(_ context.Context, _ drivers.Class, name string) error {
+	d.registered = append(d.registered, name)
+	return nil
 }

@@ -91,6 +91,7 @@ const (
 	opTerminate     = "terminate-machine"
 	opDeleteGroup   = "delete-group"
 	opListGroups    = "list-groups"
+	opRegistered    = "registered"
 
 	opReceiveInterruptions = "receive-interruptions"
 	opAckInterruptions     = "ack-interruptions"

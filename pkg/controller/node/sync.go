@@ -433,6 +433,9 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 // out (nodeutil.RegisteredTaints; in memory, the caller writes it).
 func (c *Controller) liftStartupTaint(ctx context.Context, node *corev1.Node, className string, driver drivers.Driver) error {
 	if observer, ok := driver.(drivers.RegistrationObserver); ok {
+		if err := c.mayAct(opRegistered); err != nil {
+			return err
+		}
 		if err := observer.Registered(ctx, drivers.Class{Name: className}, node.Name); err != nil {
 			return fmt.Errorf("driver %s: after registration of %s: %w", driver.Name(), node.Name, err)
 		}
