@@ -269,9 +269,17 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 	}
 	notices := make([]drivers.Interruption, 0, len(out.Messages))
 	for _, m := range out.Messages {
-		n := ParseEvent([]byte(aws.ToString(m.Body)), maxDrain)
+		body := []byte(aws.ToString(m.Body))
+		n := ParseEvent(body, maxDrain)
 		if n.Lifecycle != nil {
-			n.Lifecycle.HeartbeatTimeout = HeartbeatTimeout(in)
+			// Classes of other heartbeat timeouts may share the queue: the
+			// action waits by its own group's hook, and no longer than
+			// Auto Scaling keeps an instance waiting with it.
+			heartbeat := d.groupHeartbeatTimeout(ctx, class, eventRegion(body, class.Spec.EKSAutoscalingGroup.Region), n.Lifecycle.Group)
+			n.Lifecycle.HeartbeatTimeout = heartbeat
+			if limit := n.Notice.Add(min(100*heartbeat, 48*time.Hour)); n.Deadline.After(limit) {
+				n.Deadline = limit
+			}
 		}
 		n.Receipt = aws.ToString(m.ReceiptHandle)
 		if n.ID == "" {
@@ -280,6 +288,55 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 		notices = append(notices, n)
 	}
 	return notices, nil
+}
+
+// groupHeartbeatTimeout is the heartbeat timeout of nodeset's hook on
+// group: as this process put or last saw it, else as Auto Scaling describes
+// it (in region, with the class's credentials), else the class's.
+func (d *Driver) groupHeartbeatTimeout(ctx context.Context, class drivers.Class, region, group string) time.Duration {
+	fallback := HeartbeatTimeout(interruptionsOf(class))
+	d.mu.Lock()
+	known := d.hooks[group]
+	d.mu.Unlock()
+	if known > 0 {
+		return time.Duration(known) * time.Second
+	}
+	if d.opts.Clients == nil {
+		return fallback
+	}
+	asg, _, err := d.opts.Clients(ctx, region, class.Credentials)
+	if err != nil {
+		return fallback
+	}
+	hooks, ok := asg.(LifecycleHooks)
+	if !ok {
+		return fallback
+	}
+	out, err := hooks.DescribeLifecycleHooks(ctx, &autoscaling.DescribeLifecycleHooksInput{
+		AutoScalingGroupName: aws.String(group), LifecycleHookNames: []string{HookName}})
+	if err != nil {
+		return fallback
+	}
+	for _, h := range out.LifecycleHooks {
+		if seconds := aws.ToInt32(h.HeartbeatTimeout); aws.ToString(h.LifecycleHookName) == HookName && seconds > 0 {
+			d.mu.Lock()
+			d.hooks[group] = seconds
+			d.mu.Unlock()
+			return time.Duration(seconds) * time.Second
+		}
+	}
+	return fallback
+}
+
+// eventRegion is the region of an EventBridge event, else fallback.
+func eventRegion(body []byte, fallback string) string {
+	var e struct {
+		Region string `json:"region"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Region == "" {
+		return fallback
+	}
+	return e.Region
 }
 
 // AckInterruptions deletes handled messages from the class's queue in

@@ -188,3 +188,54 @@ func TestInterruptionsThroughEventBridgeAndSQS(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, hooks.LifecycleHooks, fmt.Sprintf("%+v", hooks.LifecycleHooks))
 }
+
+// One queue may serve classes whose hooks have different heartbeat
+// timeouts; the consumer reads it through one of them. A lifecycle action
+// must be kept waiting by its own group's hook, or Auto Scaling lets the
+// instance go while its Node still drains.
+func TestLifecycleActionIsTimedByItsGroupsHook(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	q := framework.NewInterruptionQueue(t, w.endpoint, region, "shared-interruptions")
+	newDriver := func() *Driver {
+		return New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second,
+			Queues: func(context.Context, string, map[string][]byte) (Queues, error) { return q.SQS, nil }})
+	}
+	// The queue's consumer reads it through "patient"; the instance is of
+	// a group of "eager".
+	patient, eager := w.class(), w.class()
+	patient.Name, eager.Name = "patient", "eager"
+	patient.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL,
+		HeartbeatTimeout: &metav1.Duration{Duration: time.Hour}, MaxDrainTime: &metav1.Duration{Duration: 48 * time.Hour}}
+	eager.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL,
+		HeartbeatTimeout: &metav1.Duration{Duration: time.Minute}}
+	for _, class := range []drivers.Class{patient, eager} {
+		require.NoError(t, newDriver().Validate(ctx, class))
+	}
+	d := newDriver()
+	name := GroupName("prod", "team-b", "eager")
+	_, err := d.EnsureGroup(ctx, drivers.Group{Name: name, Owner: drivers.Owner{Cluster: "prod", Namespace: "team-b", Name: "eager"},
+		Class: eager, Replicas: 1, MaxReplicas: 3, TemplateHash: "h1"})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name   string
+		driver *Driver
+	}{{"the driver that put the hook", d}, {"a restarted driver", newDriver()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			notice := time.Now().UTC().Truncate(time.Second)
+			q.Put(t, framework.TerminateLifecycleAction(region, name, HookName, "i-0eee", "tok", notice))
+			var got []drivers.Interruption
+			for end := time.Now().Add(30 * time.Second); len(got) == 0 && time.Now().Before(end); {
+				got, err = tc.driver.ReceiveInterruptions(ctx, patient)
+				require.NoError(t, err)
+			}
+			require.Len(t, got, 1)
+			require.NotNil(t, got[0].Lifecycle)
+			assert.Equal(t, time.Minute, got[0].Lifecycle.HeartbeatTimeout, "the heartbeat timeout of the group's own hook")
+			assert.False(t, got[0].Deadline.After(got[0].Notice.Add(100*time.Minute)),
+				"deadline %s: Auto Scaling keeps the instance at most 100 heartbeat timeouts of its hook", got[0].Deadline.Sub(got[0].Notice))
+			require.NoError(t, tc.driver.AckInterruptions(ctx, patient, []string{got[0].Receipt}))
+		})
+	}
+}
