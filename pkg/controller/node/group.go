@@ -153,9 +153,14 @@ func (c *Controller) syncGroup(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	minSize, maxSize := size, size
+	// The group's minimum is 0, whatever the set's: Auto Scaling refuses a
+	// termination with decrement that would take the group below its
+	// minimum, and that is the only way nodeset lowers a group (a scale-down,
+	// a replacement, an interrupted or retiring instance). A minimum never
+	// makes Auto Scaling pick a victim; the desired size is what nodeset keeps.
+	minSize, maxSize := int32(0), size
 	if a := set.Spec.Autoscaling; a != nil {
-		minSize, maxSize = min(a.MinReplicas, size), max(a.MaxReplicas, size)
+		maxSize = max(a.MaxReplicas, size)
 	}
 	groupClass := drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}
 	if err := c.mayAct(opEnsureGroup); err != nil {

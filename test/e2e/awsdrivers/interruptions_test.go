@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/drivers/eksasg"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/test/framework"
@@ -52,21 +53,31 @@ type lifecycleRecorder struct {
 	// refused), so received messages stay on the queue.
 	refuseAcks bool
 	refused    int
+	// minSize answers TerminateInstanceInAutoScalingGroup as Auto Scaling
+	// does and moto does not: a decrement below the group's minimum size is
+	// a ValidationError.
+	minSize bool
 }
 
 func (r *lifecycleRecorder) start(t *testing.T, upstream string) string {
+	asg, _, err := awscloud.SDKClients(upstream)(context.Background(), region, awsCredentials)
+	require.NoError(t, err)
 	return framework.StartInterceptor(t, upstream, func(w http.ResponseWriter, req *http.Request, _ []byte, form url.Values) bool {
 		r.mu.Lock()
 		refuse := r.refuseAcks && req.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessageBatch"
 		if refuse {
 			r.refused++
 		}
+		minSize := r.minSize
 		r.mu.Unlock()
 		if refuse {
 			http.Error(w, `{"__type":"ServiceUnavailable","message":"refused by the test"}`, http.StatusServiceUnavailable)
 			return true
 		}
 		action := form.Get("Action")
+		if minSize && action == "TerminateInstanceInAutoScalingGroup" && form.Get("ShouldDecrementDesiredCapacity") == "true" {
+			return belowMinSize(w, asg, form.Get("InstanceId"))
+		}
 		if action != "CompleteLifecycleAction" && action != "RecordLifecycleActionHeartbeat" {
 			return false
 		}
@@ -82,6 +93,39 @@ func (r *lifecycleRecorder) start(t *testing.T, upstream string) string {
 		fmt.Fprintf(w, `<%[1]sResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><%[1]sResult/><ResponseMetadata><RequestId>00000000-0000-4000-8000-000000000001</RequestId></ResponseMetadata></%[1]sResponse>`, action)
 		return true
 	})
+}
+
+// belowMinSize answers a decrementing termination of instance with Auto
+// Scaling's ValidationError when its group is at its minimum size, and
+// reports whether it answered.
+func belowMinSize(w http.ResponseWriter, asg awscloud.AutoScaling, instance string) bool {
+	ctx := context.Background()
+	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{instance}})
+	if err != nil || len(found.AutoScalingInstances) == 0 {
+		return false
+	}
+	groups, err := asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+		AutoScalingGroupNames: []string{aws.ToString(found.AutoScalingInstances[0].AutoScalingGroupName)}})
+	if err != nil || len(groups.AutoScalingGroups) == 0 {
+		return false
+	}
+	g := groups.AutoScalingGroups[0]
+	if aws.ToInt32(g.DesiredCapacity) > aws.ToInt32(g.MinSize) {
+		return false
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	w.WriteHeader(http.StatusBadRequest)
+	fmt.Fprintf(w, `<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error><Type>Sender</Type><Code>ValidationError</Code>`+
+		`<Message>Currently, desiredSize equals minSize (%d). Terminating instance without replacement will violate group's min size constraint. `+
+		`Either set shouldDecrementDesiredCapacity flag to false or lower group's min size constraint.</Message></Error>`+
+		`<RequestId>00000000-0000-4000-8000-000000000002</RequestId></ErrorResponse>`, aws.ToInt32(g.MinSize))
+	return true
+}
+
+func (r *lifecycleRecorder) enforceMinSize() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.minSize = true
 }
 
 func (r *lifecycleRecorder) holdAcks(hold bool) {
@@ -473,4 +517,24 @@ func TestScheduledChangeAndStoppingInstanceAreDrainedAndReplaced(t *testing.T) {
 	assert.EqualValues(t, 1, e.metric(`nodeset_interruptions_received_total{kind="ScheduledChange"}`))
 	assert.EqualValues(t, 2, e.metric(`nodeset_interruptions_received_total{kind="StateChange"}`), "the running state is read, and nothing done for it")
 	assert.Zero(t, e.metric("nodeset_interruption_drains_unfinished_total"), "neither Node had pods to leave behind")
+}
+
+// Auto Scaling refuses a termination with decrement that takes a group
+// below its minimum size (moto does not; the test's proxy does). A NodeSet
+// without autoscaling keeps its group at its size: an instance taken out
+// ahead of an announced end must still go, and its replacement come up,
+// long before the end (a retirement is announced weeks ahead). The group's
+// minimum is 0 for that.
+func TestAnnouncedEndReplacesTheInstanceAtTheGroupsMinimumSize(t *testing.T) {
+	e, _ := newNoticeEnv(t)
+	e.lifecycle.enforceMinSize()
+	const ns = "retire-min"
+	group, nodes := e.spotSet(ns, "retire-min", "", 2)
+	retiring := nodes[0]
+	now := time.Now()
+	e.queue.Put(t, framework.ScheduledInstanceRetirement(region, path.Base(retiring.Spec.ProviderID), now, now.Add(14*24*time.Hour)))
+	e.waitFor("Node "+retiring.Name+" gone", time.Minute, func() (bool, string) { return e.nodeGone(retiring.Name), "still there" })
+	after := e.converged(ns, "web", group, 2, 2*time.Minute)
+	assert.NotContains(t, providerIDs(after), retiring.Spec.ProviderID)
+	assert.EqualValues(t, 2, e.replicas(ns))
 }
