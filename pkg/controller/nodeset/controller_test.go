@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -169,7 +171,7 @@ func TestScaleUpCreatesCompleteNodesOnce(t *testing.T) {
 	created := f.nodeCreates()
 	require.Len(t, created, 3)
 	for _, node := range created {
-		assert.Equal(t, "web-", node.GenerateName)
+		assert.Regexp(t, `^web-[bcdfghjklmnpqrstvwxz2456789]{5}$`, node.Name, "named as generateName would, by the controller")
 		assert.Equal(t, "team-a", node.Labels[nodesetv1alpha1.LabelNodeSetNamespace])
 		assert.Equal(t, "web", node.Labels[nodesetv1alpha1.LabelNodeSet])
 		assert.Equal(t, "sim", node.Labels[nodesetv1alpha1.LabelNodeClass])
@@ -321,7 +323,7 @@ func TestGroupFailureIsAReplicaFailure(t *testing.T) {
 func TestCreateFailureLowersExpectationsAndReports(t *testing.T) {
 	f := newFixture(t, validClass("sim"), newSet(4))
 	f.kube.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("apiserver says no")
+		return true, nil, apierrors.NewBadRequest("apiserver says no")
 	})
 	err := f.sync()
 	require.Error(t, err)
@@ -656,7 +658,8 @@ func TestRefusedCreateSaysTheSameEachTime(t *testing.T) {
 	f.kube.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {
 		attempt++
 		name := []string{"web-x7k2q", "web-b9zzt"}[attempt%2]
-		return true, nil, fmt.Errorf("Node %q is invalid: metadata.labels: Invalid value", name)
+		return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
+			Reason: metav1.StatusReasonInvalid, Message: fmt.Sprintf("Node %q is invalid: metadata.labels: Invalid value", name)}}
 	})
 	var messages []string
 	for range 2 {

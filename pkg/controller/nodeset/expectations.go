@@ -26,6 +26,10 @@ type expectations struct {
 type expectation struct {
 	creations int
 	deletions sets.Set[string]
+	// unknown are creations whose answer was lost (the Node may or may not
+	// be stored), by name, with when: counted in creations until a look
+	// at the API server settles each.
+	unknown   map[string]time.Time
 	timestamp time.Time
 }
 
@@ -46,6 +50,69 @@ func (e *expectations) satisfied(key string) bool {
 		return true
 	}
 	return e.expired(exp)
+}
+
+// expiresIn is how long until key's expectation expires, when it still
+// waits for writes to be observed.
+func (e *expectations) expiresIn(key string) (time.Duration, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	if !ok || (exp.creations <= 0 && exp.deletions.Len() == 0) || e.expired(exp) {
+		return 0, false
+	}
+	return exp.timestamp.Add(expectationsTTL).Sub(e.now()), true
+}
+
+// createUnknown records that the creation of the named Node, counted in
+// key's creations, may or may not have been stored.
+func (e *expectations) createUnknown(key, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok && !e.expired(exp) {
+		exp.unknown[name] = e.now()
+	}
+}
+
+// unknownCreates are key's creations of unknown outcome at least settle
+// old, and how long until the next younger one is; none once key's
+// expectation expired.
+func (e *expectations) unknownCreates(key string, settle time.Duration) (names []string, next time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	if !ok || e.expired(exp) {
+		return nil, 0
+	}
+	for name, at := range exp.unknown {
+		if wait := at.Add(settle).Sub(e.now()); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+			continue
+		}
+		names = append(names, name)
+	}
+	return names, next
+}
+
+// unknownSettled records what a look found of a creation of unknown
+// outcome: stored, it is observed as any other (by the informer); not
+// stored, it never will be.
+func (e *expectations) unknownSettled(key, name string, stored bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	if !ok {
+		return
+	}
+	if _, pending := exp.unknown[name]; !pending {
+		return
+	}
+	delete(exp.unknown, name)
+	if !stored && exp.creations > 0 {
+		exp.creations--
+	}
 }
 
 // expectCreations records that count more Node creations were issued for key.
@@ -72,7 +139,7 @@ func (e *expectations) expired(exp *expectation) bool {
 func (e *expectations) current(key string) *expectation {
 	exp, ok := e.items[key]
 	if !ok || e.expired(exp) {
-		exp = &expectation{deletions: sets.New[string]()}
+		exp = &expectation{deletions: sets.New[string](), unknown: map[string]time.Time{}}
 		e.items[key] = exp
 	}
 	exp.timestamp = e.now()

@@ -1,10 +1,18 @@
 package nodeset
 
 import (
+	"context"
+	"io"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
 
 	"nodeset.dev/nodeset/pkg/plan"
 )
@@ -63,4 +71,82 @@ func TestExpectationsClock(t *testing.T) {
 	e.deletionObserved(key, "web-a")
 	e.creationObserved(key)
 	assert.True(t, e.satisfied(key))
+}
+
+type afterRecorder struct {
+	workqueue.TypedRateLimitingInterface[string]
+	after map[string]time.Duration
+}
+
+func (q *afterRecorder) AddAfter(key string, d time.Duration) {
+	if old, ok := q.after[key]; !ok || d < old {
+		q.after[key] = d
+	}
+	q.TypedRateLimitingInterface.AddAfter(key, d)
+}
+
+// TestAWaitingSetIsLookedAtWhenItsExpectationsExpire: a creation the
+// informer never shows (the Node made and deleted while the watch was
+// down) holds the set for expectationsTTL, not until something else
+// happens to it.
+func TestAWaitingSetIsLookedAtWhenItsExpectationsExpire(t *testing.T) {
+	f := newFixture(t, validClass("sim"), newSet(1))
+	q := &afterRecorder{TypedRateLimitingInterface: f.controller.queue, after: map[string]time.Duration{}}
+	f.controller.queue = q
+	f.controller.expectations.expectCreations("team-a/web", 1)
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates(), "waiting")
+	due, ok := q.after["team-a/web"]
+	require.True(t, ok, "the set is looked at again when its expectations expire")
+	assert.LessOrEqual(t, due, expectationsTTL+2*time.Second)
+	assert.Greater(t, due, expectationsTTL-time.Minute, "not before they expire")
+}
+
+// TestACreateOfUnknownOutcomeIsNeverMadeTwice: the answer to a Node's
+// create is lost (kube-apiserver killed in the middle of it, a 504); the
+// Node may or may not be stored. Until the API server is asked for it by
+// name, the set makes no other; stored, it is the set's Node; not stored,
+// it is made again.
+func TestACreateOfUnknownOutcomeIsNeverMadeTwice(t *testing.T) {
+	lostAnswer := &url.Error{Op: "Post", URL: "https://apiserver/api/v1/nodes", Err: io.ErrUnexpectedEOF}
+	for _, tc := range []struct {
+		name   string
+		stored bool
+	}{
+		{"stored, its answer lost", true},
+		{"lost before it was stored", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, validClass("sim"), newSet(1))
+			now := testNow
+			f.controller.expectations.now = func() time.Time { return now }
+			lost := true
+			f.kube.PrependReactor("create", "nodes", func(action core.Action) (bool, runtime.Object, error) {
+				if !lost {
+					return false, nil, nil
+				}
+				lost = false
+				if tc.stored {
+					require.NoError(t, f.kube.Tracker().Add(action.(core.CreateAction).GetObject()))
+				}
+				return true, nil, lostAnswer
+			})
+			require.Error(t, f.sync())
+			require.NoError(t, f.sync(), "the retry, before the informer has caught up")
+			require.Len(t, f.nodeCreates(), 1, "no second create while the first is not settled")
+
+			now = now.Add(unknownCreateSettle)
+			require.NoError(t, f.sync())
+			nodes, err := f.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+			require.NoError(t, err)
+			if tc.stored {
+				assert.Len(t, f.nodeCreates(), 1, "stored: nothing made again")
+				assert.Len(t, nodes.Items, 1)
+				assert.False(t, f.controller.expectations.satisfied("team-a/web"), "waits for the informer to show it")
+				return
+			}
+			assert.Len(t, f.nodeCreates(), 2, "not stored: made again")
+			assert.Len(t, nodes.Items, 1)
+		})
+	}
 }

@@ -9,11 +9,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -66,6 +68,9 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return err
 	}
 	set := cached.DeepCopy()
+	if err := c.settleUnknownCreates(ctx, cached, key); err != nil {
+		return err
+	}
 	// Whether the set's earlier creations and deletions are all observed is
 	// asked before its Nodes are listed: asked after, a Node observed in
 	// between would be neither in the list nor expected, and be made again.
@@ -113,6 +118,12 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return err
 	}
 	status := computeStatus(set, &res, nodes, manageErr, c.now())
+	if wait, ok := c.expectations.expiresIn(key); !observed && ok {
+		// A write the informer never shows (made and undone while its
+		// watch was down) holds the set until its expectations expire,
+		// and no longer: it is looked at again then, whatever else happens.
+		c.queue.AddAfter(key, wait+time.Second)
+	}
 	if res.revalidating || (res.accepted.Status == metav1.ConditionTrue && !observed) {
 		// The creations and deletions for this generation are not decided
 		// until the earlier ones are observed: observedGeneration says a
@@ -279,18 +290,26 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 	logger := klog.FromContext(ctx)
 	c.expectations.expectCreations(key, count)
 	template := c.nodeTemplate(set, res)
+	var unknown atomic.Int64
 	created, err := slowStartBatch(count, slowStartInitialBatchSize, func() error {
+		node := template.DeepCopy()
+		node.Name = nodeName(set.Name)
 		return c.writeNode(ctx, func() error {
-			newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, template.DeepCopy(), metav1.CreateOptions{})
+			newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if err != nil {
+				if createOutcomeUnknown(err) {
+					c.expectations.createUnknown(key, node.Name)
+					unknown.Add(1)
+				}
 				return err
 			}
 			logger.V(2).Info("Created Node", "node", klog.KObj(newNode))
 			return nil
 		})
 	})
-	// Creations never attempted or failed will not be observed.
-	for range count - created {
+	// Creations never attempted or refused will not be observed; those of
+	// unknown outcome are settled by a later sync (settleUnknownCreates).
+	for range int64(count-created) - unknown.Load() {
 		c.expectations.creationObserved(key)
 	}
 	if created > 0 {
@@ -326,9 +345,63 @@ func (e *stableError) Unwrap() error { return e.err }
 // <nodeset>-<5 random characters>, it carries the set's labels, annotations
 // and taints, the startup taint and the termination finalizer, in one call.
 func (c *Controller) nodeTemplate(set *nodesetv1alpha1.NodeSet, res *resolution) *corev1.Node {
-	node := resolve.NewNode(&res.effective, res.class.Name, set, res.templateHash)
-	node.GenerateName = set.Name + "-"
-	return node
+	return resolve.NewNode(&res.effective, res.class.Name, set, res.templateHash)
+}
+
+// nodeName is a new name for a Node of the set, made as the API server's
+// generateName makes one (the set's name and "-", cut to 58 characters,
+// and five random characters of its alphabet), but here: a create whose
+// answer is lost can then be looked up by the name it asked for.
+func nodeName(set string) string {
+	prefix := set + "-"
+	if len(prefix) > maxGeneratedPrefix {
+		prefix = prefix[:maxGeneratedPrefix]
+	}
+	return prefix + utilrand.String(5)
+}
+
+// maxGeneratedPrefix is the API server's: 63 characters in all, and the
+// name is the machine's hostname.
+const maxGeneratedPrefix = 58
+
+// createOutcomeUnknown reports whether a failed create may have stored its
+// Node all the same: its answer was lost (a transport error, the client's
+// deadline), or the API server gave up waiting for storage (500, 504).
+func createOutcomeUnknown(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)
+}
+
+// unknownCreateSettle is how long after a create of unknown outcome the
+// API server is asked whether it stored the Node: long enough that the
+// request is no longer on its way.
+const unknownCreateSettle = 5 * time.Second
+
+// settleUnknownCreates asks the API server, by name, whether the set's
+// creates of unknown outcome stored their Nodes. Until then they count as
+// pending creations, so the set makes no second Node for one that was
+// stored and its answer lost; one that was not stored is made again.
+func (c *Controller) settleUnknownCreates(ctx context.Context, set *nodesetv1alpha1.NodeSet, key string) error {
+	names, next := c.expectations.unknownCreates(key, unknownCreateSettle)
+	if next > 0 {
+		c.queue.AddAfter(key, next)
+	}
+	for _, name := range names {
+		node, err := c.kubeClient.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			c.expectations.unknownSettled(key, name, false)
+		case err != nil:
+			return err
+		default:
+			ns, setName, _ := nodeutil.NodeSetOf(node.Labels)
+			c.expectations.unknownSettled(key, name, ns == set.Namespace && setName == set.Name)
+		}
+	}
+	return nil
 }
 
 func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, key string, victims []*corev1.Node) error {
