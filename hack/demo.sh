@@ -49,6 +49,7 @@ start() {
   echo $! >"${run}/${name}.pid"
 }
 start nodeset-controller --metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081 \
+  --autoscaler-bind-address=127.0.0.1:18086 \
   --webhook-bind-address="127.0.0.1:${webhook_port}" --webhook-cert-file="${state}/webhook.crt" --webhook-key-file="${state}/webhook.key"
 start node-controller --drivers=simulated --metrics-bind-address=127.0.0.1:18082 --health-probe-bind-address=127.0.0.1:18083
 

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Runs the real cluster-autoscaler against the demo (make demo) and checks
+# that it scales a NodeSet exactly: up from zero, up from some, down when
+# nodes are empty, down by draining when their pods fit elsewhere. Prints
+# each step's nodes needed and nodes added, and fails on a mismatch.
+#
+# cluster-autoscaler's Go module is not served by the module proxy, so this
+# is not part of make test: build the binary from its source first, e.g.
+#
+#   git clone --depth 1 --branch cluster-autoscaler-1.36.1 https://github.com/kubernetes/autoscaler
+#   (cd autoscaler/cluster-autoscaler && go build -tags externalgrpc -o /tmp/cluster-autoscaler .)
+#   make demo
+#   CLUSTER_AUTOSCALER=/tmp/cluster-autoscaler hack/cluster-autoscaler-check.sh
+#
+# The demo's nodeset-controller serves the externalgrpc API on
+# 127.0.0.1:18086 (plaintext on loopback); cluster-autoscaler runs with its
+# defaults but for shorter scale-down delays, so the check takes minutes.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+ca="${CLUSTER_AUTOSCALER:?set CLUSTER_AUTOSCALER to a cluster-autoscaler binary built with -tags externalgrpc}"
+state="${NODESET_LOCAL_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/nodeset/local-up}"
+run="${state}/demo"
+export KUBECONFIG="${state}/kubeconfig"
+bin="$(hack/kube-binaries.sh)"
+kubectl() { "${bin}/kubectl" "$@"; }
+[[ -f "${run}/nodeset-controller.pid" ]] || { echo "cluster-autoscaler-check: run make demo first" >&2; exit 1; }
+
+ns=team-a
+t0=$(date +%s)
+say() { printf '[%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
+fail() { echo "cluster-autoscaler-check: FAILED: $*" >&2; exit 1; }
+pool_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-pool --no-headers 2>/dev/null | wc -l; }
+
+cleanup() {
+  [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
+  kubectl delete deployment -n "${ns}" ca-load ca-small --ignore-not-found --wait=false >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeClass
+metadata: {name: ca-check}
+spec:
+  driver: simulated
+  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
+---
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: ca-pool, namespace: team-a}
+spec:
+  nodeClassName: ca-check
+  replicas: 0
+  autoscaling: {minReplicas: 0, maxReplicas: 10}
+  template:
+    labels: {example.com/ca-check: pool}
+YAML
+for _ in $(seq 1 120); do
+  [[ -n "$(kubectl get nodeclass ca-check -o jsonpath='{.status.capacity.resources.cpu}')" ]] && break
+  sleep 0.5
+done
+
+printf 'address: "127.0.0.1:18086"\n' >"${run}/cluster-autoscaler-cloud.yaml"
+"${ca}" --cloud-provider=externalgrpc --cloud-config="${run}/cluster-autoscaler-cloud.yaml" \
+  --kubeconfig="${KUBECONFIG}" --leader-elect=false --address=127.0.0.1:18087 \
+  --scan-interval=5s --scale-down-unneeded-time=30s --scale-down-delay-after-add=30s \
+  --scale-down-delay-after-delete=10s --v=4 >"${run}/cluster-autoscaler.log" 2>&1 &
+ca_pid=$!
+say "${ca} started (log: ${run}/cluster-autoscaler.log)"
+
+# deployment NAME REPLICAS CPU [soft anti-affinity]: pods only the check's NodeSet can take.
+deployment() {
+  local spread=""
+  [[ "${4:-}" == spread ]] && spread='
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm: {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: '"$1"'}}}'
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: $1, namespace: ${ns}}
+spec:
+  replicas: $2
+  selector: {matchLabels: {app: $1}}
+  template:
+    metadata: {labels: {app: $1}}
+    spec:
+      nodeSelector: {example.com/ca-check: pool}
+      terminationGracePeriodSeconds: 1${spread}
+      containers:
+      - {name: app, image: registry.k8s.io/pause:3.10, resources: {requests: {cpu: $3, memory: 256Mi}}}
+YAML
+}
+
+# expect WANT SECONDS WHAT: waits until the set has WANT Nodes and every pod
+# of the check is bound, and fails if it ever has more than it had or WANT,
+# whichever is more: a scale-up adds no node too many, a scale-down none.
+expect() {
+  local want=$1 limit=$2 what=$3 n pending
+  local most bound
+  most=$(pool_nodes)
+  bound=$(( most > want ? most : want ))
+  local deadline=$(( $(date +%s) + limit ))
+  while (( $(date +%s) < deadline )); do
+    n=$(pool_nodes)
+    (( n > most )) && most=$n
+    (( most > bound )) && fail "${what}: ${most} nodes, ${want} needed"
+    pending=$(kubectl get pods -n "${ns}" -l 'app in (ca-load,ca-small)' --field-selector=spec.nodeName= --no-headers 2>/dev/null | wc -l)
+    if (( n == want && pending == 0 )); then
+      say "${what}: ${want} needed, ${most} at most, ${n} now"
+      return 0
+    fi
+    sleep 1
+  done
+  fail "${what}: not ${want} nodes within ${limit}s (${n} now, ${pending} pods pending)"
+}
+
+deployment ca-load 3 1500m
+expect 3 120 "scale-up from zero (3 pods of 1.5 CPU, 2-CPU nodes)"
+kubectl scale -n "${ns}" deployment/ca-load --replicas=5 >/dev/null
+expect 5 120 "scale-up from 3 (2 more pods)"
+kubectl scale -n "${ns}" deployment/ca-load --replicas=3 >/dev/null
+expect 3 300 "scale-down of empty nodes (2 pods fewer)"
+deployment ca-small 3 500m spread
+expect 3 60 "3 pods of 0.5 CPU, one on each node's half CPU left: no node added"
+kubectl delete deployment -n "${ns}" ca-load --wait=true >/dev/null
+expect 1 300 "scale-down by draining (the small pods fit on one node)"
+grep -qE "removed with drain" "${run}/cluster-autoscaler.log" || fail "no node was removed by draining it"
+kubectl delete deployment -n "${ns}" ca-small --wait=true >/dev/null
+expect 0 300 "scale-down to zero"
+say "cluster-autoscaler scaled the NodeSet exactly in every step"
