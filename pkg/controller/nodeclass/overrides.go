@@ -1,10 +1,14 @@
 package nodeclass
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -12,14 +16,16 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // SpecErrors checks what the schema cannot afford: that tenantOverrides
 // name fields of the driver section a NodeSet can set, that the labels,
-// annotations and taints the class puts on Nodes are valid Kubernetes syntax,
-// and that the allowedNamespaces selector is a valid label selector. The
-// webhook refuses such a class at create and update time; the
-// NodeClassController reports it as Valid=False.
+// annotations and taints the class puts on Nodes are valid Kubernetes
+// syntax and none of those nodeset itself writes on every Node, and that
+// the allowedNamespaces selector is a valid label selector. The webhook
+// refuses such a class at create and update time; the NodeClassController
+// reports it as Valid=False.
 func SpecErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	if err := SectionErrors(spec); err != nil {
 		return err
@@ -73,6 +79,7 @@ func NodeTemplateErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
 	for i, taint := range spec.NodeTemplate.Taints {
 		errs = append(errs, taintErrors(taint.Key, taint.Value, template.Child("taints").Index(i))...)
 	}
+	errs = append(errs, nodesetOwnKeyErrors(spec)...)
 	if spec.Simulated != nil {
 		errs = append(errs, metav1validation.ValidateLabels(spec.Simulated.Labels, field.NewPath("spec", "simulated", "labels"))...)
 	}
@@ -81,6 +88,59 @@ func NodeTemplateErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
 		errs = append(errs, metav1validation.ValidateLabels(group.Labels, path.Child("labels"))...)
 		for i, taint := range group.Taints {
 			errs = append(errs, taintErrors(taint.Key, taint.Value, path.Child("taints").Index(i))...)
+		}
+	}
+	return errs
+}
+
+// nodesetOwnLabels are the labels nodeset sets on every Node of a NodeSet,
+// whatever the class says: they tie the Node to its NodeSet, its class and
+// its template.
+var nodesetOwnLabels = []string{
+	nodesetv1alpha1.LabelNodeSetNamespace, nodesetv1alpha1.LabelNodeSet,
+	nodesetv1alpha1.LabelNodeClass, nodesetv1alpha1.LabelTemplateHash,
+}
+
+// nodesetOwnKeyErrors refuses what a class's nodeTemplate cannot do because
+// nodeset itself writes and reads it on every Node: its identity labels
+// (overwritten), the tenant label and NoSchedule taint of a Dedicated class
+// (set to the NodeSet's namespace), the startup taints (a NoExecute one
+// makes the API server refuse every Node, another effect is lifted when the
+// kubelet is Ready) and the annotations under nodeset.dev/, where nodeset
+// records a Node's state (when its machine was made, its drain, its
+// deletion) and would read the class's value on every Node of the class.
+// Other nodeset.dev keys (nodeset.dev/tenant on a Shared class,
+// nodeset.dev/accelerator) stay the admin's.
+func nodesetOwnKeyErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
+	template := field.NewPath("spec", "nodeTemplate")
+	dedicated := spec.Tenancy == nodesetv1alpha1.TenancyDedicated
+	var errs field.ErrorList
+	for _, key := range slices.Sorted(maps.Keys(spec.NodeTemplate.Labels)) {
+		switch {
+		case slices.Contains(nodesetOwnLabels, key):
+			errs = append(errs, field.Forbidden(template.Child("labels").Key(key),
+				"nodeset sets this label on every Node, to tie it to its NodeSet, class and template; a class cannot set it"))
+		case key == nodesetv1alpha1.LabelTenant && dedicated:
+			errs = append(errs, field.Forbidden(template.Child("labels").Key(key),
+				"on the Nodes of a Dedicated class nodeset sets this label to the NodeSet's namespace; a class cannot set it"))
+		}
+	}
+	for i, taint := range spec.NodeTemplate.Taints {
+		path := template.Child("taints").Index(i).Child("key")
+		switch {
+		case nodeutil.IsStartupTaint(taint.Key):
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf(
+				"%s is nodeset's startup taint: nodeset puts it on every new Node and lifts it when the kubelet reports Ready; a class cannot set it", taint.Key)))
+		case taint.Key == nodesetv1alpha1.LabelTenant && dedicated && taint.Effect == string(corev1.TaintEffectNoSchedule):
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf(
+				"on the Nodes of a Dedicated class nodeset sets the taint %s:NoSchedule to the NodeSet's namespace; a class cannot set it", taint.Key)))
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(spec.NodeTemplate.Annotations)) {
+		if strings.HasPrefix(key, nodesetv1alpha1.ReservedKeyPrefix) {
+			errs = append(errs, field.Forbidden(template.Child("annotations").Key(key), fmt.Sprintf(
+				"nodeset records a Node's state in annotations under %s and would read this value on every Node of the class; a class cannot set them",
+				nodesetv1alpha1.ReservedKeyPrefix)))
 		}
 	}
 	return errs
@@ -101,18 +161,29 @@ func taintErrors(key, value string, path *field.Path) field.ErrorList {
 // a field of the class's driver section (dotted for nested fields) that a
 // NodeSet can set: a list is overridden whole, never element by element.
 func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
-	var section reflect.Type
+	var (
+		section reflect.Type
+		value   any
+	)
 	switch {
 	case spec.Simulated != nil:
-		section = reflect.TypeOf(nodesetv1alpha1.SimulatedMachine{})
+		section, value = reflect.TypeOf(nodesetv1alpha1.SimulatedMachine{}), spec.Simulated
 	case spec.DockerMachine != nil:
-		section = reflect.TypeOf(nodesetv1alpha1.DockerMachine{})
+		section, value = reflect.TypeOf(nodesetv1alpha1.DockerMachine{}), spec.DockerMachine
 	case spec.EKSAutoscalingGroup != nil:
-		section = reflect.TypeOf(nodesetv1alpha1.EKSAutoscalingGroup{})
+		section, value = reflect.TypeOf(nodesetv1alpha1.EKSAutoscalingGroup{}), spec.EKSAutoscalingGroup
 	case spec.EKSManagedNodeGroup != nil:
-		section = reflect.TypeOf(nodesetv1alpha1.EKSManagedNodeGroup{})
+		section, value = reflect.TypeOf(nodesetv1alpha1.EKSManagedNodeGroup{}), spec.EKSManagedNodeGroup
 	default:
 		return nil // out-of-tree parameters: free-form
+	}
+	classValues, err := jsonObject(value)
+	if err != nil {
+		return err
+	}
+	allowed := map[string]bool{}
+	for _, path := range spec.TenantOverrides {
+		allowed[path] = true
 	}
 	for i, path := range spec.TenantOverrides {
 		parts := strings.Split(path, ".")
@@ -127,8 +198,77 @@ func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 			return drivers.InvalidConfiguration(fmt.Sprintf("spec.tenantOverrides[%d]", i),
 				"%q is not a field of the driver section; fields are: %s", path, strings.Join(fieldNames(section), ", "))
 		}
+		if object, required := requiredBeside(section, classValues, parts, allowed); required != "" {
+			return drivers.InvalidConfiguration(fmt.Sprintf("spec.tenantOverrides[%d]", i),
+				"%q cannot be used: a NodeSet that sets it must also set %s, which the schema requires in %s, and the class does not set %s, "+
+					"so that is an override no entry allows; list %s (or %s) too, or set %s in the class",
+				path, required, object, object, required, object, object)
+		}
 	}
 	return nil
+}
+
+// requiredBeside finds, along path, an object the class does not set
+// (classValues is the class's driver section as JSON) and a field the
+// schema requires in it (one whose JSON name has no omitempty) that path
+// does not name and no entry of allowed lets tenants set. A NodeSet that
+// sets path must set that field, and setting a field the class leaves out
+// is an override: so no NodeSet can use path. It returns the object's and
+// the field's paths, or "" when path can be used.
+func requiredBeside(section reflect.Type, classValues map[string]any, path []string, allowed map[string]bool) (object, required string) {
+	t, values := section, classValues
+	for depth := 0; depth < len(path)-1; depth++ {
+		prefix := strings.Join(path[:depth+1], ".")
+		if allowed[prefix] {
+			return "", "" // tenants may set the whole object
+		}
+		f, ok := fieldByJSONName(t, path[depth])
+		if !ok {
+			return "", ""
+		}
+		t = f.Type
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return "", "" // a map key: maps have no required keys
+		}
+		next, set := values[path[depth]].(map[string]any)
+		if !set {
+			for i := range t.NumField() {
+				name, omitempty := jsonTag(t.Field(i))
+				if name != "" && !omitempty && name != path[depth+1] && !allowed[prefix+"."+name] {
+					return prefix, prefix + "." + name
+				}
+			}
+		}
+		values = next
+	}
+	return "", ""
+}
+
+func fieldByJSONName(t reflect.Type, name string) (reflect.StructField, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return reflect.StructField{}, false
+	}
+	for i := range t.NumField() {
+		if jsonName(t.Field(i)) == name {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func jsonObject(v any) (map[string]any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	return out, json.Unmarshal(raw, &out)
 }
 
 // lookupField says whether path names a field of t that can be overridden.
@@ -177,11 +317,17 @@ func fieldNames(t reflect.Type) []string {
 }
 
 func jsonName(f reflect.StructField) string {
-	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-	if name == "-" {
-		return ""
-	}
+	name, _ := jsonTag(f)
 	return name
+}
+
+// jsonTag is a field's JSON name ("" for none) and whether it is omitempty.
+func jsonTag(f reflect.StructField) (name string, omitempty bool) {
+	name, options, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "-" {
+		return "", false
+	}
+	return name, slices.Contains(strings.Split(options, ","), "omitempty")
 }
 
 // overrideRisks are the tenantOverrides entries that reach a Node's labels

@@ -11,6 +11,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 func TestTenantOverrideErrors(t *testing.T) {
@@ -149,4 +150,73 @@ func driverOf(sections nodesetv1alpha1.DriverSections) string {
 		return nodesetv1alpha1.DriverEKSManaged
 	}
 	return ""
+}
+
+// TestEveryListedOverrideCanBeUsed: a tenantOverrides entry below an object
+// the class does not set, beside a field the schema requires in that
+// object (mixedInstances.instanceTypes, interruptions.queueURL,
+// provisioning.method), is one no NodeSet can use: the NodeSet must set the
+// required field, and setting a field the class leaves out is an override
+// of it. Such a class is Valid=False naming the entry and what to list,
+// rather than valid with a boundary that refuses every tenant. Where the
+// class sets the object, the tenant repeats the class's value and the
+// entry works.
+func TestEveryListedOverrideCanBeUsed(t *testing.T) {
+	asg := func(mixed *nodesetv1alpha1.MixedInstancesPolicy, interruptions *nodesetv1alpha1.EKSInterruptions) nodesetv1alpha1.DriverSections {
+		return nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Region: "eu-west-1",
+			InstanceType: "m5.large", MixedInstances: mixed, Interruptions: interruptions}}
+	}
+	classMixed := &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m5.large", "m6i.large"}}
+	tenantMixed := func(types ...string) nodesetv1alpha1.DriverSections {
+		return nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+			MixedInstances: &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: types, SpotAllocationStrategy: "capacity-optimized"}}}
+	}
+	const queue = "https://sqs.eu-west-1.amazonaws.com/123456789012/interruptions"
+	tenantRebalance := nodesetv1alpha1.DriverSections{EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{
+		Interruptions: &nodesetv1alpha1.EKSInterruptions{QueueURL: queue, Rebalance: nodesetv1alpha1.RebalanceReplaceFirst}}}
+	docker := func(provisioning *nodesetv1alpha1.MachineProvisioning) nodesetv1alpha1.DriverSections {
+		return nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{DriverName: "generic", Provisioning: provisioning}}
+	}
+	tenantScript := docker(&nodesetv1alpha1.MachineProvisioning{Method: nodesetv1alpha1.ProvisioningUserData, Script: "#!/bin/sh\necho join\n"})
+	tests := []struct {
+		name      string
+		class     nodesetv1alpha1.DriverSections
+		overrides []string
+		tenant    nodesetv1alpha1.DriverSections
+		wantErr   []string // the class's refusal; none: the tenant's NodeSet is within the boundary
+	}{
+		{"below mixedInstances the class leaves out", asg(nil, nil), []string{"mixedInstances.spotAllocationStrategy"}, tenantMixed("c5.large"),
+			[]string{`spec.tenantOverrides[0]: "mixedInstances.spotAllocationStrategy"`, "mixedInstances.instanceTypes", "the class does not set mixedInstances"}},
+		{"below mixedInstances the class sets", asg(classMixed, nil), []string{"mixedInstances.spotAllocationStrategy"}, tenantMixed("m5.large", "m6i.large"), nil},
+		{"beside the required field, listed", asg(nil, nil), []string{"mixedInstances.spotAllocationStrategy", "mixedInstances.instanceTypes"}, tenantMixed("c5.large"), nil},
+		{"the whole object", asg(nil, nil), []string{"mixedInstances"}, tenantMixed("c5.large"), nil},
+		{"below interruptions the class leaves out", asg(nil, nil), []string{"interruptions.rebalance"}, tenantRebalance,
+			[]string{`"interruptions.rebalance"`, "interruptions.queueURL"}},
+		{"below provisioning the class leaves out", docker(nil), []string{"provisioning.script"}, tenantScript,
+			[]string{`"provisioning.script"`, "provisioning.method"}},
+		{"below provisioning the class sets", docker(&nodesetv1alpha1.MachineProvisioning{Method: nodesetv1alpha1.ProvisioningUserData}), []string{"provisioning.script"}, tenantScript, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			class := &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: nodesetv1alpha1.NodeClassSpec{
+				Driver: driverOf(tt.class), DriverSections: tt.class, TenantOverrides: tt.overrides}}
+			set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "team-a"},
+				Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "c", DriverSections: tt.tenant}}
+			_, overrideErr := resolve.EffectiveSpec(class, set)
+			err := SpecErrors(&class.Spec)
+			if tt.wantErr != nil {
+				var restricted *resolve.RestrictedFieldError
+				require.ErrorAs(t, overrideErr, &restricted, "no NodeSet can use the entry")
+				assert.Contains(t, restricted.Fields[0], tt.wantErr[1], "the field the schema requires is an override")
+				require.Error(t, err, "a boundary no NodeSet can use")
+				assert.True(t, errors.Is(err, drivers.ErrInvalidConfiguration))
+				for _, want := range tt.wantErr {
+					assert.Contains(t, err.Error(), want)
+				}
+				return
+			}
+			require.NoError(t, err)
+			assert.NoError(t, overrideErr, "the listed field can be set")
+		})
+	}
 }
