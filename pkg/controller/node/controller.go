@@ -8,6 +8,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -301,7 +302,12 @@ func (c *Controller) enqueueNode(obj any) {
 		obj = tombstone.Obj
 	}
 	node, ok := obj.(*corev1.Node)
-	if !ok || node.Labels[nodesetv1alpha1.LabelNodeClass] == "" {
+	if !ok {
+		return
+	}
+	// A Node of a class, or one held for its machine whose class label was
+	// removed by hand: its deletion still deprovisions the machine.
+	if node.Labels[nodesetv1alpha1.LabelNodeClass] == "" && !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return
 	}
 	c.queue.Add(node.Name)

@@ -155,7 +155,8 @@ func (c *Controller) listOrphanCandidates(ctx context.Context) orphanCandidates 
 // skipped this round (and named in the error), never taken as empty, and
 // never stops the others. Each candidate is checked against the API server,
 // not only the cache, right before it is removed. It returns what it
-// removed.
+// removed. What it logs and returns of drivers' errors carries no
+// credential the controller has read.
 func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) ([]string, error) {
 	logger := klog.FromContext(ctx)
 	if !c.HasSynced() {
@@ -191,7 +192,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		err := driver.Delete(ctx, drivers.Class{}, m.Name)
 		c.metrics.driverCall(cand.driver, opDelete, start, err)
 		if err != nil {
-			logger.Error(err, "Deleting an orphan machine", "driver", cand.driver, "machine", m.Name)
+			logger.Error(c.scrubbedError(err), "Deleting an orphan machine", "driver", cand.driver, "machine", m.Name)
 			continue
 		}
 		c.metrics.orphanDeleted(cand.driver)
@@ -226,7 +227,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		err := driver.(StrayMachineCollector).TerminateStrayMachine(ctx, cand.scope, m.ProviderID)
 		c.metrics.driverCall(cand.driver, opTerminate, start, err)
 		if err != nil {
-			logger.Error(err, "Terminating an orphan machine", "driver", cand.driver, "scope", cand.scope, "providerID", m.ProviderID)
+			logger.Error(c.scrubbedError(err), "Terminating an orphan machine", "driver", cand.driver, "scope", cand.scope, "providerID", m.ProviderID)
 			continue
 		}
 		c.metrics.orphanDeleted(cand.driver)
@@ -252,7 +253,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		err = driver.DeleteGroup(ctx, g.Class, g.Name)
 		c.metrics.driverCall(cand.driver, opDeleteGroup, start, err)
 		if err != nil && !errors.Is(err, drivers.ErrInProgress) {
-			logger.Error(err, "Deleting an orphan group", "driver", cand.driver, "group", g.Name)
+			logger.Error(c.scrubbedError(err), "Deleting an orphan group", "driver", cand.driver, "group", g.Name)
 			continue
 		}
 		c.metrics.orphanDeleted(cand.driver)
@@ -262,7 +263,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 	}
 	if len(candidates.skipped) > 0 {
 		c.metrics.orphanRound(roundListFailed)
-		return removed, fmt.Errorf("skipped what could not be listed: %w", errors.Join(candidates.skipped...))
+		return removed, c.scrubbedError(fmt.Errorf("skipped what could not be listed: %w", errors.Join(candidates.skipped...)))
 	}
 	c.metrics.orphanRound(roundCompleted)
 	return removed, nil

@@ -180,8 +180,8 @@ func (c *Controller) setCondition(ctx context.Context, namespace, name string, c
 // unhealthy timeout, within the remediation cap; the NodeSetController makes
 // the replacement and the deletion path drains and deprovisions it.
 func (c *Controller) replaceUnhealthy(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) error {
-	if node.Labels[nodesetv1alpha1.LabelNodeSet] == "" {
-		return nil // a static Node is left to its owner
+	if _, _, ok := nodeutil.NodeSetOf(node.Labels); !ok {
+		return nil // a static Node (its labels name no whole NodeSet) is left to its owner
 	}
 	overdue, ok := c.unhealthyFor(node, class)
 	if !ok {

@@ -100,3 +100,16 @@ func TestAStartingControllerGivesNotReadyNodesTheWholeTimeout(t *testing.T) {
 	_, err := f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "replaced once watched NotReady for the whole timeout: %v", err)
 }
+
+// TestALoneNodeNamedLikeASetsIsNotRemediated: a lone Node whose labels
+// name a NodeSet but not its namespace belongs to no NodeSet; NotReady
+// long past the timeout, it is left to its owner, not deleted for a
+// replacement nobody makes.
+func TestALoneNodeNamedLikeASetsIsNotRemediated(t *testing.T) {
+	lone := registeredNode("lone-a", false, testNow.Add(-time.Hour))
+	delete(lone.Labels, nodesetv1alpha1.LabelNodeSetNamespace)
+	f := remediationFixture(t, 100, lone)
+	f.controller.started = testNow.Add(-time.Hour)
+	require.NoError(t, f.sync("lone-a"))
+	assert.Nil(t, f.get("lone-a").DeletionTimestamp, "a lone Node is not remediated")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -25,7 +26,34 @@ import (
 // defaultRegistrationTimeout applies when a class has none (the schema defaults it).
 const defaultRegistrationTimeout = 15 * time.Minute
 
-func (c *Controller) syncNode(ctx context.Context, name string) error {
+// ReasonForeignNode is the Event reason of a Node with a class label that
+// already has a host of its own, not made by the class's driver: it gets
+// no machine.
+const ReasonForeignNode = "ForeignNode"
+
+// ReasonSyncPanicked is the Event reason of a Node whose sync panicked.
+const ReasonSyncPanicked = "SyncPanicked"
+
+// syncNode reconciles the named Node. The error it returns, which the
+// worker logs, is scrubbed of every credential the controller has read:
+// a driver's error may quote one. A panic (a driver's bug on a class or
+// NodeSet it did not expect) fails this Node's sync alone, retried with
+// backoff and told on the Node, instead of taking down the process and
+// with it every other Node it serves.
+func (c *Controller) syncNode(ctx context.Context, name string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = c.scrubbedError(fmt.Errorf("sync of Node %s panicked: %v", name, r))
+			klog.FromContext(ctx).Error(err, "Recovered from a panic", "node", name, "stack", c.scrub(string(debug.Stack())))
+			if node, getErr := c.nodes.Get(name); getErr == nil {
+				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonSyncPanicked, "%v; retried with backoff", err)
+			}
+		}
+	}()
+	return c.scrubbedError(c.reconcileNode(ctx, name))
+}
+
+func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	cached, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.made.forget(name)
@@ -39,15 +67,19 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		return err
 	}
 	className := cached.Labels[nodesetv1alpha1.LabelNodeClass]
+	var class *nodesetv1alpha1.NodeClass
 	if className == "" {
-		return nil // not a nodeset Node
-	}
-	class, err := c.classes.Get(className)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	if apierrors.IsNotFound(err) {
+		// Not a nodeset Node, unless it is held for a driver (its class
+		// label was removed by hand): then its deletion is still carried
+		// out by the driver recorded on it, as when its class is gone.
+		if cached.DeletionTimestamp == nil || cached.Annotations[nodesetv1alpha1.AnnotationDriver] == "" ||
+			!slices.Contains(cached.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+			return nil
+		}
+	} else if class, err = c.classes.Get(className); apierrors.IsNotFound(err) {
 		class = nil
+	} else if err != nil {
+		return err
 	}
 	driverName := cached.Annotations[nodesetv1alpha1.AnnotationDriver]
 	if class != nil {
@@ -66,10 +98,18 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if node.DeletionTimestamp != nil {
 		c.made.forget(name)
 		machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
+		deprovision := machineDeprovisioner(driver, machineClass, node.Name)
 		if class != nil {
-			machineClass.Spec = class.Spec
+			// With the class's credentials, read when the machine is to go.
+			deprovision.remove = func(ctx context.Context) error {
+				machineClass, err := c.terminationClass(ctx, node, class)
+				if err != nil {
+					return err
+				}
+				return driver.Delete(ctx, machineClass, node.Name)
+			}
 		}
-		return c.terminate(ctx, node, class, machineDeprovisioner(driver, machineClass, node.Name))
+		return c.terminate(ctx, node, class, deprovision)
 	}
 	if class == nil {
 		return nil // provisioned when the class appears
@@ -237,8 +277,16 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 	read := node.DeepCopy()
 	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	if !held {
-		// A static node made by an admin: hold it until its machine is gone.
+		if foreign, err := c.hostedElsewhere(ctx, node, class, driver); foreign || err != nil {
+			return err
+		}
+		// A static node made by an admin: hold it until its machine is gone,
+		// and keep pods off it until the machine registers, which also
+		// times its registration (registrationTimeout), as for a NodeSet's.
 		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+		if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
+			node.Spec.Taints = append(node.Spec.Taints, resolve.StartupTaints()...)
+		}
 	}
 	registered := false
 	if node.Spec.ProviderID == "" {
@@ -290,6 +338,34 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		c.registered(node, driver)
 	}
 	return nil
+}
+
+// hostedElsewhere reports whether a Node this controller does not hold
+// yet already has a host that is not the driver's machine of its name: a
+// kubelet reports it Ready, or it has a providerID, and the driver has no
+// machine of that name and providerID. Such a Node (a kubelet's, labelled
+// with the class by hand) gets no machine, which would be a second host
+// under its name, and is not held; an Event says why. A machine the driver
+// has is the Node's own, made before a crash lost the write recording it.
+func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) (bool, error) {
+	if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) {
+		return false, nil
+	}
+	machine, err := driver.Get(ctx, class, node.Name)
+	switch {
+	case err == nil && (node.Spec.ProviderID == "" || node.Spec.ProviderID == machine.ProviderID):
+		return false, nil
+	case err != nil && !errors.Is(err, drivers.ErrNotFound):
+		return false, err
+	}
+	host := "its kubelet reports Ready"
+	if node.Spec.ProviderID != "" {
+		host = fmt.Sprintf("it has providerID %s", node.Spec.ProviderID)
+	}
+	c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonForeignNode,
+		"Not provisioned: %s, and driver %s has no machine of that name (%s) to match; remove the %s label, or delete the Node and create it again without a host",
+		host, driver.Name(), node.Name, nodesetv1alpha1.LabelNodeClass)
+	return true, nil
 }
 
 // writeNode writes, through client, what the sync changed of the Node
@@ -389,7 +465,7 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		return nil
 	}
 	msg := fmt.Sprintf("The machine did not register within %s; replacing it", timeout)
-	if node.Labels[nodesetv1alpha1.LabelNodeSet] != "" {
+	if _, _, ok := nodeutil.NodeSetOf(node.Labels); ok {
 		// The NodeSetController makes the replacement; the deletion path
 		// deprovisions this machine.
 		return c.remediate(ctx, node, class, ReasonRegistrationTimeout, msg)
@@ -406,8 +482,12 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		return nil // a group's machine: only its NodeSet replaces it
 	}
 	klog.FromContext(ctx).Info("Registration timed out; replacing the machine", "timeout", timeout)
-	// A static node stays: remove its machine and provision a new one,
-	// with the class's credentials (which the driver scrubs from its errors).
+	// A static node stays: remove its machine and make a new one under the
+	// same name, with the class's credentials (which the driver scrubs from
+	// its errors). The Node keeps its providerID, which the API server
+	// never lets change: a driver keyed by name gives the new machine the
+	// same one. A crash in between finds the Node overdue again, and
+	// Delete and Create are idempotent.
 	machineClass, err := c.terminationClass(ctx, node, class)
 	if err != nil {
 		return err
@@ -422,9 +502,23 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 		}
 		return err
 	}
-	node.Spec.ProviderID = ""
-	delete(node.Annotations, nodesetv1alpha1.AnnotationMachineCreated)
-	_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	provisioning, err := c.machineClass(ctx, node, class)
+	if err != nil {
+		return err
+	}
+	made, err := c.createMachine(ctx, node, provisioning, machines)
+	if err != nil {
+		return err
+	}
+	if made.providerID != node.Spec.ProviderID {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonRegistrationTimeout,
+			"Driver %s made the new machine as %s, which the Node, recorded as %s, cannot take (a providerID never changes): delete the Node and create it again",
+			driver.Name(), made.providerID, node.Spec.ProviderID)
+	}
+	// The new machine's registration is timed from now.
+	read := node.DeepCopy()
+	node.Annotations[nodesetv1alpha1.AnnotationMachineCreated] = made.created.UTC().Format(time.RFC3339)
+	_, err = c.writeNode(ctx, c.kube, read, node)
 	return err
 }
 
@@ -460,3 +554,24 @@ func machineCreated(node *corev1.Node) (time.Time, bool) {
 func labelsFor(key, value string) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{key: value})
 }
+
+// scrubbedError is err with the credentials this controller has read
+// removed from its text; it still unwraps to err, so its kind is kept.
+func (c *Controller) scrubbedError(err error) error {
+	if err == nil {
+		return nil
+	}
+	text := c.scrub(err.Error())
+	if text == err.Error() {
+		return err
+	}
+	return &redactedError{text: text, err: err}
+}
+
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }
