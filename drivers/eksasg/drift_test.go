@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,9 +25,7 @@ import (
 func TestGroupSettingsFollowTheClass(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	subnetB, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(w.vpc), CidrBlock: aws.String("10.0.2.0/24"),
-		AvailabilityZone: aws.String(region + "b")})
-	require.NoError(t, err)
+	subnetB := w.secondSubnet(t)
 	d := w.driver("prod")
 	class := w.class()
 	s := class.Spec.EKSAutoscalingGroup
@@ -36,12 +33,12 @@ func TestGroupSettingsFollowTheClass(t *testing.T) {
 	s.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m5.large"}, OnDemandPercentageAboveBaseCapacity: aws.Int32(100)}
 	owner := drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "web", UID: "uid-1"}
 	group := drivers.Group{Name: GroupName("prod", "team-a", "web"), Owner: owner, Class: class, Replicas: 1, MaxReplicas: 3, TemplateHash: "h1"}
-	_, err = d.EnsureGroup(ctx, group)
+	_, err := d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 
 	s.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m6i.large", "m5a.large"},
 		OnDemandPercentageAboveBaseCapacity: aws.Int32(25), SpotAllocationStrategy: "price-capacity-optimized"}
-	s.SubnetIDs = []string{w.subnet, aws.ToString(subnetB.Subnet.SubnetId)}
+	s.SubnetIDs = []string{w.subnet, subnetB}
 	group.TemplateHash = "h2"
 	_, err = d.EnsureGroup(ctx, group)
 	require.NoError(t, err)

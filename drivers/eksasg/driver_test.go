@@ -69,6 +69,15 @@ func (w *world) class() drivers.Class {
 	}}
 }
 
+// secondSubnet makes a subnet in the region's second zone and returns its id.
+func (w *world) secondSubnet(t *testing.T) string {
+	t.Helper()
+	subnet, err := w.ec2.CreateSubnet(context.Background(), &ec2.CreateSubnetInput{VpcId: aws.String(w.vpc),
+		CidrBlock: aws.String("10.0.2.0/24"), AvailabilityZone: aws.String(region + "b")})
+	require.NoError(t, err)
+	return aws.ToString(subnet.Subnet.SubnetId)
+}
+
 func (w *world) driver(cluster string) *Driver {
 	return New(Options{Cluster: cluster, Clients: awscloud.SDKClients(w.endpoint), Scopes: func() []Scope { return []Scope{{Region: region, Credentials: testCredentials}} }})
 }
@@ -375,9 +384,7 @@ func (r *recordingAutoScaling) CreateAutoScalingGroup(ctx context.Context, in *a
 func TestMixedInstancesSpotAndZones(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	subnetB, err := w.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(w.vpc), CidrBlock: aws.String("10.0.2.0/24"),
-		AvailabilityZone: aws.String(region + "b")})
-	require.NoError(t, err)
+	subnetB := w.secondSubnet(t)
 	real := awscloud.SDKClients(w.endpoint)
 	recorder := &recordingAutoScaling{}
 	d := New(Options{Cluster: "prod", Clients: func(ctx context.Context, r string, creds map[string][]byte) (awscloud.AutoScaling, awscloud.EC2, error) {
@@ -388,12 +395,12 @@ func TestMixedInstancesSpotAndZones(t *testing.T) {
 	class := w.class()
 	s := class.Spec.EKSAutoscalingGroup
 	s.InstanceType = ""
-	s.SubnetIDs = append(s.SubnetIDs, aws.ToString(subnetB.Subnet.SubnetId))
+	s.SubnetIDs = append(s.SubnetIDs, subnetB)
 	s.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m5.large", "m5a.large", "m6i.large"},
 		OnDemandBaseCapacity: aws.Int32(1), OnDemandPercentageAboveBaseCapacity: aws.Int32(25),
 		SpotAllocationStrategy: "price-capacity-optimized", SpotMaxPrice: "0.05"}
 	require.NoError(t, d.Validate(ctx, class))
-	_, err = d.EnsureGroup(ctx, drivers.Group{Name: "mixed", Owner: drivers.Owner{Cluster: "prod", Namespace: "a", Name: "mixed"},
+	_, err := d.EnsureGroup(ctx, drivers.Group{Name: "mixed", Owner: drivers.Owner{Cluster: "prod", Namespace: "a", Name: "mixed"},
 		Class: class, Replicas: 4, MaxReplicas: 8, TemplateHash: "h1"})
 	require.NoError(t, err)
 	in := recorder.created
