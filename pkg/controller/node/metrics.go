@@ -123,7 +123,8 @@ func (m *Metrics) Initialize(driverNames []string) {
 	for _, outcome := range []string{drainDrained, drainTimedOut, drainTimedOutCordoned} {
 		m.drains.WithLabelValues(outcome)
 	}
-	for _, op := range []string{opCreate, opDelete, opEnsureGroup, opTerminate, opDeleteGroup} {
+	for _, op := range []string{opCreate, opDelete, opEnsureGroup, opTerminate, opDeleteGroup, opRegistered,
+		opReceiveInterruptions, opAckInterruptions, opCompleteLifecycle, opLifecycleHeartbeat} {
 		m.fenced.WithLabelValues(op)
 	}
 	for _, kind := range []drivers.InterruptionKind{drivers.InterruptionSpot, drivers.InterruptionRebalance, drivers.InterruptionScheduled,
