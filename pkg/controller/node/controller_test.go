@@ -247,6 +247,17 @@ func (f *fixture) events() []string {
 	}
 }
 
+// onEviction answers the fixture's evictions with answer's error (nil: the
+// eviction is accepted).
+func (f *fixture) onEviction(answer func() error) {
+	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		return true, nil, answer()
+	})
+}
+
 func markReady(node *corev1.Node) *corev1.Node {
 	node = node.DeepCopy()
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
@@ -454,13 +465,10 @@ func TestTerminationCordonsDrainsThenDeprovisionsThenReleases(t *testing.T) {
 		Annotations: map[string]string{nodesetv1alpha1.AnnotationSkipDrain: "true"}}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	f := deletedNodeFixture(t, pod, mirror, skipped)
 	evictions := 0
-	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
+	f.onEviction(func() error {
 		evictions++
 		// The eviction deletes the pod, as the API server would.
-		return true, nil, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
+		return f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
 	})
 
 	// 1. cordon and record the start, then (the same sync) evict; the
@@ -539,11 +547,8 @@ func isRelease(a core.Action) bool {
 func TestADrainThatEvictedIsToldFromAnOlderCopy(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	f := deletedNodeFixture(t, pod)
-	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		return true, nil, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
+	f.onEviction(func() error {
+		return f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
 	})
 	require.NoError(t, f.sync("web-a"))
 	require.NotNil(t, drainCondition(f.get("web-a")), "pods were evicted")
@@ -745,11 +750,8 @@ func TestDrainTimeoutWithCordonLeavesTheNode(t *testing.T) {
 	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: testNow.Add(-6 * time.Minute).Format(time.RFC3339)}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	f := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, node, pod)
-	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	f.onEviction(func() error {
+		return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
 	})
 	require.NoError(t, f.sync("web-a"))
 	require.NoError(t, f.sync("web-a"))

@@ -9,9 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	core "k8s.io/client-go/testing"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
@@ -72,13 +70,10 @@ func TestAFailedEvictionIsTold(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	f := deletedNodeFixture(t, pod)
 	evictions := 0
-	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
+	f.onEviction(func() error {
 		evictions++
 		// As the API server answers it: a Status of code 500, no reason.
-		return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500, Message: twoBudgets}}
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500, Message: twoBudgets}}
 	})
 	require.NoError(t, f.sync("web-a"))
 	require.NoError(t, f.sync("web-a"))
@@ -101,15 +96,12 @@ func TestAFailedEvictionIsTold(t *testing.T) {
 func TestAnEvictionInADeletedNamespaceIsWaitedFor(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
 	f := deletedNodeFixture(t, pod)
-	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
+	f.onEviction(func() error {
 		err := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "app",
 			assert.AnError)
 		err.ErrStatus.Message = "pods \"app\" is forbidden: unable to create new content in namespace team-a because it is being terminated"
 		err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Message: "namespace team-a is being terminated"}}
-		return true, nil, err
+		return err
 	})
 	require.NoError(t, f.sync("web-a"))
 	assert.Empty(t, f.driver.deletes)
