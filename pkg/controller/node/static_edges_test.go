@@ -247,10 +247,8 @@ func TestOrphanCollectionLogsNoCredential(t *testing.T) {
 // or NodeSet it did not expect.
 type panickingDriver struct{ *recordingDriver }
 
-func (d panickingDriver) Create(context.Context, drivers.Machine) (string, error) {
-	var parameters map[string]any
-	parameters["planted-secret-0c4f"] = true // assignment to a nil map
-	return "", nil
+func (d panickingDriver) Create(_ context.Context, m drivers.Machine) (string, error) {
+	panic("driver bug: no machine type for class " + m.Class.Name)
 }
 
 // TestADriverThatPanicsIsContainedAndTold: a driver's panic fails the sync
