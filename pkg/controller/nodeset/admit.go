@@ -54,8 +54,15 @@ func (c *Controller) Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message s
 // AdmitScale is Admit for a change of replicas through the /scale subresource.
 func (c *Controller) AdmitScale(namespace, name string, replicas int32) (reason, message string) {
 	old, err := c.nodeSetLister.NodeSets(namespace).Get(name)
+	if isNotFound(err) {
+		// Newer than the cache (kubectl scale right after create): ask
+		// the API server, as Admit does for a class.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		old, err = c.nodesetClient.NodesetV1alpha1().NodeSets(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
 	if err != nil {
-		return "", "" // unknown to the cache yet: the controller still checks
+		return "", "" // unknown even to the API server: the controller still checks
 	}
 	set := old.DeepCopy()
 	set.Spec.Replicas = &replicas

@@ -752,3 +752,20 @@ func TestClassEditKeepsTheSetAccepted(t *testing.T) {
 	require.NotNil(t, accepted)
 	assert.Equal(t, ReasonDriverNotServed, accepted.Reason, "an edit nobody validates is reported")
 }
+
+// TestAScaleRightAfterCreateIsJudged: kubectl scale past the class's
+// limits right after kubectl create reaches the webhook before its cache
+// has the NodeSet; the webhook asks the API server for it and refuses the
+// scale, as it would a moment later.
+func TestAScaleRightAfterCreateIsJudged(t *testing.T) {
+	class := validClass("sim")
+	class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](3)}
+	set := newSet(2)
+	f := newFixture(t, class, set)
+	require.NoError(t, f.controller.nodeSetIndexer.Delete(set), "not in the cache yet")
+	reason, message := f.controller.AdmitScale("team-a", "web", 5)
+	assert.Equal(t, ReasonLimitExceeded, reason)
+	assert.Contains(t, message, "spec.limits.maxNodesPerNamespace of 3")
+	reason, _ = f.controller.AdmitScale("team-a", "web", 3)
+	assert.Empty(t, reason, "within the limit")
+}
