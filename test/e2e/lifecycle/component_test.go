@@ -114,14 +114,11 @@ func TestGracefulShutdownReleasesLeadership(t *testing.T) {
 // type, by the heading (controller) it is listed under.
 func documentedMetrics(t *testing.T) map[string]map[string]string {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "observability.md"))
-	require.NoError(t, err)
+	doc := observabilityDoc(t)
 	out := map[string]map[string]string{}
 	section := ""
 	row := regexp.MustCompile("^\\| `([a-z_]+)` \\| ([a-z]+) \\|")
-	for _, line := range strings.Split(string(doc), "\n") {
+	for _, line := range strings.Split(doc, "\n") {
 		if strings.HasPrefix(line, "### ") {
 			section = strings.TrimPrefix(line, "### ")
 			out[section] = map[string]string{}
@@ -132,6 +129,17 @@ func documentedMetrics(t *testing.T) map[string]map[string]string {
 		}
 	}
 	return out
+}
+
+// observabilityDoc is docs/observability.md, where the metrics, alerts and
+// Event reasons are documented.
+func observabilityDoc(t *testing.T) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "observability.md"))
+	require.NoError(t, err)
+	return string(doc)
 }
 
 // exposedMetrics scrapes /metrics: family name -> type, for nodeset's own

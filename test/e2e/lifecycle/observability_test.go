@@ -262,14 +262,11 @@ func dashboardExprs(t *testing.T, metric string) []string {
 // its label names, sorted.
 func documentedLabels(t *testing.T) map[string][]string {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "observability.md"))
-	require.NoError(t, err)
+	doc := observabilityDoc(t)
 	row := regexp.MustCompile("^\\| `([a-z_]+)` \\| [a-z]+ \\|([^|]*)\\|")
 	label := regexp.MustCompile("`([a-z_]+)`")
 	out := map[string][]string{}
-	for _, line := range strings.Split(string(doc), "\n") {
+	for _, line := range strings.Split(doc, "\n") {
 		m := row.FindStringSubmatch(line)
 		if m == nil {
 			continue
@@ -344,24 +341,8 @@ func TestOrphanCollectionBlockedAlert(t *testing.T) {
 	machineDir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(machineDir, "unreadable"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(machineDir, "unreadable", "machine.json"), []byte("not a machine"), 0o644))
-	ctx := context.Background()
-	bins, err := framework.BuildCommands(ctx, t.TempDir(), "./cmd/example-node-controller")
-	require.NoError(t, err)
-	kubeconfig, err := framework.Shared(t).WriteKubeconfig("node-controller")
-	require.NoError(t, err)
-	metrics, err := framework.FreePort()
-	require.NoError(t, err)
-	health, err := framework.FreePort()
-	require.NoError(t, err)
-	example := &framework.Process{Name: "example-node-controller", Path: bins["example-node-controller"], Args: []string{
-		"--kubeconfig=" + kubeconfig,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-		"--orphan-collection-interval=1s",
-	}, Env: []string{"EXAMPLE_MACHINE_DIR=" + machineDir}}
-	require.NoError(t, example.Start())
-	t.Cleanup(func() { example.Kill(syscall.SIGTERM) })
+	example, metrics := runExampleNodeController(t, []string{"--orphan-collection-interval=1s"},
+		[]string{"EXAMPLE_MACHINE_DIR=" + machineDir})
 	framework.FailOnCrash(t, example)
 
 	expr := alertRule(t, "NodesetOrphanCollectionBlocked")
@@ -511,9 +492,7 @@ func TestEventReasonsDocumented(t *testing.T) {
 	}
 	require.Contains(t, recorded, "SuccessfulCreate")
 
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "observability.md"))
-	require.NoError(t, err)
-	events := string(doc)
+	events := observabilityDoc(t)
 	events = events[strings.Index(events, "## Events"):]
 	events = events[:strings.Index(events[1:], "\n## ")+1]
 	documented := map[string]bool{}

@@ -225,8 +225,9 @@ func TestOutOfTreeGroupDriver(t *testing.T) {
 }
 
 // runExampleNodeController builds cmd/example-node-controller and runs it
-// with args and env until the test ends, once it is ready.
-func runExampleNodeController(t *testing.T, args, env []string) {
+// with args and env until the test ends, once it is ready; it returns the
+// process and its metrics port.
+func runExampleNodeController(t *testing.T, args, env []string) (*framework.Process, int) {
 	t.Helper()
 	ctx := context.Background()
 	bins, err := framework.BuildCommands(ctx, t.TempDir(), "./cmd/example-node-controller")
@@ -254,4 +255,5 @@ func runExampleNodeController(t *testing.T, args, env []string) {
 		code, body, err := get(ctx, health, "/readyz")
 		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
 	})
+	return p, metrics
 }
