@@ -291,8 +291,10 @@ func onlyOwnStatusChanged(old, cur *nodesetv1alpha1.NodeSet) bool {
 }
 
 // wakeLimited syncs at once the NodeSets of a class that wait for room in
-// its limits, when a machine of the class is gone.
-func (c *Controller) wakeLimited(class string) {
+// its limits, when a machine of the class is gone or a creation the count
+// held as pending is settled. The set with key except ("" for none) is left
+// to its own sync's requeue.
+func (c *Controller) wakeLimited(class, except string) {
 	if class == "" {
 		return
 	}
@@ -302,6 +304,9 @@ func (c *Controller) wakeLimited(class string) {
 	}
 	for _, obj := range sets {
 		set := obj.(*nodesetv1alpha1.NodeSet)
+		if set.Namespace+"/"+set.Name == except {
+			continue
+		}
 		if accepted := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Reason == ReasonLimitExceeded {
 			c.enqueue(set)
 		}
@@ -342,6 +347,11 @@ func (c *Controller) nodeAdded(obj any) {
 		c.expectations.deletionObserved(key, node.Name)
 	} else {
 		c.expectations.creationObserved(key)
+		if waiting {
+			// A set of the class that counted while this Node was on its
+			// way may have counted it twice (ClassUsage): it counts again.
+			c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass], key)
+		}
 	}
 	c.enqueueForNode(key, waiting)
 }
@@ -418,7 +428,7 @@ func (c *Controller) nodeDeleted(obj any) {
 		c.expectations.deletionObserved(key, node.Name)
 		c.enqueueForNode(key, waiting)
 	}
-	c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass])
+	c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass], "")
 }
 
 // isNotFound is apierrors.IsNotFound, named for the listers' errors too.

@@ -16,10 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -768,4 +770,71 @@ func TestAScaleRightAfterCreateIsJudged(t *testing.T) {
 	assert.Contains(t, message, "spec.limits.maxNodesPerNamespace of 3")
 	reason, _ = f.controller.AdmitScale("team-a", "web", 3)
 	assert.Empty(t, reason, "within the limit")
+}
+
+// arrivingLister is a Node lister whose informer delivers late Nodes right
+// after the first List has read the cache.
+type arrivingLister struct {
+	corelisters.NodeLister
+	indexer cache.Indexer
+	late    []*corev1.Node
+	deliver func(any)
+}
+
+func (l *arrivingLister) List(selector labels.Selector) ([]*corev1.Node, error) {
+	nodes, err := l.NodeLister.List(selector)
+	for _, node := range l.late {
+		// As an informer does: the cache first, then the handler.
+		_ = l.indexer.Add(node)
+		l.deliver(node)
+	}
+	l.late = nil
+	return nodes, err
+}
+
+// TestLimitCountsNodesObservedWhileCounting: another set's Nodes reach the
+// cache while a limited set counts the class's usage. Each is counted once,
+// as a Node in the cache or as a creation not yet observed, never as
+// neither: the limit holds.
+func TestLimitCountsNodesObservedWhileCounting(t *testing.T) {
+	class := validClass("sim")
+	class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](4)}
+	set := newSet(3)
+	f := newFixture(t, class, set)
+	other := newSet(3)
+	other.Name, other.UID = "other", "other-uid"
+	require.NoError(t, f.controller.nodeSetIndexer.Add(other))
+	f.controller.expectations.expectCreations("team-a/other", 3)
+	lister := &arrivingLister{NodeLister: f.controller.nodeLister, indexer: f.controller.nodeIndexer, deliver: f.controller.nodeAdded}
+	for _, name := range []string{"other-a", "other-b", "other-c"} {
+		lister.late = append(lister.late, setNode(t, other, class, name, 0, false))
+	}
+	f.controller.nodeLister = lister
+	require.NoError(t, f.sync())
+	assert.Len(t, f.nodeCreates(), 1, "3 of the limit's 4 are the other set's")
+}
+
+// TestObservedCreationWakesLimitedSets: a Node that arrives while a limited
+// set counts may be counted twice (in the cache and as an unobserved
+// creation). The set it held back is synced again when the informer
+// delivers it, so the limit's room is not lost until something is deleted.
+func TestObservedCreationWakesLimitedSets(t *testing.T) {
+	class := validClass("sim")
+	waiting := newSet(3)
+	waiting.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: ReasonLimitExceeded}}
+	f := newFixture(t, class, waiting)
+	other := newSet(1)
+	other.Name = "other"
+	other.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	require.NoError(t, f.controller.nodeSetIndexer.Add(other))
+	f.controller.expectations.expectCreations("team-a/other", 1)
+	f.controller.nodeEventBatch = time.Hour // only the wake-up can queue anything at once
+	f.controller.nodeAdded(setNode(t, other, class, "other-a", 0, false))
+	var keys []string
+	for f.controller.queue.Len() > 0 {
+		key, _ := f.controller.queue.Get()
+		keys = append(keys, key)
+		f.controller.queue.Done(key)
+	}
+	assert.Contains(t, keys, "team-a/web", "the set over its limit, at once")
 }

@@ -268,7 +268,13 @@ func (c *Controller) creationLimit(res *resolution, set *nodesetv1alpha1.NodeSet
 // its Nodes in the cache, the creations made and not yet observed, and the
 // instances of its cloud groups that have no Node yet, leaving out the
 // NodeSet with key except ("" for none).
+//
+// The unobserved creations are read before the cache: the informer adds a
+// Node to the cache before its handler lowers the expectations, so a Node
+// arriving between the two reads is counted twice (a limit holds back one
+// creation too many until the next sync) and never not at all.
 func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error) {
+	unobserved := c.expectations.pendingCreations(func(key string) bool { return c.classOf(key) == class.Name })
 	nodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, class.Name))
 	if err != nil {
 		return plan.Usage{}, err
@@ -278,7 +284,7 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 		return plan.Usage{}, err
 	}
 	pending := plan.UnseenGroupMachines(sets, class.Name, nodes)
-	for key, count := range c.expectations.pendingCreations(func(key string) bool { return c.classOf(key) == class.Name }) {
+	for key, count := range unobserved {
 		pending[key] += count
 	}
 	return plan.CountUsage(nodes, pending, namespace, except), nil
@@ -309,8 +315,12 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 	})
 	// Creations never attempted or refused will not be observed; those of
 	// unknown outcome are settled by a later sync (settleUnknownCreates).
-	for range int64(count-created) - unknown.Load() {
-		c.expectations.creationObserved(key)
+	if settled := int64(count-created) - unknown.Load(); settled > 0 {
+		for range settled {
+			c.expectations.creationObserved(key)
+		}
+		// The room these held in the class's limits is free again.
+		c.wakeLimited(res.class.Name, key)
 	}
 	if created > 0 {
 		c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created %d node(s)", created)
