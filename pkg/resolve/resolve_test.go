@@ -113,6 +113,21 @@ func TestEffectiveSpec(t *testing.T) {
 			},
 		},
 		{
+			name:  "listed map keys may hold dots, slashes and dashes",
+			class: asgClass("tags.example.com/owner", "tags.cost-center"),
+			set: asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{
+				"example.com/owner": "web", "cost-center": "7"}}),
+			check: func(t *testing.T, got *nodesetv1alpha1.EKSAutoscalingGroup) {
+				assert.Equal(t, map[string]string{"team": "platform", "cost-center": "7", "example.com/owner": "web"}, got.Tags)
+			},
+		},
+		{
+			name:       "a key beside a listed dotted key stays restricted",
+			class:      asgClass("tags.example.com/owner"),
+			set:        asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"example": "web", "example.com/other": "x"}}),
+			restricted: []string{"spec.eksAutoscalingGroup.tags.example", "spec.eksAutoscalingGroup.tags.example.com/other"},
+		},
+		{
 			name:  "nested field allowed, its siblings kept",
 			class: asgClass("mixedInstances.instanceTypes"),
 			set: asgSet(&nodesetv1alpha1.EKSAutoscalingGroup{MixedInstances: &nodesetv1alpha1.MixedInstancesPolicy{

@@ -224,3 +224,19 @@ func TestNodeClassNameImmutable(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "spec.replicas must be within")
 }
+
+// TestTenantOverridesNameMapKeys: a key of a map, with the dots, slashes and
+// dashes label and tag keys have, is a tenantOverrides entry the API
+// server admits; a field name with a dash is still refused.
+func TestTenantOverridesNameMapKeys(t *testing.T) {
+	ctx := context.Background()
+	client := dynamicClient(t).Resource(nodeClassGVR)
+	class := nodeClass("map-key-overrides", simulatedClass(object{"tenantOverrides": []any{
+		"capacity.nvidia.com/gpu", "labels.example.com/team", "labels.cost-center"}}))
+	_, err := client.Create(ctx, class, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Delete(context.Background(), "map-key-overrides", metav1.DeleteOptions{}) })
+	_, err = client.Create(ctx, nodeClass("dashed-field", simulatedClass(object{"tenantOverrides": []any{"instance-type"}})), metav1.CreateOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.tenantOverrides[0]")
+}

@@ -90,12 +90,14 @@ type NodeClassSpec struct {
 
 	// tenantOverrides lists the fields of the driver section, by their JSON name
 	// (for example instanceType or blockDevices), that a NodeSet may set. Every
-	// other field is restricted: the class's value always wins.
+	// other field is restricted: the class's value always wins. Nested fields
+	// are dotted (mixedInstances.instanceTypes); a key of a map follows the
+	// map's name, dots and slashes included (tags.example.com/owner).
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=128
-	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*)*$`
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*)*(\.[-a-zA-Z0-9_./:@+=]+)?$`
 	TenantOverrides []string `json:"tenantOverrides,omitempty"`
 
 	// limits caps how many nodes this class may have.

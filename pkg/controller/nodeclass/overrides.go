@@ -286,8 +286,13 @@ func lookupField(t reflect.Type, path []string) (exists bool, list int) {
 		case reflect.Slice:
 			return false, depth
 		case reflect.Map:
-			// A listed map key (tags.team): any key is a field of a map.
-			return depth == len(path)-1, 0
+			// A listed map key (tags.team): any key is a field of a map,
+			// and what follows the map is one key, dots and all
+			// (tags.example.com/owner), when its values are not objects.
+			if hasFields(t.Elem()) {
+				return depth == len(path)-1, 0
+			}
+			return true, 0
 		case reflect.Struct:
 			next := reflect.Type(nil)
 			for i := range t.NumField() {
@@ -305,6 +310,22 @@ func lookupField(t reflect.Type, path []string) (exists bool, list int) {
 		}
 	}
 }
+
+// hasFields says whether values of t are JSON objects or lists, whose
+// fields or elements a path could go on into; a quantity, which is a
+// struct that writes itself as a string, is not.
+func hasFields(t reflect.Type) bool {
+	if t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Pointer:
+		return true
+	}
+	return false
+}
+
+var jsonMarshaler = reflect.TypeFor[json.Marshaler]()
 
 func fieldNames(t reflect.Type) []string {
 	var names []string

@@ -26,6 +26,8 @@ func TestTenantOverrideErrors(t *testing.T) {
 		{"nested", asg, []string{"mixedInstances.instanceTypes", "metadataOptions.httpTokens"}, ""},
 		{"list of objects", asg, []string{"blockDevices"}, ""},
 		{"map key", asg, []string{"tags", "tags.team"}, ""},
+		{"map keys with dots, slashes and dashes", asg, []string{"tags.example.com/owner", "tags.cost-center", "tags.kubernetes.io/cluster/prod"}, ""},
+		{"map key with dots below a section field", nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}}, []string{"capacity.nvidia.com/gpu"}, ""},
 		{"unknown field", asg, []string{"instanceTypes"}, `spec.tenantOverrides[0]: "instanceTypes" is not a field`},
 		{"unknown nested", asg, []string{"instanceType", "mixedInstances.types"}, `spec.tenantOverrides[1]: "mixedInstances.types"`},
 		{"below a scalar", asg, []string{"instanceType.size"}, "is not a field"},
