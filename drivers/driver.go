@@ -387,4 +387,10 @@ type InterruptionSource interface {
 	CompleteLifecycleAction(ctx context.Context, class Class, action LifecycleAction) error
 	// RecordLifecycleHeartbeat makes the cloud wait longer for a drain.
 	RecordLifecycleHeartbeat(ctx context.Context, class Class, action LifecycleAction) error
+	// LifecycleDeadline is when the drain of a machine of class, whose
+	// lifecycle action was announced at notice, must end: the class's own
+	// drain time, within what the cloud waits with heartbeats of the
+	// action's timeout. Classes of different drain times may share a
+	// queue, so the class is the machine's, not the queue's.
+	LifecycleDeadline(class Class, notice time.Time, heartbeat time.Duration) time.Time
 }

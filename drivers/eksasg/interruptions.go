@@ -259,14 +259,7 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 	if err != nil {
 		return nil, awscloud.Classify("receiving from "+queueURL, err)
 	}
-	in := interruptionsOf(class)
-	maxDrain := 10 * time.Minute
-	if class.Spec.Drain != nil && class.Spec.Drain.Timeout != nil {
-		maxDrain = class.Spec.Drain.Timeout.Duration
-	}
-	if in.MaxDrainTime != nil {
-		maxDrain = in.MaxDrainTime.Duration
-	}
+	maxDrain := maxDrainTime(class)
 	notices := make([]drivers.Interruption, 0, len(out.Messages))
 	for _, m := range out.Messages {
 		body := []byte(aws.ToString(m.Body))
@@ -274,12 +267,12 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 		if n.Lifecycle != nil {
 			// Classes of other heartbeat timeouts may share the queue: the
 			// action waits by its own group's hook, and no longer than
-			// Auto Scaling keeps an instance waiting with it.
+			// Auto Scaling keeps an instance waiting with it. The node
+			// controller sets the deadline again by the machine's own
+			// class (LifecycleDeadline) once it knows the machine's Node.
 			heartbeat := d.groupHeartbeatTimeout(ctx, class, eventRegion(body, class.Spec.EKSAutoscalingGroup.Region), n.Lifecycle.Group)
 			n.Lifecycle.HeartbeatTimeout = heartbeat
-			if limit := n.Notice.Add(min(100*heartbeat, 48*time.Hour)); n.Deadline.After(limit) {
-				n.Deadline = limit
-			}
+			n.Deadline = d.LifecycleDeadline(class, n.Notice, heartbeat)
 		}
 		n.Receipt = aws.ToString(m.ReceiptHandle)
 		if n.ID == "" {
@@ -288,6 +281,30 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 		notices = append(notices, n)
 	}
 	return notices, nil
+}
+
+// maxDrainTime is how long the class lets an instance wait in its
+// lifecycle action for the drain: interruptions.maxDrainTime, else the
+// drain timeout, else 10 minutes.
+func maxDrainTime(class drivers.Class) time.Duration {
+	maxDrain := 10 * time.Minute
+	if class.Spec.Drain != nil && class.Spec.Drain.Timeout != nil {
+		maxDrain = class.Spec.Drain.Timeout.Duration
+	}
+	if in := interruptionsOf(class); in != nil && in.MaxDrainTime != nil {
+		maxDrain = in.MaxDrainTime.Duration
+	}
+	return maxDrain
+}
+
+// LifecycleDeadline is notice plus the class's maxDrainTime, and no later
+// than Auto Scaling keeps an instance waiting with heartbeats of the hook's
+// timeout (the class's when unknown): 100 timeouts, at most 48 hours.
+func (d *Driver) LifecycleDeadline(class drivers.Class, notice time.Time, heartbeat time.Duration) time.Time {
+	if heartbeat <= 0 {
+		heartbeat = HeartbeatTimeout(interruptionsOf(class))
+	}
+	return notice.Add(min(maxDrainTime(class), 100*heartbeat, 48*time.Hour))
 }
 
 // groupHeartbeatTimeout is the heartbeat timeout of nodeset's hook on

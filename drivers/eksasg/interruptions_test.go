@@ -239,3 +239,28 @@ func TestLifecycleActionIsTimedByItsGroupsHook(t *testing.T) {
 		})
 	}
 }
+
+// TestLifecycleDeadlineIsTheClasssDrainTime: the deadline of a lifecycle
+// action is the class's maxDrainTime (else its drain timeout, else 10
+// minutes), within 100 heartbeat timeouts of the hook.
+func TestLifecycleDeadlineIsTheClasssDrainTime(t *testing.T) {
+	d := New(Options{Cluster: "prod"})
+	notice := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	class := func(drain, maxDrain time.Duration) drivers.Class {
+		c := drivers.Class{Name: "c", Spec: nodesetv1alpha1.NodeClassSpec{DriverSections: nodesetv1alpha1.DriverSections{
+			EKSAutoscalingGroup: &nodesetv1alpha1.EKSAutoscalingGroup{Interruptions: &nodesetv1alpha1.EKSInterruptions{}}}}}
+		if drain > 0 {
+			c.Spec.Drain = &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: drain}}
+		}
+		if maxDrain > 0 {
+			c.Spec.EKSAutoscalingGroup.Interruptions.MaxDrainTime = &metav1.Duration{Duration: maxDrain}
+		}
+		return c
+	}
+	assert.Equal(t, notice.Add(10*time.Minute), d.LifecycleDeadline(class(0, 0), notice, time.Hour))
+	assert.Equal(t, notice.Add(20*time.Minute), d.LifecycleDeadline(class(20*time.Minute, 0), notice, time.Hour))
+	assert.Equal(t, notice.Add(3*time.Hour), d.LifecycleDeadline(class(20*time.Minute, 3*time.Hour), notice, time.Hour))
+	assert.Equal(t, notice.Add(100*time.Minute), d.LifecycleDeadline(class(0, 3*time.Hour), notice, time.Minute), "100 heartbeats")
+	assert.Equal(t, notice.Add(48*time.Hour), d.LifecycleDeadline(class(0, 72*time.Hour), notice, 2*time.Hour), "48 hours at most")
+	assert.Equal(t, notice.Add(3*time.Hour), d.LifecycleDeadline(class(0, 3*time.Hour), notice, 0), "the class's heartbeat when the hook's is unknown")
+}

@@ -256,9 +256,28 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 			errs = append(errs, c.rebalance(ctx, node, n))
 			continue
 		}
-		errs = append(errs, c.interrupt(ctx, node.Name, n))
+		errs = append(errs, c.interrupt(ctx, node.Name, c.byOwnClass(driver, node, n)))
 	}
 	return errors.Join(errs...)
+}
+
+// byOwnClass is notice n with a lifecycle action's deadline set by the
+// class of the machine's Node: the queue may be shared by classes of other
+// drain times, and the notice was read with one of them.
+func (c *Controller) byOwnClass(driver string, node *corev1.Node, n drivers.Interruption) drivers.Interruption {
+	if n.Lifecycle == nil {
+		return n
+	}
+	source, ok := c.registry[driver].(drivers.InterruptionSource)
+	if !ok {
+		return n
+	}
+	class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+	if err != nil {
+		return n
+	}
+	n.Deadline = source.LifecycleDeadline(drivers.Class{Name: class.Name, Spec: class.Spec}, n.Notice, n.Lifecycle.HeartbeatTimeout)
+	return n
 }
 
 // machineWithoutNode handles a notice for a machine no NodeSet's Node has:

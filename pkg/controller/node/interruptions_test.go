@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	core "k8s.io/client-go/testing"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -80,6 +82,49 @@ func (s *recordingSource) CompleteLifecycleAction(context.Context, drivers.Class
 func (s *recordingSource) RecordLifecycleHeartbeat(context.Context, drivers.Class, drivers.LifecycleAction) error {
 	s.beats++
 	return nil
+}
+
+// LifecycleDeadline lets a machine drain for its class's drain timeout.
+func (*recordingSource) LifecycleDeadline(class drivers.Class, notice time.Time, _ time.Duration) time.Time {
+	return notice.Add(class.Spec.Drain.Timeout.Duration)
+}
+
+// groupSource is a group driver whose cloud sends interruption notices.
+type groupSource struct {
+	*recordingDriver
+	*recordingSource
+}
+
+// TestLifecycleDeadlineIsTheMachinesClass: a queue shared by classes of
+// different drain times is read with one of them; the deadline of a
+// machine's lifecycle action is set by the class of its own Node.
+func TestLifecycleDeadlineIsTheMachinesClass(t *testing.T) {
+	long := testClass("long")
+	long.Spec.Drain.Timeout.Duration = 30 * time.Minute
+	node := groupNode("draining", nodesetv1alpha1.DriverEKSASG, "i-0aaa")
+	node.Labels[nodesetv1alpha1.LabelNodeClass] = "long"
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{long}, node)
+	f.controller.registry[nodesetv1alpha1.DriverEKSASG] = groupSource{newRecordingDriver(nodesetv1alpha1.DriverEKSASG), &recordingSource{}}
+	notice := drivers.Interruption{Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-0aaa"}, Notice: testNow,
+		Deadline:  testNow.Add(time.Minute), // as the queue's first class, of 1 minute, read it
+		Lifecycle: &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-0aaa", HeartbeatTimeout: time.Minute}}
+	require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, notice))
+	var recorded *interruptionRecord
+	for _, action := range f.kube.Actions() {
+		if patch, ok := action.(core.PatchAction); ok && action.GetResource().Resource == "nodes" {
+			var body struct {
+				Metadata struct{ Annotations map[string]string } `json:"metadata"`
+			}
+			require.NoError(t, json.Unmarshal(patch.GetPatch(), &body))
+			if raw := body.Metadata.Annotations[nodesetv1alpha1.AnnotationInterruption]; raw != "" {
+				recorded = &interruptionRecord{}
+				require.NoError(t, json.Unmarshal([]byte(raw), recorded))
+			}
+		}
+	}
+	require.NotNil(t, recorded, "the notice is recorded on the Node")
+	require.NotNil(t, recorded.Deadline)
+	assert.Equal(t, testNow.Add(30*time.Minute).UTC(), recorded.Deadline.UTC(), "the Node's class drains for 30 minutes")
 }
 
 func TestLifecycleActionIsKeptWaitingEveryHalfHeartbeatTimeout(t *testing.T) {
