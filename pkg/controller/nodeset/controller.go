@@ -429,6 +429,9 @@ func (c *Controller) nodeDeleted(obj any) {
 		c.enqueueForNode(key, waiting)
 	}
 	c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass], "")
+	if class, err := c.nodeClassLister.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]); err == nil && class.DeletionTimestamp != nil {
+		c.classQueue.Add(class.Name) // a deleted class may wait for this Node
+	}
 }
 
 // isNotFound is apierrors.IsNotFound, named for the listers' errors too.

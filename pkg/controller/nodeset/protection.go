@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -37,7 +38,8 @@ func (c *Controller) nodeSetDeleted(obj any) {
 // PersistentVolumeClaim protection does: every class carries it, so that a
 // class deleted while NodeSets use it stays (deleting) and its NodeSets go
 // on working; it is removed once no NodeSet names the class but those
-// created after its deletion began, which get no Node.
+// created after its deletion began, which get no Node, and no Node carries
+// its label (static Nodes too: their deletion needs the class).
 func (c *Controller) syncClassProtection(ctx context.Context, name string) error {
 	class, err := c.nodeClassLister.Get(name)
 	if isNotFound(err) {
@@ -62,19 +64,40 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 	if err != nil {
 		return err
 	}
-	var users []string
+	var users []string // the NodeSets, then the static Nodes
 	for i := range sets.Items {
 		set := &sets.Items[i]
 		if set.Spec.NodeClassName == name && !createdAfterDeletion(set, class) {
-			users = append(users, set.Namespace+"/"+set.Name)
+			users = append(users, "NodeSet "+set.Namespace+"/"+set.Name)
 		}
 	}
-	if len(users) > 0 {
-		slices.Sort(users)
+	slices.Sort(users)
+	holdingSets := len(users)
+	// And every Node of the class, static ones too: a Node's drain and
+	// deprovisioning need its class (drain settings, credentials) for as
+	// long as its machine may exist. Asked of the API server too.
+	nodes, err := c.kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: name}).String()})
+	if err != nil {
+		return err
+	}
+	var lone []string
+	for i := range nodes.Items {
+		if _, _, ok := nodeutil.NodeSetOf(nodes.Items[i].Labels); !ok {
+			lone = append(lone, "Node "+nodes.Items[i].Name)
+		}
+	}
+	slices.Sort(lone)
+	users = append(users, lone...)
+	if len(users) > 0 || len(nodes.Items) > 0 {
+		if len(users) == 0 {
+			users = append(users, "Node "+nodes.Items[0].Name)
+		}
 		shown := users[:min(len(users), 5)]
 		c.recorder.Eventf(class, corev1.EventTypeNormal, ReasonClassInUse,
-			"NodeClass is deleted once no NodeSet uses it; %d do: %s", len(users), strings.Join(shown, ", "))
-		klog.FromContext(ctx).V(2).Info("NodeClass deletion waits for its NodeSets", "nodeclass", name, "nodesets", len(users))
+			"NodeClass is deleted once no NodeSet and no Node uses it; %d NodeSet(s) and %d Node(s) do: %s",
+			holdingSets, len(nodes.Items), strings.Join(shown, ", "))
+		klog.FromContext(ctx).V(2).Info("NodeClass deletion waits for its NodeSets and Nodes", "nodeclass", name, "users", len(users), "nodes", len(nodes.Items))
 		return nil
 	}
 	return c.patchClassFinalizers(ctx, class, nodeutil.WithoutString(class.Finalizers, nodesetv1alpha1.FinalizerInUse))
