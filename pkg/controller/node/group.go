@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -89,7 +91,27 @@ func (c *Controller) enqueueNodeGroup(node *corev1.Node) {
 // what the set needs (never lowered here), a Node for every machine the
 // group reports, Nodes of machines that left deleted, the group's state in
 // status.group, and on deletion the group deleted once its Nodes are gone.
-func (c *Controller) syncGroup(ctx context.Context, key string) error {
+// As for a Node's sync, a panic (a group driver's bug on a class or NodeSet
+// it did not expect) fails this NodeSet's sync alone, retried with backoff
+// and told on the NodeSet, and the other groups and Nodes go on.
+func (c *Controller) syncGroup(ctx context.Context, key string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = c.scrubbedError(fmt.Errorf("sync of the cloud group of NodeSet %s panicked: %v", key, r))
+			klog.FromContext(ctx).Error(err, "Recovered from a panic", "nodeset", key, "stack", c.scrub(string(debug.Stack())))
+			namespace, name, splitErr := cache.SplitMetaNamespaceKey(key)
+			if splitErr != nil {
+				return
+			}
+			if set, getErr := c.sets.NodeSets(namespace).Get(name); getErr == nil {
+				c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonSyncPanicked, "%v; retried with backoff", err)
+			}
+		}
+	}()
+	return c.reconcileGroup(ctx, key)
+}
+
+func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil

@@ -22,6 +22,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/component"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
@@ -472,4 +473,90 @@ func TestADeletedSetNeverDeletesAnothersGroup(t *testing.T) {
 	assert.Contains(t, g.group.groups, groupName)
 	assert.NotContains(t, g.getSet().Finalizers, nodesetv1alpha1.FinalizerGroup, "the set is not held for it")
 	assert.Contains(t, strings.Join(g.events(), "\n"), "belongs to NodeSet team-a/web (UID uid-of-the-predecessor)")
+}
+
+// panickingGroupDriver panics in EnsureGroup for the groups of one
+// NodeSet, as a group driver with a bug may on a class or NodeSet it did
+// not expect.
+type panickingGroupDriver struct {
+	*recordingGroupDriver
+	set string
+}
+
+func (d panickingGroupDriver) EnsureGroup(ctx context.Context, g drivers.Group) (drivers.GroupStatus, error) {
+	if g.Owner.Name == d.set {
+		panic("driver bug: no launch template for NodeSet " + g.Owner.Name)
+	}
+	return d.recordingGroupDriver.EnsureGroup(ctx, g)
+}
+
+// TestAGroupDriverThatPanicsIsContainedAndTold: a group driver's panic
+// fails the sync of that NodeSet's group only, on the controller's own
+// workers: it is told on the NodeSet and retried with backoff, and the
+// group of another NodeSet of the class is still kept in step.
+func TestAGroupDriverThatPanicsIsContainedAndTold(t *testing.T) {
+	g := newGroupFixture(t, 2)
+	g.controller.registry = drivers.Registry{g.group.Name(): panickingGroupDriver{recordingGroupDriver: g.group, set: "web"}}
+	other := g.set.DeepCopy()
+	other.Name, other.UID = "api", "uid-api"
+	created, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), other, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, g.setIndexer.Add(created))
+
+	var syncErr error
+	require.NotPanics(t, func() { syncErr = g.controller.syncGroup(context.Background(), "team-a/web") })
+	require.Error(t, syncErr)
+	assert.Contains(t, syncErr.Error(), "panicked: driver bug: no launch template for NodeSet web")
+	events := strings.Join(g.events(), "\n")
+	assert.Contains(t, events, "Warning "+ReasonSyncPanicked)
+	assert.Contains(t, events, "retried with backoff")
+
+	// On the controller's workers, as Run starts them.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g.controller.groups.Add("team-a/web")
+	g.controller.groups.Add("team-a/api")
+	component.StartWorkers(ctx, g.controller.groups, 2, "nodeset", g.controller.syncGroup)
+	require.Eventually(t, func() bool {
+		g.events() // keep the recorder's buffer from filling with the retries' Events
+		g.group.mu.Lock()
+		defer g.group.mu.Unlock()
+		return g.controller.groups.NumRequeues("team-a/web") >= 2 &&
+			slices.ContainsFunc(g.group.ensured, func(e drivers.Group) bool { return e.Owner.Name == "api" })
+	}, 10*time.Second, 10*time.Millisecond, "the panicking group retried with backoff, the other group ensured")
+}
+
+// TestAZeroLimitAllowsTheGroupNoMachine: spec.limits.maxNodes: 0 (or
+// maxNodesPerNamespace: 0) means no nodes, as the webhook and the nodeset
+// controller read it (plan.Room), not "unlimited": the group of a set over
+// it is kept at 0 machines; an unset limit is no limit.
+func TestAZeroLimitAllowsTheGroupNoMachine(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		limits *nodesetv1alpha1.NodeClassLimits
+		want   int32
+	}{
+		{"maxNodes 0", &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](0)}, 0},
+		{"maxNodesPerNamespace 0", &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](0)}, 0},
+		{"no limit set", &nodesetv1alpha1.NodeClassLimits{}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGroupFixture(t, 2)
+			class := asgTestClass()
+			class.Spec.Limits = tt.limits
+			require.NoError(t, g.classIndexer.Update(class))
+			set := g.getSet()
+			if tt.want == 0 {
+				// As the nodeset controller reports a set over its limits.
+				set.Status.Conditions[0].Status, set.Status.Conditions[0].Reason = metav1.ConditionFalse, nodesetv1alpha1.ReasonLimitExceeded
+				require.NoError(t, g.setIndexer.Update(set))
+			}
+			require.NoError(t, g.syncGroup())
+			require.Len(t, g.group.ensured, 1, "a set over its limits keeps its group in step, capped")
+			assert.Equal(t, tt.want, g.group.ensured[0].Replicas)
+			nodes, err := g.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+			require.NoError(t, err)
+			assert.Len(t, nodes.Items, int(tt.want))
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,6 +17,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/redact"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -46,8 +48,23 @@ func (c *Controller) enqueueSetsOf(class string) {
 // class's, with the set's overrides), so that cluster-autoscaler's template
 // node of the set is right when the set overrides the machine. It does so
 // for the sets of valid classes whose driver is served here, once per
-// template.
-func (c *Controller) syncSetCapacity(ctx context.Context, key string) error {
+// template. A panic of the driver fails this set's sync alone, retried
+// with backoff.
+func (c *Controller) syncSetCapacity(ctx context.Context, key string) (err error) {
+	var creds map[string][]byte // read by this sync, kept out of a panic's message
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("reading the capacity of NodeSet %s panicked: %s", key, redact.String(creds, fmt.Sprint(r)))
+			klog.FromContext(ctx).Error(err, "Recovered from a panic", "nodeset", key, "stack", redact.String(creds, string(debug.Stack())))
+		}
+	}()
+	err = c.publishSetCapacity(ctx, key, &creds)
+	return redact.Error(creds, err)
+}
+
+// publishSetCapacity is syncSetCapacity, keeping in *read the credentials
+// it read.
+func (c *Controller) publishSetCapacity(ctx context.Context, key string, read *map[string][]byte) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
@@ -83,6 +100,7 @@ func (c *Controller) syncSetCapacity(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
+		*read = creds
 		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: effective, Credentials: creds})
 		switch {
 		case err == nil:

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +26,7 @@ import (
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // Reasons of the Valid condition.
@@ -32,6 +34,7 @@ const (
 	ReasonValid                = "Valid"
 	ReasonInvalidConfiguration = "InvalidConfiguration"
 	ReasonValidationFailed     = "ValidationFailed"
+	ReasonValidationPanicked   = "ValidationPanicked"
 )
 
 // Controller writes the Valid condition of the NodeClasses whose driver is served.
@@ -123,7 +126,42 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
-func (c *Controller) sync(ctx context.Context, name string) error {
+// sync judges a class. A panic (a driver's bug on a configuration it did
+// not expect) fails this class's sync alone, retried with backoff, instead
+// of taking down the process and with it every other class and Node it
+// serves: a class with no verdict for its generation gets Valid=Unknown,
+// reason ValidationPanicked, with the panic's message.
+func (c *Controller) sync(ctx context.Context, name string) (err error) {
+	var creds map[string][]byte // read by this sync, kept out of a panic's message
+	defer func() {
+		if r := recover(); r != nil {
+			err = c.panicked(ctx, name, creds, r)
+		}
+	}()
+	err = c.validate(ctx, name, &creds)
+	return redact.Error(creds, err)
+}
+
+// panicked turns a panic in the sync of the named class into its error,
+// and into its Valid condition when the class has no verdict for its
+// generation yet.
+func (c *Controller) panicked(ctx context.Context, name string, creds map[string][]byte, r any) error {
+	cached, getErr := c.lister.Get(name)
+	if getErr != nil {
+		return fmt.Errorf("validating NodeClass %s panicked: %s", name, redact.String(creds, fmt.Sprint(r)))
+	}
+	err := fmt.Errorf("driver %s panicked validating NodeClass %s: %s", cached.Spec.Driver, name, redact.String(creds, fmt.Sprint(r)))
+	klog.FromContext(ctx).Error(err, "Recovered from a panic", "nodeclass", name, "stack", redact.String(creds, string(debug.Stack())))
+	driver := c.registry[cached.Spec.Driver]
+	if driver == nil {
+		return err
+	}
+	return c.undecided(ctx, cached.DeepCopy(), driver, ReasonValidationPanicked, err)
+}
+
+// validate writes the class's verdict, keeping in *creds the credentials
+// it read.
+func (c *Controller) validate(ctx context.Context, name string, read *map[string][]byte) error {
 	cached, err := c.lister.Get(name)
 	if err != nil {
 		return nil // deleted
@@ -146,6 +184,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// Reported, and retried: the Secret may not be there yet (its
 		// creation is watched, too).
 		creds, credsErr = c.credentials(ctx, class)
+		*read = creds
 		if credsErr != nil {
 			credsErr = fmt.Errorf("spec.credentialsSecretRef: %w", credsErr)
 		}
@@ -153,10 +192,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	if cloud, ok := driver.(drivers.CloudValidator); ok && problem == nil {
 		// The cloud's word on the image, the network, the credentials.
-		err := cloud.ValidateCloud(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
+		// A cloud's error may echo what it was sent: the class's
+		// credentials never reach the condition or the log.
+		err := redact.Error(creds, cloud.ValidateCloud(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds}))
 		if err != nil && !errors.Is(err, drivers.ErrInvalidConfiguration) {
 			err = fmt.Errorf("validating NodeClass %s against the cloud: %w", class.Name, err)
-			return c.undecided(ctx, class, driver, err)
+			return c.undecided(ctx, class, driver, ReasonValidationFailed, err)
 		}
 		problem = err
 	}
@@ -174,6 +215,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	status.DriverKind = KindOf(driver)
 	if problem == nil {
 		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
+		err = redact.Error(creds, err)
 		switch {
 		case err == nil:
 			status.Capacity = &nodesetv1alpha1.NodeCapacity{Resources: capacity.Resources, Allocatable: capacity.Allocatable,
@@ -185,7 +227,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, err.Error()
 			meta.SetStatusCondition(&status.Conditions, condition)
 		default:
-			return c.undecided(ctx, class, driver, fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err))
+			return c.undecided(ctx, class, driver, ReasonValidationFailed, fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err))
 		}
 	}
 	if equality.Semantic.DeepEqual(status, class.Status) {
@@ -202,12 +244,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 }
 
 // undecided reports a validation that could not finish (the cloud did not
-// answer) and returns err so it is retried. A class whose current
-// generation has a verdict keeps it: a blip in the cloud must not take the
-// nodes of a valid class away. A new generation, or a class never judged,
-// gets Valid=Unknown with reason ValidationFailed and the error, so that it
-// has a verdict after one sync.
-func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeClass, driver drivers.Driver, err error) error {
+// answer, the driver panicked) and returns err so it is retried. A class
+// whose current generation has a verdict keeps it: a blip in the cloud must
+// not take the nodes of a valid class away. A new generation, or a class
+// never judged, gets Valid=Unknown with reason (ValidationFailed,
+// ValidationPanicked) and the error, so that it has a verdict after one
+// sync.
+func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeClass, driver drivers.Driver, reason string, err error) error {
 	if valid := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid); valid != nil &&
 		valid.ObservedGeneration == class.Generation && valid.Status != metav1.ConditionUnknown {
 		return err
@@ -217,7 +260,7 @@ func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeC
 	status.DriverKind = KindOf(driver)
 	status.Capacity = nil
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionUnknown,
-		ObservedGeneration: class.Generation, Reason: ReasonValidationFailed, Message: err.Error()})
+		ObservedGeneration: class.Generation, Reason: reason, Message: err.Error()})
 	if equality.Semantic.DeepEqual(status, class.Status) {
 		return err
 	}

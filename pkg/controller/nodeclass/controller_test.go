@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -37,6 +38,7 @@ func (group) Capacity(context.Context, drivers.Class) (drivers.Capacity, error) 
 type fixture struct {
 	client     *nodesetfake.Clientset
 	controller *Controller
+	classes    cache.Indexer
 }
 
 func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, sets ...*nodesetv1alpha1.NodeSet) *fixture {
@@ -52,7 +54,7 @@ func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, sets ...*nodeset
 	registry := drivers.Registry{nodesetv1alpha1.DriverSimulated: simulated.New(nil), "cloud-group": group{Driver: simulated.New(nil)}}
 	c, err := NewController(client, factory.Nodeset().V1alpha1().NodeClasses(), factory.Nodeset().V1alpha1().NodeSets(), registry, nil)
 	require.NoError(t, err)
-	return &fixture{client: client, controller: c}
+	return &fixture{client: client, controller: c, classes: factory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer()}
 }
 
 func simClass(driver string) *nodesetv1alpha1.NodeClass {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/simulated"
+	"nodeset.dev/nodeset/pkg/component"
 )
 
 // cloudGroup is a group driver whose cloud check answers cloudErr.
@@ -89,4 +91,150 @@ func TestMissingSecretNamesTheFieldAndItsCreationRequeues(t *testing.T) {
 	assert.Zero(t, f.controller.queue.Len())
 	f.controller.EnqueueClassesOfSecret("nodeset-system", "aws-credentials")
 	assert.Equal(t, 1, f.controller.queue.Len(), "the class naming the Secret is validated again")
+}
+
+// panickingGroup is a group driver that panics where a driver with a bug
+// may: in Validate, or in its cloud check, quoting the credentials it got.
+type panickingGroup struct {
+	group
+	inValidate bool
+}
+
+func (g panickingGroup) Validate(_ context.Context, class drivers.Class) error {
+	if g.inValidate {
+		panic("driver bug: no machine type for class " + class.Name)
+	}
+	return nil
+}
+
+func (g panickingGroup) ValidateCloud(_ context.Context, class drivers.Class) error {
+	panic("driver bug: cannot use key " + string(class.Credentials["secretAccessKey"]))
+}
+
+// TestADriverThatPanicsIsContainedAndTold: a driver's panic while judging a
+// class fails that class's sync alone, retried with backoff: a class with
+// no verdict for its generation is Valid=Unknown, reason
+// ValidationPanicked, with the panic's message (without the credentials);
+// a verdict of the same generation is kept; the worker goes on to the other
+// classes.
+func TestADriverThatPanicsIsContainedAndTold(t *testing.T) {
+	const planted = "planted-secret-value-0123456789"
+	for _, tt := range []struct {
+		name        string
+		inValidate  bool
+		previous    *metav1.Condition
+		wantStatus  metav1.ConditionStatus
+		wantReason  string
+		wantMessage string
+	}{
+		{name: "in Validate, never judged", inValidate: true,
+			wantStatus: metav1.ConditionUnknown, wantReason: ReasonValidationPanicked,
+			wantMessage: "driver cloud-group panicked validating NodeClass sim: driver bug: no machine type for class sim"},
+		{name: "in the cloud check, with the credentials, a new generation",
+			previous:   &metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue, Reason: ReasonValid, ObservedGeneration: 1},
+			wantStatus: metav1.ConditionUnknown, wantReason: ReasonValidationPanicked, wantMessage: "driver bug: cannot use key "},
+		{name: "this generation judged", inValidate: true,
+			previous:   &metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue, Reason: ReasonValid, ObservedGeneration: 2},
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonValid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			class := simClass("cloud-group")
+			class.Generation = 2
+			if tt.previous != nil {
+				class.Status.Conditions = []metav1.Condition{*tt.previous}
+			}
+			f := newFixture(t, class)
+			f.controller.registry["cloud-group"] = panickingGroup{group: group{Driver: simulated.New(nil)}, inValidate: tt.inValidate}
+			f.controller.credentials = func(context.Context, *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
+				return map[string][]byte{"secretAccessKey": []byte(planted)}, nil
+			}
+			var err error
+			require.NotPanics(t, func() { err = f.controller.sync(context.Background(), "sim") })
+			require.Error(t, err, "retried with backoff")
+			assert.Contains(t, err.Error(), "panicked")
+			assert.NotContains(t, err.Error(), planted)
+			got, getErr := f.client.NodesetV1alpha1().NodeClasses().Get(context.Background(), "sim", metav1.GetOptions{})
+			require.NoError(t, getErr)
+			valid := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+			require.NotNil(t, valid)
+			assert.Equal(t, tt.wantStatus, valid.Status)
+			assert.Equal(t, tt.wantReason, valid.Reason)
+			assert.Contains(t, valid.Message, tt.wantMessage)
+			assert.NotContains(t, valid.Message, planted)
+		})
+	}
+
+	t.Run("on the controller's workers", func(t *testing.T) {
+		f := newFixture(t, simClass("cloud-group"))
+		f.controller.registry["cloud-group"] = panickingGroup{group: group{Driver: simulated.New(nil)}, inValidate: true}
+		fine := simClass(nodesetv1alpha1.DriverSimulated)
+		fine.Name = "fine"
+		_, err := f.client.NodesetV1alpha1().NodeClasses().Create(context.Background(), fine, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, f.classes.Add(fine))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		f.controller.queue.Add("sim")
+		f.controller.queue.Add("fine")
+		component.StartWorkers(ctx, f.controller.queue, 2, "nodeclass", f.controller.sync)
+		require.Eventually(t, func() bool {
+			got, err := f.client.NodesetV1alpha1().NodeClasses().Get(ctx, "fine", metav1.GetOptions{})
+			return err == nil && meta.IsStatusConditionTrue(got.Status.Conditions, nodesetv1alpha1.NodeClassValid) &&
+				f.controller.queue.NumRequeues("sim") >= 2
+		}, 10*time.Second, 10*time.Millisecond, "the panicking class retried with backoff, the other judged")
+	})
+}
+
+// capacityPanics is the simulated driver panicking in Capacity.
+type capacityPanics struct{ *simulated.Driver }
+
+func (capacityPanics) Capacity(context.Context, drivers.Class) (drivers.Capacity, error) {
+	panic("driver bug: no capacity table")
+}
+
+// TestADriverPanickingOverASetsCapacityFailsThatSetAlone: the template
+// capacity of a NodeSet whose driver panics is an error of that set,
+// retried with backoff.
+func TestADriverPanickingOverASetsCapacityFailsThatSetAlone(t *testing.T) {
+	class := validated(simClass(nodesetv1alpha1.DriverSimulated))
+	set, _ := overridingSet(class)
+	f := newFixture(t, class, set)
+	f.controller.registry[nodesetv1alpha1.DriverSimulated] = capacityPanics{simulated.New(nil)}
+	var err error
+	require.NotPanics(t, func() { err = f.controller.syncSetCapacity(context.Background(), "team-a/big") })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "panicked: driver bug: no capacity table")
+}
+
+// TestAVerdictNeverShowsACredential: a driver whose cloud check quotes a
+// credential of the class (as a cloud's error may echo a key) has it
+// removed from the Valid condition and from the error that is logged.
+func TestAVerdictNeverShowsACredential(t *testing.T) {
+	const planted = "planted-secret-value-9876543210"
+	for _, tt := range []struct {
+		name       string
+		cloudErr   error
+		wantStatus metav1.ConditionStatus
+	}{
+		{name: "refused", cloudErr: drivers.InvalidConfiguration("spec.credentialsSecretRef", "the key %s is not valid", planted),
+			wantStatus: metav1.ConditionFalse},
+		{name: "no answer", cloudErr: errors.New("dial tcp: key " + planted + ": connection refused"), wantStatus: metav1.ConditionUnknown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, simClass("cloud-group"))
+			f.controller.registry["cloud-group"] = cloudGroup{group: group{Driver: simulated.New(nil)}, cloudErr: tt.cloudErr}
+			f.controller.credentials = func(context.Context, *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
+				return map[string][]byte{"secretAccessKey": []byte(planted)}, nil
+			}
+			if err := f.controller.sync(context.Background(), "sim"); err != nil {
+				assert.NotContains(t, err.Error(), planted)
+			}
+			got, err := f.client.NodesetV1alpha1().NodeClasses().Get(context.Background(), "sim", metav1.GetOptions{})
+			require.NoError(t, err)
+			valid := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+			require.NotNil(t, valid)
+			assert.Equal(t, tt.wantStatus, valid.Status)
+			assert.NotContains(t, valid.Message, planted)
+		})
+	}
 }
