@@ -211,11 +211,13 @@ type AllowedNamespaces struct {
 // NodeClassLimits caps the number of nodes of a class.
 type NodeClassLimits struct {
 	// maxNodes is the most nodes the class may have across all namespaces.
+	// Absent means no limit; 0 means NodeSets of the class get no node.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2147483647
 	MaxNodes *int32 `json:"maxNodes,omitempty"`
 	// maxNodesPerNamespace is the most nodes of the class one namespace may have.
+	// Absent means no limit; 0 means no namespace gets a node of the class.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2147483647
