@@ -10,6 +10,7 @@ package nodecontrollerapp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -219,6 +220,21 @@ func Main(name string, extra ...Driver) int {
 		},
 		DebugHandlers: map[string]http.Handler{"/debug/machines": machinesHandler(registryOnce.Load)},
 		Start: func(ctx context.Context, clients component.Clients) error {
+			claims := newDriverClaims(clients.Kube, opts.LeaderElectionNamespace, name, time.Now)
+			servedNames := make([]string, 0, len(served))
+			for _, d := range served {
+				servedNames = append(servedNames, d.Name)
+			}
+			if err := claims.claimAll(ctx, servedNames); err != nil {
+				return err
+			}
+			ctx, lost := context.WithCancelCause(ctx)
+			defer lost(nil)
+			go func() {
+				if err := claims.renew(ctx, servedNames); err != nil {
+					lost(err)
+				}
+			}()
 			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Watch.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatusButVolumes))
 			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Watch.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
 			nodes := kubeFactory.Core().V1().Nodes()
@@ -298,7 +314,11 @@ func Main(name string, extra ...Driver) int {
 				go c.RunOrphanCollection(ctx, orphanEvery, orphanAge)
 			}
 			controller.Store(c)
-			return c.Run(ctx, opts.Workers)
+			err = c.Run(ctx, opts.Workers)
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause
+			}
+			return err
 		},
 	})
 	if err != nil {

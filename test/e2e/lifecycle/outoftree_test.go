@@ -229,6 +229,18 @@ func TestOutOfTreeGroupDriver(t *testing.T) {
 // process and its metrics port.
 func runExampleNodeController(t *testing.T, args, env []string) (*framework.Process, int) {
 	t.Helper()
+	p, metrics, health := startExampleNodeController(t, args, env)
+	eventually(t, time.Minute, "example node controller ready", func(ctx context.Context) (bool, string) {
+		code, body, err := get(ctx, health, "/readyz")
+		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
+	})
+	return p, metrics
+}
+
+// startExampleNodeController starts the example node controller and returns
+// it with its metrics and health ports, without waiting for it.
+func startExampleNodeController(t *testing.T, args, env []string) (*framework.Process, int, int) {
+	t.Helper()
 	ctx := context.Background()
 	bins, err := framework.BuildCommands(ctx, t.TempDir(), "./cmd/example-node-controller")
 	require.NoError(t, err)
@@ -251,9 +263,5 @@ func runExampleNodeController(t *testing.T, args, env []string) (*framework.Proc
 			t.Logf("example-node-controller logs:\n%s", tail(p.Logs(), 60))
 		}
 	})
-	eventually(t, time.Minute, "example node controller ready", func(ctx context.Context) (bool, string) {
-		code, body, err := get(ctx, health, "/readyz")
-		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
-	})
-	return p, metrics
+	return p, metrics, health
 }
