@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -154,7 +155,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 	now := c.opts.Now()
 	deadline := started.Add(policy.timeout)
 	recheck := min(c.opts.DrainRecheck, deadline.Sub(now)+time.Second)
-	evicted, err := c.evictPods(ctx, node.Name)
+	evicted, err := c.evictPods(ctx, node, now)
 	if err != nil {
 		return false, err
 	}
@@ -175,11 +176,16 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		return false, nil
 	case remaining == 0 && attached == 0:
 		c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
-		if c.drainConditionOf(node) != nil {
+		if c.drainConditionOf(node) != nil || evicted.abandoned > 0 {
 			// Pods were evicted: say so. A Node that had nothing to drain
 			// goes straight on, with no write for it.
-			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, "All evictable pods are gone")
-			if err := c.setDrainCondition(ctx, node, ReasonDrained, "all evictable pods are gone; deprovisioning the machine"); err != nil {
+			gone := "all evictable pods are gone"
+			if evicted.abandoned > 0 {
+				gone = fmt.Sprintf("all evictable pods are gone but %d terminating for over %s past their grace period, "+
+					"not waited for: the Node is not Ready and no kubelet confirms their deletion", evicted.abandoned, longTerminating)
+			}
+			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, strings.ToUpper(gone[:1])+gone[1:])
+			if err := c.setDrainCondition(ctx, node, ReasonDrained, gone+"; deprovisioning the machine"); err != nil {
 				return false, err
 			}
 		}
@@ -360,6 +366,9 @@ const drainedAnnotation = nodesetv1alpha1.AnnotationDrainFinished
 type evictions struct {
 	// remaining are the pods a drain moves still on the node.
 	remaining int
+	// abandoned are the pods not waited for: terminating for longer than
+	// longTerminating past their grace period on a Node that is not Ready.
+	abandoned int
 	// blocked are the evictions a PodDisruptionBudget refused (429).
 	blocked int
 	// failed are the evictions refused for another reason; failure names
@@ -368,19 +377,35 @@ type evictions struct {
 	failure string
 }
 
+// longTerminating is how long past the end of its grace period (its
+// deletionTimestamp) a pod on a Node that is not Ready may stay before the
+// drain stops waiting for it: no kubelet will confirm its deletion, so it
+// would hold the drain until the timeout. Karpenter waits the same minute
+// past the deletionTimestamp (on any Node); cluster-autoscaler a grace
+// period and 30s more; Cluster API, on an unreachable Node, 5 minutes
+// (kubectl drain's --skip-wait-for-delete-timeout).
+const longTerminating = time.Minute
+
 // evictPods asks the Eviction API to evict every pod on the node that a
 // drain should move (not mirror pods, not DaemonSet pods, not finished
 // pods), and says how many are still there and which evictions were
 // refused.
-func (c *Controller) evictPods(ctx context.Context, nodeName string) (evictions, error) {
+func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now time.Time) (evictions, error) {
 	var out evictions
-	pods, err := c.pods.OnNode(ctx, nodeName)
+	pods, err := c.pods.OnNode(ctx, node.Name)
 	if err != nil {
 		return out, err
 	}
+	ready := nodeutil.IsReady(node)
 	for i := range pods {
 		pod := &pods[i]
 		if !shouldEvict(pod) {
+			continue
+		}
+		if !ready && pod.DeletionTimestamp != nil && now.After(pod.DeletionTimestamp.Add(longTerminating)) {
+			// Its containers stop with the machine; the Node's deletion
+			// then lets the pod garbage collector remove it.
+			out.abandoned++
 			continue
 		}
 		out.remaining++

@@ -4,12 +4,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
@@ -135,4 +139,123 @@ func TestANodeDeletedWhileItsMachineIsMadeTakesTheMachine(t *testing.T) {
 	assert.Empty(t, f.driver.machines)
 	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
 	assert.Equal(t, 1, f.driver.creates, "nothing made again")
+}
+
+// TestATerminatingPodOnANodeThatIsNotReadyDoesNotHoldTheDrain: an evicted
+// pod keeps its deletionTimestamp until its kubelet confirms it is gone; on
+// a Node that is not Ready (Ready Unknown: unreachable; False; or never
+// reported) none will. Once the pod is more than a minute past its grace
+// period the drain stops waiting for it and the machine goes, well before
+// the drain timeout. On a Ready Node the same pod still holds the drain.
+func TestATerminatingPodOnANodeThatIsNotReadyDoesNotHoldTheDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ready corev1.ConditionStatus // "": no Ready condition
+		waits bool
+	}{
+		{name: "unreachable", ready: corev1.ConditionUnknown},
+		{name: "NotReady", ready: corev1.ConditionFalse},
+		{name: "never reported", ready: ""},
+		{name: "Ready", ready: corev1.ConditionTrue, waits: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"},
+				Spec:   corev1.PodSpec{NodeName: "web-a", TerminationGracePeriodSeconds: ptr.To[int64](30)},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			f := deletedNodeFixture(t, pod)
+			node := f.get("web-a")
+			if tc.ready != "" {
+				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tc.ready}}
+			}
+			require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), node, ""))
+			f.updateCache(node)
+			evictions := 0
+			f.onEviction(func() error {
+				// As the API server does: the pod is marked for deletion at
+				// the end of its grace period and stays until a kubelet
+				// confirms it.
+				evictions++
+				evicted := pod.DeepCopy()
+				evicted.DeletionTimestamp = &metav1.Time{Time: f.now.Add(30 * time.Second)}
+				evicted.DeletionGracePeriodSeconds = ptr.To[int64](30)
+				return f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), evicted, "team-a")
+			})
+
+			require.NoError(t, f.sync("web-a"))
+			require.Equal(t, 1, evictions)
+			// Within the grace period and the minute after it, the drain waits
+			// on any Node: a kubelet may still be stopping the pod.
+			f.now = testNow.Add(89 * time.Second)
+			require.NoError(t, f.sync("web-a"))
+			assert.Empty(t, f.driver.deletes, "a minute past the grace period is not over")
+			assert.Equal(t, ReasonDraining, drainCondition(f.get("web-a")).Reason)
+
+			f.now = testNow.Add(91 * time.Second)
+			require.NoError(t, f.sync("web-a"))
+			assert.Equal(t, 1, evictions, "a terminating pod is not evicted again")
+			cond := drainCondition(f.get("web-a"))
+			require.NotNil(t, cond)
+			if tc.waits {
+				assert.Empty(t, f.driver.deletes, "a Ready Node's kubelet confirms the pod's deletion: the drain waits for it")
+				assert.Equal(t, ReasonDraining, cond.Reason)
+				assert.Contains(t, cond.Message, "1 pod(s) left to evict")
+				return
+			}
+			assert.Equal(t, []string{"web-a"}, f.driver.deletes, "deprovisioned long before the drain timeout of 5m")
+			assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+			assert.Equal(t, ReasonDrained, cond.Reason)
+			assert.Contains(t, cond.Message, "1 terminating for over 1m0s past their grace period")
+			events := f.events()
+			assert.Equal(t, 1, countPrefix(events, "Normal "+ReasonDrained+" "), "%v", events)
+			assert.Zero(t, countPrefix(events, "Warning "+ReasonDrainTimedOut+" "), "%v", events)
+		})
+	}
+}
+
+// TestLongestRunningDrainIsOneNodes: the gauge NodeDrainStuck reads is the
+// age of a set's oldest drain under way, not whether the set has some Node
+// draining: a Node that just started draining next to one that drained for
+// 40 minutes does not lower it, a set whose Nodes are not draining has no
+// series, and a released Node (finalizer gone, another one still holding it)
+// is no drain.
+func TestLongestRunningDrainIsOneNodes(t *testing.T) {
+	draining := func(name, set string, started time.Duration, finalizers ...string) *corev1.Node {
+		node := setNode(name, "sim")
+		node.Labels[nodesetv1alpha1.LabelNodeSet] = set
+		node.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(-started)}
+		node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: time.Now().Add(-started).UTC().Format(time.RFC3339)}
+		node.Finalizers = finalizers
+		return node
+	}
+	nodes := []*corev1.Node{
+		draining("old-a", "web", 40*time.Minute, nodesetv1alpha1.FinalizerTermination),
+		draining("new-a", "web", time.Minute, nodesetv1alpha1.FinalizerTermination),
+		draining("new-b", "api", 2*time.Minute, nodesetv1alpha1.FinalizerTermination),
+		draining("released", "db", time.Hour, "example.com/other"),
+		setNode("running", "sim"),
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, n := range nodes {
+		require.NoError(t, indexer.Add(n))
+	}
+	registry := prometheus.NewRegistry()
+	NewMetrics(registry, func() corelisters.NodeLister { return corelisters.NewNodeLister(indexer) })
+	families, err := registry.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, family := range families {
+		if family.GetName() != "nodeset_longest_running_drain_seconds" {
+			continue
+		}
+		for _, m := range family.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "nodeset" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	require.Len(t, got, 2, "%v", got)
+	assert.InDelta(t, (40 * time.Minute).Seconds(), got["web"], 5)
+	assert.InDelta(t, (2 * time.Minute).Seconds(), got["api"], 5)
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,7 +62,10 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 			[]string{"operation"}),
 		phases: &phaseCollector{nodes: nodes, desc: prometheus.NewDesc("nodeset_nodes",
 			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
-			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil)},
+			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil),
+			longestDrain: prometheus.NewDesc("nodeset_longest_running_drain_seconds",
+				"How long the longest drain under way among a NodeSet's Nodes has run, from its nodeset.dev/drain-started; no series while none drains.",
+				[]string{"namespace", "nodeset", "nodeclass"}, nil)},
 	}
 	m.interruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "interruptions_received_total",
 		Help: "Interruption notices received from the clouds' queues, by kind (SpotInterruption, RebalanceRecommendation, ScheduledChange, StateChange, TerminationLifecycleAction)."},
@@ -176,13 +180,18 @@ func (m *Metrics) driverCall(driver, operation string, start time.Time, err erro
 	m.driverCalls.WithLabelValues(driver, operation, outcome).Observe(time.Since(start).Seconds())
 }
 
-// phaseCollector counts Nodes by class and phase from the informer cache when scraped.
+// phaseCollector counts Nodes by class and phase, and times each set's
+// longest drain, from the informer cache when scraped.
 type phaseCollector struct {
-	nodes func() corelisters.NodeLister
-	desc  *prometheus.Desc
+	nodes        func() corelisters.NodeLister
+	desc         *prometheus.Desc
+	longestDrain *prometheus.Desc
 }
 
-func (p *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+func (p *phaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.desc
+	ch <- p.longestDrain
+}
 
 func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	lister := p.nodes()
@@ -195,11 +204,30 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	counts := map[[4]string]int{}
+	// Per set, the start of its oldest drain under way: a set that keeps
+	// some Node draining, one after another, has none that is old.
+	oldest := map[[3]string]time.Time{}
 	for _, n := range nodes {
-		counts[[4]string{n.Labels[nodesetv1alpha1.LabelNodeSetNamespace], n.Labels[nodesetv1alpha1.LabelNodeSet],
-			n.Labels[nodesetv1alpha1.LabelNodeClass], nodeutil.Phase(n)}]++
+		set := [3]string{n.Labels[nodesetv1alpha1.LabelNodeSetNamespace], n.Labels[nodesetv1alpha1.LabelNodeSet],
+			n.Labels[nodesetv1alpha1.LabelNodeClass]}
+		phase := nodeutil.Phase(n)
+		counts[[4]string{set[0], set[1], set[2], phase}]++
+		if phase != nodeutil.PhaseDraining || !slices.Contains(n.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+			continue
+		}
+		started, err := time.Parse(time.RFC3339, n.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
+		if err != nil {
+			started = n.DeletionTimestamp.Time // deleted, not cordoned yet
+		}
+		if first, ok := oldest[set]; !ok || started.Before(first) {
+			oldest[set] = started
+		}
 	}
 	for k, v := range counts {
 		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(v), k[0], k[1], k[2], k[3])
+	}
+	now := time.Now()
+	for k, started := range oldest {
+		ch <- prometheus.MustNewConstMetric(p.longestDrain, prometheus.GaugeValue, max(now.Sub(started).Seconds(), 0), k[0], k[1], k[2])
 	}
 }
