@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -173,7 +174,7 @@ func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev
 	// replacement is Ready: the group holds both.
 	replacing := len(active) - len(Staying(nodes))
 	if !Rolling(set, templateHash, active) {
-		return int32(replicas + replacing)
+		return clampInt32(int64(replicas) + int64(replacing))
 	}
 	outdated := 0
 	for _, n := range active {
@@ -182,5 +183,12 @@ func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev
 		}
 	}
 	surge, _ := Bounds(set, replicas)
-	return int32(replicas + replacing + min(surge, outdated))
+	return clampInt32(int64(replicas) + int64(replacing) + int64(min(surge, outdated)))
+}
+
+// clampInt32 is n, or the most an int32 holds when n is more: a set of
+// 2147483647 replicas with a Node being replaced asks for one more, and a
+// size that wrapped around would be negative.
+func clampInt32(n int64) int32 {
+	return int32(min(n, math.MaxInt32))
 }
