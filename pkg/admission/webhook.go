@@ -11,12 +11,14 @@ package admission
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -186,6 +188,11 @@ func refuse(resp *admissionv1.AdmissionResponse, code int32, reason metav1.Statu
 type ServingOptions struct {
 	BindAddress       string
 	CertFile, KeyFile string
+	// ClientCAFile, when set, makes the webhook answer only clients with a
+	// certificate it signed: the API server, given one for the webhook in
+	// its AdmissionConfiguration. The answers are computed from every
+	// namespace's NodeSets, and pods can reach the webhook's Service.
+	ClientCAFile string
 }
 
 // AddFlags registers the webhook flags.
@@ -193,6 +200,9 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "webhook-bind-address", "", "Address (host:port) to serve the NodeSet validating webhook on (HTTPS). Empty disables it.")
 	fs.StringVar(&o.CertFile, "webhook-cert-file", "", "TLS certificate of the webhook server.")
 	fs.StringVar(&o.KeyFile, "webhook-key-file", "", "TLS private key of the webhook server.")
+	fs.StringVar(&o.ClientCAFile, "webhook-client-ca-file", "",
+		"CA bundle: when set, only clients with a certificate it signed (the API server, configured to present one) get answers from the webhook. "+
+			"Without it anyone who reaches the port may ask about any namespace's NodeSets (docs/tenancy.md).")
 }
 
 // Serve runs the webhook until ctx is done. The key pair is read again on
@@ -204,16 +214,18 @@ func (o *ServingOptions) Serve(ctx context.Context, admitter Admitter) error {
 	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
 		return fmt.Errorf("webhook certificate: %w", err)
 	}
+	if o.ClientCAFile != "" {
+		if _, err := o.clientCAs(); err != nil {
+			return err
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle(Path, Handler(admitter))
 	mux.Handle(ClassPath, ClassHandler())
 	server := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			pair, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-			return &pair, err
-		}},
+		TLSConfig:         o.tlsConfig(),
 	}
 	listener, err := net.Listen("tcp", o.BindAddress)
 	if err != nil {
@@ -225,9 +237,45 @@ func (o *ServingOptions) Serve(ctx context.Context, admitter Admitter) error {
 		defer cancel()
 		_ = server.Shutdown(shutdown)
 	}()
-	klog.FromContext(ctx).Info("Serving the validating webhooks", "address", listener.Addr().String(), "paths", []string{Path, ClassPath})
+	klog.FromContext(ctx).Info("Serving the validating webhooks", "address", listener.Addr().String(), "paths", []string{Path, ClassPath},
+		"clientCertificates", o.ClientCAFile != "")
 	if err := server.ServeTLS(listener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// tlsConfig reads the key pair, and the client CA when there is one, again
+// on every handshake, so rotated files need no restart.
+func (o *ServingOptions) tlsConfig() *tls.Config {
+	getCertificate := func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		pair, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		return &pair, err
+	}
+	config := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate}
+	if o.ClientCAFile == "" {
+		return config
+	}
+	config.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := o.clientCAs()
+		if err != nil {
+			return nil, err
+		}
+		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate, NextProtos: []string{"h2", "http/1.1"},
+			ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}, nil
+	}
+	return config
+}
+
+// clientCAs reads --webhook-client-ca-file.
+func (o *ServingOptions) clientCAs() (*x509.CertPool, error) {
+	pem, err := os.ReadFile(o.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading --webhook-client-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--webhook-client-ca-file %s holds no PEM certificate", o.ClientCAFile)
+	}
+	return pool, nil
 }
