@@ -334,11 +334,15 @@ func (f *Fleet) finishPod(ctx context.Context) bool {
 	return true
 }
 
-// running says whether name is a booted, healthy simulated machine: only
-// those have a kubelet.
+// running says whether name is a booted, healthy simulated machine whose
+// kubelet reaches the API server: only those finish their pods.
 func (f *Fleet) running(name string) bool {
 	m, ok := f.driver.Machine(name)
-	return ok && !m.Fails && !time.Now().Before(m.BootAt)
+	if !ok || m.Fails || time.Now().Before(m.BootAt) {
+		return false
+	}
+	node, err := f.nodes.Get(name)
+	return err == nil && !unreachable(node)
 }
 
 func (f *Fleet) serve(ctx context.Context, m simulated.Machine, k *kubelet, postStatus, renew bool) {

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -344,4 +345,59 @@ func TestManyMachines(t *testing.T) {
 		}
 		return readyCount == n && len(leases.Items) >= n, fmt.Sprintf("%d/%d Ready, %d Leases", readyCount, n, len(leases.Items))
 	})
+}
+
+// TestPodsOnAnUnreachableNodeAreNotFinished: a kubelet cut off from the API
+// server cannot confirm a pod's deletion, so a terminating pod of an
+// unreachable simulated machine stays terminating, as on a real one.
+func TestPodsOnAnUnreachableNodeAreNotFinished(t *testing.T) {
+	driver, kube := fleet(t)
+	ctx := context.Background()
+	machineWithNode(t, driver, kube, "kl-cut", class(nil))
+	waitForReady(t, kube, "kl-cut")
+	_, err := kube.CoreV1().Nodes().Patch(ctx, "kl-cut", types.MergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"cut off"}}}`, kubeletsim.AnnotationUnreachable), metav1.PatchOptions{})
+	require.NoError(t, err)
+	// The fleet sees the annotation when its Lease renewals stop (every
+	// 300ms otherwise).
+	var last string
+	var since time.Time
+	eventually(t, 30*time.Second, "kl-cut's Lease no longer renewed", func(ctx context.Context) (bool, string) {
+		lease, err := kube.CoordinationV1().Leases(kubeletsim.LeaseNamespace).Get(ctx, "kl-cut", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if lease.ResourceVersion != last {
+			last, since = lease.ResourceVersion, time.Now()
+		}
+		return time.Since(since) > 2*time.Second, "renewed at version " + last
+	})
+	_, err = kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kl-stuck"},
+		Spec: corev1.PodSpec{NodeName: "kl-cut", TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Pods("default").Delete(context.Background(), "kl-stuck", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	require.NoError(t, kube.CoreV1().Pods("default").Delete(ctx, "kl-stuck", metav1.DeleteOptions{}))
+
+	// A pod deleted on a reachable machine at the same time is finished:
+	// when it is gone, the fleet has looked at both.
+	machineWithNode(t, driver, kube, "kl-up", class(nil))
+	waitForReady(t, kube, "kl-up")
+	_, err = kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kl-finished"},
+		Spec: corev1.PodSpec{NodeName: "kl-up", Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, kube.CoreV1().Pods("default").Delete(ctx, "kl-finished", metav1.DeleteOptions{}))
+	eventually(t, 30*time.Second, "the reachable machine's pod finished", func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Pods("default").Get(ctx, "kl-finished", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	stuck, err := kube.CoreV1().Pods("default").Get(ctx, "kl-stuck", metav1.GetOptions{})
+	require.NoError(t, err, "no kubelet confirmed kl-stuck's deletion")
+	assert.NotNil(t, stuck.DeletionTimestamp)
 }
