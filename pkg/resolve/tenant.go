@@ -202,19 +202,50 @@ func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.No
 	return problems
 }
 
+// NodeAnnotationReserve is how much of a Node's annotations (256 KiB of
+// keys and values, the API server's limit) the templates of its class and
+// NodeSet leave free: for what nodeset records on the Node (its driver,
+// when its machine was made, its drain, a provisioning error) and what the
+// node's agents write there (the kubelet, kube-controller-manager, CSI and
+// network plugins). Filled up, the API server refuses those writes, and
+// the Node never registers nor, once deleted, leaves.
+const NodeAnnotationReserve = 32 << 10
+
+// NodeAnnotationBudget is what the class's and the set's template
+// annotations may take of a Node's together.
+const NodeAnnotationBudget = apivalidation.TotalAnnotationSizeLimitB - NodeAnnotationReserve
+
+// NodeAnnotationErrors checks that the template annotations a NodeSet's
+// Nodes get from its class and from the set, which each fit the schema's
+// bound alone, fit NodeAnnotationBudget together. Each problem names its
+// field.
+func NodeAnnotationErrors(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) []string {
+	size := 0
+	for k, v := range NodeAnnotations(&class.Spec, set) {
+		size += len(k) + len(v)
+	}
+	if size <= NodeAnnotationBudget {
+		return nil
+	}
+	return []string{fmt.Sprintf("spec.template.annotations: with those of NodeClass %s, a Node would get %d bytes of template annotations, "+
+		"and may get at most %d: a Node's annotations are at most %d bytes, and %d of them are left for what nodeset and the node's agents record there",
+		class.Name, size, NodeAnnotationBudget, apivalidation.TotalAnnotationSizeLimitB, NodeAnnotationReserve)}
+}
+
 // ProvisioningSpec is EffectiveSpec for a controller about to make or
 // change machines from a NodeSet's current spec, which may be newer than
 // the set's last Accepted verdict (a tenant's edit the nodeset controller
-// has not judged yet): it also refuses what TenantErrors and
-// TemplateConflicts find, so such an edit never reaches a machine or a
-// cloud group. The nodeset controller reports the same problems as
-// Accepted=False.
+// has not judged yet): it also refuses what TenantErrors,
+// NodeAnnotationErrors and TemplateConflicts find, so such an edit never
+// reaches a machine or a cloud group. The nodeset controller reports the
+// same problems as Accepted=False.
 func ProvisioningSpec(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
 	spec, err := EffectiveSpec(class, set)
 	if err != nil || set == nil {
 		return spec, err
 	}
-	if problems := append(TenantErrors(set), TemplateConflicts(class, set)...); len(problems) > 0 {
+	problems := append(TenantErrors(set), NodeAnnotationErrors(class, set)...)
+	if problems = append(problems, TemplateConflicts(class, set)...); len(problems) > 0 {
 		return spec, fmt.Errorf("NodeSet %s/%s: %s", set.Namespace, set.Name, strings.Join(problems, "; "))
 	}
 	return spec, nil

@@ -83,7 +83,7 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 		res.accepted = notAccepted(ReasonOverrideNotAllowed, "%s", err)
 		return res
 	}
-	if problems := resolve.TenantErrors(set); len(problems) > 0 {
+	if problems := append(resolve.TenantErrors(set), resolve.NodeAnnotationErrors(class, set)...); len(problems) > 0 {
 		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", strings.Join(problems, "; "))
 		return res
 	}
