@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 )
 
@@ -170,10 +171,16 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		return nil, err
 	}
 	owned := make(map[string]bool, 2*len(nodes))
+	// groupsInUse are the cloud groups Nodes still name: a group whose
+	// NodeSet is gone still holds machines whose Nodes are being drained.
+	groupsInUse := map[string]bool{}
 	for _, n := range nodes {
 		owned[n.Name] = true
 		if n.Spec.ProviderID != "" {
 			owned[n.Spec.ProviderID] = true
+		}
+		if group := n.Annotations[nodesetv1alpha1.AnnotationGroup]; group != "" {
+			groupsInUse[group] = true
 		}
 	}
 	now := c.opts.Now()
@@ -240,6 +247,9 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 		g := cand.group
 		if g.CreatedAt == 0 || now.Sub(time.Unix(g.CreatedAt, 0)) < minAge || g.Owner.Namespace == "" || g.Owner.Name == "" {
 			continue // too young, of unknown age, or not a NodeSet's
+		}
+		if groupsInUse[g.Name] {
+			continue // its Nodes go first, drained, each machine terminated in it
 		}
 		if gone, known := c.nodeSetGone(ctx, g.Owner); !known || !gone {
 			continue

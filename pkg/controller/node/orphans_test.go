@@ -196,3 +196,30 @@ func TestStrayMachinesAreCollectedWhenTheirSetOrGroupIsGone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"aws:///zone-a/i-detached"}, removed)
 }
+
+// TestAGroupIsNotCollectedWhileNodesNameIt: a NodeSet deleted without
+// waiting for its Nodes (its finalizers taken off) leaves its group and
+// Nodes; the Nodes are deleted and drained, each machine terminated in the
+// group. Orphan collection leaves the group alone until no Node names it,
+// so no machine goes undrained with it.
+func TestAGroupIsNotCollectedWhileNodesNameIt(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	synced(g.fixture)
+	old := testNow.Add(-time.Hour).Unix()
+	g.group.groups["gone-group"] = &drivers.GroupStatus{Name: "gone-group", CreatedAt: old,
+		Owner: drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "gone", UID: "uid-gone"}}
+	draining := setNode("gone-a", "asg")
+	draining.Labels[nodesetv1alpha1.LabelNodeSet] = "gone"
+	draining.Annotations = map[string]string{nodesetv1alpha1.AnnotationGroup: "gone-group"}
+	require.NoError(t, g.nodeIndexer.Add(draining))
+
+	removed, err := g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	assert.Empty(t, removed, "a Node still names the group")
+	assert.Empty(t, g.group.deleted)
+
+	require.NoError(t, g.nodeIndexer.Delete(draining))
+	removed, err = g.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gone-group"}, removed, "collected once its last Node is gone")
+}

@@ -37,6 +37,7 @@ const (
 	ReasonFailedDelete     = "FailedDelete"
 	ReasonNotAccepted      = "NotAccepted"
 	ReasonReplacingNode    = "ReplacingOutdatedNode"
+	ReasonNodeSetGone      = "NodeSetGone"
 )
 
 // FinalizerNodes holds a NodeSet until all its Nodes (and so their machines) are gone.

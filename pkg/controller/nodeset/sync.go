@@ -62,7 +62,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		delete(c.sizes, key)
 		delete(c.lastStatus, key)
 		c.statusMu.Unlock()
-		return nil
+		return c.deleteOrphanedNodes(ctx, key, namespace, name)
 	}
 	if err != nil {
 		return err
@@ -288,6 +288,50 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 		pending[key] += count
 	}
 	return plan.CountUsage(nodes, pending, namespace, except), nil
+}
+
+// deleteOrphanedNodes deletes the Nodes of a NodeSet that is gone. The
+// nodeset.dev/nodes finalizer holds a deleted NodeSet until its Nodes are
+// gone, but whoever may update the NodeSet (its tenant) may take the
+// finalizer off: its Nodes and machines would then run on, unmanaged,
+// counting against the class's limits for every tenant. They are deleted
+// as the finalizer would have had them deleted, drained by the node
+// controller; the API server is asked first whether the set is gone, since
+// the cache may not show a set made again under the name.
+func (c *Controller) deleteOrphanedNodes(ctx context.Context, key, namespace, name string) error {
+	nodes, err := c.setNodes(key)
+	if err != nil {
+		return err
+	}
+	var orphans []*corev1.Node
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil {
+			orphans = append(orphans, n)
+		}
+	}
+	if len(orphans) == 0 {
+		return nil
+	}
+	if _, err := c.nodesetClient.NodesetV1alpha1().NodeSets(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return err // nil: it exists, and its own sync decides
+	}
+	var errs []error
+	for _, n := range orphans {
+		errs = append(errs, c.writeNode(ctx, func() error {
+			err := c.kubeClient.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &n.UID}})
+			switch {
+			case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+				return nil // gone, or another Node of the name now
+			case err != nil:
+				return err
+			}
+			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonNodeSetGone,
+				"NodeSet %s is gone (deleted without waiting for its Nodes): its Node is deleted", key)
+			klog.FromContext(ctx).Info("Deleted a Node of a NodeSet that is gone", "node", klog.KObj(n))
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
 }
 
 // createNodes creates count Nodes in slow-start batches, with the expectations
