@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -175,59 +176,83 @@ func (c *Controller) consumeInterruptions(ctx context.Context, key, className st
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Consuming interruption notices")
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
-	pause := func() {
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff.Step()):
-		}
-	}
 	for ctx.Err() == nil {
-		class, err := c.classes.Get(className)
-		if err != nil {
+		switch c.consumeOnce(ctx, className) {
+		case consumeStop:
 			return // the queue list goes on without it
-		}
-		source, ok := c.registry[class.Spec.Driver].(drivers.InterruptionSource)
-		if !ok {
-			return
-		}
-		if err := c.mayAct(opReceiveInterruptions); err != nil {
-			pause()
-			continue
-		}
-		credentials, err := c.credentials(ctx, class)
-		if err != nil {
-			logger.Error(nil, "Cannot read the credentials of the interruption queue", "nodeclass", class.Name, "err", c.scrub(err.Error()))
-			pause()
-			continue
-		}
-		queueClass := drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}
-		notices, err := source.ReceiveInterruptions(ctx, queueClass)
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.Error(nil, "Receiving interruption notices failed", "err", c.scrub(err.Error()))
-				pause()
+		case consumeFailed:
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff.Step()):
 			}
-			continue
-		}
-		backoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
-		var handled []string
-		for _, n := range notices {
-			if err := c.handleInterruption(ctx, class.Spec.Driver, n); err != nil {
-				logger.Error(nil, "Acting on an interruption notice failed; it comes again", "id", n.ID, "kind", n.Kind, "err", c.scrub(err.Error()))
-				continue
-			}
-			handled = append(handled, n.Receipt)
-		}
-		if len(handled) == 0 {
-			continue
-		}
-		if err := c.mayAct(opAckInterruptions); err != nil {
-			continue // they come again, to whoever leads
-		}
-		if err := source.AckInterruptions(ctx, queueClass, handled); err != nil {
-			logger.Error(nil, "Acknowledging interruption notices failed; they come again", "err", c.scrub(err.Error()))
+		case consumeOK:
+			backoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
 		}
 	}
+}
+
+type consumeOutcome int
+
+const (
+	consumeOK consumeOutcome = iota
+	consumeFailed
+	consumeStop
+)
+
+// consumeOnce receives one batch of notices from the queue of the named
+// class, acts on each and acknowledges those acted on. A driver's panic is
+// a failed round, retried with backoff, not the end of the process.
+func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome consumeOutcome) {
+	logger := klog.FromContext(ctx)
+	defer func() {
+		if r := recover(); r != nil {
+			err := c.scrubbedError(fmt.Errorf("consuming interruption notices panicked: %v", r))
+			logger.Error(err, "Recovered from a panic", "stack", c.scrub(string(debug.Stack())))
+			outcome = consumeFailed
+		}
+	}()
+	class, err := c.classes.Get(className)
+	if err != nil {
+		return consumeStop
+	}
+	source, ok := c.registry[class.Spec.Driver].(drivers.InterruptionSource)
+	if !ok {
+		return consumeStop
+	}
+	if err := c.mayAct(opReceiveInterruptions); err != nil {
+		return consumeFailed
+	}
+	credentials, err := c.credentials(ctx, class)
+	if err != nil {
+		logger.Error(nil, "Cannot read the credentials of the interruption queue", "nodeclass", class.Name, "err", c.scrub(err.Error()))
+		return consumeFailed
+	}
+	queueClass := drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}
+	notices, err := source.ReceiveInterruptions(ctx, queueClass)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Error(nil, "Receiving interruption notices failed", "err", c.scrub(err.Error()))
+		}
+		return consumeFailed
+	}
+	var handled []string
+	for _, n := range notices {
+		if err := c.handleInterruption(ctx, class.Spec.Driver, n); err != nil {
+			logger.Error(nil, "Acting on an interruption notice failed; it comes again", "id", n.ID, "kind", n.Kind, "err", c.scrub(err.Error()))
+			continue
+		}
+		handled = append(handled, n.Receipt)
+	}
+	if len(handled) == 0 {
+		return consumeOK
+	}
+	if err := c.mayAct(opAckInterruptions); err != nil {
+		return consumeOK // they come again, to whoever leads
+	}
+	if err := source.AckInterruptions(ctx, queueClass, handled); err != nil {
+		logger.Error(nil, "Acknowledging interruption notices failed; they come again", "err", c.scrub(err.Error()))
+	}
+	return consumeOK
 }
 
 // handleInterruption records what notice n, from a queue of driver, means

@@ -148,3 +148,25 @@ func TestLifecycleActionIsKeptWaitingEveryHalfHeartbeatTimeout(t *testing.T) {
 	require.Error(t, f.controller.lifecycleHeartbeat(context.Background(), node, rec, source, drivers.Class{}))
 	assert.Equal(t, 2, source.beats, "a replica that may not lead keeps nothing waiting")
 }
+
+// panickingSource is an interruption source whose receive panics.
+type panickingSource struct{ *recordingSource }
+
+func (panickingSource) ReceiveInterruptions(context.Context, drivers.Class) ([]drivers.Interruption, error) {
+	panic("driver bug: nil message body")
+}
+
+// TestAPanickingQueueReadIsAFailedRound: a driver's panic while reading
+// its queue is a round to retry with backoff, not the end of the process.
+func TestAPanickingQueueReadIsAFailedRound(t *testing.T) {
+	class := testClass("spot")
+	class.Spec.Driver = nodesetv1alpha1.DriverEKSASG
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{class})
+	f.controller.registry[nodesetv1alpha1.DriverEKSASG] = struct {
+		*recordingDriver
+		panickingSource
+	}{newRecordingDriver(nodesetv1alpha1.DriverEKSASG), panickingSource{&recordingSource{}}}
+	var outcome consumeOutcome
+	require.NotPanics(t, func() { outcome = f.controller.consumeOnce(context.Background(), "spot") })
+	assert.Equal(t, consumeFailed, outcome)
+}

@@ -109,6 +109,7 @@ const (
 	roundCompleted       = "completed"
 	roundListFailed      = "list-failed"
 	roundCachesNotSynced = "caches-not-synced"
+	roundPanicked        = "panicked"
 )
 
 // Initialize creates every series whose label values are known in advance,
@@ -135,7 +136,7 @@ func (m *Metrics) Initialize(driverNames []string) {
 		drivers.InterruptionStateChange, drivers.InterruptionTermination} {
 		m.interruptions.WithLabelValues(string(kind))
 	}
-	for _, outcome := range []string{roundCompleted, roundListFailed, roundCachesNotSynced} {
+	for _, outcome := range []string{roundCompleted, roundListFailed, roundCachesNotSynced, roundPanicked} {
 		m.orphanRounds.WithLabelValues(outcome)
 	}
 }

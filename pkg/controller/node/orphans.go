@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -158,7 +159,21 @@ func (c *Controller) listOrphanCandidates(ctx context.Context) orphanCandidates 
 // not only the cache, right before it is removed. It returns what it
 // removed. What it logs and returns of drivers' errors carries no
 // credential the controller has read.
-func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) ([]string, error) {
+//
+// A driver's panic (in List, ListGroups, a Delete) ends the round, counted
+// as panicked, and the process goes on: the next round tries again.
+func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (removed []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.metrics.orphanRound(roundPanicked)
+			err = c.scrubbedError(fmt.Errorf("orphan collection panicked: %v", r))
+			klog.FromContext(ctx).Error(err, "Recovered from a panic", "stack", c.scrub(string(debug.Stack())))
+		}
+	}()
+	return c.collectOrphans(ctx, minAge)
+}
+
+func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) ([]string, error) {
 	logger := klog.FromContext(ctx)
 	if !c.HasSynced() {
 		c.metrics.orphanRound(roundCachesNotSynced)

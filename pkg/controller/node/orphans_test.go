@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -222,4 +223,25 @@ func TestAGroupIsNotCollectedWhileNodesNameIt(t *testing.T) {
 	removed, err = g.controller.CollectOrphans(context.Background(), 10*time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"gone-group"}, removed, "collected once its last Node is gone")
+}
+
+// panickingLister is a machine driver whose List panics.
+type panickingLister struct{ *recordingDriver }
+
+func (panickingLister) List(context.Context) ([]drivers.MachineStatus, error) {
+	panic("driver bug: list of a nil page")
+}
+
+// TestAPanickingListEndsTheRoundNotTheProcess: a driver's panic during
+// orphan collection is this round's error, counted as panicked.
+func TestAPanickingListEndsTheRoundNotTheProcess(t *testing.T) {
+	f := newFixture(t, nil)
+	synced(f)
+	f.controller.registry[f.driver.Name()] = panickingLister{f.driver}
+	var err error
+	require.NotPanics(t, func() { _, err = f.controller.CollectOrphans(context.Background(), time.Minute) })
+	require.ErrorContains(t, err, "orphan collection panicked: driver bug: list of a nil page")
+	var rounds dto.Metric
+	require.NoError(t, f.controller.metrics.orphanRounds.WithLabelValues(roundPanicked).Write(&rounds))
+	assert.Equal(t, 1.0, rounds.GetCounter().GetValue(), "counted as panicked")
 }
