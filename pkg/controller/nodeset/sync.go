@@ -279,9 +279,13 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 	if err != nil {
 		return plan.Usage{}, err
 	}
-	sets, err := c.nodeSetLister.List(everything)
+	objs, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
 	if err != nil {
 		return plan.Usage{}, err
+	}
+	sets := make([]*nodesetv1alpha1.NodeSet, 0, len(objs))
+	for _, obj := range objs {
+		sets = append(sets, obj.(*nodesetv1alpha1.NodeSet))
 	}
 	pending := plan.UnseenGroupMachines(sets, class.Name, nodes)
 	for key, count := range unobserved {
