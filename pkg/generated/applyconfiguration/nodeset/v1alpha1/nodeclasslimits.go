@@ -13,8 +13,10 @@ package v1alpha1
 // NodeClassLimits caps the number of nodes of a class.
 type NodeClassLimitsApplyConfiguration struct {
 	// maxNodes is the most nodes the class may have across all namespaces.
+	// Absent means no limit; 0 means NodeSets of the class get no node.
 	MaxNodes *int32 `json:"maxNodes,omitempty"`
 	// maxNodesPerNamespace is the most nodes of the class one namespace may have.
+	// Absent means no limit; 0 means no namespace gets a node of the class.
 	MaxNodesPerNamespace *int32 `json:"maxNodesPerNamespace,omitempty"`
 }
 

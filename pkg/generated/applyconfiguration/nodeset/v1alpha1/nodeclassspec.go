@@ -41,7 +41,9 @@ type NodeClassSpecApplyConfiguration struct {
 	AllowedNamespaces *AllowedNamespacesApplyConfiguration `json:"allowedNamespaces,omitempty"`
 	// tenantOverrides lists the fields of the driver section, by their JSON name
 	// (for example instanceType or blockDevices), that a NodeSet may set. Every
-	// other field is restricted: the class's value always wins.
+	// other field is restricted: the class's value always wins. Nested fields
+	// are dotted (mixedInstances.instanceTypes); a key of a map follows the
+	// map's name, dots and slashes included (tags.example.com/owner).
 	TenantOverrides []string `json:"tenantOverrides,omitempty"`
 	// limits caps how many nodes this class may have.
 	Limits *NodeClassLimitsApplyConfiguration `json:"limits,omitempty"`
