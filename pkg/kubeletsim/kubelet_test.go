@@ -389,7 +389,7 @@ func TestPodsOnAnUnreachableNodeAreNotFinished(t *testing.T) {
 	waitForReady(t, kube, "kl-up")
 	_, err = kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "kl-finished"},
-		Spec: corev1.PodSpec{NodeName: "kl-up", Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+		Spec:       corev1.PodSpec{NodeName: "kl-up", Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, kube.CoreV1().Pods("default").Delete(ctx, "kl-finished", metav1.DeleteOptions{}))
