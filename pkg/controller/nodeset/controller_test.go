@@ -838,3 +838,22 @@ func TestObservedCreationWakesLimitedSets(t *testing.T) {
 	}
 	assert.Contains(t, keys, "team-a/web", "the set over its limit, at once")
 }
+
+// TestALoweredLimitIsToldWithoutACreation: a machine driver's set that has
+// all its Nodes, of a class whose limit was lowered below them, says it
+// asks for more than the limit allows, as a group driver's set does. The
+// lowered limit deletes nothing.
+func TestALoweredLimitIsToldWithoutACreation(t *testing.T) {
+	class := validClass("sim")
+	class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](2)}
+	set := newSet(3)
+	f := newFixture(t, class, set,
+		setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true), setNode(t, set, class, "web-c", time.Hour, true))
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates())
+	assert.Empty(t, f.nodeDeletes(), "a lowered limit deletes nothing")
+	accepted := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonLimitExceeded, accepted.Reason)
+	assert.Contains(t, accepted.Message, "spec.limits.maxNodesPerNamespace of 2")
+}

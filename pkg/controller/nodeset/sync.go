@@ -152,11 +152,13 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 		// Nodes, within the class's limits; what is decided here is which
 		// Nodes go, and whether the set asks for more than the limits allow.
 		p.Create = 0
-		if plan.Limited(res.class) {
-			if used, err := c.ClassUsage(res.class, set.Namespace, key); err == nil {
-				if refusal := plan.Fits(res.class, set.Namespace, used, int64(plan.Replicas(set))); refusal != "" {
-					res.accepted = notAccepted(ReasonLimitExceeded, "%s", refusal)
-				}
+	}
+	if p.Create == 0 && plan.Limited(res.class) {
+		// Nothing to create, so no creation below weighs the limits: a set
+		// of a limit lowered below it, or of a group, is told here.
+		if used, err := c.ClassUsage(res.class, set.Namespace, key); err == nil {
+			if refusal := plan.Fits(res.class, set.Namespace, used, int64(plan.Replicas(set))); refusal != "" {
+				res.accepted = notAccepted(ReasonLimitExceeded, "%s", refusal)
 			}
 		}
 	}
