@@ -40,9 +40,16 @@ type deprovisioner struct {
 	whileDraining func(ctx context.Context, node *corev1.Node) error
 }
 
-// machineDeprovisioner deletes the Node's machine by its name.
-func machineDeprovisioner(driver drivers.MachineDriver, class drivers.Class, name string) deprovisioner {
-	return deprovisioner{driver: driver.Name(), op: opDelete, remove: func(ctx context.Context) error { return driver.Delete(ctx, class, name) }}
+// machineDeprovisioner deletes the Node's machine by its name, with the
+// class classOf gives when the machine is to go (its credentials read then).
+func machineDeprovisioner(driver drivers.MachineDriver, name string, classOf func(context.Context) (drivers.Class, error)) deprovisioner {
+	return deprovisioner{driver: driver.Name(), op: opDelete, remove: func(ctx context.Context) error {
+		class, err := classOf(ctx)
+		if err != nil {
+			return err
+		}
+		return driver.Delete(ctx, class, name)
+	}}
 }
 
 // terminate takes a deleted Node through cordon, drain and deprovision, and

@@ -97,19 +97,14 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	}
 	if node.DeletionTimestamp != nil {
 		c.made.forget(name)
-		machineClass := drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}
-		deprovision := machineDeprovisioner(driver, machineClass, node.Name)
+		classOf := func(context.Context) (drivers.Class, error) {
+			return drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}, nil
+		}
 		if class != nil {
 			// With the class's credentials, read when the machine is to go.
-			deprovision.remove = func(ctx context.Context) error {
-				machineClass, err := c.terminationClass(ctx, node, class)
-				if err != nil {
-					return err
-				}
-				return driver.Delete(ctx, machineClass, node.Name)
-			}
+			classOf = func(ctx context.Context) (drivers.Class, error) { return c.terminationClass(ctx, node, class) }
 		}
-		return c.terminate(ctx, node, class, deprovision)
+		return c.terminate(ctx, node, class, machineDeprovisioner(driver, node.Name, classOf))
 	}
 	if class == nil {
 		return nil // provisioned when the class appears

@@ -118,11 +118,13 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return err
 	}
 	status := computeStatus(set, &res, nodes, manageErr, c.now())
-	if wait, ok := c.expectations.expiresIn(key); !observed && ok {
-		// A write the informer never shows (made and undone while its
-		// watch was down) holds the set until its expectations expire,
-		// and no longer: it is looked at again then, whatever else happens.
-		c.queue.AddAfter(key, wait+time.Second)
+	if !observed {
+		if wait, ok := c.expectations.expiresIn(key); ok {
+			// A write the informer never shows (made and undone while its
+			// watch was down) holds the set until its expectations expire,
+			// and no longer: it is looked at again then, whatever else happens.
+			c.queue.AddAfter(key, wait+time.Second)
+		}
 	}
 	if res.revalidating || (res.accepted.Status == metav1.ConditionTrue && !observed) {
 		// The creations and deletions for this generation are not decided
