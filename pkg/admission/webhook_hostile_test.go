@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,31 +27,12 @@ import (
 // its AdmissionConfiguration): a caller without one, or with another CA's,
 // gets no answer at all.
 func TestWebhookAnswersOnlyClientsOfItsClientCA(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, data, 0o600))
-		return path
-	}
-	ca, err := framework.NewCA("webhook-ca")
+	certs, err := framework.NewMutualTLS(t.TempDir(), "nodeset-webhook", "kube-apiserver")
 	require.NoError(t, err)
-	serverCert, serverKey, err := ca.Issue("nodeset-webhook", x509.ExtKeyUsageServerAuth, "localhost")
-	require.NoError(t, err)
-	apiServerCert, apiServerKey, err := ca.Issue("kube-apiserver", x509.ExtKeyUsageClientAuth)
-	require.NoError(t, err)
-	other, err := framework.NewCA("other-ca")
-	require.NoError(t, err)
-	strangerCert, strangerKey, err := other.Issue("stranger", x509.ExtKeyUsageClientAuth)
-	require.NoError(t, err)
-
 	port, err := framework.FreePort()
 	require.NoError(t, err)
-	opts := ServingOptions{
-		BindAddress:  fmt.Sprintf("127.0.0.1:%d", port),
-		CertFile:     write("server.crt", serverCert),
-		KeyFile:      write("server.key", serverKey),
-		ClientCAFile: write("client-ca.crt", ca.PEM),
-	}
+	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port),
+		CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.ClientCA}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- opts.Serve(ctx, &refuseLarge{}) }()
@@ -69,11 +47,9 @@ func TestWebhookAnswersOnlyClientsOfItsClientCA(t *testing.T) {
 		Request: &admissionv1.AdmissionRequest{UID: "forged", Operation: admissionv1.Update, SubResource: "scale",
 			Namespace: "someone-else", Name: "web", Object: runtime.RawExtension{Raw: scale}}})
 	require.NoError(t, err)
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM(ca.PEM))
-	post := func(certs ...tls.Certificate) (*admissionv1.AdmissionResponse, error) {
+	post := func(presented ...tls.Certificate) (*admissionv1.AdmissionResponse, error) {
 		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs, MinVersion: tls.VersionTLS12}}}
+			TLSClientConfig: &tls.Config{RootCAs: certs.Roots, Certificates: presented, MinVersion: tls.VersionTLS12}}}
 		defer client.CloseIdleConnections()
 		resp, err := client.Post(fmt.Sprintf("https://localhost:%d%s", port, Path), "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -86,17 +62,12 @@ func TestWebhookAnswersOnlyClientsOfItsClientCA(t *testing.T) {
 		}
 		return review.Response, nil
 	}
-	pair := func(certPEM, keyPEM []byte) tls.Certificate {
-		p, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
-		return p
-	}
 	require.Eventually(t, func() bool {
-		resp, err := post(pair(apiServerCert, apiServerKey))
+		resp, err := post(certs.Client)
 		return err == nil && resp != nil && !resp.Allowed
 	}, 10*time.Second, 50*time.Millisecond, "a client with a certificate of the client CA is answered")
 	resp, err := post()
 	assert.Error(t, err, "no client certificate: no answer (got %+v)", resp)
-	resp, err = post(pair(strangerCert, strangerKey))
+	resp, err = post(certs.Stranger)
 	assert.Error(t, err, "a certificate of another CA: no answer (got %+v)", resp)
 }

@@ -3,10 +3,7 @@ package autoscaler
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,37 +17,16 @@ import (
 	"nodeset.dev/nodeset/test/framework"
 )
 
-func write(t *testing.T, dir, name string, data []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	require.NoError(t, os.WriteFile(path, data, 0o600))
-	return path
-}
-
 // TestServeRequiresClientCertificates serves over TLS with a client CA: a
 // client with a certificate of that CA gets answers; one without, or with a
 // certificate of another CA, or in plaintext, does not.
 func TestServeRequiresClientCertificates(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := framework.NewCA("autoscaler-ca")
+	certs, err := framework.NewMutualTLS(t.TempDir(), "nodeset-controller", "cluster-autoscaler")
 	require.NoError(t, err)
-	serverCert, serverKey, err := ca.Issue("nodeset-controller", x509.ExtKeyUsageServerAuth)
-	require.NoError(t, err)
-	clientCert, clientKey, err := ca.Issue("cluster-autoscaler", x509.ExtKeyUsageClientAuth)
-	require.NoError(t, err)
-	other, err := framework.NewCA("other-ca")
-	require.NoError(t, err)
-	strangerCert, strangerKey, err := other.Issue("stranger", x509.ExtKeyUsageClientAuth)
-	require.NoError(t, err)
-
 	port, err := framework.FreePort()
 	require.NoError(t, err)
-	opts := ServingOptions{
-		BindAddress:  fmt.Sprintf("127.0.0.1:%d", port),
-		CertFile:     write(t, dir, "server.crt", serverCert),
-		KeyFile:      write(t, dir, "server.key", serverKey),
-		ClientCAFile: write(t, dir, "ca.crt", ca.PEM),
-	}
+	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port),
+		CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.ClientCA}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- opts.Serve(ctx, newFixture(t, nil, testSet(1)).server) }()
@@ -59,8 +35,6 @@ func TestServeRequiresClientCertificates(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM(ca.PEM))
 	call := func(creds credentials.TransportCredentials) error {
 		conn, err := grpc.NewClient(opts.BindAddress, grpc.WithTransportCredentials(creds))
 		require.NoError(t, err)
@@ -70,15 +44,13 @@ func TestServeRequiresClientCertificates(t *testing.T) {
 		_, err = protos.NewCloudProviderClient(conn).NodeGroups(callCtx, &protos.NodeGroupsRequest{}, grpc.WaitForReady(false))
 		return err
 	}
-	withCert := func(certPEM, keyPEM []byte) credentials.TransportCredentials {
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
-		return credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
+	withCert := func(pair tls.Certificate) credentials.TransportCredentials {
+		return credentials.NewTLS(&tls.Config{RootCAs: certs.Roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
 	}
-	require.Eventually(t, func() bool { return call(withCert(clientCert, clientKey)) == nil }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return call(withCert(certs.Client)) == nil }, 10*time.Second, 50*time.Millisecond,
 		"a client with a certificate of the client CA is served")
-	assert.Error(t, call(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})), "no client certificate")
-	assert.Error(t, call(withCert(strangerCert, strangerKey)), "a certificate of another CA")
+	assert.Error(t, call(credentials.NewTLS(&tls.Config{RootCAs: certs.Roots, MinVersion: tls.VersionTLS12})), "no client certificate")
+	assert.Error(t, call(withCert(certs.Stranger)), "a certificate of another CA")
 	assert.Error(t, call(insecure.NewCredentials()), "plaintext")
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -123,4 +124,52 @@ func writeCerts(dir string) ([]byte, error) {
 		}
 	}
 	return ca.PEM, nil
+}
+
+// MutualTLS is what a test of a server that asks for client certificates
+// needs: the server's files, and clients with and without the right CA.
+type MutualTLS struct {
+	// ServerCert, ServerKey and ClientCA are files: the server's key pair
+	// (for localhost and 127.0.0.1) and the CA its clients must present a
+	// certificate of.
+	ServerCert, ServerKey, ClientCA string
+	// Roots trusts the server's certificate.
+	Roots *x509.CertPool
+	// Client has a certificate of ClientCA; Stranger one of another CA.
+	Client, Stranger tls.Certificate
+}
+
+// NewMutualTLS issues the certificates of a MutualTLS into dir, the server's
+// and the client's named server and client.
+func NewMutualTLS(dir, server, client string) (*MutualTLS, error) {
+	ca, err := NewCA(server + "-ca")
+	if err != nil {
+		return nil, err
+	}
+	other, err := NewCA("other-ca")
+	if err != nil {
+		return nil, err
+	}
+	out := &MutualTLS{Roots: x509.NewCertPool()}
+	out.Roots.AppendCertsFromPEM(ca.PEM)
+	serverCert, serverKey, err := ca.Issue(server, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	for path, data := range map[*string][]byte{&out.ServerCert: serverCert, &out.ServerKey: serverKey, &out.ClientCA: ca.PEM} {
+		*path = filepath.Join(dir, fmt.Sprintf("%s-%d.pem", server, serial.Add(1)))
+		if err := os.WriteFile(*path, data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	for pair, issuer := range map[*tls.Certificate]*CA{&out.Client: ca, &out.Stranger: other} {
+		certPEM, keyPEM, err := issuer.Issue(client, x509.ExtKeyUsageClientAuth)
+		if err != nil {
+			return nil, err
+		}
+		if *pair, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -46,12 +46,7 @@ func TestEveryClassGetsAVerdictInOneSync(t *testing.T) {
 			wantStatus: metav1.ConditionTrue, wantReason: ReasonValid, wantErr: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			class := simClass("cloud-group")
-			class.Generation = 2
-			if tt.previous != nil {
-				class.Status.Conditions = []metav1.Condition{*tt.previous}
-			}
-			f := newFixture(t, class)
+			f := newFixture(t, secondGeneration(tt.previous))
 			f.controller.registry["cloud-group"] = cloudGroup{group: group{Driver: simulated.New(nil)}, cloudErr: tt.cloudErr}
 			err := f.controller.sync(context.Background(), "sim")
 			if tt.wantErr {
@@ -138,12 +133,7 @@ func TestADriverThatPanicsIsContainedAndTold(t *testing.T) {
 			wantStatus: metav1.ConditionTrue, wantReason: ReasonValid},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			class := simClass("cloud-group")
-			class.Generation = 2
-			if tt.previous != nil {
-				class.Status.Conditions = []metav1.Condition{*tt.previous}
-			}
-			f := newFixture(t, class)
+			f := newFixture(t, secondGeneration(tt.previous))
 			f.controller.registry["cloud-group"] = panickingGroup{group: group{Driver: simulated.New(nil)}, inValidate: tt.inValidate}
 			f.controller.credentials = func(context.Context, *nodesetv1alpha1.NodeClass) (map[string][]byte, error) {
 				return map[string][]byte{"secretAccessKey": []byte(planted)}, nil
@@ -237,4 +227,15 @@ func TestAVerdictNeverShowsACredential(t *testing.T) {
 			assert.NotContains(t, valid.Message, planted)
 		})
 	}
+}
+
+// secondGeneration is a class of driver cloud-group at generation 2, with
+// the Valid condition previous when it is not nil.
+func secondGeneration(previous *metav1.Condition) *nodesetv1alpha1.NodeClass {
+	class := simClass("cloud-group")
+	class.Generation = 2
+	if previous != nil {
+		class.Status.Conditions = []metav1.Condition{*previous}
+	}
+	return class
 }

@@ -710,18 +710,25 @@ func TestOwnStatusWritesDoNotQueueTheSet(t *testing.T) {
 
 // TestFreedCapacityWakesLimitedSets: when a machine of a class is gone, the
 // NodeSets of that class waiting for room in its limits sync at once.
-func TestFreedCapacityWakesLimitedSets(t *testing.T) {
-	class := validClass("sim")
+// limitedPair is a fixture with the set web held back by its class's
+// limits (LimitExceeded) and an Accepted set other of the same class; only
+// a wake-up queues anything at once.
+func limitedPair(t *testing.T) (f *fixture, class *nodesetv1alpha1.NodeClass, other *nodesetv1alpha1.NodeSet) {
+	class = validClass("sim")
 	waiting := newSet(3)
 	waiting.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: ReasonLimitExceeded}}
-	f := newFixture(t, class, waiting)
-	other := newSet(1)
+	f = newFixture(t, class, waiting)
+	other = newSet(1)
 	other.Name = "other"
 	other.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
 	require.NoError(t, f.controller.nodeSetIndexer.Add(other))
-	gone := setNode(t, other, class, "other-a", time.Hour, true)
-	f.controller.nodeEventBatch = time.Hour // only the wake-up can queue anything now
-	f.controller.nodeDeleted(gone)
+	f.controller.nodeEventBatch = time.Hour
+	return f, class, other
+}
+
+func TestFreedCapacityWakesLimitedSets(t *testing.T) {
+	f, class, other := limitedPair(t)
+	f.controller.nodeDeleted(setNode(t, other, class, "other-a", time.Hour, true))
 	require.Equal(t, 1, f.controller.queue.Len())
 	key, _ := f.controller.queue.Get()
 	assert.Equal(t, "team-a/web", key, "the set over its limit, at once")
@@ -819,16 +826,8 @@ func TestLimitCountsNodesObservedWhileCounting(t *testing.T) {
 // creation). The set it held back is synced again when the informer
 // delivers it, so the limit's room is not lost until something is deleted.
 func TestObservedCreationWakesLimitedSets(t *testing.T) {
-	class := validClass("sim")
-	waiting := newSet(3)
-	waiting.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: ReasonLimitExceeded}}
-	f := newFixture(t, class, waiting)
-	other := newSet(1)
-	other.Name = "other"
-	other.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
-	require.NoError(t, f.controller.nodeSetIndexer.Add(other))
+	f, class, other := limitedPair(t)
 	f.controller.expectations.expectCreations("team-a/other", 1)
-	f.controller.nodeEventBatch = time.Hour // only the wake-up can queue anything at once
 	f.controller.nodeAdded(setNode(t, other, class, "other-a", 0, false))
 	var keys []string
 	for f.controller.queue.Len() > 0 {

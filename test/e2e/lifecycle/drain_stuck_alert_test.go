@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sort"
 	"testing"
@@ -12,42 +11,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // alertFor is the `for` of the alert named in
 // deploy/observability/prometheus-rules.yaml (0 when it has none).
 func alertFor(t *testing.T, alert string) time.Duration {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	objs, err := framework.ReadObjects(filepath.Join(root, "deploy", "observability", "prometheus-rules.yaml"))
-	require.NoError(t, err)
-	for _, obj := range objs {
-		groups, _, _ := unstructured.NestedSlice(obj.Object, "spec", "groups")
-		for _, g := range groups {
-			rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
-			for _, r := range rules {
-				rule := r.(map[string]any)
-				if rule["alert"] != alert {
-					continue
-				}
-				text, _ := rule["for"].(string)
-				if text == "" {
-					return 0
-				}
-				d, err := time.ParseDuration(text)
-				require.NoError(t, err, "for: %s", text)
-				return d
-			}
-		}
+	text, _ := shippedAlert(t, alert)["for"].(string)
+	if text == "" {
+		return 0
 	}
-	t.Fatalf("no alert %s in deploy/observability/prometheus-rules.yaml", alert)
-	return 0
+	d, err := time.ParseDuration(text)
+	require.NoError(t, err, "for: %s", text)
+	return d
 }
 
 // TestNodeDrainStuckIsAboutOneNodesDrain: NodeDrainStuck says one Node's

@@ -113,6 +113,13 @@ func parseSample(line string) (sample, error) {
 // deploy/observability/prometheus-rules.yaml.
 func alertRule(t *testing.T, alert string) string {
 	t.Helper()
+	return shippedAlert(t, alert)["expr"].(string)
+}
+
+// shippedAlert is the rule of the alert named in
+// deploy/observability/prometheus-rules.yaml.
+func shippedAlert(t *testing.T, alert string) map[string]any {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	require.NoError(t, err)
 	objs, err := framework.ReadObjects(filepath.Join(root, "deploy", "observability", "prometheus-rules.yaml"))
@@ -122,15 +129,14 @@ func alertRule(t *testing.T, alert string) string {
 		for _, g := range groups {
 			rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
 			for _, r := range rules {
-				rule := r.(map[string]any)
-				if rule["alert"] == alert {
-					return rule["expr"].(string)
+				if rule := r.(map[string]any); rule["alert"] == alert {
+					return rule
 				}
 			}
 		}
 	}
 	t.Fatalf("no alert %s in deploy/observability/prometheus-rules.yaml", alert)
-	return ""
+	return nil
 }
 
 // metricsPort is the port of the process's --metrics-bind-address (its last).
