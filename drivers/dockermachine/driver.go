@@ -491,19 +491,32 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 		klog.FromContext(ctx).V(2).Info("Creating machine through plugin", "machine", machine.Name, "plugin", BinaryName(dm.DriverName))
 		if err := p.Create(); err != nil {
 			createErr := fmt.Errorf("plugin %s creating machine %s: %w", BinaryName(dm.DriverName), machine.Name, err)
+			// A plugin that failed after making the machine knows it now
+			// by what its configuration holds since (a cloud's instance
+			// id), which the one saved before Create lacks: saved, an undo
+			// that fails here is retried on the machine that exists.
+			d.saveConfig(ctx, p, &record)
 			if undoErr := d.undoCreate(ctx, p, record); undoErr != nil {
 				return fmt.Errorf("%w; undoing it: %v (retried with the next attempt)", createErr, undoErr)
 			}
 			return createErr
 		}
-		if record.Config, err = p.GetConfigRaw(); err != nil {
-			return err
+		made := record
+		if made.Config, err = p.GetConfigRaw(); err == nil {
+			made.Created = true
+			made.Provisioned = !joinsOverSSH(dm)
+			err = d.store.Put(ctx, &made)
 		}
-		record.Created = true
-		record.Provisioned = !joinsOverSSH(dm)
-		if err := d.store.Put(ctx, &record); err != nil {
-			return fmt.Errorf("saving machine %s: %w", machine.Name, err)
+		if err != nil {
+			// The machine is known only to this plugin process: the
+			// configuration saved before Create may not find it again.
+			saveErr := fmt.Errorf("saving machine %s: %w", machine.Name, err)
+			if undoErr := d.undoCreate(ctx, p, record); undoErr != nil {
+				return fmt.Errorf("%w; undoing its creation: %v (retried with the next attempt)", saveErr, undoErr)
+			}
+			return saveErr
 		}
+		record = made
 		if !joinsOverSSH(dm) {
 			return nil
 		}
@@ -519,8 +532,25 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 	return providerID, nil
 }
 
+// saveConfig saves the plugin's configuration as it is now in the record
+// of a machine whose Create did not finish, when it can: what is saved
+// already stays otherwise.
+func (d *Driver) saveConfig(ctx context.Context, p Plugin, record *Record) {
+	config, err := p.GetConfigRaw()
+	if err != nil {
+		return
+	}
+	saved := *record
+	saved.Config = config
+	if err := d.store.Put(ctx, &saved); err != nil {
+		klog.FromContext(ctx).V(2).Info("Could not save the configuration of a machine whose creation failed", "machine", record.Name, "err", d.scrubbed(record.Name, err).Error())
+		return
+	}
+	*record = saved
+}
+
 // undoCreate removes what a Create that did not finish may have made,
-// through a plugin loaded with the configuration saved before it, then the
+// through a plugin loaded with the configuration last saved, then the
 // machine's files and its record, so that the next Create starts afresh. A
 // plugin that says the machine does not exist has nothing to remove; any
 // other failure keeps the record, and the next attempt tries again.
@@ -597,9 +627,11 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 		return err
 	}
 	err = d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
-		if _, err := p.GetState(); err != nil && !record.Created {
+		if _, err := p.GetState(); err != nil && !record.Created && machineGone(err) {
 			return nil // Create never finished and the plugin does not know the machine
 		}
+		// Otherwise the plugin knows the machine, or could not say (its
+		// API is down): the record stays until Remove succeeds.
 		removeErr := p.Remove()
 		if removeErr == nil {
 			return nil

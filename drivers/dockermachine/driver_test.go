@@ -64,11 +64,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// memStore is a Store in memory; failPut fails the nth Put from now.
+// memStore is a Store in memory; failPut fails the nth Put from now, and
+// crashPut stops the node controller (a panic, see crashed) at the nth Put
+// from now, before it is written.
 type memStore struct {
 	mu       sync.Mutex
 	records  map[string]Record
 	failPut  int
+	crashPut int
 	failList bool
 	// failDelete fails the next Delete, as a node controller that stops
 	// between the plugin's Remove and the record's deletion.
@@ -95,6 +98,12 @@ func (s *memStore) Put(_ context.Context, r *Record) error {
 		s.failPut--
 		if s.failPut == 0 {
 			return errors.New("store unavailable")
+		}
+	}
+	if s.crashPut > 0 {
+		s.crashPut--
+		if s.crashPut == 0 {
+			panic(errCrash)
 		}
 	}
 	if stored, ok := s.records[r.Name]; ok != (r.Version != "") || stored.Version != r.Version {
@@ -131,6 +140,20 @@ func (s *memStore) List(context.Context) ([]Record, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// errCrash is what crashPut panics with.
+var errCrash = errors.New("the node controller stopped")
+
+// crashed runs fn, which is to stop in the middle as a node controller
+// that dies does: no more of its code runs, but the plugin processes it
+// started go with it.
+func crashed(t *testing.T, fn func()) {
+	t.Helper()
+	defer func() {
+		require.Equal(t, errCrash, recover(), "the call stopped where the store crashed")
+	}()
+	fn()
 }
 
 // fakeJoiner hands out one token per machine and records what it forgot.
@@ -304,9 +327,8 @@ func TestCrashInTheMiddleOfCreate(t *testing.T) {
 	class := fakeClass(dir, nil)
 
 	// The machine was made but the node controller died before recording it.
-	store.failPut = 2
-	_, err := d.Create(ctx, drivers.Machine{Name: "m1", Class: class})
-	require.Error(t, err)
+	store.crashPut = 2
+	crashed(t, func() { _, _ = d.Create(ctx, drivers.Machine{Name: "m1", Class: class}) })
 	require.False(t, store.records["m1"].Created)
 	machines, _ := fakeplugin.Machines(dir)
 	require.Contains(t, machines, "m1")

@@ -172,7 +172,8 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join j
 	if err := d.fence(); err != nil {
 		return fmt.Errorf("machine %s: not running the join script: %w", name, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Running the join script over SSH", "machine", name, "address", address)
+	// The address is the plugin's text: it may quote a credential.
+	klog.FromContext(ctx).V(2).Info("Running the join script over SSH", "machine", name, "address", credentialValues.String(address))
 	if err := session.Run("sh -s"); err != nil {
 		return fmt.Errorf("machine %s: the join script failed over SSH: %w", name, err)
 	}

@@ -15,7 +15,12 @@
 // prints one line of that many bytes to its stdout and stderr in Create,
 // fake-hang-create makes Create never return (once it has written
 // <fake-dir>/<name>.hanging), and fake-fail-remove makes Remove fail (with
-// the values it was given, under fake-echo).
+// the values it was given, under fake-echo). As cloud drivers do,
+// fake-cloud-ids has Create give the machine an id of its own, kept in the
+// saved configuration, by which alone GetState and Remove find it;
+// fake-fail-after-create fails Create once the machine exists (a driver
+// whose wait for the new machine fails), and fake-outage names a file
+// while which exists every GetState and Remove fails (an API outage).
 package fakeplugin
 
 import (
@@ -70,6 +75,12 @@ type Driver struct {
 	Chatter    int
 	HangCreate bool
 	FailRemove bool
+	// CloudIDs, MachineID: the machine is found by the id its Create gave
+	// it, not by its name.
+	CloudIDs        bool
+	MachineID       string
+	FailAfterCreate bool
+	OutageFile      string
 }
 
 // New returns an unconfigured plugin driver.
@@ -98,6 +109,9 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.IntFlag{Name: "fake-chatter", Usage: "bytes of the one line Create prints to stdout and stderr"},
 		mcnflag.BoolFlag{Name: "fake-hang-create", Usage: "make Create never return"},
 		mcnflag.BoolFlag{Name: "fake-fail-remove", Usage: "fail every Remove of a machine that exists"},
+		mcnflag.BoolFlag{Name: "fake-cloud-ids", Usage: "find machines by the id Create gives them, not by name"},
+		mcnflag.BoolFlag{Name: "fake-fail-after-create", Usage: "fail every Create once the machine exists"},
+		mcnflag.StringFlag{Name: "fake-outage", Usage: "a file while which exists every GetState and Remove fails"},
 	}
 }
 
@@ -121,6 +135,9 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.Chatter = opts.Int("fake-chatter")
 	d.HangCreate = opts.Bool("fake-hang-create")
 	d.FailRemove = opts.Bool("fake-fail-remove")
+	d.CloudIDs = opts.Bool("fake-cloud-ids")
+	d.FailAfterCreate = opts.Bool("fake-fail-after-create")
+	d.OutageFile = opts.String("fake-outage")
 	return nil
 }
 
@@ -141,7 +158,14 @@ func (d *Driver) echoed() string {
 	return fmt.Sprintf("token=%q token-raw=%s key=%q key-raw:\n%s", d.Token, d.Token, key, key)
 }
 
-func (d *Driver) path() string { return filepath.Join(d.Dir, d.MachineName+".json") }
+// path is the machine's file: by its name, or by its id under
+// fake-cloud-ids ("" before Create gave it one).
+func (d *Driver) path() string {
+	if d.CloudIDs {
+		return filepath.Join(d.Dir, "id-"+d.MachineID+".json")
+	}
+	return filepath.Join(d.Dir, d.MachineName+".json")
+}
 
 // Create records the machine; creating one that exists is an error, as it
 // is for a cloud that refuses a duplicate name.
@@ -169,6 +193,13 @@ func (d *Driver) Create() error {
 		}
 		return errors.New("fake: out of machines")
 	}
+	if d.CloudIDs {
+		id := make([]byte, 8)
+		if _, err := rand.Read(id); err != nil {
+			return err
+		}
+		d.MachineID = fmt.Sprintf("%x", id)
+	}
 	if _, err := os.Stat(d.path()); err == nil {
 		return fmt.Errorf("fake: machine %s already exists", d.MachineName)
 	}
@@ -187,7 +218,13 @@ func (d *Driver) Create() error {
 	if err := os.WriteFile(d.path(), data, 0o600); err != nil {
 		return err
 	}
-	return d.logCall("create")
+	if err := d.logCall("create"); err != nil {
+		return err
+	}
+	if d.FailAfterCreate {
+		return fmt.Errorf("fake: machine %s did not come up", d.MachineName)
+	}
+	return nil
 }
 
 // keepSSHKey puts the machine's SSH key in its store directory: a copy of
@@ -217,8 +254,20 @@ func (d *Driver) keepSSHKey() error {
 	return nil
 }
 
+// down reports whether the API is down (fake-outage).
+func (d *Driver) down() bool {
+	if d.OutageFile == "" {
+		return false
+	}
+	_, err := os.Stat(d.OutageFile)
+	return err == nil
+}
+
 // GetState is Running for a recorded machine, an error otherwise.
 func (d *Driver) GetState() (state.State, error) {
+	if d.down() {
+		return state.Error, fmt.Errorf("fake: the API is down, cannot look up machine %s", d.MachineName)
+	}
 	if _, err := os.Stat(d.path()); err != nil {
 		return state.None, fmt.Errorf("fake: machine %s not found", d.MachineName)
 	}
@@ -227,6 +276,9 @@ func (d *Driver) GetState() (state.State, error) {
 
 // Remove deletes the machine's record; removing one that is gone is an error.
 func (d *Driver) Remove() error {
+	if d.down() {
+		return fmt.Errorf("fake: the API is down, cannot remove machine %s", d.MachineName)
+	}
 	if _, err := os.Stat(d.path()); err == nil && d.FailRemove {
 		if d.Echo {
 			return fmt.Errorf("fake: cannot remove machine %s with %s", d.MachineName, d.echoed())

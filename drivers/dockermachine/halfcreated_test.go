@@ -1,0 +1,105 @@
+package dockermachine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// TestAHalfCreatedMachineIsNeverForgotten: a cloud plugin's Create makes
+// the machine (which it then knows by an id of its own, in its saved
+// configuration) and fails after; the undo fails too (the cloud's API is
+// down), and so does the node controller, which restarts. The next
+// attempt must remove the machine that exists, not lose it: the
+// configuration saved before Create does not know its id.
+func TestAHalfCreatedMachineIsNeverForgotten(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	outage := filepath.Join(dir, "outage")
+	require.NoError(t, os.WriteFile(outage, nil, 0o600))
+	class := fakeClass(dir, map[string]string{"fake-cloud-ids": "true", "fake-fail-after-create": "true", "fake-outage": outage})
+	_, err := d.Create(ctx, drivers.Machine{Name: "cloud-1", Class: class})
+	require.ErrorContains(t, err, "did not come up")
+	require.ErrorContains(t, err, "the API is down")
+	require.Contains(t, store.records, "cloud-1", "a machine that could not be removed keeps its record")
+	made := machineFiles(t, dir)
+	require.Len(t, made, 1)
+
+	// Its Node is deleted during the outage: the plugin cannot say
+	// whether the machine exists, so its record stays.
+	err = d.Delete(ctx, class, "cloud-1")
+	require.ErrorContains(t, err, "the API is down")
+	require.Contains(t, store.records, "cloud-1", "a machine the plugin could not look up keeps its record")
+
+	// The outage ends; the node controller restarts and tries again.
+	require.NoError(t, os.Remove(outage))
+	delete(class.Spec.DockerMachine.Options, "fake-fail-after-create")
+	restarted := New(Options{Store: store, Joiner: &fakeJoiner{}, StorePath: d.storePath})
+	_, err = restarted.Create(ctx, drivers.Machine{Name: "cloud-1", Class: class})
+	require.NoError(t, err)
+	now := machineFiles(t, dir)
+	assert.Len(t, now, 1, "one machine for the Node; the half-created one was removed, not leaked")
+	assert.NotContains(t, now, made[0], "the half-created machine is gone")
+
+	require.NoError(t, restarted.Delete(ctx, class, "cloud-1"))
+	assert.Empty(t, machineFiles(t, dir))
+
+	// Create succeeds and saving what it made fails: the machine is known
+	// only to the plugin process that made it, which removes it at once.
+	store.failPut = 2
+	_, err = restarted.Create(ctx, drivers.Machine{Name: "cloud-2", Class: class})
+	require.ErrorContains(t, err, "saving machine cloud-2")
+	assert.Empty(t, machineFiles(t, dir), "the machine whose record could not be saved is removed, not leaked")
+	_, err = restarted.Create(ctx, drivers.Machine{Name: "cloud-2", Class: class})
+	require.NoError(t, err)
+	assert.Len(t, machineFiles(t, dir), 1)
+	assertNoPluginLeft(t)
+}
+
+// machineFiles are the fake plugin's machines in dir, as files.
+func machineFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	require.NoError(t, err)
+	return files
+}
+
+// TestSSHEndpointIsScrubbed: what a plugin reports of a machine (its SSH
+// host) is plugin text like its errors: a credential value in it, here the
+// host itself given as a credential option, is logged scrubbed.
+func TestSSHEndpointIsScrubbed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sshd")
+	}
+	ctx := context.Background()
+	sshd, err := framework.StartSSHD(t.TempDir())
+	require.NoError(t, err)
+	defer sshd.Stop()
+	logs := klogBuffer(t)
+	d, _, _ := newDriver(t)
+	dir, out := t.TempDir(), t.TempDir()
+	class := fakeClass(dir, map[string]string{"fake-ssh-port": fmt.Sprint(sshd.Port), "fake-ssh-user": sshd.User, "fake-ssh-key": sshd.KeyFile})
+	delete(class.Spec.DockerMachine.Options, "fake-ssh-host")
+	class.Spec.DockerMachine.CredentialOptions["fake-ssh-host"] = "host"
+	class.Credentials["host"] = []byte("localhost")
+	class.Spec.DockerMachine.Provisioning = &nodesetv1alpha1.MachineProvisioning{
+		Method: nodesetv1alpha1.ProvisioningSSH,
+		Script: fmt.Sprintf("echo \"$NODE_NAME\" > %s/joined\n", out),
+	}
+	_, err = d.Create(ctx, drivers.Machine{Name: "ssh-1", Class: class})
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(out, "joined"), "the join script ran over SSH")
+	assert.Contains(t, logs.String(), "Running the join script over SSH")
+	assert.NotContains(t, logs.String(), "localhost", "the SSH host, a credential value, is not logged")
+	assertNoPluginLeft(t)
+}
