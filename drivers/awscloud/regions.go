@@ -3,7 +3,9 @@ package awscloud
 import (
 	"errors"
 	"net"
+	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/aws/smithy-go"
 
@@ -40,4 +42,25 @@ func RegionError(field, region string, err error) error {
 		return nil
 	}
 	return drivers.InvalidConfiguration(field, "%q is not an AWS region this node controller knows, and its API did not answer", region)
+}
+
+// zoneRegionRE is the region part of a zone name: us-east-1 of us-east-1a,
+// of the Local Zone us-west-2-lax-1a's us-west-2, of the Wavelength Zone
+// us-east-1-wl1-bos-wlz-1's us-east-1.
+var zoneRegionRE = regexp.MustCompile(`^[a-z]+(-[a-z]+)+-[0-9]+`)
+
+// InstanceRegion is the region of the instance of an aws:///<zone>/<id>
+// providerID, from its zone; fallback when the providerID names no zone.
+// An instance stays in the region it was launched in whatever its class
+// says now (a class's region may be changed under a running group).
+func InstanceRegion(providerID, fallback string) string {
+	rest, ok := strings.CutPrefix(providerID, "aws:///")
+	if !ok {
+		return fallback
+	}
+	zone, _, _ := strings.Cut(rest, "/")
+	if region := zoneRegionRE.FindString(zone); region != "" {
+		return region
+	}
+	return fallback
 }

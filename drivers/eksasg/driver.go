@@ -454,14 +454,24 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 
 // TerminateMachine terminates one instance and lowers the desired capacity
 // in the same call. An instance already gone is not an error; one that left
-// the group but still runs is terminated through EC2.
+// the group but still runs is terminated through EC2. It is looked for in
+// its own region (its providerID's zone's), which is not the class's when
+// the class's region changed after it was launched.
 func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	s, asg, ec2c, err := d.connect(ctx, class)
+	s, err := section(class)
 	if err != nil {
 		return err
 	}
-	defer d.invalidate(s.Region, class.Credentials)
+	if err := awscloud.CheckCredentials(class); err != nil {
+		return err
+	}
+	region := awscloud.InstanceRegion(providerID, s.Region)
+	asg, ec2c, err := d.opts.Clients(ctx, region, class.Credentials)
+	if err != nil {
+		return err
+	}
+	defer d.invalidate(region, class.Credentials)
 	_, err = awscloud.TerminateInGroup(ctx, asg, ec2c, group, providerID)
 	return err
 }

@@ -475,10 +475,20 @@ func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name st
 
 // TerminateMachine terminates one instance in the node group's Auto Scaling
 // group with the decrement, then sets the node group's desired size to what
-// the Auto Scaling group now has, so EKS does not launch a replacement.
+// the Auto Scaling group now has, so EKS does not launch a replacement. The
+// instance and its node group are looked for in the instance's own region
+// (its providerID's zone's), which is not the class's when the class's
+// region changed after it was launched.
 func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	s, api, err := d.connect(ctx, class)
+	s, err := section(class)
+	if err != nil {
+		return err
+	}
+	if err := awscloud.CheckCredentials(class); err != nil {
+		return err
+	}
+	api, err := d.opts.Clients(ctx, awscloud.InstanceRegion(providerID, s.Region), class.Credentials)
 	if err != nil {
 		return err
 	}
