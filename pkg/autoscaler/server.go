@@ -11,6 +11,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -68,6 +70,10 @@ type Server struct {
 	classes listers.NodeClassLister
 	nodes   corelisters.NodeLister
 	usage   UsageCounter
+
+	// writing holds, by group id, the turn to write that NodeSet: a
+	// channel of one slot (see update).
+	writing sync.Map
 }
 
 // UsageCounter counts what is in use of a NodeClass's limits in namespace,
@@ -121,6 +127,31 @@ func protoGroup(set *nodesetv1alpha1.NodeSet) *protos.NodeGroup {
 			set.Namespace, set.Name, set.Spec.NodeClassName, plan.Replicas(set), set.Status.ReadyReplicas,
 			set.Spec.Autoscaling.MinReplicas, set.Spec.Autoscaling.MaxReplicas, acceptedDebug(set)),
 	}
+}
+
+// maxSize is the most nodes the set may grow to: maxReplicas, or less
+// when its class's limits leave less room beside everything else of the
+// class, but never less than it has asked for already or than
+// minReplicas. cluster-autoscaler cannot see the limits: it caps a
+// scale-up at a group's max size and skips a group that is at it, while
+// a scale-up past the limits is refused as a whole and backs the group
+// off. binding names the limit when it lowers the answer.
+func (s *Server) maxSize(set *nodesetv1alpha1.NodeSet) (size int32, binding string) {
+	size = set.Spec.Autoscaling.MaxReplicas
+	class, err := s.classes.Get(set.Spec.NodeClassName)
+	if err != nil || !plan.Limited(class) {
+		return size, ""
+	}
+	others, err := s.usage(class, set.Namespace, GroupID(set))
+	if err != nil {
+		return size, ""
+	}
+	room, limit := plan.Room(class, set.Namespace, others)
+	room = max(room, int64(plan.Replicas(set)), int64(set.Spec.Autoscaling.MinReplicas))
+	if limit == nil || room >= int64(size) {
+		return size, ""
+	}
+	return int32(room), limit.String()
 }
 
 // unmanaged is the refusal of a scale-up or deletion of a set whose Nodes
@@ -179,7 +210,10 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 	return nodes, nil
 }
 
-// NodeGroups lists the NodeSets with spec.autoscaling.
+// NodeGroups lists the NodeSets with spec.autoscaling, each with the max
+// size its class's limits allow (maxSize). cluster-autoscaler reads a
+// group's max size for scale-ups from this list only; NodeGroupForNode,
+// asked once for every node, answers maxReplicas without counting.
 func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
 	sets, err := s.sets.List(labels.Everything())
 	if err != nil {
@@ -189,7 +223,12 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 	resp := &protos.NodeGroupsResponse{}
 	for _, set := range sets {
 		if set.Spec.Autoscaling != nil && set.DeletionTimestamp == nil {
-			resp.NodeGroups = append(resp.NodeGroups, protoGroup(set))
+			group := protoGroup(set)
+			if size, binding := s.maxSize(set); size < group.MaxSize {
+				group.MaxSize = size
+				group.Debug += fmt.Sprintf("; max size %d: %s", size, binding)
+			}
+			resp.NodeGroups = append(resp.NodeGroups, group)
 		}
 	}
 	return resp, nil
@@ -448,12 +487,26 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 
 // update applies mutate to the latest NodeSet of group id and writes it in
 // one update, retrying on conflicts with a fresh read.
+//
+// Writes to one NodeSet take turns: cluster-autoscaler deletes each node
+// of a scale-down in its own NodeGroupDeleteNodes call, all at once
+// (--max-scale-down-parallelism, default 10), and as many writers racing
+// on one resourceVersion would each lose to the others until their
+// retries ran out. Each waits for its turn as long as its call's deadline
+// allows; conflicts left (the controllers' own writes) are retried.
 func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1alpha1.NodeSet) error) error {
 	cached, err := s.group(id)
 	if err != nil {
 		return err
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	turn, _ := s.writing.LoadOrStore(GroupID(cached), make(chan struct{}, 1))
+	select {
+	case turn.(chan struct{}) <- struct{}{}:
+		defer func() { <-turn.(chan struct{}) }()
+	case <-ctx.Done():
+		return status.Errorf(codes.DeadlineExceeded, "node group %s: waiting for the other writes to it: %v", id, ctx.Err())
+	}
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		set, err := s.client.NodesetV1alpha1().NodeSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -537,8 +590,13 @@ func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGr
 	return &protos.NodeGroupTemplateNodeInfoResponse{NodeInfo: data, NodeBytes: data}, nil
 }
 
+// kubeletMaxPods is the kubelet's default --max-pods.
+const kubeletMaxPods = 110
+
 // TemplateNode builds the Node a new member of set would be: its labels,
-// taints, capacity and allocatable, Ready.
+// taints, capacity and allocatable, Ready. A capacity without "pods" gets
+// the kubelet's default: cluster-autoscaler runs the scheduler's filters
+// on the template, and they fit no pod on a node that allows none.
 func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error) {
 	class, err := s.classes.Get(set.Spec.NodeClassName)
 	if err != nil {
@@ -565,9 +623,21 @@ func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error
 		nodeLabels[k] = v
 	}
 	maps.Copy(nodeLabels, resolve.AcceleratorLabels(capacity.Resources))
-	allocatable := capacity.Allocatable
+	resources := capacity.Resources.DeepCopy()
+	if resources == nil {
+		resources = corev1.ResourceList{}
+	}
+	allocatable := capacity.Allocatable.DeepCopy()
 	if len(allocatable) == 0 {
-		allocatable = capacity.Resources
+		allocatable = resources.DeepCopy()
+	}
+	if _, ok := resources[corev1.ResourcePods]; !ok {
+		// The kubelet's own default, which it reports when the driver
+		// does not say: without it, no pod would fit the template.
+		resources[corev1.ResourcePods] = *resource.NewQuantity(kubeletMaxPods, resource.DecimalSI)
+	}
+	if _, ok := allocatable[corev1.ResourcePods]; !ok {
+		allocatable[corev1.ResourcePods] = resources[corev1.ResourcePods]
 	}
 	taints := append(append([]corev1.Taint(nil), capacity.Taints...), resolve.NodeTaints(&effective, set)...)
 	now := metav1.NewTime(time.Now())
@@ -575,8 +645,8 @@ func (s *Server) TemplateNode(set *nodesetv1alpha1.NodeSet) (*corev1.Node, error
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels, Annotations: resolve.NodeAnnotations(&effective, set)},
 		Spec:       corev1.NodeSpec{Taints: taints, ProviderID: unregisteredPrefix + name},
 		Status: corev1.NodeStatus{
-			Capacity:    capacity.Resources.DeepCopy(),
-			Allocatable: allocatable.DeepCopy(),
+			Capacity:    resources,
+			Allocatable: allocatable,
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
 				Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
 		},
