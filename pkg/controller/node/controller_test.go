@@ -839,6 +839,21 @@ func TestProvisioningErrorsAreRecordedOnTheNode(t *testing.T) {
 	assert.NotContains(t, got.Annotations, nodesetv1alpha1.AnnotationProvisioningError, "cleared once the machine exists")
 }
 
+// TestPassingCreateErrorsAreNotProvisioningErrors: a throttled create, or
+// one the cloud is still carrying out, is retried; recorded on the Node it
+// would be a failed instance for cluster-autoscaler, which deletes the node
+// and backs its group off.
+func TestPassingCreateErrorsAreNotProvisioningErrors(t *testing.T) {
+	for _, passing := range []error{drivers.ErrThrottled, drivers.ErrInProgress} {
+		t.Run(passing.Error(), func(t *testing.T) {
+			f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+			f.driver.createErr = fmt.Errorf("creating web-a: %w", passing)
+			require.Error(t, f.sync("web-a"), "retried")
+			assert.NotContains(t, f.get("web-a").Annotations, nodesetv1alpha1.AnnotationProvisioningError)
+		})
+	}
+}
+
 // TestConflictingProviderIDWriteDoesNotCreateAgain: when the write that
 // records a new machine's providerID fails (another writer replaced the
 // Node's taints meanwhile), the retry records the same machine without asking the driver

@@ -394,6 +394,13 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 		Taints: node.Spec.Taints,
 	})
 	c.metrics.driverCall(driver.Name(), opCreate, start, err)
+	if errors.Is(err, drivers.ErrInProgress) || errors.Is(err, drivers.ErrThrottled) {
+		// Retried, and not a failure of the machine: recorded on the Node it
+		// would be a failed instance for cluster-autoscaler, which deletes
+		// the node and backs its group off.
+		logger.V(2).Info("Machine creation goes on; retrying", "reason", c.scrub(err.Error()))
+		return madeMachine{}, err
+	}
 	if err != nil {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProvisioningFailed, "Driver %s could not create the machine: %v", driver.Name(), err)
 		code := "ProvisioningFailed"
