@@ -64,7 +64,7 @@ func NewMetrics(registry prometheus.Registerer, nodes func() corelisters.NodeLis
 			"Nodes managed by nodeset, by NodeSet (empty for static Nodes), NodeClass and phase (provisioning, registering, ready, draining, deleting).",
 			[]string{"namespace", "nodeset", "nodeclass", "phase"}, nil),
 			longestDrain: prometheus.NewDesc("nodeset_longest_running_drain_seconds",
-				"How long the longest drain under way among a NodeSet's Nodes has run, from its nodeset.dev/drain-started; no series while none drains.",
+				"How long the longest drain under way among a NodeSet's Nodes has run, from its nodeset.dev/drain-started; 0 while none drains.",
 				[]string{"namespace", "nodeset", "nodeclass"}, nil)},
 	}
 	m.interruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeset", Name: "interruptions_received_total",
@@ -205,14 +205,19 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	counts := map[[4]string]int{}
-	// Per set, the start of its oldest drain under way: a set that keeps
-	// some Node draining, one after another, has none that is old.
+	// Per set, the start of its oldest drain under way (zero for none): a
+	// set that keeps some Node draining, one after another, has none that
+	// is old.
 	oldest := map[[3]string]time.Time{}
 	for _, n := range nodes {
 		set := [3]string{n.Labels[nodesetv1alpha1.LabelNodeSetNamespace], n.Labels[nodesetv1alpha1.LabelNodeSet],
 			n.Labels[nodesetv1alpha1.LabelNodeClass]}
 		phase := nodeutil.Phase(n)
 		counts[[4]string{set[0], set[1], set[2], phase}]++
+		first, seen := oldest[set]
+		if !seen {
+			oldest[set] = time.Time{}
+		}
 		if phase != nodeutil.PhaseDraining || !slices.Contains(n.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 			continue
 		}
@@ -220,7 +225,7 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			started = n.DeletionTimestamp.Time // deleted, not cordoned yet
 		}
-		if first, ok := oldest[set]; !ok || started.Before(first) {
+		if first.IsZero() || started.Before(first) {
 			oldest[set] = started
 		}
 	}
@@ -229,6 +234,10 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 	for k, started := range oldest {
-		ch <- prometheus.MustNewConstMetric(p.longestDrain, prometheus.GaugeValue, max(now.Sub(started).Seconds(), 0), k[0], k[1], k[2])
+		age := 0.0
+		if !started.IsZero() {
+			age = max(now.Sub(started).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(p.longestDrain, prometheus.GaugeValue, age, k[0], k[1], k[2])
 	}
 }

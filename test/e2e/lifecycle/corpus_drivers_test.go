@@ -194,7 +194,7 @@ func classInputs() []badInput {
 		class("eks-asg section with the docker-machine driver", `{"driver":"docker-machine","eksAutoscalingGroup":{"clusterName":"prod","region":"eu-west-1"}}`, "spec.eksAutoscalingGroup is only for spec.driver eks-asg"),
 		class("driver name with a slash", `{"driver":"../x","parameters":{}}`, "spec.driver"),
 		class("tenantOverrides naming nothing", sim(`,"tenantOverrides":["cpu"]`), "spec.tenantOverrides[0]", `"cpu" is not a field of the driver section`, "InvalidConfiguration"),
-		class("tenantOverrides past a map key", sim(`,"tenantOverrides":["labels.team.x"]`), "spec.tenantOverrides[0]", "InvalidConfiguration"),
+		class("tenantOverrides past a scalar", sim(`,"tenantOverrides":["instanceType.size"]`), "spec.tenantOverrides[0]", "InvalidConfiguration"),
 		class("tenantOverrides naming a list element", `{"driver":"eks-managed","eksManagedNodeGroup":{"clusterName":"prod","region":"eu-west-1","nodeRole":"arn:aws:iam::123456789012:role/node"},"tenantOverrides":["taints.key"]}`,
 			"spec.tenantOverrides[0]", "list elements cannot be overridden piecewise"),
 		class("tenantOverrides naming nothing in docker-machine", `{"driver":"docker-machine","dockerMachine":{"driverName":"fake"},"tenantOverrides":["provisioning.nope"]}`, "spec.tenantOverrides[0]", "InvalidConfiguration"),
