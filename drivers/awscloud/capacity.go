@@ -4,8 +4,10 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	corev1 "k8s.io/api/core/v1"
@@ -67,14 +69,75 @@ func capacityOf(t ec2types.InstanceTypeInfo) drivers.Capacity {
 		pods := int64(*n.MaximumNetworkInterfaces)*(int64(*n.Ipv4AddressesPerInterface)-1) + 2
 		c.Resources[corev1.ResourcePods] = *resource.NewQuantity(pods, resource.DecimalSI)
 	}
-	if p := t.ProcessorInfo; p != nil && len(p.SupportedArchitectures) > 0 {
-		arch := string(p.SupportedArchitectures[0])
-		if arch == "x86_64" {
-			arch = "amd64"
+	if p := t.ProcessorInfo; p != nil {
+		if arch := kubeArch(p.SupportedArchitectures); arch != "" {
+			c.Labels[corev1.LabelArchStable] = arch
 		}
-		c.Labels[corev1.LabelArchStable] = arch
 	}
 	return c
+}
+
+// kubeArch is the kubernetes.io/arch label the kubelet of an instance with
+// these EC2 architectures reports (its GOARCH): amd64 for x86_64 types,
+// which EC2 may list as i386 first, arm64 for Graviton.
+func kubeArch(archs []ec2types.ArchitectureType) string {
+	for _, a := range archs {
+		switch a {
+		case ec2types.ArchitectureTypeArm64, ec2types.ArchitectureTypeArm64Mac:
+			return "arm64"
+		case ec2types.ArchitectureTypeX8664, ec2types.ArchitectureTypeX8664Mac:
+			return "amd64"
+		}
+	}
+	if len(archs) > 0 {
+		return "amd64" // i386 alone: a 64-bit AMI is the only one EKS runs
+	}
+	return ""
+}
+
+// LabelEBSCSIZone is the zone label the EBS CSI driver's node plugin puts
+// on every Node; volumes it provisioned may be bound to it.
+const LabelEBSCSIZone = "topology.ebs.csi.aws.com/zone"
+
+// subnetZones caches subnets' zones by region and subnet id: a subnet
+// never moves.
+var subnetZones sync.Map
+
+// TopologyLabels are the region and zone labels of a node launched into
+// one of the subnets. A template node is one node: for subnets in several
+// zones it names the lowest-named zone, as cluster-autoscaler's AWS
+// provider names its group's first zone. An unknown subnet is an invalid
+// configuration of field.
+func TopologyLabels(ctx context.Context, ec2c EC2, field, region string, subnets []string) (map[string]string, error) {
+	labels := map[string]string{corev1.LabelTopologyRegion: region}
+	var zones, unknown []string
+	for _, id := range subnets {
+		if zone, ok := subnetZones.Load(region + "/" + id); ok {
+			zones = append(zones, zone.(string))
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	if len(unknown) > 0 {
+		out, err := ec2c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: unknown})
+		if err != nil {
+			return nil, Classify(field+" "+strings.Join(unknown, ","), err)
+		}
+		if len(out.Subnets) != len(unknown) {
+			return nil, drivers.InvalidConfiguration(field, "%d of %d subnets exist in %s", len(out.Subnets), len(unknown), region)
+		}
+		for _, s := range out.Subnets {
+			zone := aws.ToString(s.AvailabilityZone)
+			subnetZones.Store(region+"/"+aws.ToString(s.SubnetId), zone)
+			zones = append(zones, zone)
+		}
+	}
+	if len(zones) > 0 {
+		zone := slices.Min(zones)
+		labels[corev1.LabelTopologyZone] = zone
+		labels[LabelEBSCSIZone] = zone
+	}
+	return labels, nil
 }
 
 // ValidateInstanceTypes checks that every instance type exists in the

@@ -649,7 +649,9 @@ func (d *Driver) TerminateStrayMachine(ctx context.Context, name, providerID str
 }
 
 // Capacity is what one node of the class offers, from the instance type
-// (the first of a mixed-instances list, the smallest a scale-up may get).
+// (the first of a mixed-instances list, the smallest a scale-up may get),
+// with the labels of its architecture, type, region and zone
+// (awscloud.TopologyLabels).
 func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.Capacity, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	s, err := section(class)
@@ -664,7 +666,16 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 	if err != nil {
 		return drivers.Capacity{}, err
 	}
-	return awscloud.InstanceTypeCapacity(ctx, ec2c, "spec.eksAutoscalingGroup.instanceType", s.Region, instanceType)
+	capacity, err := awscloud.InstanceTypeCapacity(ctx, ec2c, "spec.eksAutoscalingGroup.instanceType", s.Region, instanceType)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	topology, err := awscloud.TopologyLabels(ctx, ec2c, "spec.eksAutoscalingGroup.subnetIDs", s.Region, s.SubnetIDs)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	maps.Copy(capacity.Labels, topology)
+	return capacity, nil
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 
@@ -193,7 +194,9 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 		"spec.eksManagedNodeGroup.remoteAccess.sourceSecurityGroups", securityGroups)
 }
 
-// Capacity is what a node of the first instance type offers.
+// Capacity is what a node of the first instance type offers, with the
+// labels of its architecture, type, region and zone
+// (awscloud.TopologyLabels), the class's labels and taints.
 func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.Capacity, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	s, err := section(class)
@@ -212,9 +215,14 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 	if err != nil {
 		return drivers.Capacity{}, err
 	}
+	topology, err := awscloud.TopologyLabels(ctx, api.EC2, "spec.eksManagedNodeGroup.subnets", s.Region, s.Subnets)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
 	if capacity.Labels == nil {
 		capacity.Labels = map[string]string{}
 	}
+	maps.Copy(capacity.Labels, topology)
 	for k, v := range s.Labels {
 		capacity.Labels[k] = v
 	}
