@@ -104,6 +104,15 @@ type MachineStatus struct {
 	TemplateHash string
 	// Message explains a Failed state.
 	Message string
+	// Labels and Taints are what a group driver knows its machine's Node
+	// carries and nodeset must put there itself: its instance type, zone
+	// and region, and the labels and taints of the group's configuration.
+	// A kubelet applies its --node-labels and --register-with-taints only
+	// to a Node it creates, and nodeset makes each machine's Node first; a
+	// cloud controller manager labels only Nodes it initializes (those the
+	// kubelet registered with its uninitialized taint).
+	Labels map[string]string
+	Taints []corev1.Taint
 }
 
 // Capacity is what a node of a class offers, so cluster-autoscaler can scale a

@@ -98,7 +98,8 @@ func StatusOf(name string, g *asgtypes.AutoScalingGroup, details map[string]ec2t
 	}
 	for _, i := range g.Instances {
 		id := aws.ToString(i.InstanceId)
-		m := drivers.MachineStatus{ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), id), Owner: status.Owner, State: machineState(i.LifecycleState)}
+		m := drivers.MachineStatus{ProviderID: ProviderID(aws.ToString(i.AvailabilityZone), id), Owner: status.Owner, State: machineState(i.LifecycleState),
+			Labels: InstanceLabels(aws.ToString(i.AvailabilityZone), aws.ToString(i.InstanceType))}
 		if inst, ok := details[id]; ok {
 			m.Name = aws.ToString(inst.PrivateDnsName)
 			if inst.LaunchTime != nil {

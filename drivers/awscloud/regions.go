@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aws/smithy-go"
+	corev1 "k8s.io/api/core/v1"
 
 	"nodeset.dev/nodeset/drivers"
 )
@@ -63,4 +64,23 @@ func InstanceRegion(providerID, fallback string) string {
 		return region
 	}
 	return fallback
+}
+
+// InstanceLabels are the labels of an instance's Node that AWS's cloud
+// controller manager would have set (it sets them only on Nodes it
+// initializes, and nodeset makes the Node itself): its instance type, zone
+// and region, and the EBS CSI driver's zone.
+func InstanceLabels(zone, instanceType string) map[string]string {
+	labels := map[string]string{}
+	if instanceType != "" {
+		labels[corev1.LabelInstanceTypeStable] = instanceType
+	}
+	if zone != "" {
+		labels[corev1.LabelTopologyZone] = zone
+		labels[LabelEBSCSIZone] = zone
+		if region := zoneRegionRE.FindString(zone); region != "" {
+			labels[corev1.LabelTopologyRegion] = region
+		}
+	}
+	return labels
 }

@@ -104,6 +104,9 @@ func TestGroupLifecycleAgainstMoto(t *testing.T) {
 		assert.NotEmpty(t, m.Name, "the Node name is the instance's private DNS name")
 		assert.Equal(t, owner, m.Owner)
 		assert.Equal(t, "h1", m.TemplateHash, "instances carry the hash of their launch template version")
+		assert.Equal(t, "us-east-1a", m.Labels[corev1.LabelTopologyZone], "what the cloud controller manager would label the Node with")
+		assert.Equal(t, "us-east-1", m.Labels[corev1.LabelTopologyRegion])
+		assert.NotEmpty(t, m.Labels[corev1.LabelInstanceTypeStable])
 	}
 
 	g, err := awscloud.FindGroup(ctx, w.asg, name)

@@ -429,14 +429,42 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 		case err != nil:
 			return drivers.GroupStatus{}, err
 		default:
+			labels, taints := nodegroupLabels(ng), nodegroupTaints(ng)
 			for _, m := range instances.Machines {
 				m.Owner = status.Owner
 				m.TemplateHash = "" // EKS's launch template, not a nodeset one
+				// What EKS's bootstrap passes the kubelet, which applies
+				// it only to a Node it creates: nodeset's Node carries it.
+				if m.Labels == nil {
+					m.Labels = map[string]string{}
+				}
+				maps.Copy(m.Labels, labels)
+				m.Taints = taints
 				status.Machines = append(status.Machines, m)
 			}
 		}
 	}
 	return status, nil
+}
+
+// nodegroupLabels are the labels EKS gives the Nodes of a node group: its
+// configuration's, its name and its capacity type.
+func nodegroupLabels(ng *ekstypes.Nodegroup) map[string]string {
+	labels := map[string]string{"eks.amazonaws.com/nodegroup": aws.ToString(ng.NodegroupName)}
+	if ng.CapacityType != "" {
+		labels["eks.amazonaws.com/capacityType"] = string(ng.CapacityType)
+	}
+	maps.Copy(labels, ng.Labels)
+	return labels
+}
+
+// nodegroupTaints are the taints of a node group's configuration.
+func nodegroupTaints(ng *ekstypes.Nodegroup) []corev1.Taint {
+	var taints []corev1.Taint
+	for _, t := range ng.Taints {
+		taints = append(taints, corev1.Taint{Key: aws.ToString(t.Key), Value: aws.ToString(t.Value), Effect: kubeEffect(string(t.Effect))})
+	}
+	return taints
 }
 
 func joinMessages(a, b string) string {

@@ -326,6 +326,10 @@ func TestManagedUpdateIsStartedTrackedAndResumed(t *testing.T) {
 	for _, m := range status.Machines {
 		assert.NotEmpty(t, m.Name)
 		assert.Regexp(t, `^aws:///us-east-1a/i-`, m.ProviderID)
+		assert.Equal(t, "ng", m.Labels["eks.amazonaws.com/nodegroup"], "what EKS's bootstrap gives the kubelet, which a Node nodeset made never gets")
+		assert.Equal(t, "general", m.Labels["pool"])
+		assert.Equal(t, "us-east-1a", m.Labels[corev1.LabelTopologyZone])
+		assert.Contains(t, m.Taints, corev1.Taint{Key: "pool", Value: "general", Effect: corev1.TaintEffectPreferNoSchedule})
 	}
 
 	group.ManagedRollout = true

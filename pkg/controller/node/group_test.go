@@ -40,6 +40,10 @@ type recordingGroupDriver struct {
 	pending int
 	// updateID and updateStatus are the driver-native update EnsureGroup reports.
 	updateID, updateStatus string
+	// machineLabels and machineTaints are what EnsureGroup's new machines
+	// say of their Nodes.
+	machineLabels map[string]string
+	machineTaints []corev1.Taint
 }
 
 func newGroupDriver() *recordingGroupDriver {
@@ -68,7 +72,8 @@ func (d *recordingGroupDriver) EnsureGroup(_ context.Context, g drivers.Group) (
 	for len(status.Machines) < int(g.Replicas) {
 		n := len(d.groups)*100 + len(status.Machines) + len(d.terminated)
 		status.Machines = append(status.Machines, drivers.MachineStatus{Name: fmt.Sprintf("ip-%d", n),
-			ProviderID: fmt.Sprintf("aws:///zone-a/i-%d", n), State: drivers.MachineRunning, TemplateHash: g.TemplateHash, CreatedAt: testNow.Unix()})
+			ProviderID: fmt.Sprintf("aws:///zone-a/i-%d", n), State: drivers.MachineRunning, TemplateHash: g.TemplateHash, CreatedAt: testNow.Unix(),
+			Labels: d.machineLabels, Taints: d.machineTaints})
 	}
 	status.DesiredSize = max(status.DesiredSize, g.Replicas)
 	status.UpdateID, status.UpdateStatus = d.updateID, d.updateStatus
@@ -559,4 +564,25 @@ func TestAZeroLimitAllowsTheGroupNoMachine(t *testing.T) {
 			assert.Len(t, nodes.Items, int(tt.want))
 		})
 	}
+}
+
+// TestAMachinesNodeCarriesWhatItsDriverKnows: the kubelet applies its
+// --node-labels and --register-with-taints only to a Node it creates, and
+// a cloud controller manager labels only Nodes it initializes; nodeset
+// makes each machine's Node first, so it puts there the zone, instance
+// type and group labels and taints its driver reports. Its own labels
+// and the templates' are not overridden.
+func TestAMachinesNodeCarriesWhatItsDriverKnows(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	g.group.machineLabels = map[string]string{corev1.LabelTopologyZone: "zone-a", corev1.LabelInstanceTypeStable: "m7g.large",
+		"eks.amazonaws.com/nodegroup": "web", nodesetv1alpha1.LabelNodeSet: "someone-else"}
+	g.group.machineTaints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	require.NoError(t, g.syncGroup())
+	made := g.get("ip-100")
+	assert.Equal(t, "zone-a", made.Labels[corev1.LabelTopologyZone])
+	assert.Equal(t, "m7g.large", made.Labels[corev1.LabelInstanceTypeStable])
+	assert.Equal(t, "web", made.Labels["eks.amazonaws.com/nodegroup"])
+	assert.Equal(t, "web", made.Labels[nodesetv1alpha1.LabelNodeSet], "nodeset's own labels stay nodeset's")
+	assert.Contains(t, made.Spec.Taints, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
+	assert.True(t, nodeutil.HasStartupTaint(made))
 }

@@ -93,6 +93,20 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 	hash, groupName, driverName string, m drivers.MachineStatus) error {
 	logger := klog.FromContext(ctx)
 	want := resolve.NewNode(spec, className, set, hash)
+	// What the driver knows of the machine (its zone, its instance type,
+	// its group's labels and taints), which no kubelet or cloud controller
+	// manager puts on a Node made before it registered; nodeset's own
+	// labels and taints, and the templates', come first.
+	for k, v := range m.Labels {
+		if _, ok := want.Labels[k]; !ok {
+			want.Labels[k] = v
+		}
+	}
+	for _, t := range m.Taints {
+		if !slices.ContainsFunc(want.Spec.Taints, func(have corev1.Taint) bool { return have.Key == t.Key && have.Effect == t.Effect }) {
+			want.Spec.Taints = append(want.Spec.Taints, t)
+		}
+	}
 	want.Name = m.Name
 	want.Spec.ProviderID = m.ProviderID
 	created := c.opts.Now()
