@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // Plan is what one sync does to a NodeSet's Nodes.
@@ -117,12 +118,14 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 		p.Create = max(min(room, replicas-len(current)), 0)
 	}
 
-	// Remove outdated Nodes while enough stay available: an unavailable one
-	// costs nothing, an available one costs one. Nodes of the new template
-	// still coming up are not available, so they hold removals back.
+	// Remove outdated Nodes while enough stay available: one that is not
+	// Ready costs nothing, a Ready one costs one, also before it has been
+	// Ready for minReadySeconds (it runs pods, and would be available in a
+	// moment). Nodes of the new template still coming up are not
+	// available, so they hold removals back.
 	minAvailable := replicas - unavailable
 	for _, n := range Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash) {
-		if Available(n, minReady, now) {
+		if nodeutil.IsReady(n) {
 			if available-1 < minAvailable {
 				continue
 			}
