@@ -74,6 +74,10 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 
 	progressing := metav1.Condition{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue}
 	outdated := status.Replicas - status.UpdatedReplicas
+	held := ""
+	if res.accepted.Status == metav1.ConditionTrue && !set.Spec.Paused && plan.Rolling(set, res.templateHash, active) {
+		held = heldForAHuman(set, res, nodes, now)
+	}
 	switch {
 	case res.accepted.Status != metav1.ConditionTrue:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonNotAccepted, res.accepted.Message
@@ -83,6 +87,9 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case plan.Rolling(set, res.templateHash, active) && manageErr != nil:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonStalled,
 			fmt.Sprintf("rolling update stalled with %d of %d nodes updated: %v", status.UpdatedReplicas, desired, manageErr)
+	case held != "":
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonStalled,
+			fmt.Sprintf("rolling update stalled with %d of %d nodes updated: %s", status.UpdatedReplicas, desired, held)
 	case plan.Rolling(set, res.templateHash, active):
 		progressing.Reason, progressing.Message = ReasonRollingUpdate,
 			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
@@ -121,6 +128,38 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
 	}
 	return status
+}
+
+// The node controller's Draining condition and its reason for a drain that
+// timed out.
+const (
+	drainCondition      corev1.NodeConditionType = "Draining"
+	reasonDrainTimedOut                          = "DrainTimedOut"
+)
+
+// heldForAHuman says why a rolling update cannot move, when it waits for a
+// Node whose drain timed out and that its class leaves cordoned for a
+// human (drain.onTimeout: Cordon): its plan has nothing to do while such a
+// Node holds a place. It is "" otherwise.
+func heldForAHuman(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node, now time.Time) string {
+	if res.class == nil || res.class.Spec.Drain == nil || res.class.Spec.Drain.OnTimeout != nodesetv1alpha1.DrainTimeoutCordon {
+		return ""
+	}
+	p := plan.Decide(set, res.templateHash, nodes, now)
+	if (p.Create > 0 && !res.group) || len(p.Remove) > 0 {
+		return ""
+	}
+	for _, node := range nodes {
+		if node.DeletionTimestamp == nil {
+			continue
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == drainCondition && c.Reason == reasonDrainTimedOut {
+				return fmt.Sprintf("node %s is left for a human: %s", node.Name, c.Message)
+			}
+		}
+	}
+	return ""
 }
 
 // untilAvailable is how long until the first of the set's Ready Nodes that
