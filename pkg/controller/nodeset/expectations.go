@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"nodeset.dev/nodeset/pkg/plan"
@@ -29,8 +30,18 @@ type expectation struct {
 	// unknown are creations whose answer was lost (the Node may or may not
 	// be stored), by name, with when: counted in creations until a look
 	// at the API server settles each.
-	unknown   map[string]time.Time
-	timestamp time.Time
+	unknown map[string]time.Time
+	// unknownDeletes are deletions whose answer was lost (the Node may or
+	// may not be going), by name: expected until a look at the API server
+	// settles each, so no second victim is picked in the meantime.
+	unknownDeletes map[string]unknownDelete
+	timestamp      time.Time
+}
+
+// unknownDelete is a deletion of unknown outcome: when, and of which Node.
+type unknownDelete struct {
+	at  time.Time
+	uid types.UID
 }
 
 func newExpectations(now func() time.Time) *expectations {
@@ -115,6 +126,60 @@ func (e *expectations) unknownSettled(key, name string, stored bool) {
 	}
 }
 
+// deleteUnknown records that the deletion of the named Node (of uid),
+// expected for key, may or may not have been carried out.
+func (e *expectations) deleteUnknown(key, name string, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok && !e.expired(exp) {
+		exp.unknownDeletes[name] = unknownDelete{at: e.now(), uid: uid}
+	}
+}
+
+// unknownDeletions are key's deletions of unknown outcome at least settle
+// old, by name with the Node's uid, and how long until the next younger
+// one is; none once key's expectation expired.
+func (e *expectations) unknownDeletions(key string, settle time.Duration) (uids map[string]types.UID, next time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	if !ok || e.expired(exp) {
+		return nil, 0
+	}
+	for name, d := range exp.unknownDeletes {
+		if wait := d.at.Add(settle).Sub(e.now()); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+			continue
+		}
+		if uids == nil {
+			uids = map[string]types.UID{}
+		}
+		uids[name] = d.uid
+	}
+	return uids, next
+}
+
+// unknownDeleteSettled records what a look found of a deletion of unknown
+// outcome: carried out, it is observed as any other (by the informer); not
+// carried out, it never will be, and the Node may be chosen again.
+func (e *expectations) unknownDeleteSettled(key, name string, done bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.items[key]
+	if !ok {
+		return
+	}
+	if _, pending := exp.unknownDeletes[name]; !pending {
+		return
+	}
+	delete(exp.unknownDeletes, name)
+	if !done {
+		exp.deletions.Delete(name)
+	}
+}
+
 // expectCreations records that count more Node creations were issued for key.
 func (e *expectations) expectCreations(key string, count int) {
 	e.mu.Lock()
@@ -139,7 +204,7 @@ func (e *expectations) expired(exp *expectation) bool {
 func (e *expectations) current(key string) *expectation {
 	exp, ok := e.items[key]
 	if !ok || e.expired(exp) {
-		exp = &expectation{deletions: sets.New[string](), unknown: map[string]time.Time{}}
+		exp = &expectation{deletions: sets.New[string](), unknown: map[string]time.Time{}, unknownDeletes: map[string]unknownDelete{}}
 		e.items[key] = exp
 	}
 	exp.timestamp = e.now()

@@ -2,6 +2,7 @@ package nodeset
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/url"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	core "k8s.io/client-go/testing"
@@ -147,6 +150,57 @@ func TestACreateOfUnknownOutcomeIsNeverMadeTwice(t *testing.T) {
 			}
 			assert.Len(t, f.nodeCreates(), 2, "not stored: made again")
 			assert.Len(t, nodes.Items, 1)
+		})
+	}
+}
+
+// TestADeleteOfUnknownOutcomeTakesNoSecondVictim: the answer to a Node's
+// delete is lost (a 500 after the API server stored it); the Node may or
+// may not be going. Until the API server is asked for it by name, the set
+// deletes no other Node in its place; going, it stays expected until the
+// informer shows it; not going, it may be chosen again.
+func TestADeleteOfUnknownOutcomeTakesNoSecondVictim(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		carried bool
+	}{
+		{"carried out, its answer lost", true},
+		{"lost before it was carried out", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			class := validClass("sim")
+			set := newSet(1)
+			f := newFixture(t, class, set,
+				setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", 2*time.Hour, true))
+			now := testNow
+			f.controller.expectations.now = func() time.Time { return now }
+			lost := true
+			f.kube.PrependReactor("delete", "nodes", func(action core.Action) (bool, runtime.Object, error) {
+				if !lost {
+					return false, nil, nil
+				}
+				lost = false
+				if tc.carried {
+					node, err := f.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", action.(core.DeleteAction).GetName())
+					require.NoError(t, err)
+					going := node.(*corev1.Node).DeepCopy()
+					going.DeletionTimestamp = &metav1.Time{Time: now}
+					require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), going, ""))
+				}
+				return true, nil, apierrors.NewInternalError(errors.New("etcd: request timed out"))
+			})
+			require.Error(t, f.sync())
+			require.NoError(t, f.sync(), "the retry, before the informer has caught up")
+			require.Len(t, f.nodeDeletes(), 1, "no second victim while the first is not settled")
+
+			now = now.Add(unknownCreateSettle)
+			require.NoError(t, f.sync())
+			if tc.carried {
+				assert.Len(t, f.nodeDeletes(), 1, "carried out: nothing deleted again")
+				assert.True(t, f.controller.expectations.deleting("team-a/web", f.nodeDeletes()[0]), "waits for the informer to show it")
+				return
+			}
+			assert.Len(t, f.nodeDeletes(), 2, "not carried out: a victim is chosen again")
 		})
 	}
 }

@@ -71,6 +71,9 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	if err := c.settleUnknownCreates(ctx, cached, key); err != nil {
 		return err
 	}
+	if err := c.settleUnknownDeletes(ctx, key); err != nil {
+		return err
+	}
 	// Whether the set's earlier creations and deletions are all observed is
 	// asked before its Nodes are listed: asked after, a Node observed in
 	// between would be neither in the list nor expected, and be made again.
@@ -355,7 +358,7 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 		return c.writeNode(ctx, func() error {
 			newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if err != nil {
-				if createOutcomeUnknown(err) {
+				if outcomeUnknown(err) {
 					c.expectations.createUnknown(key, node.Name)
 					unknown.Add(1)
 				}
@@ -426,10 +429,11 @@ func nodeName(set string) string {
 // name is the machine's hostname.
 const maxGeneratedPrefix = 58
 
-// createOutcomeUnknown reports whether a failed create may have stored its
-// Node all the same: its answer was lost (a transport error, the client's
-// deadline), or the API server gave up waiting for storage (500, 504).
-func createOutcomeUnknown(err error) bool {
+// outcomeUnknown reports whether a failed create or delete may have been
+// carried out all the same: its answer was lost (a transport error, the
+// client's deadline), or the API server gave up waiting for storage (500,
+// 504).
+func outcomeUnknown(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return true
@@ -466,6 +470,29 @@ func (c *Controller) settleUnknownCreates(ctx context.Context, set *nodesetv1alp
 	return nil
 }
 
+// settleUnknownDeletes asks the API server, by name, whether the set's
+// deletions of unknown outcome were carried out: the Node is gone, is
+// another one now, or is terminating. One that was not is no longer
+// expected, and the plan may choose it again.
+func (c *Controller) settleUnknownDeletes(ctx context.Context, key string) error {
+	uids, next := c.expectations.unknownDeletions(key, unknownCreateSettle)
+	if next > 0 {
+		c.queue.AddAfter(key, next)
+	}
+	for name, uid := range uids {
+		node, err := c.kubeClient.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			c.expectations.unknownDeleteSettled(key, name, true)
+		case err != nil:
+			return err
+		default:
+			c.expectations.unknownDeleteSettled(key, name, node.UID != uid || node.DeletionTimestamp != nil)
+		}
+	}
+	return nil
+}
+
 func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeSet, key string, victims []*corev1.Node) error {
 	logger := klog.FromContext(ctx)
 	names := make([]string, 0, len(victims))
@@ -497,7 +524,13 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 				c.expectations.deletionObserved(key, victim.Name)
 			}
 			if err != nil && !apierrors.IsNotFound(err) {
-				c.expectations.deletionObserved(key, victim.Name)
+				if outcomeUnknown(err) {
+					// It may be going all the same: still expected until a
+					// look settles it, so no second victim is picked.
+					c.expectations.deleteUnknown(key, victim.Name, uid)
+				} else {
+					c.expectations.deletionObserved(key, victim.Name)
+				}
 				if firstErr == nil {
 					firstErr = err
 				}
