@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/resolve"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// TestJourneyPrinterColumnsShowZeros: a NodeSet scaled to zero reads
+// 0 0 0 0 in kubectl get, as a Deployment's 0/0 does, and kubectl wait on
+// its ready count returns. The status is written as the nodeset-controller
+// writes it: the generated clientset's UpdateStatus of the Go type.
+func TestJourneyPrinterColumnsShowZeros(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "columns")
+	ensureClass(t, "columns-class")
+	cs := clientset(t)
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "zero", Namespace: ns},
+		Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "columns-class", Replicas: ptr.To[int32](0)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	set.Status = nodesetv1alpha1.NodeSetStatus{
+		ObservedGeneration: set.Generation,
+		Replicas:           0,
+		ReadyReplicas:      0,
+		AvailableReplicas:  0,
+		UpdatedReplicas:    0,
+		Selector:           resolve.Selector(set).String(),
+	}
+	_, err = cs.NodesetV1alpha1().NodeSets(ns).UpdateStatus(ctx, set, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	out := kubectl(t, "get", "nds", "zero", "-n", ns, "--no-headers")
+	assert.Regexp(t, `^zero\s+columns-class\s+0\s+0\s+0\s+0\s+\S+\n$`, out,
+		"CLASS, DESIRED, CURRENT, READY, UP-TO-DATE, AGE")
+	out = kubectl(t, "get", "nds", "zero", "-n", ns,
+		"-o", "jsonpath={.status.readyReplicas},{.status.availableReplicas},{.status.updatedReplicas}")
+	assert.Equal(t, "0,0,0", out, "the counts are in the status at zero too")
+}
+
+// TestJourneyHelm follows docs/install.md with Helm on a cluster of its own
+// (the chart installs the CRDs itself there): install of a release before
+// this one, the documented upgrade to this chart and its CRDs, as written
+// (the new CRDs and the new chart's defaults in place, the injected
+// caBundle kept), an upgrade with changed values, a rollback, an uninstall
+// with NodeSets still present, an install over what it left, and the
+// documented uninstall, as written.
+func TestJourneyHelm(t *testing.T) {
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	shared := framework.Shared(t)
+	helm := filepath.Join(chartTools(t, root), "helm")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := framework.Start(ctx, framework.Options{Dir: t.TempDir(), BinDir: shared.BinDir})
+	require.NoError(t, err)
+	t.Cleanup(cp.Stop)
+
+	sh := func(script string) (string, error) {
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.KubeconfigPath, "HELM_CACHE_HOME="+t.TempDir(),
+			"HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir(),
+			"PATH="+filepath.Dir(helm)+":"+filepath.Dir(cp.Kubectl())+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	mustSh := func(script string) string {
+		t.Helper()
+		out, err := sh(script)
+		require.NoError(t, err, "%s\n%s", script, out)
+		return out
+	}
+
+	// The release before: this chart, with CRDs that differ from the
+	// repository's in one description, as two releases' CRDs do.
+	prev := filepath.Join(t.TempDir(), "nodeset")
+	require.NoError(t, os.CopyFS(prev, os.DirFS(filepath.Join(root, "deploy", "charts", "nodeset"))))
+	crd := filepath.Join(prev, "crds", "nodeset.dev_nodesets.yaml")
+	raw, err := os.ReadFile(crd)
+	require.NoError(t, err)
+	const newText, oldText = "replicas is the number of nodes wanted.", "replicas is how many nodes."
+	require.Contains(t, string(raw), newText)
+	require.NoError(t, os.WriteFile(crd, []byte(strings.Replace(string(raw), newText, oldText, 1)), 0o644))
+	// It had no flowSchema value yet (a release adds values, with defaults).
+	require.NoError(t, os.Remove(filepath.Join(prev, "templates", "flowschema.yaml")))
+	for file, drop := range map[string]*regexp.Regexp{
+		"values.yaml":        regexp.MustCompile(`(?m)^# -- Install the FlowSchemas.*\nflowSchema: true\n`),
+		"values.schema.json": regexp.MustCompile(`,\s*"flowSchema": \{\s*"type": "boolean"\s*\}`),
+	} {
+		raw, err := os.ReadFile(filepath.Join(prev, file))
+		require.NoError(t, err)
+		require.Regexp(t, drop, string(raw))
+		require.NoError(t, os.WriteFile(filepath.Join(prev, file), drop.ReplaceAll(raw, nil), 0o644))
+	}
+
+	mustSh("helm install nodeset " + prev + " -n nodeset-system --create-namespace")
+	mustSh("kubectl -n nodeset-system get job/nodeset-certs-1")
+	mustSh("kubectl wait --for=condition=Established crd/nodesets.nodeset.dev crd/nodeclasses.nodeset.dev --timeout=60s")
+	replicasDoc := func() string {
+		return mustSh(`kubectl get crd nodesets.nodeset.dev -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.replicas.description}'`)
+	}
+	assert.Contains(t, replicasDoc(), oldText)
+	// nodeset-certs puts the CA in the webhooks' caBundle; no pod runs
+	// here, so it is put there as it would.
+	caBundle := "Y2EtYnVuZGxl"
+	mustSh(`kubectl patch validatingwebhookconfiguration nodeset.dev --type=json -p '[` +
+		`{"op":"add","path":"/webhooks/0/clientConfig/caBundle","value":"` + caBundle + `"},` +
+		`{"op":"add","path":"/webhooks/1/clientConfig/caBundle","value":"` + caBundle + `"}]'`)
+	// A tenant's NodeSet (the webhook has no endpoint and fails open).
+	mustSh(`kubectl create namespace team-a && kubectl create -f deploy/examples/10-nodeclass-simulated.yaml ` +
+		`&& kubectl create -f deploy/examples/50-nodeset-web.yaml`)
+	caBundles := func() string {
+		return mustSh(`kubectl get validatingwebhookconfiguration nodeset.dev -o jsonpath='{.webhooks[*].clientConfig.caBundle}'`)
+	}
+
+	// Upgrading, as written.
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	require.NoError(t, err)
+	upgrade := shellBlockAfter(t, string(doc), "apply the new ones after an upgrade:")
+	out, err := sh(upgrade)
+	require.NoError(t, err, "docs/install.md's upgrade, verbatim:\n%s\n%s", upgrade, out)
+	assert.Contains(t, replicasDoc(), newText, "the new CRDs are in place")
+	mustSh("kubectl -n nodeset-system get job/nodeset-certs-2")
+	// The new release's defaults apply to what was not set: its FlowSchemas
+	// are installed.
+	out, err = sh("kubectl get flowschema nodeset-controllers nodeset-leader-election")
+	assert.NoError(t, err, "the upgrade installs what the new chart installs by default:\n%s", out)
+	assert.Equal(t, caBundle+" "+caBundle, caBundles(), "an upgrade does not clear the injected caBundle")
+	notes := mustSh("helm get notes nodeset -n nodeset-system")
+	assert.Contains(t, notes, "job/nodeset-certs-2")
+	assert.Contains(t, notes, "kubectl apply --server-side --force-conflicts -f", "the notes' CRD step works as the docs' does")
+
+	// Changed values: the docker-machine driver, then back.
+	mustSh(`helm upgrade nodeset deploy/charts/nodeset -n nodeset-system --reset-then-reuse-values ` +
+		`--set 'drivers.enabled={simulated,docker-machine}' ` +
+		`--set drivers.dockerMachine.plugins.image=registry.example.com/docker-machine-plugins:v1`)
+	assert.Contains(t, mustSh(`kubectl -n nodeset-system get deployment node-controller -o jsonpath='{.spec.template.spec.containers[0].args}'`),
+		"--drivers=simulated,docker-machine")
+	mustSh("kubectl -n nodeset-system get pvc/docker-machine-store job/nodeset-certs-3")
+	assert.Equal(t, caBundle+" "+caBundle, caBundles())
+	mustSh("helm rollback nodeset 2 -n nodeset-system")
+	args := mustSh(`kubectl -n nodeset-system get deployment node-controller -o jsonpath='{.spec.template.spec.containers[0].args}'`)
+	assert.Contains(t, args, "--drivers=simulated")
+	assert.NotContains(t, args, "docker-machine")
+	mustSh("kubectl -n nodeset-system get pvc/docker-machine-store") // machines' keys are kept
+	assert.Equal(t, caBundle+" "+caBundle, caBundles(), "a rollback does not clear the injected caBundle")
+
+	// Uninstalling with NodeSets present leaves the CRDs, the NodeClasses
+	// and NodeSets, and the store claim, as the docs say.
+	mustSh("helm uninstall nodeset -n nodeset-system")
+	for _, obj := range []string{"crd/nodesets.nodeset.dev", "crd/nodeclasses.nodeset.dev", "nodeclass/sim-small",
+		"-n team-a nodeset/web", "-n nodeset-system pvc/docker-machine-store"} {
+		mustSh("kubectl get " + obj)
+	}
+	for _, obj := range []string{"-n nodeset-system deployment/nodeset-controller", "validatingwebhookconfiguration/nodeset.dev"} {
+		out, err := sh("kubectl get " + obj)
+		require.Error(t, err, "%s goes with the release: %s", obj, out)
+		assert.Contains(t, out, "NotFound")
+	}
+
+	// "Install nodeset again and the controllers finish the job": over the
+	// CRDs, NodeSets and store claim the last release left.
+	mustSh(`helm install nodeset deploy/charts/nodeset -n nodeset-system --create-namespace ` +
+		`--set 'drivers.enabled={simulated,docker-machine}' ` +
+		`--set drivers.dockerMachine.plugins.image=registry.example.com/docker-machine-plugins:v1`)
+	mustSh("kubectl -n nodeset-system get job/nodeset-certs-1 deployment/nodeset-controller pvc/docker-machine-store")
+
+	// And the uninstall of docs/install.md, as written (no controller runs
+	// here, so the NodeSets hold no finalizer).
+	mustSh("kubectl delete nodesets --all -A")
+	uninstall := shellBlockAfter(t, string(doc), "Each command waits for the deletions it asks for")
+	out, err = sh(uninstall)
+	require.NoError(t, err, "docs/install.md's uninstall, verbatim:\n%s\n%s", uninstall, out)
+	for _, obj := range []string{"crd/nodesets.nodeset.dev", "namespace/nodeset-system", "validatingwebhookconfiguration/nodeset.dev"} {
+		out, err := sh("kubectl get " + obj)
+		require.Error(t, err, "%s is gone: %s", obj, out)
+		assert.Contains(t, out, "NotFound")
+	}
+}
