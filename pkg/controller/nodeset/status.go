@@ -134,7 +134,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 // timed out.
 const (
 	drainCondition      corev1.NodeConditionType = "Draining"
-	reasonDrainTimedOut                          = "DrainTimedOut"
+	reasonDrainTimedOut string                   = "DrainTimedOut"
 )
 
 // heldForAHuman says why a rolling update cannot move, when it waits for a
