@@ -243,8 +243,9 @@ func (d *Driver) queues(ctx context.Context, class drivers.Class) (Queues, strin
 }
 
 // ReceiveInterruptions long-polls the class's queue (Options.ReceiveWait)
-// for up to ten messages and reads each as an EventBridge event. A message
-// that is no event nodeset knows comes back as InterruptionUnparseable.
+// for up to ten messages and reads each as an EventBridge event, bare or in
+// SNS's envelope. A message that is no event nodeset knows comes back as
+// InterruptionUnparseable.
 func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) (_ []drivers.Interruption, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	q, queueURL, err := d.queues(ctx, class)
@@ -262,7 +263,7 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 	maxDrain := maxDrainTime(class)
 	notices := make([]drivers.Interruption, 0, len(out.Messages))
 	for _, m := range out.Messages {
-		body := []byte(aws.ToString(m.Body))
+		body := unwrapped([]byte(aws.ToString(m.Body)))
 		n := ParseEvent(body, maxDrain)
 		if n.Lifecycle != nil {
 			// Classes of other heartbeat timeouts may share the queue: the
@@ -437,6 +438,25 @@ func (d *Driver) RecordLifecycleHeartbeat(ctx context.Context, class drivers.Cla
 	return awscloud.Classify("recording a lifecycle heartbeat for "+action.MachineID, err)
 }
 
+// snsEnvelope is what an SQS queue subscribed to an SNS topic receives
+// (unless the subscription delivers raw messages): the published message,
+// as a string, in Message.
+type snsEnvelope struct {
+	Type    string `json:"Type"`
+	Message string `json:"Message"`
+}
+
+// unwrapped is the event in a message body: the body itself, or the
+// message in SNS's envelope (an EventBridge rule that targets a topic the
+// queue is subscribed to).
+func unwrapped(body []byte) []byte {
+	var sns snsEnvelope
+	if json.Unmarshal(body, &sns) == nil && sns.Type == "Notification" && sns.Message != "" {
+		return []byte(sns.Message)
+	}
+	return body
+}
+
 // event is an EventBridge event as delivered to an SQS target.
 type event struct {
 	ID         string          `json:"id"`
@@ -459,6 +479,7 @@ type healthDetail struct {
 	Service           string `json:"service"`
 	EventTypeCode     string `json:"eventTypeCode"`
 	EventTypeCategory string `json:"eventTypeCategory"`
+	StatusCode        string `json:"statusCode"`
 	StartTime         string `json:"startTime"`
 	AffectedEntities  []struct {
 		EntityValue string `json:"entityValue"`
@@ -474,23 +495,38 @@ type lifecycleDetail struct {
 	LifecycleTransition  string `json:"LifecycleTransition"`
 }
 
+// eventSources are the sources of the events nodeset reads, by detail-type:
+// an event of another source (anyone's PutEvents) is not AWS's.
+var eventSources = map[string]string{
+	"EC2 Spot Instance Interruption Warning":  "aws.ec2",
+	"EC2 Instance Rebalance Recommendation":   "aws.ec2",
+	"EC2 Instance State-change Notification":  "aws.ec2",
+	"AWS Health Event":                        "aws.health",
+	"EC2 Instance-terminate Lifecycle Action": "aws.autoscaling",
+}
+
 // endingStates are the instance states that end a Node's machine.
 var endingStates = map[string]bool{"stopping": true, "stopped": true, "shutting-down": true, "terminated": true}
 
-// ParseEvent reads one EventBridge event. maxDrain is how long a
-// lifecycle action may wait for its drain. Events nodeset has nothing to do
-// for (an instance starting) come back with no machine; anything it cannot
-// read is InterruptionUnparseable with the reason in Detail.
+// ParseEvent reads one EventBridge event, bare or in SNS's envelope
+// (EventBridge to SNS to SQS). maxDrain is how long a lifecycle action may
+// wait for its drain. Events nodeset has nothing to do for (an instance
+// starting, a scheduled change that is over) come back with no machine;
+// anything it cannot read is InterruptionUnparseable with the reason in
+// Detail.
 func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 	unparseable := func(format string, args ...any) drivers.Interruption {
 		return drivers.Interruption{Kind: drivers.InterruptionUnparseable, Detail: fmt.Sprintf(format, args...)}
 	}
 	var e event
-	if err := json.Unmarshal(body, &e); err != nil {
+	if err := json.Unmarshal(unwrapped(body), &e); err != nil {
 		return unparseable("not JSON: %v", err)
 	}
 	if e.DetailType == "" || len(e.Detail) == 0 {
 		return unparseable("not an EventBridge event (no detail-type or detail)")
+	}
+	if source, ok := eventSources[e.DetailType]; ok && e.Source != source {
+		return unparseable("event %s: a %q from %q, not %s", e.ID, e.DetailType, e.Source, source)
 	}
 	notice, err := time.Parse(time.RFC3339, e.Time)
 	if err != nil {
@@ -530,8 +566,8 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 		if start, ok := healthTime(d.StartTime); ok {
 			n.Deadline = start
 		}
-		if d.Service != "EC2" || d.EventTypeCategory != "scheduledChange" {
-			return n // not about EC2 instances going: nothing to do
+		if d.Service != "EC2" || d.EventTypeCategory != "scheduledChange" || d.StatusCode == "closed" {
+			return n // not about EC2 instances going, or over: nothing to do
 		}
 		for _, entity := range d.AffectedEntities {
 			if strings.HasPrefix(entity.EntityValue, "i-") {

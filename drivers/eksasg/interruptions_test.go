@@ -22,6 +22,7 @@ import (
 func TestParseEvent(t *testing.T) {
 	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	start := at.Add(14 * 24 * time.Hour)
+	topic := "arn:aws:sns:" + region + ":123456789012:interruptions"
 	for _, tc := range []struct {
 		name      string
 		body      string
@@ -46,13 +47,41 @@ func TestParseEvent(t *testing.T) {
 		{name: "lifecycle action of another hook drains but is not ours to complete",
 			body: framework.TerminateLifecycleAction(region, "g", "someone-else", "i-0eee", "tok", at).JSON(),
 			kind: drivers.InterruptionTermination, machines: []string{"i-0eee"}, deadline: at.Add(15 * time.Minute)},
+		// As AWS documents them (EC2, Auto Scaling and AWS Health user guides).
+		{name: "spot warning as EC2 sends it", body: `{"version":"0","id":"12345678-1234-1234-1234-123456789012","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","account":"123456789012","time":"2026-11-23T12:00:00Z","region":"us-east-2","resources":["arn:aws:ec2:us-east-2a:instance/i-1234567890abcdef0"],"detail":{"instance-id":"i-1234567890abcdef0","instance-action":"terminate"}}`,
+			kind: drivers.InterruptionSpot, machines: []string{"i-1234567890abcdef0"}, deadline: at.Add(2 * time.Minute)},
+		{name: "state change as EC2 sends it", body: `{"id":"7bf73129-1428-4cd3-a780-95db273d1602","detail-type":"EC2 Instance State-change Notification","source":"aws.ec2","account":"123456789012","time":"2026-11-23T12:00:00Z","region":"us-east-1","resources":["arn:aws:ec2:us-east-1:123456789012:instance/i-abcd1111"],"detail":{"instance-id":"i-abcd1111","state":"shutting-down"}}`,
+			kind: drivers.InterruptionStateChange, machines: []string{"i-abcd1111"}, deadline: at},
+		{name: "lifecycle action as Auto Scaling sends it", body: `{"version":"0","id":"468fa2ff-4c2c-5d4b-9dc6-ef3f8e4d3f57","detail-type":"EC2 Instance-terminate Lifecycle Action","source":"aws.autoscaling","account":"123456789012","time":"2026-11-23T12:00:00Z","region":"us-west-2","resources":["arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:042cba90-ad2f-431c-9b4d-6d9055bcc9fb:autoScalingGroupName/my-asg"],"detail":{"LifecycleActionToken":"87654321-4321-4321-4321-210987654321","AutoScalingGroupName":"my-asg","LifecycleHookName":"nodeset-termination","EC2InstanceId":"i-1234567890abcdef0","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING","NotificationMetadata":"additional-info","Origin":"AutoScalingGroup","Destination":"EC2"}}`,
+			kind: drivers.InterruptionTermination, machines: []string{"i-1234567890abcdef0"}, deadline: at.Add(15 * time.Minute),
+			lifecycle: &drivers.LifecycleAction{Group: "my-asg", Hook: HookName, Token: "87654321-4321-4321-4321-210987654321", MachineID: "i-1234567890abcdef0"}},
+		{name: "scheduled change as AWS Health sends it", body: `{"version":"0","id":"7fb65329-1628-4cf3-a740-95fg457h1402","detail-type":"AWS Health Event","source":"aws.health","account":"123456789012","time":"2026-11-23T12:00:00Z","region":"us-east-1","resources":["i-12345678"],"detail":{"eventArn":"arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED/AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED_1","service":"EC2","eventTypeCode":"AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED","eventTypeCategory":"scheduledChange","eventScopeCode":"ACCOUNT_SPECIFIC","startTime":"Mon, 07 Dec 2026 12:00:00 GMT","endTime":"Mon, 07 Dec 2026 14:00:00 GMT","statusCode":"upcoming","eventRegion":"us-east-1","eventDescription":[{"language":"en_US","latestDescription":"Reboot maintenance."}],"affectedEntities":[{"entityValue":"i-12345678","tags":{"stage":"prod"}},{"entityValue":"i-87654321"}]}}`,
+			kind: drivers.InterruptionScheduled, machines: []string{"i-12345678", "i-87654321"}, deadline: start},
+		{name: "time with fractional seconds and an offset", body: `{"version":"0","id":"x","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","account":"123456789012","time":"2026-11-23T13:00:00.000+01:00","region":"us-east-2","resources":[],"detail":{"instance-id":"i-0aaa","instance-action":"stop"}}`,
+			kind: drivers.InterruptionSpot, machines: []string{"i-0aaa"}, deadline: at.Add(2 * time.Minute)},
+		{name: "a closed scheduled change announces nothing", body: closedScheduledChange(at, start),
+			kind: drivers.InterruptionScheduled, deadline: start},
+		// EventBridge -> SNS -> SQS: the event is the Message of SNS's envelope.
+		{name: "spot warning through SNS", body: framework.SpotInterruptionWarning(region, "i-0aaa", at).SNSNotification(topic),
+			kind: drivers.InterruptionSpot, machines: []string{"i-0aaa"}, deadline: at.Add(2 * time.Minute)},
+		{name: "lifecycle action through SNS", body: framework.TerminateLifecycleAction(region, "g", HookName, "i-0eee", "tok", at).SNSNotification(topic),
+			kind: drivers.InterruptionTermination, machines: []string{"i-0eee"}, deadline: at.Add(15 * time.Minute),
+			lifecycle: &drivers.LifecycleAction{Group: "g", Hook: HookName, Token: "tok", MachineID: "i-0eee"}},
+		{name: "SNS subscription confirmation", body: `{"Type":"SubscriptionConfirmation","MessageId":"m","Token":"t","TopicArn":"` + topic + `","Message":"You have chosen to subscribe to the topic.","SubscribeURL":"https://sns.example/","Timestamp":"2026-11-23T12:00:00.000Z"}`,
+			kind: drivers.InterruptionUnparseable},
+		{name: "SNS notification of something else", body: `{"Type":"Notification","MessageId":"m","TopicArn":"` + topic + `","Message":"hello","Timestamp":"2026-11-23T12:00:00.000Z"}`,
+			kind: drivers.InterruptionUnparseable},
+		{name: "Auto Scaling test notification", body: `{"AccountId":"123456789012","RequestId":"r","AutoScalingGroupARN":"arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:042cba90:autoScalingGroupName/my-asg","AutoScalingGroupName":"my-asg","Service":"AWS Auto Scaling","Event":"autoscaling:TEST_NOTIFICATION","Time":"2026-11-23T12:00:00.063Z"}`,
+			kind: drivers.InterruptionUnparseable},
+		{name: "an EC2 detail-type from another source", body: `{"version":"0","id":"x","detail-type":"EC2 Spot Instance Interruption Warning","source":"my.app","account":"123456789012","time":"2026-11-23T12:00:00Z","region":"us-east-2","resources":[],"detail":{"instance-id":"i-0aaa","instance-action":"terminate"}}`,
+			kind: drivers.InterruptionUnparseable},
 		{name: "not JSON", body: "{spot", kind: drivers.InterruptionUnparseable},
 		{name: "no envelope", body: `{"Event":"autoscaling:TEST_NOTIFICATION"}`, kind: drivers.InterruptionUnparseable},
-		{name: "unknown detail-type", body: `{"id":"x","detail-type":"EC2 AMI State Change","time":"2026-11-23T12:00:00Z","detail":{}}`,
+		{name: "unknown detail-type", body: `{"id":"x","detail-type":"EC2 AMI State Change","source":"aws.ec2","time":"2026-11-23T12:00:00Z","detail":{}}`,
 			kind: drivers.InterruptionUnparseable},
-		{name: "no instance", body: `{"id":"x","detail-type":"EC2 Spot Instance Interruption Warning","time":"2026-11-23T12:00:00Z","detail":{}}`,
+		{name: "no instance", body: `{"id":"x","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","time":"2026-11-23T12:00:00Z","detail":{}}`,
 			kind: drivers.InterruptionUnparseable},
-		{name: "bad time", body: `{"id":"x","detail-type":"EC2 Spot Instance Interruption Warning","time":"noon","detail":{"instance-id":"i-1"}}`,
+		{name: "bad time", body: `{"id":"x","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","time":"noon","detail":{"instance-id":"i-1"}}`,
 			kind: drivers.InterruptionUnparseable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +96,14 @@ func TestParseEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// closedScheduledChange is the update AWS Health sends when a scheduled
+// change is over (done, or cancelled).
+func closedScheduledChange(at, start time.Time) string {
+	e := framework.ScheduledInstanceRetirement(region, "i-0ddd", at, start)
+	e.Detail.(map[string]any)["statusCode"] = "closed"
+	return e.JSON()
 }
 
 func TestValidateInterruptionsNamesTheField(t *testing.T) {
@@ -263,4 +300,58 @@ func TestLifecycleDeadlineIsTheClasssDrainTime(t *testing.T) {
 	assert.Equal(t, notice.Add(100*time.Minute), d.LifecycleDeadline(class(0, 3*time.Hour), notice, time.Minute), "100 heartbeats")
 	assert.Equal(t, notice.Add(48*time.Hour), d.LifecycleDeadline(class(0, 72*time.Hour), notice, 2*time.Hour), "48 hours at most")
 	assert.Equal(t, notice.Add(3*time.Hour), d.LifecycleDeadline(class(0, 3*time.Hour), notice, 0), "the class's heartbeat when the hook's is unknown")
+}
+
+// Many clusters route EventBridge to an SNS topic and subscribe the queue
+// to it: each message is then SNS's envelope with the event in Message. A
+// lifecycle action in it is still timed by its own group's hook, in the
+// region the event names, not the region of the class the queue is read
+// through.
+func TestInterruptionsThroughSNS(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	q := framework.NewInterruptionQueue(t, w.endpoint, region, "sns-interruptions")
+	topic := "arn:aws:sns:" + region + ":123456789012:interruptions"
+	newDriver := func() *Driver {
+		return New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second,
+			Queues: func(context.Context, string, map[string][]byte) (Queues, error) { return q.SQS, nil }})
+	}
+	// The queue is read through "reader", of another region; the instance
+	// is of a group of "eager".
+	reader, eager := w.class(), w.class()
+	reader.Name, eager.Name = "reader", "eager"
+	reader.Spec.EKSAutoscalingGroup.Region = "eu-central-1"
+	reader.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL,
+		HeartbeatTimeout: &metav1.Duration{Duration: time.Hour}, MaxDrainTime: &metav1.Duration{Duration: 48 * time.Hour}}
+	eager.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL,
+		HeartbeatTimeout: &metav1.Duration{Duration: time.Minute}}
+	name := GroupName("prod", "team-c", "eager")
+	_, err := newDriver().EnsureGroup(ctx, drivers.Group{Name: name, Owner: drivers.Owner{Cluster: "prod", Namespace: "team-c", Name: "eager"},
+		Class: eager, Replicas: 1, MaxReplicas: 3, TemplateHash: "h1"})
+	require.NoError(t, err)
+
+	notice := time.Now().UTC().Truncate(time.Second)
+	q.Send(t, framework.TerminateLifecycleAction(region, name, HookName, "i-0eee", "tok", notice).SNSNotification(topic))
+	q.Send(t, framework.SpotInterruptionWarning(region, "i-0aaa", notice).SNSNotification(topic))
+	d := newDriver()
+	var got []drivers.Interruption
+	for end := time.Now().Add(30 * time.Second); len(got) < 2 && time.Now().Before(end); {
+		batch, err := d.ReceiveInterruptions(ctx, reader)
+		require.NoError(t, err)
+		got = append(got, batch...)
+	}
+	require.Len(t, got, 2)
+	kinds := map[drivers.InterruptionKind]drivers.Interruption{}
+	for _, n := range got {
+		kinds[n.Kind] = n
+	}
+	spot := kinds[drivers.InterruptionSpot]
+	assert.Equal(t, []string{"i-0aaa"}, spot.MachineIDs)
+	assert.Equal(t, notice.Add(2*time.Minute), spot.Deadline.UTC())
+	action := kinds[drivers.InterruptionTermination]
+	require.NotNil(t, action.Lifecycle, "%+v", got)
+	assert.Equal(t, drivers.LifecycleAction{Group: name, Hook: HookName, Token: "tok", MachineID: "i-0eee", HeartbeatTimeout: time.Minute}, *action.Lifecycle,
+		"the heartbeat timeout of the group's own hook, looked up in the event's region")
+	require.NoError(t, d.AckInterruptions(ctx, reader, []string{got[0].Receipt, got[1].Receipt}))
+	assert.Zero(t, q.Depth(t), "both messages are acknowledged")
 }

@@ -114,6 +114,23 @@ func TerminateLifecycleAction(region, group, hook, instanceID, token string, at 
 		})
 }
 
+// SNSNotification is the event as an SQS queue subscribed to an SNS topic
+// receives it when an EventBridge rule targets the topic: SNS's JSON
+// envelope with the event, as a string, in Message.
+func (e AWSEvent) SNSNotification(topic string) string {
+	raw, err := json.Marshal(map[string]string{
+		"Type": "Notification", "MessageId": fmt.Sprintf("5d1e0c3a-0000-4000-8000-%012d", eventSeq.Add(1)), "TopicArn": topic,
+		"Message": e.JSON(), "Timestamp": time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), "SignatureVersion": "1",
+		"Signature":      "EXAMPLE",
+		"SigningCertURL": fmt.Sprintf("https://sns.%s.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem", e.Region),
+		"UnsubscribeURL": fmt.Sprintf("https://sns.%s.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=%s:0000", e.Region, topic),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
+}
+
 // InterruptionDetailTypes are the EventBridge detail types nodeset reads
 // from an interruption queue.
 var InterruptionDetailTypes = []string{"EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation",
