@@ -424,7 +424,7 @@ func (d *Driver) Create(ctx context.Context, machine drivers.Machine) (string, e
 	return providerID, d.scrubbed(machine.Name, err)
 }
 
-func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, error) {
+func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string, err error) {
 	dm, err := section(machine.Class)
 	if err != nil {
 		return "", err
@@ -466,6 +466,9 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (string, e
 		return "", err
 	}
 	defer cleanup()
+	// The user data holds the machine's bootstrap token, which the plugin
+	// or its cloud may quote.
+	defer func() { err = join.scrubbed(err) }()
 	if join.userDataFile != "" {
 		values[dm.Provisioning.UserDataOption] = join.userDataFile
 	}

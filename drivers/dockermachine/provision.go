@@ -17,6 +17,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // JoinConfig is what a new machine needs to join the cluster.
@@ -43,6 +44,12 @@ var SSHDialTimeout = 3 * time.Minute
 type joinSettings struct {
 	script       string
 	userDataFile string
+	token        string
+}
+
+// scrubbed is err without the bootstrap token.
+func (j joinSettings) scrubbed(err error) error {
+	return redact.Error(map[string][]byte{"bootstrap token": []byte(j.token)}, err)
 }
 
 // prepareJoin makes the machine's join script: the environment it runs with,
@@ -75,7 +82,7 @@ func (d *Driver) prepareJoin(ctx context.Context, machine drivers.Machine, dm *n
 	if script == "" {
 		script = DefaultJoinScript
 	}
-	settings := joinSettings{script: withEnvironment(env, script)}
+	settings := joinSettings{script: withEnvironment(env, script), token: cfg.Token}
 	if p.Method != nodesetv1alpha1.ProvisioningUserData {
 		return settings, noop, nil
 	}

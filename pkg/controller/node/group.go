@@ -108,7 +108,8 @@ func (c *Controller) syncGroup(ctx context.Context, key string) (err error) {
 			}
 		}
 	}()
-	return c.reconcileGroup(ctx, key)
+	// Logged by the worker: scrubbed, as a Node sync's error is.
+	return c.scrubbedError(c.reconcileGroup(ctx, key))
 }
 
 func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
