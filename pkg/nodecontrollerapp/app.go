@@ -538,7 +538,10 @@ func machinesHandler(registry func() *drivers.Registry) http.Handler {
 			}
 			machines, err := driver.List(r.Context())
 			if err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				// Not the driver's text: it may quote a credential, and the
+				// node controller, which scrubs what it logs, has its own
+				// look at List in orphan collection.
+				http.Error(w, fmt.Sprintf("listing the machines of driver %s failed", name), http.StatusServiceUnavailable)
 				return
 			}
 			for _, m := range machines {

@@ -3,6 +3,7 @@ package nodecontrollerapp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -108,4 +109,25 @@ func TestMachinesHandlerWhileDriversAreMade(t *testing.T) {
 	require.Len(t, entries, 1)
 	assert.Equal(t, "m1", entries[0].Name)
 	assert.Equal(t, "web", entries[0].NodeSet)
+}
+
+// leakyLister is an out-of-tree machine driver whose List error quotes the
+// credential it was made with.
+type leakyLister struct{ drivers.MachineDriver }
+
+func (leakyLister) Name() string { return "leaky" }
+func (leakyLister) List(context.Context) ([]drivers.MachineStatus, error) {
+	return nil, errors.New(`GET https://api.example.com/machines?token=planted-secret-3141: 503`)
+}
+
+// TestMachinesHandlerShowsNoDriverText: /debug/machines answers a failed
+// List with the driver's name, not with its error, which may quote a
+// credential the handler has no way to scrub.
+func TestMachinesHandlerShowsNoDriverText(t *testing.T) {
+	registry := drivers.Registry{"leaky": leakyLister{}}
+	rec := httptest.NewRecorder()
+	machinesHandler(func() *drivers.Registry { return &registry }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/machines", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, rec.Body.String(), "leaky")
+	assert.NotContains(t, rec.Body.String(), "planted-secret-3141")
 }
