@@ -156,11 +156,15 @@ func mergeOverrides(base, patch map[string]any, prefix string, allowed map[strin
 			base[key] = value
 		case hasAllowedBelow(allowed, path):
 			patchMap, ok := value.(map[string]any)
-			if !ok {
+			baseMap, baseIsMap := baseValue.(map[string]any)
+			if !ok || (baseValue != nil && !baseIsMap) {
+				// A listed key with dots (tags.example.com/owner) is
+				// no field below a value the class sets that is not
+				// an object (its tag example): written as objects in
+				// free-form parameters, it would replace that value.
 				restricted(path)
 				continue
 			}
-			baseMap, _ := baseValue.(map[string]any)
 			base[key] = mergeOverrides(baseMap, patchMap, path+".", allowed, restricted)
 		case reflect.DeepEqual(baseValue, value) || (baseValue == nil && reflect.DeepEqual(schemaDefaults[path], value)):
 			// The class's own value, or the value the schema defaulted in the

@@ -32,6 +32,12 @@ func ReservedForTenants(key string) string {
 
 const reservedForNodeset = "keys under nodeset.dev/ are reserved for nodeset"
 
+// NodesetKey reports whether a label, taint or annotation key is under
+// nodeset.dev or one of its subdomains: nodeset's own words on a Node.
+func NodesetKey(key string) bool {
+	return inDomain(key, "nodeset.dev")
+}
+
 // inDomain reports whether key's prefix is domain or one of its subdomains.
 func inDomain(key, domain string) bool {
 	prefix, _, found := strings.Cut(key, "/")

@@ -96,13 +96,17 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 	// What the driver knows of the machine (its zone, its instance type,
 	// its group's labels and taints), which no kubelet or cloud controller
 	// manager puts on a Node made before it registered; nodeset's own
-	// labels and taints, and the templates', come first.
+	// labels and taints, and the templates', come first. Keys a tenant
+	// may not set reach the Node this way only as machineKey allows.
 	for k, v := range m.Labels {
-		if _, ok := want.Labels[k]; !ok {
+		if _, ok := want.Labels[k]; !ok && machineKey(set, k, true) {
 			want.Labels[k] = v
 		}
 	}
 	for _, t := range m.Taints {
+		if !machineKey(set, t.Key, false) {
+			continue
+		}
 		if !slices.ContainsFunc(want.Spec.Taints, func(have corev1.Taint) bool { return have.Key == t.Key && have.Effect == t.Effect }) {
 			want.Spec.Taints = append(want.Spec.Taints, t)
 		}
@@ -184,6 +188,35 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 	c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeAdopted, "The kubelet registered first; adopted for machine %s of cloud group %s", m.ProviderID, groupName)
 	logger.Info("Adopted a kubelet-registered Node", "node", node.Name, "providerID", m.ProviderID)
 	return nil
+}
+
+// cloudLabels are the labels of the kubernetes.io domain that a cloud
+// reports for a machine (what a cloud controller manager sets).
+var cloudLabels = map[string]bool{
+	corev1.LabelTopologyZone: true, corev1.LabelTopologyRegion: true,
+	corev1.LabelFailureDomainBetaZone: true, corev1.LabelFailureDomainBetaRegion: true,
+	corev1.LabelInstanceTypeStable: true, corev1.LabelInstanceType: true,
+	corev1.LabelArchStable: true, corev1.LabelOSStable: true,
+}
+
+// machineKey reports whether a label (or taint) key a group driver reports
+// for a machine of set may go on its Node. Keys under nodeset.dev never
+// do: nodeset alone says those (a stale nodeset.dev/tenant of a node
+// group would tie a Shared Node to a namespace). A set that overrides its
+// class's free-form spec.parameters may have given the driver the keys it
+// reports, and nodeset cannot read parameters to refuse them as it
+// refuses the tenant's labels and taints elsewhere: for such a set, keys
+// reserved for the cluster admin (kubernetes.io, k8s.io) go on only as
+// the labels a cloud reports (zone, region, instance type, architecture,
+// OS). The admin sets others in the class's nodeTemplate.
+func machineKey(set *nodesetv1alpha1.NodeSet, key string, label bool) bool {
+	switch {
+	case resolve.NodesetKey(key):
+		return false
+	case set.Spec.Parameters == nil || resolve.ReservedForTenants(key) == "":
+		return true
+	}
+	return label && cloudLabels[key]
 }
 
 func (c *Controller) nodeByProviderID(providerID string) *corev1.Node {
