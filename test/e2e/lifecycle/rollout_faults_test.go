@@ -99,25 +99,21 @@ func TestRolloutBoundsHoldThroughKillsEditsAndScaling(t *testing.T) {
 
 	// Scaled up mid-rollout: at most the new replicas + maxSurge, never
 	// fewer Ready than before.
-	w = watchFleet(t, ns, "web", 7, 4)
-	updateSet(t, ns, "web", setVersion("4"))
-	eventually(t, 2*time.Minute, "rollout to 4 under way", rolloutUnderWay(t, ns, "web", 4))
-	killAtRandom(1)
-	scale(t, ns, "web", 6)
-	killAtRandom(2)
-	eventually(t, 5*time.Minute, "rolled out to 4 with 6 nodes", rolledOut(c, t, ns, "web", 6))
-	w.assertHeld(t)
-
+	scaledMidRollout := func(maxNodes, minReady int, version string, from, to int32) {
+		t.Helper()
+		w := watchFleet(t, ns, "web", maxNodes, minReady)
+		updateSet(t, ns, "web", setVersion(version))
+		eventually(t, 2*time.Minute, "rollout to "+version+" under way", rolloutUnderWay(t, ns, "web", from))
+		killAtRandom(1)
+		scale(t, ns, "web", to)
+		killAtRandom(2)
+		eventually(t, 5*time.Minute, fmt.Sprintf("rolled out to %s with %d nodes", version, to), rolledOut(c, t, ns, "web", int(to)))
+		w.assertHeld(t)
+	}
+	scaledMidRollout(7, 4, "4", 4, 6)
 	// Scaled down mid-rollout: no more Nodes than before, never fewer
 	// Ready than the new replicas.
-	w = watchFleet(t, ns, "web", 7, 3)
-	updateSet(t, ns, "web", setVersion("5"))
-	eventually(t, 2*time.Minute, "rollout to 5 under way", rolloutUnderWay(t, ns, "web", 6))
-	killAtRandom(1)
-	scale(t, ns, "web", 3)
-	killAtRandom(2)
-	eventually(t, 5*time.Minute, "rolled out to 5 with 3 nodes", rolledOut(c, t, ns, "web", 3))
-	w.assertHeld(t)
+	scaledMidRollout(7, 3, "5", 6, 3)
 	t.Logf("%d SIGKILLs of the nodeset controller", kills)
 }
 
@@ -179,13 +175,7 @@ func TestOnDeleteAfterTwoClassChanges(t *testing.T) {
 	kube, cs := clients(t)
 	ctx := context.Background()
 	ns := createNamespace(t, "ondelete-twice")
-	createClass(t, "ondelete-twice-sim", nil)
-	createRollingSet(t, ns, "batch", "ondelete-twice-sim", 3, intstr.FromInt32(1), intstr.FromInt32(0))
-	updateSet(t, ns, "batch", func(s *nodesetv1alpha1.NodeSet) {
-		s.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
-	})
-	eventually(t, 2*time.Minute, "3 nodes", rolledOut(c, t, ns, "batch", 3))
-	before := nodeNames(t, ns, "batch")
+	before := onDeleteSet(t, c, ns, "ondelete-twice-sim")
 	hashes := map[string]bool{}
 	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "batch", metav1.GetOptions{})
 	require.NoError(t, err)

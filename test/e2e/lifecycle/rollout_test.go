@@ -353,6 +353,19 @@ func TestRolloutWaitsForDisruptionBudget(t *testing.T) {
 	assert.NotContains(t, reasons, nodecontroller.ReasonDrainTimedOut)
 }
 
+// onDeleteSet makes, in namespace ns, the class class and a NodeSet batch of
+// 3 with the OnDelete strategy, and returns its Nodes' names once made.
+func onDeleteSet(t *testing.T, c *controllers, ns, class string) []string {
+	t.Helper()
+	createClass(t, class, nil)
+	createRollingSet(t, ns, "batch", class, 3, intstr.FromInt32(1), intstr.FromInt32(0))
+	updateSet(t, ns, "batch", func(s *nodesetv1alpha1.NodeSet) {
+		s.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
+	})
+	eventually(t, 2*time.Minute, "3 nodes", rolledOut(c, t, ns, "batch", 3))
+	return nodeNames(t, ns, "batch")
+}
+
 // TestOnDeleteReplacesOnlyDeletedNodes: a template change replaces nothing
 // until a Node is deleted, and its replacement has the new template.
 func TestOnDeleteReplacesOnlyDeletedNodes(t *testing.T) {
@@ -360,13 +373,7 @@ func TestOnDeleteReplacesOnlyDeletedNodes(t *testing.T) {
 	kube, cs := clients(t)
 	ctx := context.Background()
 	ns := createNamespace(t, "ondelete")
-	createClass(t, "ondelete-sim", nil)
-	createRollingSet(t, ns, "batch", "ondelete-sim", 3, intstr.FromInt32(1), intstr.FromInt32(0))
-	updateSet(t, ns, "batch", func(s *nodesetv1alpha1.NodeSet) {
-		s.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
-	})
-	eventually(t, 2*time.Minute, "3 nodes", rolledOut(c, t, ns, "batch", 3))
-	before := nodeNames(t, ns, "batch")
+	before := onDeleteSet(t, c, ns, "ondelete-sim")
 
 	updateSet(t, ns, "batch", setVersion("2"))
 	// The sync that saw the new template wrote this status after deciding
