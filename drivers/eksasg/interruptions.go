@@ -593,7 +593,8 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 // healthTime reads an AWS Health time, which comes as RFC 1123 ("Fri, 27
 // Jan 2023 06:02:51 GMT") or RFC 3339.
 func healthTime(s string) (time.Time, bool) {
-	for _, layout := range []string{time.RFC1123, time.RFC1123Z, time.RFC3339} {
+	// RFC 1123 also allows a day of one digit, which Go's layouts do not.
+	for _, layout := range []string{time.RFC1123, time.RFC1123Z, "Mon, 2 Jan 2006 15:04:05 MST", "Mon, 2 Jan 2006 15:04:05 -0700", time.RFC3339} {
 		if t, err := time.Parse(layout, s); err == nil {
 			return t, true
 		}

@@ -355,3 +355,15 @@ func TestInterruptionsThroughSNS(t *testing.T) {
 	require.NoError(t, d.AckInterruptions(ctx, reader, []string{got[0].Receipt, got[1].Receipt}))
 	assert.Zero(t, q.Depth(t), "both messages are acknowledged")
 }
+
+// TestHealthTimesWithOneDigitDays: an AWS Health startTime is an RFC 1123
+// date; one whose day is written with one digit is read too, rather than
+// left unread, which would cut the drain at the notice.
+func TestHealthTimesWithOneDigitDays(t *testing.T) {
+	want := time.Date(2022, 6, 5, 10, 0, 0, 0, time.UTC)
+	for _, text := range []string{"Sun, 05 Jun 2022 10:00:00 GMT", "Sun, 5 Jun 2022 10:00:00 GMT", "Sun, 5 Jun 2022 10:00:00 +0000", "2022-06-05T10:00:00Z"} {
+		got, ok := healthTime(text)
+		require.True(t, ok, text)
+		assert.True(t, want.Equal(got), "%s: %s", text, got)
+	}
+}
