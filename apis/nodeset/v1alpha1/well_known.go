@@ -114,6 +114,14 @@ const (
 // does not stop the set: its Nodes are capped at the limit.
 const ReasonLimitExceeded = "LimitExceeded"
 
+// NodeConditionDraining is the Node condition the node controller keeps
+// while it drains a deleted Node, and ReasonDrainTimedOut its reason (and
+// the Event's) once the drain's timeout has passed.
+const (
+	NodeConditionDraining = "Draining"
+	ReasonDrainTimedOut   = "DrainTimedOut"
+)
+
 // ReasonNodeClassNotFound and ReasonDriverNotServed are the Accepted=False
 // reasons that say only that the class is missing or not yet validated by
 // a node controller serving its driver: a NodeSet new with its class has

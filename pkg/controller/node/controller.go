@@ -41,7 +41,7 @@ const (
 	ReasonDrainStarted        = "DrainStarted"
 	ReasonEvictionBlocked     = "EvictionBlocked"
 	ReasonEvictionFailed      = "EvictionFailed"
-	ReasonDrainTimedOut       = "DrainTimedOut"
+	ReasonDrainTimedOut       = nodesetv1alpha1.ReasonDrainTimedOut
 	ReasonDrained             = "Drained"
 	ReasonDeprovisioned       = "Deprovisioned"
 	ReasonDeprovisionFailed   = "DeprovisionFailed"

@@ -294,7 +294,7 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 }
 
 // DrainCondition is the Node condition that shows a drain's progress.
-const DrainCondition corev1.NodeConditionType = "Draining"
+const DrainCondition corev1.NodeConditionType = nodesetv1alpha1.NodeConditionDraining
 
 // Reason of the Draining condition while pods are being evicted.
 const ReasonDraining = "Draining"

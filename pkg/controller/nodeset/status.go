@@ -130,13 +130,6 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	return status
 }
 
-// The node controller's Draining condition and its reason for a drain that
-// timed out.
-const (
-	drainCondition      corev1.NodeConditionType = "Draining"
-	reasonDrainTimedOut string                   = "DrainTimedOut"
-)
-
 // heldForAHuman says why a rolling update cannot move, when it waits for a
 // Node whose drain timed out and that its class leaves cordoned for a
 // human (drain.onTimeout: Cordon): its plan has nothing to do while such a
@@ -154,7 +147,7 @@ func heldForAHuman(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 			continue
 		}
 		for _, c := range node.Status.Conditions {
-			if c.Type == drainCondition && c.Reason == reasonDrainTimedOut {
+			if c.Type == nodesetv1alpha1.NodeConditionDraining && c.Reason == nodesetv1alpha1.ReasonDrainTimedOut {
 				return fmt.Sprintf("node %s is left for a human: %s", node.Name, c.Message)
 			}
 		}
