@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"slices"
 	"time"
 
@@ -97,8 +95,7 @@ func (c *Controller) enqueueNodeGroup(node *corev1.Node) {
 func (c *Controller) syncGroup(ctx context.Context, key string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = c.scrubbedError(fmt.Errorf("sync of the cloud group of NodeSet %s panicked: %v", key, r))
-			klog.FromContext(ctx).Error(err, "Recovered from a panic", "nodeset", key, "stack", c.scrub(string(debug.Stack())))
+			err = c.panicked(ctx, r, "sync of the cloud group of NodeSet "+key, "nodeset", key)
 			namespace, name, splitErr := cache.SplitMetaNamespaceKey(key)
 			if splitErr != nil {
 				return

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"runtime/debug"
 	"slices"
 	"time"
 
@@ -206,8 +205,7 @@ func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome
 	logger := klog.FromContext(ctx)
 	defer func() {
 		if r := recover(); r != nil {
-			err := c.scrubbedError(fmt.Errorf("consuming interruption notices panicked: %v", r))
-			logger.Error(err, "Recovered from a panic", "stack", c.scrub(string(debug.Stack())))
+			_ = c.panicked(ctx, r, "consuming interruption notices") // logged; the round is retried with backoff
 			outcome = consumeFailed
 		}
 	}()

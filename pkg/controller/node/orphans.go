@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sort"
 	"time"
 
@@ -166,8 +165,7 @@ func (c *Controller) CollectOrphans(ctx context.Context, minAge time.Duration) (
 	defer func() {
 		if r := recover(); r != nil {
 			c.metrics.orphanRound(roundPanicked)
-			err = c.scrubbedError(fmt.Errorf("orphan collection panicked: %v", r))
-			klog.FromContext(ctx).Error(err, "Recovered from a panic", "stack", c.scrub(string(debug.Stack())))
+			err = c.panicked(ctx, r, "orphan collection")
 		}
 	}()
 	return c.collectOrphans(ctx, minAge)

@@ -43,8 +43,7 @@ const ReasonSyncPanicked = "SyncPanicked"
 func (c *Controller) syncNode(ctx context.Context, name string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = c.scrubbedError(fmt.Errorf("sync of Node %s panicked: %v", name, r))
-			klog.FromContext(ctx).Error(err, "Recovered from a panic", "node", name, "stack", c.scrub(string(debug.Stack())))
+			err = c.panicked(ctx, r, "sync of Node "+name, "node", name)
 			if node, getErr := c.nodes.Get(name); getErr == nil {
 				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonSyncPanicked, "%v; retried with backoff", err)
 			}
@@ -555,6 +554,15 @@ func machineCreated(node *corev1.Node) (time.Time, bool) {
 
 func labelsFor(key, value string) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{key: value})
+}
+
+// panicked is the error of what, which panicked with r (a driver's bug):
+// scrubbed, and logged with the panic's stack, so that the sync or round
+// that recovered it fails alone and the process goes on.
+func (c *Controller) panicked(ctx context.Context, r any, what string, keysAndValues ...any) error {
+	err := c.scrubbedError(fmt.Errorf("%s panicked: %v", what, r))
+	klog.FromContext(ctx).Error(err, "Recovered from a panic", append(keysAndValues, "stack", c.scrub(string(debug.Stack())))...)
+	return err
 }
 
 // scrubbedError is err with the credentials this controller has read
