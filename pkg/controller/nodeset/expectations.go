@@ -1,6 +1,8 @@
 package nodeset
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,16 +97,27 @@ func (e *expectations) unknownCreates(key string, settle time.Duration) (names [
 	if !ok || e.expired(exp) {
 		return nil, 0
 	}
-	for name, at := range exp.unknown {
-		if wait := at.Add(settle).Sub(e.now()); wait > 0 {
+	due, next := settling(exp.unknown, func(at time.Time) time.Time { return at }, settle, e.now())
+	return slices.Collect(maps.Keys(due)), next
+}
+
+// settling are the writes of unknown outcome in pending that were made
+// (when) at least settle before now, and how long until the next younger
+// one is.
+func settling[V any](pending map[string]V, when func(V) time.Time, settle time.Duration, now time.Time) (due map[string]V, next time.Duration) {
+	for name, v := range pending {
+		if wait := when(v).Add(settle).Sub(now); wait > 0 {
 			if next == 0 || wait < next {
 				next = wait
 			}
 			continue
 		}
-		names = append(names, name)
+		if due == nil {
+			due = map[string]V{}
+		}
+		due[name] = v
 	}
-	return names, next
+	return due, next
 }
 
 // unknownSettled records what a look found of a creation of unknown
@@ -137,28 +150,16 @@ func (e *expectations) deleteUnknown(key, name string, uid types.UID) {
 }
 
 // unknownDeletions are key's deletions of unknown outcome at least settle
-// old, by name with the Node's uid, and how long until the next younger
-// one is; none once key's expectation expired.
-func (e *expectations) unknownDeletions(key string, settle time.Duration) (uids map[string]types.UID, next time.Duration) {
+// old, by name, and how long until the next younger one is; none once
+// key's expectation expired.
+func (e *expectations) unknownDeletions(key string, settle time.Duration) (map[string]unknownDelete, time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	exp, ok := e.items[key]
 	if !ok || e.expired(exp) {
 		return nil, 0
 	}
-	for name, d := range exp.unknownDeletes {
-		if wait := d.at.Add(settle).Sub(e.now()); wait > 0 {
-			if next == 0 || wait < next {
-				next = wait
-			}
-			continue
-		}
-		if uids == nil {
-			uids = map[string]types.UID{}
-		}
-		uids[name] = d.uid
-	}
-	return uids, next
+	return settling(exp.unknownDeletes, func(d unknownDelete) time.Time { return d.at }, settle, e.now())
 }
 
 // unknownDeleteSettled records what a look found of a deletion of unknown

@@ -475,11 +475,11 @@ func (c *Controller) settleUnknownCreates(ctx context.Context, set *nodesetv1alp
 // another one now, or is terminating. One that was not is no longer
 // expected, and the plan may choose it again.
 func (c *Controller) settleUnknownDeletes(ctx context.Context, key string) error {
-	uids, next := c.expectations.unknownDeletions(key, unknownCreateSettle)
+	due, next := c.expectations.unknownDeletions(key, unknownCreateSettle)
 	if next > 0 {
 		c.queue.AddAfter(key, next)
 	}
-	for name, uid := range uids {
+	for name, d := range due {
 		node, err := c.kubeClient.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -487,7 +487,7 @@ func (c *Controller) settleUnknownDeletes(ctx context.Context, key string) error
 		case err != nil:
 			return err
 		default:
-			c.expectations.unknownDeleteSettled(key, name, node.UID != uid || node.DeletionTimestamp != nil)
+			c.expectations.unknownDeleteSettled(key, name, node.UID != d.uid || node.DeletionTimestamp != nil)
 		}
 	}
 	return nil
