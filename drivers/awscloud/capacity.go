@@ -169,9 +169,7 @@ func TopologyLabels(ctx context.Context, ec2c EC2, field, region string, subnets
 		}
 	}
 	if len(zones) > 0 {
-		zone := slices.Min(zones)
-		labels[corev1.LabelTopologyZone] = zone
-		labels[LabelEBSCSIZone] = zone
+		maps.Copy(labels, InstanceLabels(slices.Min(zones), ""))
 	}
 	return labels, nil
 }
