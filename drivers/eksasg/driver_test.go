@@ -34,7 +34,6 @@ var testCredentials = map[string][]byte{awscloud.CredentialAccessKeyID: []byte("
 // world is a moto server with a VPC, a subnet and an AMI to launch from.
 type world struct {
 	endpoint string
-	vpc      string
 	subnet   string
 	image    string
 	asg      awscloud.AutoScaling
@@ -54,7 +53,7 @@ func newWorldAt(t *testing.T, endpoint string) *world {
 	require.NoError(t, err)
 	w.asg, w.ec2 = asg, ec2c.(*ec2.Client)
 	network := framework.NewMotoNetwork(t, w.ec2, region)
-	w.vpc, w.subnet, w.image = network.VPC, network.Subnet, network.Image
+	w.subnet, w.image = network.Subnet, network.Image
 	return w
 }
 
@@ -72,10 +71,7 @@ func (w *world) class() drivers.Class {
 // secondSubnet makes a subnet in the region's second zone and returns its id.
 func (w *world) secondSubnet(t *testing.T) string {
 	t.Helper()
-	subnet, err := w.ec2.CreateSubnet(context.Background(), &ec2.CreateSubnetInput{VpcId: aws.String(w.vpc),
-		CidrBlock: aws.String("10.0.2.0/24"), AvailabilityZone: aws.String(region + "b")})
-	require.NoError(t, err)
-	return aws.ToString(subnet.Subnet.SubnetId)
+	return framework.SecondZoneSubnet(t, w.ec2, w.subnet, region+"b")
 }
 
 func (w *world) driver(cluster string) *Driver {

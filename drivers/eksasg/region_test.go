@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,13 +34,7 @@ func TestTerminateMachineFollowsTheInstancesRegion(t *testing.T) {
 	moved.Spec.EKSAutoscalingGroup.Region = "us-west-2"
 	require.NoError(t, d.TerminateMachine(ctx, moved, name, victim))
 
-	id, err := awscloud.InstanceID(victim)
-	require.NoError(t, err)
-	out, err := w.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
-	require.NoError(t, err)
-	require.Len(t, out.Reservations, 1)
-	state := out.Reservations[0].Instances[0].State.Name
-	assert.Contains(t, []ec2types.InstanceStateName{ec2types.InstanceStateNameShuttingDown, ec2types.InstanceStateNameTerminated}, state,
+	assert.Contains(t, []ec2types.InstanceStateName{ec2types.InstanceStateNameShuttingDown, ec2types.InstanceStateNameTerminated}, w.state(t, victim),
 		"the instance of %s, in %s, outlived its Node", victim, region)
 	g, err := awscloud.FindGroup(ctx, w.asg, name)
 	require.NoError(t, err)

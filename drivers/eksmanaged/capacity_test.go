@@ -4,11 +4,12 @@ import (
 	"context"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+
+	"nodeset.dev/nodeset/test/framework"
 )
 
 // TestCapacityLabelsForScaleFromZero: the template node of a managed node
@@ -20,13 +21,7 @@ func TestCapacityLabelsForScaleFromZero(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	d := w.driver()
-	ec2c := w.api.EC2.(*ec2.Client)
-	subnets, err := ec2c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{w.subnet}})
-	require.NoError(t, err)
-	second, err := ec2c.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: subnets.Subnets[0].VpcId,
-		CidrBlock: aws.String("10.0.2.0/24"), AvailabilityZone: aws.String(region + "b")})
-	require.NoError(t, err)
-	subnetB := aws.ToString(second.Subnet.SubnetId)
+	subnetB := framework.SecondZoneSubnet(t, w.api.EC2.(*ec2.Client), w.subnet, region+"b")
 	for _, tc := range []struct {
 		name          string
 		instanceTypes []string

@@ -118,3 +118,20 @@ func NewMotoNetwork(t testing.TB, ec2c *ec2.Client, region string) MotoNetwork {
 	}
 	return MotoNetwork{VPC: aws.ToString(vpc.Vpc.VpcId), Subnet: aws.ToString(subnet.Subnet.SubnetId), Image: aws.ToString(images.Images[0].ImageId)}
 }
+
+// SecondZoneSubnet makes a subnet in zone, in the VPC of subnet, and returns
+// its id: for groups whose subnets span zones.
+func SecondZoneSubnet(t testing.TB, ec2c *ec2.Client, subnet, zone string) string {
+	t.Helper()
+	ctx := context.Background()
+	described, err := ec2c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{subnet}})
+	if err != nil || len(described.Subnets) == 0 {
+		t.Fatalf("describing subnet %s in moto: %v", subnet, err)
+	}
+	second, err := ec2c.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: described.Subnets[0].VpcId,
+		CidrBlock: aws.String("10.0.2.0/24"), AvailabilityZone: aws.String(zone)})
+	if err != nil {
+		t.Fatalf("creating a subnet in %s in moto: %v", zone, err)
+	}
+	return aws.ToString(second.Subnet.SubnetId)
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
@@ -31,15 +30,8 @@ func TestAutoscalerParallelDeleteNodes(t *testing.T) {
 	ns := createNamespace(t, "ca-parallel")
 	createClass(t, "ca-parallel", twoCPUs)
 	const start, parallel = 12, 10
-	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns},
-		Spec: nodesetv1alpha1.NodeSetSpec{
-			NodeClassName: "ca-parallel",
-			Replicas:      ptr.To[int32](start),
-			Autoscaling:   &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 20},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createAutoscaledSet(t, ns, "pool", "ca-parallel", 20)
+	scale(t, ns, "pool", start)
 	eventually(t, 3*time.Minute, fmt.Sprintf("%d nodes", start), converged(c, t, ns, "pool", start))
 	nodes, err := setNodes(ctx, t, ns, "pool")
 	require.NoError(t, err)

@@ -513,10 +513,11 @@ func (f *apiFaults) lostDeletes() []string {
 	return append([]string(nil), f.lost...)
 }
 
-func (f *apiFaults) holding() bool {
+// heldFor is how long the proxy still holds watch events back.
+func (f *apiFaults) heldFor() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return time.Now().Before(f.holdUntil)
+	return time.Until(f.holdUntil)
 }
 
 // heldWriter holds a watch's events back while its proxy says so.
@@ -526,8 +527,10 @@ type heldWriter struct {
 }
 
 func (h *heldWriter) Write(b []byte) (int, error) {
-	for h.faults.holding() {
-		time.Sleep(50 * time.Millisecond)
+	// The delay is the fault injected (an informer behind by a fixed
+	// window), not a wait for a state; a lost delete may extend it.
+	for wait := h.faults.heldFor(); wait > 0; wait = h.faults.heldFor() {
+		time.Sleep(wait)
 	}
 	return h.ResponseWriter.Write(b)
 }
