@@ -41,7 +41,7 @@ const (
 	ReasonDrainStarted        = "DrainStarted"
 	ReasonEvictionBlocked     = "EvictionBlocked"
 	ReasonEvictionFailed      = "EvictionFailed"
-	ReasonDrainTimedOut       = nodesetv1alpha1.ReasonDrainTimedOut
+	ReasonDrainTimedOut       = "DrainTimedOut" // nodesetv1alpha1.ReasonDrainTimedOut; a literal for the docs check
 	ReasonDrained             = "Drained"
 	ReasonDeprovisioned       = "Deprovisioned"
 	ReasonDeprovisionFailed   = "DeprovisionFailed"
