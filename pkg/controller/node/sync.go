@@ -281,6 +281,16 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
 			node.Spec.Taints = append(node.Spec.Taints, resolve.StartupTaints()...)
 		}
+		if node.Spec.ProviderID == "" {
+			// Held before its machine is made: deleted while the driver
+			// makes it, the Node waits for the machine to go instead of
+			// leaving it with no Node to account for it.
+			written, err := c.writeNode(ctx, c.kube, read, node)
+			if err != nil {
+				return err
+			}
+			node, read = written.DeepCopy(), written.DeepCopy()
+		}
 	}
 	registered := false
 	if node.Spec.ProviderID == "" {
@@ -296,7 +306,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 			}
 		}
 		ready := nodeutil.IsReady(node)
-		// A lone Node's finalizer, or a provisioning error to clear, is
+		// A lone Node's machine, or a provisioning error to clear, is
 		// written at once.
 		if wait := made.created.Add(c.opts.ProviderIDWait).Sub(c.opts.Now()); held && !ready && wait > 0 && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == "" {
 			// The kubelet's Ready brings the Node back; else the wait's end.
@@ -392,6 +402,17 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 		Labels: node.Labels,
 		Taints: node.Spec.Taints,
 	})
+	if err == nil {
+		// An answer the Node cannot record is a failure, retried and told:
+		// no providerID, or another Node's (two Nodes of one machine:
+		// deleting either would take the other's, and cluster-autoscaler
+		// tells Nodes apart by it).
+		if providerID == "" {
+			err = fmt.Errorf("driver %s answered no providerID for machine %s", driver.Name(), node.Name)
+		} else if holder := c.providerIDHolder(node, providerID); holder != "" {
+			err = fmt.Errorf("driver %s answered providerID %s for machine %s, which Node %s has already", driver.Name(), providerID, node.Name, holder)
+		}
+	}
 	c.metrics.driverCall(driver.Name(), opCreate, start, err)
 	if errors.Is(err, drivers.ErrInProgress) || errors.Is(err, drivers.ErrThrottled) {
 		// Retried, and not a failure of the machine: recorded on the Node it
@@ -416,6 +437,18 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 	c.routine.record(node, ReasonProvisioned, driver.Name(), fmt.Sprintf("Driver %s created machine %s", driver.Name(), providerID))
 	logger.V(2).Info("Provisioned machine", "providerID", providerID)
 	return made, nil
+}
+
+// providerIDHolder is the name of another Node that has providerID in the
+// cache, "" when none has.
+func (c *Controller) providerIDHolder(node *corev1.Node, providerID string) string {
+	objs, _ := c.nodeIndexer.ByIndex(providerIDIndex, providerID)
+	for _, obj := range objs {
+		if other, ok := obj.(*corev1.Node); ok && other.Name != node.Name {
+			return other.Name
+		}
+	}
+	return ""
 }
 
 // recordProvisioningError sets the Node's provisioning-error annotation
