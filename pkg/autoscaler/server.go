@@ -11,7 +11,6 @@ import (
 	"maps"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -71,9 +70,10 @@ type Server struct {
 	nodes   corelisters.NodeLister
 	usage   UsageCounter
 
-	// writing holds, by group id, the turn to write that NodeSet: a
-	// channel of one slot (see update).
-	writing sync.Map
+	// writing holds, by group id, the turn to write that NodeSet (see
+	// update); growing, by NodeClass name, the turn to scale up one of
+	// its NodeSets (see NodeGroupIncreaseSize).
+	writing, growing turns
 }
 
 // UsageCounter counts what is in use of a NodeClass's limits in namespace,
@@ -115,6 +115,10 @@ func (s *Server) group(id string) (*nodesetv1alpha1.NodeSet, error) {
 	if set.Spec.Autoscaling == nil {
 		return nil, status.Errorf(codes.NotFound, "node group %s: NodeSet has no spec.autoscaling", id)
 	}
+	if set.DeletionTimestamp != nil {
+		// Left out of NodeGroups: the controller only removes its Nodes.
+		return nil, status.Errorf(codes.NotFound, "node group %s: the NodeSet is being deleted", id)
+	}
 	return set, nil
 }
 
@@ -127,31 +131,6 @@ func protoGroup(set *nodesetv1alpha1.NodeSet) *protos.NodeGroup {
 			set.Namespace, set.Name, set.Spec.NodeClassName, plan.Replicas(set), set.Status.ReadyReplicas,
 			set.Spec.Autoscaling.MinReplicas, set.Spec.Autoscaling.MaxReplicas, acceptedDebug(set)),
 	}
-}
-
-// maxSize is the most nodes the set may grow to: maxReplicas, or less
-// when its class's limits leave less room beside everything else of the
-// class, but never less than it has asked for already or than
-// minReplicas. cluster-autoscaler cannot see the limits: it caps a
-// scale-up at a group's max size and skips a group that is at it, while
-// a scale-up past the limits is refused as a whole and backs the group
-// off. binding names the limit when it lowers the answer.
-func (s *Server) maxSize(set *nodesetv1alpha1.NodeSet) (size int32, binding string) {
-	size = set.Spec.Autoscaling.MaxReplicas
-	class, err := s.classes.Get(set.Spec.NodeClassName)
-	if err != nil || !plan.Limited(class) {
-		return size, ""
-	}
-	others, err := s.usage(class, set.Namespace, GroupID(set))
-	if err != nil {
-		return size, ""
-	}
-	room, limit := plan.Room(class, set.Namespace, others)
-	room = max(room, int64(plan.Replicas(set)), int64(set.Spec.Autoscaling.MinReplicas))
-	if limit == nil || room >= int64(size) {
-		return size, ""
-	}
-	return int32(room), limit.String()
 }
 
 // unmanaged is the refusal of a scale-up or deletion of a set whose Nodes
@@ -224,7 +203,7 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 	for _, set := range sets {
 		if set.Spec.Autoscaling != nil && set.DeletionTimestamp == nil {
 			group := protoGroup(set)
-			if size, binding := s.maxSize(set); size < group.MaxSize {
+			if size, binding := s.maxSize(set, sets); size < group.MaxSize {
 				group.MaxSize = size
 				group.Debug += fmt.Sprintf("; max size %d: %s", size, binding)
 			}
@@ -235,7 +214,7 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 }
 
 // NodeGroupForNode finds a Node's NodeSet by its nodeset labels; a Node of
-// no autoscaled NodeSet gets the empty id. cluster-autoscaler also asks for
+// no autoscaled NodeSet, or of one being deleted, gets the empty id. cluster-autoscaler also asks for
 // the "fake" nodes it makes of instances it cannot match to a Node by
 // provider ID (named by the instance id, without labels): a placeholder id
 // belongs to the NodeSet of its Node while that Node still has no provider
@@ -263,8 +242,8 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 		return none, nil
 	}
 	set, err := s.sets.NodeSets(namespace).Get(name)
-	if err != nil || set.Spec.Autoscaling == nil {
-		return none, nil
+	if err != nil || set.Spec.Autoscaling == nil || set.DeletionTimestamp != nil {
+		return none, nil // no group, as in NodeGroups
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
 }
@@ -313,12 +292,35 @@ func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTar
 	return &protos.NodeGroupTargetSizeResponse{TargetSize: plan.Replicas(set)}, nil
 }
 
-// NodeGroupIncreaseSize raises spec.replicas within maxReplicas and the class's limits.
+// NodeGroupIncreaseSize raises spec.replicas within maxReplicas and the
+// class's limits. Past the limits it adds the nodes that fit, and is
+// refused only when none does: NodeGroups gives every NodeSet of a class
+// all the room that is left as its max size, and cluster-autoscaler,
+// balancing one scale-up between similar groups, caps each at its own,
+// so together they may ask for more than the room. A refusal would make
+// it back that group off (5 minutes at first) and add nothing there; the
+// nodes that fit are what it would have asked for with the max size of
+// the moment.
+//
+// Scale-ups of one class's NodeSets take turns, and each counts the
+// nodes the others were told to grow to (room), so that two of them,
+// grown one right after the other or at once (--parallel-scale-up), are
+// not both told yes before the first one's Nodes exist.
 func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGroupIncreaseSizeRequest) (*protos.NodeGroupIncreaseSizeResponse, error) {
 	if req.GetDelta() <= 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "size increase must be positive, got %d", req.GetDelta())
 	}
-	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+	cached, err := s.group(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	release, err := s.growing.take(ctx, cached.Spec.NodeClassName)
+	if err != nil {
+		return nil, status.Errorf(codes.DeadlineExceeded, "node group %s: waiting for the other scale-ups of NodeClass %s: %v", req.GetId(), cached.Spec.NodeClassName, err)
+	}
+	defer release()
+	var added int32
+	err = s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
 		if err := s.unmanaged(set); err != nil {
 			return err
 		}
@@ -329,35 +331,26 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 			return status.Errorf(codes.InvalidArgument, "size increase too large: %s would have %d nodes, spec.autoscaling.maxReplicas is %d",
 				GroupID(set), target, set.Spec.Autoscaling.MaxReplicas)
 		}
-		replicas := int32(target)
-		if err := s.checkLimits(set, replicas); err != nil {
+		target, err := s.withinLimits(ctx, set, target)
+		if err != nil {
 			return err
 		}
+		added = int32(target) - plan.Replicas(set)
+		replicas := int32(target)
 		set.Spec.Replicas = &replicas
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("cluster-autoscaler increased a NodeSet", "nodeset", req.GetId(), "delta", req.GetDelta())
+	logger := klog.FromContext(ctx)
+	if added < req.GetDelta() {
+		logger.Info("cluster-autoscaler asked for more nodes than the NodeClass's limits leave room for: adding those that fit",
+			"nodeset", req.GetId(), "delta", req.GetDelta(), "added", added)
+	} else {
+		logger.V(2).Info("cluster-autoscaler increased a NodeSet", "nodeset", req.GetId(), "delta", req.GetDelta())
+	}
 	return &protos.NodeGroupIncreaseSizeResponse{}, nil
-}
-
-// checkLimits refuses a target size that does not fit the class's
-// maxNodes or maxNodesPerNamespace beside everything else of the class.
-func (s *Server) checkLimits(set *nodesetv1alpha1.NodeSet, target int32) error {
-	class, err := s.classes.Get(set.Spec.NodeClassName)
-	if err != nil || !plan.Limited(class) {
-		return nil
-	}
-	others, err := s.usage(class, set.Namespace, set.Namespace+"/"+set.Name)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "counting the nodes of NodeClass %s: %v", class.Name, err)
-	}
-	if refusal := plan.Fits(class, set.Namespace, others, int64(target)); refusal != "" {
-		return status.Errorf(codes.ResourceExhausted, "node group %s: %s", GroupID(set), refusal)
-	}
-	return nil
 }
 
 // NodeGroupDeleteNodes removes exactly the named Nodes: the lowered replicas
@@ -499,13 +492,11 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 	if err != nil {
 		return err
 	}
-	turn, _ := s.writing.LoadOrStore(GroupID(cached), make(chan struct{}, 1))
-	select {
-	case turn.(chan struct{}) <- struct{}{}:
-		defer func() { <-turn.(chan struct{}) }()
-	case <-ctx.Done():
-		return status.Errorf(codes.DeadlineExceeded, "node group %s: waiting for the other writes to it: %v", id, ctx.Err())
+	release, err := s.writing.take(ctx, GroupID(cached))
+	if err != nil {
+		return status.Errorf(codes.DeadlineExceeded, "node group %s: waiting for the other writes to it: %v", id, err)
 	}
+	defer release()
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		set, err := s.client.NodesetV1alpha1().NodeSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
 		if err != nil {
@@ -513,6 +504,9 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 		}
 		if set.Spec.Autoscaling == nil {
 			return status.Errorf(codes.NotFound, "node group %s: NodeSet has no spec.autoscaling", id)
+		}
+		if set.DeletionTimestamp != nil {
+			return status.Errorf(codes.NotFound, "node group %s: the NodeSet is being deleted", id)
 		}
 		before := set.DeepCopy()
 		if err := mutate(set); err != nil {

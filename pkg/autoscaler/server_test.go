@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -77,6 +78,7 @@ func setNode(set *nodesetv1alpha1.NodeSet, name, providerID string, ready bool) 
 type fixture struct {
 	server   *Server
 	nodesets *nodesetfake.Clientset
+	sets     cache.Indexer // the NodeSet lister's
 }
 
 func newFixture(t *testing.T, objects []runtime.Object, set *nodesetv1alpha1.NodeSet, nodes ...*corev1.Node) *fixture {
@@ -104,7 +106,7 @@ func newClassFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, objects []r
 		classNodes, err := nodeLister.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
 		return plan.CountUsage(classNodes, nil, namespace, except), err
 	}
-	return &fixture{nodesets: nodesets, server: NewServer(nodesets, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
+	return &fixture{nodesets: nodesets, sets: nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer(), server: NewServer(nodesets, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
 		nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), nodeLister, usage)}
 }
 
