@@ -22,6 +22,11 @@ const (
 	TagNodeSet      = "nodeset.dev/nodeset"
 	TagNodeSetUID   = "nodeset.dev/nodeset-uid"
 	TagTemplateHash = "nodeset.dev/template-hash"
+	// TagFormerRegions, on a NodeSet's group (or node group), lists the
+	// regions, space-separated, where the NodeSet's group of an earlier
+	// region of its class may still be: recorded when an instance there is
+	// terminated, and removed once that group is gone.
+	TagFormerRegions = "nodeset.dev/former-regions"
 )
 
 // OwnerFromTags is the NodeSet that Auto Scaling group tags name.
@@ -78,4 +83,32 @@ func ValidateTags(field string, tags map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// GroupTag is the value of an Auto Scaling group's tag key, "" without it.
+func GroupTag(g *asgtypes.AutoScalingGroup, key string) string {
+	for _, t := range g.Tags {
+		if aws.ToString(t.Key) == key {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// FormerRegions are the regions a TagFormerRegions value lists, sorted,
+// without except.
+func FormerRegions(value, except string) []string {
+	var out []string
+	for _, region := range strings.Fields(value) {
+		if region != except && !slices.Contains(out, region) {
+			out = append(out, region)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// FormerRegionsValue is the TagFormerRegions value that lists regions.
+func FormerRegionsValue(regions []string) string {
+	return strings.Join(FormerRegions(strings.Join(regions, " "), ""), " ")
 }

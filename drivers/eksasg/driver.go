@@ -293,7 +293,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
 				return drivers.GroupStatus{}, err
 			}
-			return awscloud.StatusOf(group.Name, g, v.instances), nil
+			status := awscloud.StatusOf(group.Name, g, v.instances)
+			d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, g, owner)
+			return status, nil
 		}
 	}
 	defer d.invalidate(s.Region, group.Class.Credentials)
@@ -378,7 +380,11 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			}
 		}
 	}
-	return awscloud.GroupInstances(ctx, asg, ec2c, group.Name)
+	status, err := awscloud.GroupInstances(ctx, asg, ec2c, group.Name)
+	if err == nil {
+		d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, existing, owner)
+	}
+	return status, err
 }
 
 // launchedFrom is an update of the group that names what it launches from:
@@ -467,6 +473,10 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 		return err
 	}
 	region := awscloud.InstanceRegion(providerID, s.Region)
+	// Recorded first: the old region's group is removed once empty.
+	if err := d.recordFormerRegion(ctx, class, group, region); err != nil {
+		return err
+	}
 	asg, ec2c, err := d.opts.Clients(ctx, region, class.Credentials)
 	if err != nil {
 		return err
@@ -492,6 +502,13 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	g, err := awscloud.FindGroup(ctx, asg, name)
 	switch {
 	case err == nil:
+		// The groups of the class's former regions first: this group
+		// keeps the record of them. Its Nodes are gone.
+		if left, err := d.removeFormerGroups(ctx, asg, s.Region, class.Credentials, g, awscloud.OwnerFromTags(g.Tags), true); err != nil {
+			return err
+		} else if left {
+			return fmt.Errorf("the Auto Scaling group %s of a former region is being deleted: %w", name, drivers.ErrInProgress)
+		}
 		if g.Status == nil { // not being deleted yet
 			_, err := asg.DeleteAutoScalingGroup(ctx, &autoscaling.DeleteAutoScalingGroupInput{AutoScalingGroupName: aws.String(name), ForceDelete: aws.Bool(true)})
 			if err != nil && !awscloud.IsCode(err, "ValidationError") {

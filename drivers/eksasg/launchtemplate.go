@@ -140,7 +140,9 @@ func UserData(s *nodesetv1alpha1.EKSAutoscalingGroup, labels map[string]string, 
 	}
 	var nodeLabels []string
 	for _, k := range sortedKeys(labels) {
-		nodeLabels = append(nodeLabels, k+"="+labels[k])
+		if kubeletMaySet(k) {
+			nodeLabels = append(nodeLabels, k+"="+labels[k])
+		}
 	}
 	var nodeTaints []string
 	for _, t := range taints {
@@ -190,6 +192,36 @@ func UserData(s *nodesetv1alpha1.EKSAutoscalingGroup, labels map[string]string, 
 	}
 	fmt.Fprintf(&out, "\n--%s--\n", boundary)
 	return base64.StdEncoding.EncodeToString([]byte(out.String())), nil
+}
+
+// kubeletLabels are the keys of the kubernetes.io and k8s.io domains a
+// kubelet accepts in --node-labels, besides those under
+// kubeletLabelDomains; with any other key of those domains it refuses to
+// start.
+var kubeletLabels = map[string]bool{
+	"kubernetes.io/hostname": true, "kubernetes.io/os": true, "kubernetes.io/arch": true,
+	"beta.kubernetes.io/os": true, "beta.kubernetes.io/arch": true, "beta.kubernetes.io/instance-type": true,
+	"node.kubernetes.io/instance-type": true, "topology.kubernetes.io/zone": true, "topology.kubernetes.io/region": true,
+	"failure-domain.beta.kubernetes.io/zone": true, "failure-domain.beta.kubernetes.io/region": true,
+}
+
+var kubeletLabelDomains = []string{"kubelet.kubernetes.io", "node.kubernetes.io"}
+
+// kubeletMaySet reports whether the kubelet accepts a label key in
+// --node-labels. The others (node-role.kubernetes.io/worker, ...) nodeset
+// puts on the Node itself.
+func kubeletMaySet(key string) bool {
+	domain, _, found := strings.Cut(key, "/")
+	inDomain := func(d string) bool { return domain == d || strings.HasSuffix(domain, "."+d) }
+	if !found || kubeletLabels[key] || (!inDomain("kubernetes.io") && !inDomain("k8s.io")) {
+		return true
+	}
+	for _, d := range kubeletLabelDomains {
+		if inDomain(d) {
+			return true
+		}
+	}
+	return false
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'" }

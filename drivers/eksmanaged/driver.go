@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +41,7 @@ type EKS interface {
 	ListNodegroups(context.Context, *eks.ListNodegroupsInput, ...func(*eks.Options)) (*eks.ListNodegroupsOutput, error)
 	DescribeCluster(context.Context, *eks.DescribeClusterInput, ...func(*eks.Options)) (*eks.DescribeClusterOutput, error)
 	TagResource(context.Context, *eks.TagResourceInput, ...func(*eks.Options)) (*eks.TagResourceOutput, error)
+	UntagResource(context.Context, *eks.UntagResourceInput, ...func(*eks.Options)) (*eks.UntagResourceOutput, error)
 }
 
 // API is the clients of one region and set of credentials.
@@ -155,6 +158,12 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 	}
 	if s.ReleaseVersion != "" && s.Version == "" {
 		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.releaseVersion", "needs version (the Kubernetes version it is a release of)")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		if p := eksReserved(k); p != "" {
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.labels["+k+"]",
+				"EKS refuses node group labels containing %s (set such a label in the NodeClass's nodeTemplate: nodeset puts it on the Nodes)", p)
+		}
 	}
 	return awscloud.ValidateTags("spec.eksManagedNodeGroup.tags", s.Tags)
 }
@@ -303,6 +312,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	if err := d.checkOwner(ng, group.Owner); err != nil {
 		return drivers.GroupStatus{}, err
 	}
+	d.removeFormerGroupsQuietly(ctx, api, s, group.Class.Credentials, ng, group.Owner)
 
 	var update *ekstypes.Update
 	if group.UpdateID != "" {
@@ -423,14 +433,18 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 		}
 	}
 	if asg := autoScalingGroup(ng); asg != "" {
-		instances, err := awscloud.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
+		g, err := awscloud.FindGroup(ctx, api.AutoScaling, asg)
 		switch {
 		case errors.Is(err, drivers.ErrNotFound):
 		case err != nil:
 			return drivers.GroupStatus{}, err
 		default:
+			details, err := awscloud.DescribeInstances(ctx, api.EC2, []asgtypes.AutoScalingGroup{*g})
+			if err != nil {
+				return drivers.GroupStatus{}, err
+			}
 			labels, taints := nodegroupLabels(ng), nodegroupTaints(ng)
-			for _, m := range instances.Machines {
+			for _, m := range awscloud.StatusOf(asg, g, details).Machines {
 				m.Owner = status.Owner
 				m.TemplateHash = "" // EKS's launch template, not a nodeset one
 				// What EKS's bootstrap passes the kubelet, which applies
@@ -439,6 +453,9 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 					m.Labels = map[string]string{}
 				}
 				maps.Copy(m.Labels, labels)
+				if id, err := awscloud.InstanceID(m.ProviderID); err == nil && details[id].ImageId != nil {
+					m.Labels["eks.amazonaws.com/nodegroup-image"] = aws.ToString(details[id].ImageId)
+				}
 				m.Taints = taints
 				status.Machines = append(status.Machines, m)
 			}
@@ -447,14 +464,26 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 	return status, nil
 }
 
-// nodegroupLabels are the labels EKS gives the Nodes of a node group: its
-// configuration's, its name and its capacity type.
+// nodegroupLabels are the labels EKS gives every Node of a node group: its
+// configuration's, then its own, which EKS never lets the configuration
+// set: the node group's name, its capacity type, and the launch template
+// it was made from with its version while no update may be replacing
+// instances of another version (as long as the node group is ACTIVE).
 func nodegroupLabels(ng *ekstypes.Nodegroup) map[string]string {
-	labels := map[string]string{"eks.amazonaws.com/nodegroup": aws.ToString(ng.NodegroupName)}
+	labels := maps.Clone(ng.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["eks.amazonaws.com/nodegroup"] = aws.ToString(ng.NodegroupName)
 	if ng.CapacityType != "" {
 		labels["eks.amazonaws.com/capacityType"] = string(ng.CapacityType)
 	}
-	maps.Copy(labels, ng.Labels)
+	if lt := ng.LaunchTemplate; lt != nil && aws.ToString(lt.Id) != "" {
+		labels["eks.amazonaws.com/sourceLaunchTemplateId"] = aws.ToString(lt.Id)
+		if version := aws.ToString(lt.Version); ng.Status == ekstypes.NodegroupStatusActive && version != "" && strings.Trim(version, "0123456789") == "" {
+			labels["eks.amazonaws.com/sourceLaunchTemplateVersion"] = version
+		}
+	}
 	return labels
 }
 
@@ -524,7 +553,12 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 	if err := awscloud.CheckCredentials(class); err != nil {
 		return err
 	}
-	api, err := d.opts.Clients(ctx, awscloud.InstanceRegion(providerID, s.Region), class.Credentials)
+	region := awscloud.InstanceRegion(providerID, s.Region)
+	// Recorded first: the old region's node group is removed once empty.
+	if err := d.recordFormerRegion(ctx, class, s, group, region); err != nil {
+		return err
+	}
+	api, err := d.opts.Clients(ctx, region, class.Credentials)
 	if err != nil {
 		return err
 	}
@@ -548,18 +582,20 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 		}
 		return awscloud.TerminateInstance(ctx, api.EC2, id)
 	}
-	terminated, err := awscloud.TerminateInGroup(ctx, api.AutoScaling, api.EC2, asg, providerID)
-	if err != nil || !terminated {
+	if _, err := awscloud.TerminateInGroup(ctx, api.AutoScaling, api.EC2, asg, providerID); err != nil {
 		return err
 	}
-	after, err := awscloud.GroupInstances(ctx, api.AutoScaling, api.EC2, asg)
-	if err != nil || ng.ScalingConfig == nil || aws.ToInt32(ng.ScalingConfig.DesiredSize) == after.DesiredSize {
+	// Also when the instance was terminating already: a call that
+	// terminated it may have failed before it lowered the node group.
+	after, err := awscloud.FindGroup(ctx, api.AutoScaling, asg)
+	if err != nil || ng.ScalingConfig == nil || aws.ToInt32(ng.ScalingConfig.DesiredSize) <= aws.ToInt32(after.DesiredCapacity) {
 		return err
 	}
+	lowered := aws.ToInt32(after.DesiredCapacity)
 	_, err = api.EKS.UpdateNodegroupConfig(ctx, &eks.UpdateNodegroupConfigInput{
 		ClusterName: aws.String(s.ClusterName), NodegroupName: aws.String(group),
-		ScalingConfig: &ekstypes.NodegroupScalingConfig{DesiredSize: aws.Int32(after.DesiredSize),
-			MinSize: aws.Int32(min(aws.ToInt32(ng.ScalingConfig.MinSize), after.DesiredSize)), MaxSize: ng.ScalingConfig.MaxSize},
+		ScalingConfig: &ekstypes.NodegroupScalingConfig{DesiredSize: aws.Int32(lowered),
+			MinSize: aws.Int32(min(aws.ToInt32(ng.ScalingConfig.MinSize), lowered)), MaxSize: ng.ScalingConfig.MaxSize},
 	})
 	if awscloud.IsCode(err, "ResourceInUseException") {
 		return nil // an update runs; the next EnsureGroup sees the lower size
@@ -582,6 +618,13 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 		return err
 	case ng.Status == ekstypes.NodegroupStatusDeleting:
 		return fmt.Errorf("node group %s: %w", name, drivers.ErrInProgress)
+	}
+	// The node groups of the class's former regions first: this one keeps
+	// the record of them. Its Nodes are gone.
+	if left, err := d.removeFormerGroups(ctx, api, s.Region, s.ClusterName, class.Credentials, ng, awscloud.OwnerFromTagMap(ng.Tags), true); err != nil {
+		return err
+	} else if left {
+		return fmt.Errorf("node group %s of a former region is being deleted: %w", name, drivers.ErrInProgress)
 	}
 	_, err = api.EKS.DeleteNodegroup(ctx, &eks.DeleteNodegroupInput{ClusterName: aws.String(s.ClusterName), NodegroupName: aws.String(name)})
 	switch {

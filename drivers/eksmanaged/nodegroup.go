@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
@@ -35,7 +36,8 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 }
 
 // labels are the node group's Kubernetes labels: the section's, then the
-// NodeSet's Nodes'.
+// NodeSet's Nodes', but those EKS refuses (eksReserved), which nodeset
+// puts on the Nodes it makes itself.
 func labels(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) map[string]string {
 	out := maps.Clone(s.Labels)
 	if out == nil {
@@ -44,7 +46,23 @@ func labels(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) map[str
 	for k, v := range group.Labels {
 		out[k] = v
 	}
+	maps.DeleteFunc(out, func(k, _ string) bool { return eksReserved(k) != "" })
 	return out
+}
+
+// eksReservedPrefixes are what EKS refuses in a node group label's key
+// ("Label cannot contain reserved prefixes"): the kubelet's and EKS's own
+// domains, subdomains (node-role.kubernetes.io) included.
+var eksReservedPrefixes = []string{"kubernetes.io/", "k8s.io/", "eks.amazonaws.com/"}
+
+// eksReserved is the reserved prefix a label key contains, or "".
+func eksReserved(key string) string {
+	for _, p := range eksReservedPrefixes {
+		if strings.Contains(key, p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // taints are the node group's taints: the section's, then the NodeSet's
