@@ -171,13 +171,16 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	return problems
 }
 
-// TemplateConflicts names what a NodeSet's template would change of what
-// its class stamps on every Node: a label or annotation the class sets, to
-// another value, or a taint of the class's key and effect with another
-// value. What the class stamps is the admin's word to everyone whose pods
-// may land on the Node (lifecycle=spot, a zone, a taint that keeps pods
-// off): a NodeSet may add to it, never change it. Each problem names its
-// field; the result is sorted.
+// TemplateConflicts names what a NodeSet would change of what its class
+// stamps on every Node: a label or annotation the class sets, to another
+// value, or a taint of the class's key and effect with another value,
+// whether through the set's template or through the labels and taints of
+// its driver section, which the kubelet or the cloud put on the Node
+// (the simulated kubelet rewrites its labels on every status it posts).
+// What the class stamps is the admin's word to everyone whose pods may land
+// on the Node (lifecycle=spot, a zone, a taint that keeps pods off): a
+// NodeSet may add to it, never change it. Each problem names its field; the
+// result is sorted.
 func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) []string {
 	var problems []string
 	stamped := &class.Spec.NodeTemplate
@@ -186,26 +189,55 @@ func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.No
 		problems = append(problems, fmt.Sprintf("%s[%q] %q: NodeClass %s sets it to %q on every Node, and a NodeSet may not change it",
 			path, key, value, class.Name, classValue))
 	}
-	for k, v := range template.Labels {
-		if classValue, ok := stamped.Labels[k]; ok && classValue != v {
-			conflict("spec.template.labels", k, v, classValue)
+	labels := func(path string, m map[string]string) {
+		for k, v := range m {
+			if classValue, ok := stamped.Labels[k]; ok && classValue != v {
+				conflict(path, k, v, classValue)
+			}
 		}
 	}
+	taint := func(path, key, value, effect string) {
+		for _, ct := range stamped.Taints {
+			if ct.Key == key && ct.Effect == kubeEffect(effect) && ct.Value != value {
+				problems = append(problems, fmt.Sprintf("%s %s=%s:%s: NodeClass %s puts %s=%s:%s on every Node, and a NodeSet may not change its value",
+					path, key, value, effect, class.Name, ct.Key, ct.Value, ct.Effect))
+			}
+		}
+	}
+	labels("spec.template.labels", template.Labels)
 	for k, v := range template.Annotations {
 		if classValue, ok := stamped.Annotations[k]; ok && classValue != v {
 			conflict("spec.template.annotations", k, v, classValue)
 		}
 	}
 	for i, t := range template.Taints {
-		for _, ct := range stamped.Taints {
-			if ct.Key == t.Key && ct.Effect == t.Effect && ct.Value != t.Value {
-				problems = append(problems, fmt.Sprintf("spec.template.taints[%d] %s=%s:%s: NodeClass %s puts %s=%s:%s on every Node, and a NodeSet may not change its value",
-					i, t.Key, t.Value, t.Effect, class.Name, ct.Key, ct.Value, ct.Effect))
-			}
+		taint(fmt.Sprintf("spec.template.taints[%d]", i), t.Key, t.Value, t.Effect)
+	}
+	if s := set.Spec.Simulated; s != nil {
+		labels("spec.simulated.labels", s.Labels)
+	}
+	if s := set.Spec.EKSManagedNodeGroup; s != nil {
+		labels("spec.eksManagedNodeGroup.labels", s.Labels)
+		for i, t := range s.Taints {
+			taint(fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d]", i), t.Key, t.Value, t.Effect)
 		}
 	}
 	sort.Strings(problems)
 	return problems
+}
+
+// kubeEffect is a taint effect as Kubernetes spells it, also when given in
+// EKS's spelling (NO_SCHEDULE) in eksManagedNodeGroup.
+func kubeEffect(effect string) string {
+	switch effect {
+	case "NO_SCHEDULE":
+		return string(corev1.TaintEffectNoSchedule)
+	case "NO_EXECUTE":
+		return string(corev1.TaintEffectNoExecute)
+	case "PREFER_NO_SCHEDULE":
+		return string(corev1.TaintEffectPreferNoSchedule)
+	}
+	return effect
 }
 
 // NodeAnnotationReserve is how much of a Node's annotations (256 KiB of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -58,6 +59,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 
 	setCondition := func(c metav1.Condition) {
 		c.ObservedGeneration = set.Generation
+		c.Message = conditionMessage(c.Message)
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
 	setCondition(res.accepted)
@@ -272,4 +274,24 @@ func groupProgress(g *nodesetv1alpha1.GroupStatus) string {
 		msg += fmt.Sprintf("; update %s %s", g.UpdateID, g.UpdateStatus)
 	}
 	return msg
+}
+
+// maxConditionMessage is the most bytes the API server takes in a
+// condition's message.
+const maxConditionMessage = 32768
+
+// conditionMessage is message cut to fit a condition, at a character
+// boundary and said to be cut: a refusal naming every field of a template
+// at the schema's bounds can be longer, and a status that does not fit is
+// never written, leaving the tenant with no reason at all.
+func conditionMessage(message string) string {
+	if len(message) <= maxConditionMessage {
+		return message
+	}
+	const cut = " ... (cut)"
+	end := maxConditionMessage - len(cut)
+	for end > 0 && !utf8.RuneStart(message[end]) {
+		end--
+	}
+	return message[:end] + cut
 }

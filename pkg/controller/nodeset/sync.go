@@ -113,7 +113,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, time.Second)
 	} else if res.accepted.Status != metav1.ConditionTrue {
 		old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
-		if old == nil || old.Reason != res.accepted.Reason || old.Message != res.accepted.Message {
+		if old == nil || old.Reason != res.accepted.Reason || old.Message != conditionMessage(res.accepted.Message) {
 			c.recorder.Event(set, corev1.EventTypeWarning, ReasonNotAccepted, res.accepted.Message)
 		}
 	}
