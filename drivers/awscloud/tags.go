@@ -67,7 +67,8 @@ func CheckOwner(kind, name string, have, want drivers.Owner) error {
 
 // ValidateTags refuses the tags AWS would refuse on every group, launch
 // template, node group or instance the class makes: a key with the aws:
-// prefix (reserved for AWS, in any case), an empty key, a key longer than
+// prefix (reserved for AWS, in any case), a key under nodeset.dev/ (the
+// driver's own tags), an empty key, a key longer than
 // 128 characters or a value longer than 256. field is the map's path.
 func ValidateTags(field string, tags map[string]string) error {
 	for _, key := range slices.Sorted(maps.Keys(tags)) {
@@ -76,6 +77,10 @@ func ValidateTags(field string, tags map[string]string) error {
 			return drivers.InvalidConfiguration(field, "a tag key cannot be empty")
 		case strings.HasPrefix(strings.ToLower(key), "aws:"):
 			return drivers.InvalidConfiguration(keyField, "the aws: prefix is reserved for AWS")
+		case strings.HasPrefix(strings.ToLower(key), "nodeset.dev/"):
+			// Ownership, the template hash, former regions: what the
+			// driver reads back to decide what is whose.
+			return drivers.InvalidConfiguration(keyField, "keys under nodeset.dev/ are the driver's own")
 		case utf8.RuneCountInString(key) > 128:
 			return drivers.InvalidConfiguration(keyField, "a tag key has at most 128 characters")
 		case utf8.RuneCountInString(tags[key]) > 256:

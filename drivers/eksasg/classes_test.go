@@ -35,6 +35,10 @@ func TestWhatAWSRefusesLaterIsTheClassesVerdict(t *testing.T) {
 			`spec.eksAutoscalingGroup.tags[aws:cost-center]: the aws: prefix is reserved for AWS`},
 		{"a reserved tag key in capitals", func(s *nodesetv1alpha1.EKSAutoscalingGroup) { s.Tags = map[string]string{"AWS:team": "a"} },
 			`spec.eksAutoscalingGroup.tags[AWS:team]: the aws: prefix is reserved for AWS`},
+		{"a tag key of the driver's own", func(s *nodesetv1alpha1.EKSAutoscalingGroup) {
+			s.Tags = map[string]string{"nodeset.dev/former-regions": "us-west-2"}
+		},
+			`spec.eksAutoscalingGroup.tags[nodeset.dev/former-regions]: keys under nodeset.dev/ are the driver's own`},
 		{"a tag key too long", func(s *nodesetv1alpha1.EKSAutoscalingGroup) {
 			s.Tags = map[string]string{strings.Repeat("k", 129): "a"}
 		},

@@ -19,13 +19,19 @@ import (
 // domains (node-role, node-restriction, topology, node.kubernetes.io, the
 // hostname, ...) are the cluster admin's and the kubelet's, as the
 // NodeRestriction admission plugin keeps them: a NodeClass may set them, a
-// NodeSet may not.
+// NodeSet may not. Keys in the amazonaws.com and aws.com domains
+// (eks.amazonaws.com/capacityType, eks.amazonaws.com/nodegroup,
+// topology.ebs.csi.aws.com/zone) state what the cloud made: a tenant's
+// would draw other tenants' pods that select spot or on-demand capacity, a
+// node group, or a volume's zone.
 func ReservedForTenants(key string) string {
 	switch {
 	case inDomain(key, "nodeset.dev"):
 		return reservedForNodeset
 	case inDomain(key, "kubernetes.io"), inDomain(key, "k8s.io"):
 		return "keys in the kubernetes.io and k8s.io domains are reserved for the cluster admin (set them in the NodeClass)"
+	case inDomain(key, "amazonaws.com"), inDomain(key, "aws.com"):
+		return "keys in the amazonaws.com and aws.com domains state what the cloud made and are reserved for the cluster admin (set them in the NodeClass)"
 	}
 	return ""
 }
@@ -154,6 +160,21 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 		for i, t := range s.Taints {
 			taint(fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d]", i), t.Key, t.Value, t.Effect)
 		}
+	}
+	// The AWS drivers read their own tags back (the owner, the template
+	// hash, the regions a group was in) to decide what is whose.
+	tags := func(path string, m map[string]string) {
+		for k := range m {
+			if inDomain(k, "nodeset.dev") {
+				add("%s key %q: %s", path, k, reservedForNodeset)
+			}
+		}
+	}
+	if s := set.Spec.EKSManagedNodeGroup; s != nil {
+		tags("spec.eksManagedNodeGroup.tags", s.Tags)
+	}
+	if s := set.Spec.EKSAutoscalingGroup; s != nil {
+		tags("spec.eksAutoscalingGroup.tags", s.Tags)
 	}
 	if s := set.Spec.EKSAutoscalingGroup; s != nil && s.Bootstrap != nil {
 		for i, arg := range s.Bootstrap.KubeletExtraArgs {

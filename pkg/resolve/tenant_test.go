@@ -24,6 +24,11 @@ func TestReservedForTenants(t *testing.T) {
 		"node.kubernetes.io/instance-type":      true,
 		"x.k8s.io/y":                            true,
 		"notkubernetes.io/x":                    false,
+		"eks.amazonaws.com/capacityType":        true,
+		"eks.amazonaws.com/nodegroup":           true,
+		"topology.ebs.csi.aws.com/zone":         true,
+		"example.com/amazonaws.com":             false,
+		"notamazonaws.com/x":                    false,
 	} {
 		assert.Equal(t, reserved, ReservedForTenants(key) != "", key)
 	}
@@ -61,6 +66,15 @@ func TestTenantErrors(t *testing.T) {
 		{"a nodeset label through the simulated kubelet", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Spec.Simulated = &nodesetv1alpha1.SimulatedMachine{Labels: map[string]string{"nodeset.dev/nodeset": "theirs"}}
 		}), []string{"spec.simulated.labels", "nodeset.dev/nodeset", "reserved for nodeset"}},
+		{"a spot label a tenant would lie with", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Template.Labels = map[string]string{"eks.amazonaws.com/capacityType": "ON_DEMAND"}
+		}), []string{"spec.template.labels", "eks.amazonaws.com/capacityType", "state what the cloud made"}},
+		{"a driver's own tag on an Auto Scaling group", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Tags: map[string]string{"nodeset.dev/former-regions": "us-west-2"}}
+		}), []string{"spec.eksAutoscalingGroup.tags", "nodeset.dev/former-regions", "reserved for nodeset"}},
+		{"a driver's own tag on a node group", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.EKSManagedNodeGroup = &nodesetv1alpha1.EKSManagedNodeGroup{Tags: map[string]string{"nodeset.dev/template-hash": "x"}}
+		}), []string{"spec.eksManagedNodeGroup.tags", "nodeset.dev/template-hash", "reserved for nodeset"}},
 		{"a hostname label through an EKS node group", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Spec.EKSManagedNodeGroup = &nodesetv1alpha1.EKSManagedNodeGroup{Labels: map[string]string{"kubernetes.io/hostname": "x"}}
 		}), []string{"spec.eksManagedNodeGroup.labels", "kubernetes.io/hostname"}},
