@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -35,8 +36,9 @@ func (o *options) createCommand() *cobra.Command {
 
 --set sets a field of the class's driver section, where the class lets
 tenants override it (kubectl nodeset classes lists them), for example
---set instanceType=sim.large. Values are read as JSON when they parse as
-JSON (numbers, true/false, lists), as strings otherwise.`,
+--set instanceType=sim.large. A text field takes the value as typed
+(--set version=1.30, --set tags.team=42); other fields read it as JSON when
+it parses as JSON (numbers, true/false, lists), as text otherwise.`,
 		Example: `  kubectl nodeset create web --class sim-small --replicas 3 --label tier=web --taint dedicated=web:NoSchedule
   kubectl nodeset create batch --class batch-spot --set 'mixedInstances.instanceTypes=["c6i.2xlarge"]' --dry-run=client -o yaml`,
 		Args: cobra.ExactArgs(1),
@@ -108,13 +110,23 @@ func (o *options) create(ctx context.Context, name string, co *createOptions) er
 		if section == "" {
 			return fmt.Errorf("NodeClass %s has no driver section to override", co.class)
 		}
+		sectionType := sectionGoType(section)
 		values := map[string]any{}
 		for _, s := range co.sets {
-			path, value, ok := strings.Cut(s, "=")
+			path, text, ok := strings.Cut(s, "=")
 			if !ok || path == "" {
 				return fmt.Errorf("--set %q: want field=value", s)
 			}
-			setPath(values, strings.Split(path, "."), parseValue(value))
+			fields := strings.Split(path, ".")
+			value := parseValue(text, fieldGoType(sectionType, fields))
+			// Each field alone first, so that a value its field cannot
+			// take is refused naming the --set it came from.
+			one := map[string]any{}
+			setPath(one, fields, value)
+			if err := decodeStrict(one, sectionType); err != nil {
+				return fmt.Errorf("--set %q: %w", s, err)
+			}
+			setPath(values, fields, value)
 		}
 		spec[section] = values
 	}
@@ -192,13 +204,86 @@ func parseTaint(s string) (map[string]any, error) {
 	return taint, nil
 }
 
-// parseValue reads JSON when the text is JSON, a string otherwise.
-func parseValue(s string) any {
+// parseValue reads the text of a --set for a field of type field (nil when
+// unknown): a string field takes the text as typed (or the string it
+// quotes), so that a version 1.30 or a tag 42 stays text; any other field
+// takes JSON when the text is JSON, the text otherwise.
+func parseValue(s string, field reflect.Type) any {
+	if field != nil && field.Kind() == reflect.String {
+		var quoted string
+		if err := json.Unmarshal([]byte(s), &quoted); err == nil {
+			return quoted
+		}
+		return s
+	}
 	var v any
 	if err := json.Unmarshal([]byte(s), &v); err == nil {
 		return v
 	}
 	return s
+}
+
+// sectionGoType is the Go type of the NodeSet's driver section of that JSON
+// name, or nil.
+func sectionGoType(section string) reflect.Type {
+	return fieldGoType(reflect.TypeFor[nodesetv1alpha1.NodeSetSpec](), []string{section})
+}
+
+// fieldGoType follows the JSON field names of path from t (struct fields,
+// inlined structs, map values) and returns the type found there, pointers
+// removed, or nil when the path leaves the typed fields.
+func fieldGoType(t reflect.Type, path []string) reflect.Type {
+	for _, name := range path {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case t == nil:
+			return nil
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			t = structField(t, name)
+		default:
+			return nil
+		}
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// structField is the type of t's field of that JSON name, looking into
+// inlined structs, or nil.
+func structField(t reflect.Type, name string) reflect.Type {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == name {
+			return f.Type
+		}
+		if tag == "" && f.Anonymous && f.Type.Kind() == reflect.Struct {
+			if found := structField(f.Type, name); found != nil {
+				return found
+			}
+		}
+	}
+	return nil
+}
+
+// decodeStrict decodes value into a new t as the API server would, strictly.
+func decodeStrict(value any, t reflect.Type) error {
+	if t == nil {
+		return nil
+	}
+	body, err := json.Marshal(value)
+	if err != nil {
+		return err
+	}
+	decoder := json.NewDecoder(bytes.NewReader(body))
+	decoder.DisallowUnknownFields()
+	return decoder.Decode(reflect.New(t).Interface())
 }
 
 func setPath(m map[string]any, path []string, value any) {

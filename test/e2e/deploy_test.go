@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -125,3 +126,93 @@ func TestDeployOverlays(t *testing.T) {
 		})
 	}
 }
+
+// TestObservabilityScrapesBothControllers: the alerts and dashboard of
+// deploy/observability read metrics that something must scrape. For the
+// Prometheus Operator it ships a ServiceMonitor that selects the
+// nodeset-metrics Service (as kustomize and the chart make it) and its
+// metrics port, and that keeps the metrics' own namespace label (the
+// NodeSet's) instead of renaming it exported_namespace in favour of the
+// target's, which would name nodeset-system in every alert. Both files
+// apply to a real API server.
+func TestObservabilityScrapesBothControllers(t *testing.T) {
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	var service *unstructured.Unstructured
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(kubectl(t, "kustomize", filepath.Join(root, "deploy", "overlays", "simulated")))), 4096)
+	var podLabels []map[string]string
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		switch {
+		case obj.GetKind() == "Service" && obj.GetName() == "nodeset-metrics":
+			service = obj
+		case obj.GetKind() == "Deployment":
+			l, _, _ := unstructured.NestedStringMap(obj.Object, "spec", "template", "metadata", "labels")
+			podLabels = append(podLabels, l)
+		}
+	}
+	require.NotNil(t, service, "deploy/ makes the nodeset-metrics Service")
+	selector, _, _ := unstructured.NestedStringMap(service.Object, "spec", "selector")
+	require.Len(t, podLabels, 2)
+	for _, l := range podLabels {
+		assert.Subset(t, l, selector, "the Service reaches both controllers")
+	}
+
+	objs, err := framework.ReadObjects(filepath.Join(root, "deploy", "observability", "service-monitor.yaml"))
+	require.NoError(t, err, "deploy/observability has a ServiceMonitor")
+	require.Len(t, objs, 1)
+	monitor := objs[0]
+	assert.Equal(t, "ServiceMonitor", monitor.GetKind())
+	assert.Equal(t, service.GetNamespace(), monitor.GetNamespace(), "it selects Services of its own namespace")
+	match, _, _ := unstructured.NestedStringMap(monitor.Object, "spec", "selector", "matchLabels")
+	require.NotEmpty(t, match)
+	assert.Subset(t, service.GetLabels(), match, "it selects the nodeset-metrics Service")
+	ports, _, _ := unstructured.NestedSlice(service.Object, "spec", "ports")
+	require.Len(t, ports, 1)
+	endpoints, _, _ := unstructured.NestedSlice(monitor.Object, "spec", "endpoints")
+	require.Len(t, endpoints, 1)
+	endpoint := endpoints[0].(map[string]any)
+	assert.Equal(t, ports[0].(map[string]any)["name"], endpoint["port"], "it scrapes the Service's metrics port")
+	assert.Equal(t, true, endpoint["honorLabels"], "the metrics' namespace label is the NodeSet's")
+
+	ensureNamespace(t, "nodeset-system")
+	stubs := filepath.Join(t.TempDir(), "monitoring-crds.yaml")
+	require.NoError(t, os.WriteFile(stubs, []byte(prometheusOperatorStubCRDs), 0o644))
+	kubectl(t, "apply", "-f", stubs)
+	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=false") })
+	kubectl(t, "wait", "--for=condition=Established", "--timeout=30s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	out := kubectl(t, "apply", "--dry-run=server", "-f", filepath.Join(root, "deploy", "observability", "service-monitor.yaml"),
+		"-f", filepath.Join(root, "deploy", "observability", "prometheus-rules.yaml"))
+	assert.Contains(t, out, "servicemonitor.monitoring.coreos.com/nodeset created (server dry run)")
+	assert.Contains(t, out, "prometheusrule.monitoring.coreos.com/nodeset created (server dry run)")
+}
+
+// prometheusOperatorStubCRDs stand in for the Prometheus Operator's CRDs in
+// a dry run: they check kind, group and namespace, not the fields.
+const prometheusOperatorStubCRDs = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: servicemonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: prometheusrules.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PrometheusRule, plural: prometheusrules, singular: prometheusrule, listKind: PrometheusRuleList}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -12,10 +13,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/kubectlplugin"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
 )
@@ -191,5 +196,101 @@ func TestJourneyHelm(t *testing.T) {
 		out, err := sh("kubectl get " + obj)
 		require.Error(t, err, "%s is gone: %s", obj, out)
 		assert.Contains(t, out, "NotFound")
+	}
+}
+
+// TestJourneyPluginSetTakesTheFieldsType: kubectl nodeset create --set
+// writes a value as its field's type: a string field gets the text as
+// typed, even when it reads as a number or a boolean (a Kubernetes version
+// of an EKS managed node group, a team tag of the shipped batch-spot
+// class), while numbers and lists still reach the fields that take them;
+// a value its field cannot take is refused naming the --set it came from.
+func TestJourneyPluginSetTakesTheFieldsType(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "plugin-set")
+	raw, err := os.ReadFile(filepath.Join(mustRepoRoot(t), "deploy", "examples", "30-nodeclass-eks-managed.yaml"))
+	require.NoError(t, err)
+	class := &nodesetv1alpha1.NodeClass{}
+	require.NoError(t, yaml.UnmarshalStrict(raw, class))
+	class.Name = "plugin-set-managed"
+	class.Spec.TenantOverrides = []string{"version", "tags", "instanceTypes", "updateConfig.maxUnavailablePercentage"}
+	_, err = clientset(t).NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+
+	args := []string{"-n", ns, "create", "ml", "--class", "plugin-set-managed", "--set", "version=1.30",
+		"--set", "tags.team=42", "--set", "tags.billing=true", "--set", `instanceTypes=["g5.xlarge","g5.2xlarge"]`,
+		"--set", "updateConfig.maxUnavailablePercentage=50"}
+	out := runPlugin(t, append(args, "--dry-run=client", "-o", "yaml")...)
+	var printed nodesetv1alpha1.NodeSet
+	require.NoError(t, yaml.UnmarshalStrict([]byte(out), &printed), out)
+	section := printed.Spec.EKSManagedNodeGroup
+	require.NotNil(t, section, out)
+	assert.Equal(t, "1.30", section.Version, "the text as typed, not the number 1.3")
+	assert.Equal(t, map[string]string{"team": "42", "billing": "true"}, section.Tags)
+	assert.Equal(t, []string{"g5.xlarge", "g5.2xlarge"}, section.InstanceTypes)
+	require.NotNil(t, section.UpdateConfig)
+	assert.Equal(t, ptr.To[int32](50), section.UpdateConfig.MaxUnavailablePercentage)
+	assert.Equal(t, "nodeset.nodeset.dev/ml created (server dry run)\n", runPlugin(t, append(args, "--dry-run=server")...))
+
+	ensureClass(t, "plugin-set-sim")
+	for _, tc := range []struct{ set, want string }{
+		{"capacity.cpu=abc", `--set "capacity.cpu=abc": `},
+		{"instanceTyp=x", `--set "instanceTyp=x": json: unknown field "instanceTyp"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		cmd := kubectlplugin.Command(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &stdout, ErrOut: &stderr})
+		cmd.SetArgs([]string{"--kubeconfig=" + framework.Shared(t).KubeconfigPath, "-n", ns, "create", "sim",
+			"--class", "plugin-set-sim", "--set", tc.set, "--dry-run=client"})
+		err := cmd.ExecuteContext(ctx)
+		require.Error(t, err, "--set %s must be refused:\n%s", tc.set, stdout.String())
+		assert.Contains(t, kubectlplugin.ErrorText(err), tc.want)
+	}
+}
+
+func mustRepoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	return root
+}
+
+// TestJourneyDocsNameTestsThatExist: every test the guides name as the proof
+// of a promise (docs/reliability.md's table, and the others) is a test of
+// the repository, so that a reader can run it.
+func TestJourneyDocsNameTestsThatExist(t *testing.T) {
+	root := mustRepoRoot(t)
+	defined := map[string]bool{}
+	funcTest := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range funcTest.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, defined["TestJourneyDocsNameTestsThatExist"])
+	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+	for _, doc := range []string{"README.md", "docs/getting-started.md", "docs/install.md", "docs/rollouts.md",
+		"docs/reliability.md", "docs/observability.md"} {
+		text, err := os.ReadFile(filepath.Join(root, doc))
+		require.NoError(t, err)
+		for _, m := range named.FindAllStringSubmatch(string(text), -1) {
+			assert.True(t, defined[m[1]], "%s names %s, which is no test of the repository", doc, m[1])
+		}
 	}
 }

@@ -512,3 +512,30 @@ func TestEventReasonsDocumented(t *testing.T) {
 		assert.True(t, recorded[reason], "docs/observability.md lists Event reason %s, which no controller records", reason)
 	}
 }
+
+// TestWorkqueueNamesDocumented: every queue the controllers report in the
+// workqueue metrics is named in docs/observability.md, so that a queue
+// that grows can be looked up.
+func TestWorkqueueNamesDocumented(t *testing.T) {
+	c := startControllers(t)
+	var row string
+	for _, line := range strings.Split(observabilityDoc(t), "\n") {
+		if strings.HasPrefix(line, "| `workqueue_depth` |") {
+			row = line
+		}
+	}
+	require.NotEmpty(t, row, "docs/observability.md has a workqueue_depth row")
+	seen := map[string]bool{}
+	for _, port := range []int{c.NodeSetMetricsPort, c.NodeMetricsPort} {
+		for _, s := range scrape(t, port) {
+			if s.name() == "workqueue_depth" {
+				seen[s.labels["name"]] = true
+			}
+		}
+	}
+	require.Contains(t, seen, "nodeset")
+	require.Contains(t, seen, "node")
+	for name := range seen {
+		assert.Contains(t, row, "`"+name+"`", "queue %s is not named in docs/observability.md's workqueue_depth row", name)
+	}
+}
