@@ -235,7 +235,12 @@ func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome
 	}
 	var handled []string
 	for _, n := range notices {
-		if err := c.handleInterruption(ctx, class.Spec.Driver, n); err != nil {
+		err := c.handleInterruption(ctx, class.Spec.Driver, n)
+		if errors.Is(err, errUntilReleased) {
+			logger.V(2).Info("Interruption notice kept until its Node is released", "id", n.ID, "kind", n.Kind)
+			continue
+		}
+		if err != nil {
 			logger.Error(nil, "Acting on an interruption notice failed; it comes again", "id", n.ID, "kind", n.Kind, "err", c.scrub(err.Error()))
 			continue
 		}
@@ -253,10 +258,22 @@ func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome
 	return consumeOK
 }
 
+// errUntilReleased is the answer for a lifecycle notice whose Node was
+// already being deleted when the notice was recorded on it: the sync that
+// releases the Node may have read it before the record (the release tests
+// only the Node's UID and finalizer), and would let it go without
+// completing the action. The notice stays on its queue, and once it comes
+// again to find the Node released or gone, the action is completed then
+// (completing it twice is no error).
+var errUntilReleased = errors.New("lifecycle action recorded on a Node being deleted: the notice is kept until the Node is released")
+
 // handleInterruption records what notice n, from a queue of driver, means
 // for each of its machines' Nodes: nil once every action is recorded (or
-// there is none to take). Only the driver's own Nodes are acted on: an EKS
-// managed node group's instance in a shared queue is EKS's to drain.
+// there is none to take), errUntilReleased when the notice is to come
+// again. Only the driver's own Nodes are acted on: an EKS managed node
+// group's instance in a shared queue is EKS's to drain, and another Node
+// with the same machine id (a kubelet's own, another driver's) is passed
+// over.
 func (c *Controller) handleInterruption(ctx context.Context, driver string, n drivers.Interruption) error {
 	logger := klog.FromContext(ctx)
 	if n.Kind == drivers.InterruptionUnparseable {
@@ -266,10 +283,10 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 	}
 	c.metrics.interruptionReceived(n.Kind)
 	var errs []error
+	kept := false
 	for _, id := range n.MachineIDs {
-		node := c.nodeByMachineID(id)
-		if node == nil || node.Labels[nodesetv1alpha1.LabelNodeSet] == "" || node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" ||
-			node.Annotations[nodesetv1alpha1.AnnotationDriver] != driver {
+		node := c.nodeOfMachine(driver, id)
+		if node == nil {
 			errs = append(errs, c.machineWithoutNode(ctx, n, id))
 			continue
 		}
@@ -279,9 +296,17 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 			errs = append(errs, c.rebalance(ctx, node, n))
 			continue
 		}
-		errs = append(errs, c.interrupt(ctx, node.Name, c.byOwnClass(driver, node, n)))
+		err := c.interrupt(ctx, node.Name, c.byOwnClass(driver, node, n))
+		if errors.Is(err, errUntilReleased) {
+			kept = true
+			continue
+		}
+		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || !kept {
+		return err
+	}
+	return errUntilReleased
 }
 
 // byOwnClass is notice n with a lifecycle action's deadline set by the
@@ -364,7 +389,9 @@ func (c *Controller) driverName(d any) string {
 // interrupt records the notice on the Node and deletes it: the deletion
 // path drains it within the notice's deadline and lets the machine go. A
 // Node that has the notice already, or is going already with it, is left
-// as it is, so a notice that comes twice drains once.
+// as it is, so a notice that comes twice drains once. A lifecycle action
+// recorded on a Node already being deleted is errUntilReleased until the
+// Node is released.
 func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Interruption) error {
 	for attempt := 0; ; attempt++ {
 		node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -380,13 +407,17 @@ func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Inter
 		}
 		old, had := interruptionOf(node)
 		rec := old.merged(n)
+		held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 		if had && recordsEqual(old, rec) {
 			if node.DeletionTimestamp == nil {
 				return c.deleteInterrupted(ctx, node)
 			}
+			if n.Lifecycle != nil && held {
+				return errUntilReleased
+			}
 			return nil
 		}
-		if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) && node.DeletionTimestamp != nil {
+		if !held && node.DeletionTimestamp != nil {
 			// Released already: its drain is over.
 			if n.Lifecycle != nil {
 				return c.interruptedNodeGone(ctx, n)
@@ -418,9 +449,14 @@ func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Inter
 		}
 		if updated.DeletionTimestamp != nil {
 			// Already going: its drain picks up the deadline and the
-			// lifecycle action (the release is an update with this
-			// resourceVersion's successor, so it cannot miss them).
+			// lifecycle action, unless its sync read the Node before this
+			// write and is about to release it (a JSON patch that tests
+			// only the UID and the finalizer): the notice then comes again
+			// and completes the action once the Node is released.
 			c.queue.Add(updated.Name)
+			if n.Lifecycle != nil {
+				return errUntilReleased
+			}
 			return nil
 		}
 		return c.deleteInterrupted(ctx, updated)
@@ -620,11 +656,27 @@ func (c *Controller) lifecycleHeartbeat(ctx context.Context, node *corev1.Node, 
 	return nil
 }
 
-func (c *Controller) nodeByMachineID(id string) *corev1.Node {
+// nodeOfMachine is the Node a NodeSet has for machine id of driver's
+// groups, nil when there is none. Every Node with the id is looked at:
+// another one may share it (a kubelet's own Node, another driver's), and
+// the index gives them in no set order.
+func (c *Controller) nodeOfMachine(driver, id string) *corev1.Node {
 	objs, err := c.nodeIndexer.ByIndex(machineIDIndex, id)
-	if err != nil || len(objs) == 0 {
+	if err != nil {
 		return nil
 	}
-	node, _ := objs[0].(*corev1.Node)
-	return node
+	var ours []*corev1.Node
+	for _, obj := range objs {
+		node, ok := obj.(*corev1.Node)
+		if ok && node.Labels[nodesetv1alpha1.LabelNodeSet] != "" && node.Annotations[nodesetv1alpha1.AnnotationGroup] != "" &&
+			node.Annotations[nodesetv1alpha1.AnnotationDriver] == driver {
+			ours = append(ours, node)
+		}
+	}
+	if len(ours) == 0 {
+		return nil
+	}
+	// Two of them would be a fault elsewhere; the same one is picked every time.
+	slices.SortFunc(ours, func(a, b *corev1.Node) int { return cmpString(a.Name, b.Name) })
+	return ours[0]
 }

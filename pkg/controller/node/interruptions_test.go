@@ -3,13 +3,17 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -169,4 +173,88 @@ func TestAPanickingQueueReadIsAFailedRound(t *testing.T) {
 	var outcome consumeOutcome
 	require.NotPanics(t, func() { outcome = f.controller.consumeOnce(context.Background(), "spot") })
 	assert.Equal(t, consumeFailed, outcome)
+}
+
+// TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID: a kubelet's
+// own Node, or another driver's, may carry the machine id of a NodeSet's
+// Node. The notice drains the NodeSet's Node, whichever of them the index
+// gives first, and leaves the others alone.
+func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
+	var objects []runtime.Object
+	var ids []string
+	for i := range 12 {
+		id := fmt.Sprintf("i-0dup%02d", i)
+		ids = append(ids, id)
+		kubelets := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ip-10-0-0-%d.ec2.internal", i), UID: types.UID("uid-kubelet-" + id)},
+			Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + id}}
+		objects = append(objects, kubelets,
+			groupNode(fmt.Sprintf("managed-%02d", i), nodesetv1alpha1.DriverEKSManaged, id),
+			groupNode(fmt.Sprintf("mine-%02d", i), nodesetv1alpha1.DriverEKSASG, id))
+	}
+	f := newFixture(t, nil, objects...)
+	ctx := context.Background()
+	notice := drivers.Interruption{Kind: drivers.InterruptionSpot, MachineIDs: ids, Notice: testNow, Deadline: testNow.Add(2 * time.Minute)}
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice))
+	for i := range 12 {
+		_, err := f.kube.CoreV1().Nodes().Get(ctx, fmt.Sprintf("mine-%02d", i), metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "mine-%02d is interrupted (the fake deletes at once)", i)
+		assert.Empty(t, f.get(fmt.Sprintf("managed-%02d", i)).Annotations[nodesetv1alpha1.AnnotationInterruption], "another driver's Node")
+		assert.Empty(t, f.get(fmt.Sprintf("ip-10-0-0-%d.ec2.internal", i)).Annotations[nodesetv1alpha1.AnnotationInterruption], "the kubelet's own Node")
+	}
+}
+
+// terminationHook is a group driver whose TerminateMachine first runs a
+// hook: the cloud's lifecycle notice, set off by the termination.
+type terminationHook struct {
+	*recordingGroupDriver
+	*recordingSource
+	onTerminate func()
+}
+
+func (d terminationHook) TerminateMachine(ctx context.Context, class drivers.Class, group, providerID string) error {
+	d.onTerminate()
+	return d.recordingGroupDriver.TerminateMachine(ctx, class, group, providerID)
+}
+
+// TestALifecycleActionRecordedWhileTheNodeIsReleasedIsCompleted: the
+// termination of a drained Node sets off the group's lifecycle hook, whose
+// notice is recorded on the Node after its sync read it and before the
+// sync releases it. The action is still completed, by the time the notice
+// is acknowledged at the latest, instead of waiting out the hook's
+// heartbeat timeout.
+func TestALifecycleActionRecordedWhileTheNodeIsReleasedIsCompleted(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	require.NoError(t, g.syncGroup())
+	groupName := g.group.ensured[0].Name
+	require.NotNil(t, g.getSet().Status.Group)
+	require.Equal(t, groupName, g.getSet().Status.Group.Name)
+	class := asgTestClass()
+	class.Spec.Drain = &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 30 * time.Minute}}
+	require.NoError(t, g.classIndexer.Update(class))
+	source := &recordingSource{}
+	ctx := context.Background()
+	notice := drivers.Interruption{Receipt: "r-1", ID: "m-1", Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-100"}, Notice: testNow,
+		Lifecycle: &drivers.LifecycleAction{Group: groupName, Hook: "drain", Token: "t-1", MachineID: "i-100", HeartbeatTimeout: time.Hour}}
+	acked := false
+	deliver := func() { acked = g.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice) == nil }
+	g.controller.registry = drivers.Registry{nodesetv1alpha1.DriverEKSASG: terminationHook{g.group, source, deliver}}
+
+	node := g.get("ip-100")
+	node.DeletionTimestamp = &metav1.Time{Time: testNow}
+	_, err := g.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	g.updateCache(g.get("ip-100"))
+	require.NoError(t, g.sync("ip-100")) // cordon, drain, terminate (the notice comes), release
+	released := g.get("ip-100")
+	require.NotContains(t, released.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	require.NotEmpty(t, released.Annotations[nodesetv1alpha1.AnnotationInterruption], "the notice was recorded before the release")
+	// The API server deletes a deleted Node once its last finalizer is off.
+	require.NoError(t, g.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("nodes"), "", "ip-100"))
+	g.deleteCache("ip-100")
+
+	for delivery := 0; !acked && delivery < 3; delivery++ {
+		deliver() // not acknowledged: the queue gives it again
+	}
+	assert.True(t, acked, "the notice is acknowledged in the end")
+	assert.Equal(t, 1, source.completed, "the lifecycle action is completed once the Node is released")
 }

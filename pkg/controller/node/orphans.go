@@ -83,6 +83,7 @@ func (c *Controller) listOrphanCandidates(ctx context.Context) orphanCandidates 
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		c.readClassCredentials(ctx, name)
 		if driver, ok := c.registry.Group(name); ok {
 			scoped, ok := driver.(ScopedGroupLister)
 			if !ok {
@@ -146,6 +147,27 @@ func (c *Controller) listOrphanCandidates(ctx context.Context) orphanCandidates 
 	return out
 }
 
+// readClassCredentials reads the credentials of every class of driver, so
+// that what the driver says in orphan collection is scrubbed of them: after
+// a restart, no Node of a class may have been provisioned or deleted yet,
+// and the driver's machines and groups carry the credentials they were
+// made with. A Secret that cannot be read is skipped: its values cannot be
+// known, and the driver scrubs its own errors first.
+func (c *Controller) readClassCredentials(ctx context.Context, driver string) {
+	classes, err := c.classes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, class := range classes {
+		if class.Spec.Driver != driver || class.Spec.CredentialsSecretRef == nil {
+			continue
+		}
+		if _, err := c.credentials(ctx, class); err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot read the credentials of a class before orphan collection", "nodeclass", class.Name, "err", c.scrub(err.Error()))
+		}
+	}
+}
+
 // CollectOrphans removes what no Node or NodeSet accounts for and is older
 // than minAge: the machines of machine drivers that no Node accounts for (by
 // providerID or by name), the groups whose NodeSet is gone, and the stray
@@ -157,7 +179,8 @@ func (c *Controller) listOrphanCandidates(ctx context.Context) orphanCandidates 
 // never stops the others. Each candidate is checked against the API server,
 // not only the cache, right before it is removed. It returns what it
 // removed. What it logs and returns of drivers' errors carries no
-// credential the controller has read.
+// credential of the drivers' classes: those are read before each driver is
+// listed.
 //
 // A driver's panic (in List, ListGroups, a Delete) ends the round, counted
 // as panicked, and the process goes on: the next round tries again.

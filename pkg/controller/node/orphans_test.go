@@ -10,9 +10,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -244,4 +247,36 @@ func TestAPanickingListEndsTheRoundNotTheProcess(t *testing.T) {
 	var rounds dto.Metric
 	require.NoError(t, f.controller.metrics.orphanRounds.WithLabelValues(roundPanicked).Write(&rounds))
 	assert.Equal(t, 1.0, rounds.GetCounter().GetValue(), "counted as panicked")
+}
+
+// TestOrphanCollectionAfterARestartScrubsTheClassesCredentials: right
+// after a restart the controller has read no credentials (no Node of the
+// class was provisioned or deleted yet); what orphan collection logs and
+// returns of a driver's errors still carries none of its classes'.
+func TestOrphanCollectionAfterARestartScrubsTheClassesCredentials(t *testing.T) {
+	const planted = "planted-secret-5b1c2e"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeset-system", Name: "sim-creds"},
+		Data: map[string][]byte{"token": []byte(planted)}}
+	sim, dm := testClass("sim"), testClass("dm")
+	sim.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "sim-creds"}
+	dm.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
+	dm.Spec.CredentialsSecretRef = sim.Spec.CredentialsSecretRef
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{sim, dm}, secret)
+	synced(f)
+	f.driver.machines = map[string]string{"web-orphan": "test:///web-orphan"}
+	f.driver.createdAt = map[string]int64{"web-orphan": f.now.Add(-time.Hour).Unix()}
+	f.driver.deleteErr = errors.New("delete refused for token " + planted)
+	other := newRecordingDriver(nodesetv1alpha1.DriverDockerMachine)
+	other.listErr = errors.New("list refused for token " + planted)
+	f.controller.registry[other.name] = other
+
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	_, err := f.controller.CollectOrphans(klog.NewContext(context.Background(), logger), 10*time.Minute)
+	require.Error(t, err)
+	assert.Equal(t, []string{"web-orphan"}, f.driver.deletes)
+	logged := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	assert.Contains(t, logged, "Deleting an orphan machine")
+	assert.Contains(t, err.Error(), "list refused")
+	assert.NotContains(t, logged, planted)
+	assert.NotContains(t, err.Error(), planted)
 }
