@@ -61,7 +61,7 @@ test: kube-binaries test-deps
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PACKAGES)
 
 ## RACE_PACKAGES: the packages whose goroutines share state, run again under the race detector by make test
-RACE_PACKAGES ?= ./pkg/nodecontrollerapp/ ./pkg/plan/ ./pkg/component/ ./pkg/controller/...
+RACE_PACKAGES ?= ./pkg/nodecontrollerapp/ ./pkg/plan/ ./pkg/component/ ./pkg/controller/... ./drivers/dockermachine/
 
 ## test-reliability: the long crash sequences (0 -> 50 -> 10 -> 40 -> 0, 24 SIGKILLs, a new seed each run;
 ## replay one with NODESET_CRASH_SEED=...) for the simulated, docker-machine and eks-asg (moto) drivers, and the

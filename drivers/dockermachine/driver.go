@@ -203,9 +203,9 @@ func (d *Driver) createFlags(ctx context.Context, plugin string) ([]mcnflag.Flag
 		return cached.flags, nil
 	}
 	var flags []mcnflag.Flag
-	err = d.withPlugin(ctx, plugin, d.baseConfig(""), func(p Plugin) error {
-		flags = p.GetCreateFlags()
-		return nil
+	err = d.withPlugin(ctx, plugin, d.baseConfig(""), func(p Plugin) (err error) {
+		flags, err = p.CreateFlags()
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("asking plugin %s for its flags: %w", BinaryName(plugin), err)
@@ -429,6 +429,12 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	if err != nil {
 		return "", err
 	}
+	// A machine that has not joined within the class's registration
+	// timeout is replaced, which its Node's controller can do only once
+	// this call has returned: no attempt runs longer, whatever the plugin
+	// or the join script does. The next attempt resumes from the record.
+	ctx, cancel := context.WithTimeout(ctx, registrationTimeout(machine.Class))
+	defer cancel()
 	providerID := ProviderID(dm.DriverName, machine.Name)
 	record, err := d.record(ctx, machine.Name)
 	switch {
@@ -533,6 +539,18 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 		return "", err
 	}
 	return providerID, nil
+}
+
+// defaultRegistrationTimeout is the schema's default of a class's
+// registrationTimeout.
+const defaultRegistrationTimeout = 15 * time.Minute
+
+// registrationTimeout is how long a machine of the class may take to join.
+func registrationTimeout(class drivers.Class) time.Duration {
+	if t := class.Spec.RegistrationTimeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return defaultRegistrationTimeout
 }
 
 // saveConfig saves the plugin's configuration as it is now in the record
@@ -668,8 +686,19 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 // is to tell "gone" from "could not ask" (which keeps the record).
 var goneMarkers = []string{"not found", "does not exist", "doesn't exist", "no such", "notfound", "not exist"}
 
+// unaskedMarkers are what an error says when the plugin could not ask its
+// cloud at all (a name that does not resolve, a tool or a file of its own
+// that is missing), in words that would otherwise read as "gone": such an
+// error says nothing of the machine.
+var unaskedMarkers = []string{"no such host", "executable file not found", "no such file or directory", "file does not exist"}
+
 func machineGone(err error) bool {
 	msg := strings.ToLower(err.Error())
+	for _, m := range unaskedMarkers {
+		if strings.Contains(msg, m) {
+			return false
+		}
+	}
 	for _, m := range goneMarkers {
 		if strings.Contains(msg, m) {
 			return true

@@ -545,12 +545,15 @@ func TestCrashBetweenRemoveAndForget(t *testing.T) {
 
 func TestMachineGone(t *testing.T) {
 	for msg, gone := range map[string]bool{
-		"fake: machine m1 not found":                           true,
-		"Error: instance i-123 does not exist":                 true,
-		"InvalidInstanceID.NotFound: The instance ID is bogus": true,
-		"open /var/lib/x.json: no such file or directory":      true,
-		"RequestLimitExceeded: Request limit exceeded":         false,
-		"dial tcp 10.0.0.1:443: connection refused":            false,
+		"fake: machine m1 not found":                               true,
+		"Error: instance i-123 does not exist":                     true,
+		"InvalidInstanceID.NotFound: The instance ID is bogus":     true,
+		"open /var/lib/x.json: no such file or directory":          false,
+		"dial tcp: lookup api.test on 10.96.0.10:53: no such host": false,
+		`exec: "VBoxManage": executable file not found in $PATH`:   false,
+		"Error: No such container: m1":                             true,
+		"RequestLimitExceeded: Request limit exceeded":             false,
+		"dial tcp 10.0.0.1:443: connection refused":                false,
 		"unexpected EOF": false,
 	} {
 		assert.Equal(t, gone, machineGone(errors.New(msg)), msg)

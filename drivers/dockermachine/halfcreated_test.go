@@ -103,3 +103,36 @@ func TestSSHEndpointIsScrubbed(t *testing.T) {
 	assert.NotContains(t, logs.String(), "localhost", "the SSH host, a credential value, is not logged")
 	assertNoPluginLeft(t)
 }
+
+// TestACloudThatCannotBeReachedIsNoGoneMachine: a plugin that cannot reach
+// its cloud (its API's name does not resolve, a tool it runs is missing, a
+// file it reads is gone) cannot say that a machine does not exist, however
+// its error is worded; the machine's record stays, and the machine is
+// removed once the cloud answers.
+func TestACloudThatCannotBeReachedIsNoGoneMachine(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	outage := filepath.Join(dir, "outage")
+	class := fakeClass(dir, map[string]string{"fake-cloud-ids": "true", "fake-outage": outage})
+	failures := []string{
+		`Post "https://api.fake.test/v1/machines": dial tcp: lookup api.fake.test on 10.96.0.10:53: no such host`,
+		`exec: "fakectl": executable file not found in $PATH`,
+		`open /var/lib/nodeset/docker-machine/machines/m/nodeset-credentials/fake-cacert: no such file or directory`,
+	}
+	for i, failure := range failures {
+		name := fmt.Sprintf("cloud-%d", i)
+		_, err := d.Create(ctx, drivers.Machine{Name: name, Class: class})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(outage, []byte(failure), 0o600))
+		err = d.Delete(ctx, class, name)
+		require.Error(t, err, failure)
+		assert.Contains(t, store.records, name, "%s: the machine's record stays", failure)
+		assert.Len(t, machineFiles(t, dir), 1, "%s: the machine is still there", failure)
+		require.NoError(t, os.Remove(outage))
+		require.NoError(t, d.Delete(ctx, class, name), "the cloud answers again")
+		assert.NotContains(t, store.records, name)
+		assert.Empty(t, machineFiles(t, dir))
+	}
+	assertNoPluginLeft(t)
+}

@@ -23,7 +23,7 @@ import (
 
 // Plugin is the part of a docker-machine driver plugin nodeset uses.
 type Plugin interface {
-	GetCreateFlags() []mcnflag.Flag
+	CreateFlags() ([]mcnflag.Flag, error)
 	SetConfigFromFlags(values map[string]any) error
 	PreCreateCheck() error
 	GetConfigRaw() ([]byte, error)
@@ -130,6 +130,7 @@ func startPlugin(ctx context.Context, path, plugin string) (*pluginProcess, erro
 	p := &pluginProcess{binary: BinaryName(plugin), exited: make(chan struct{}), stopping: make(chan struct{})}
 	p.cmd = exec.Command(path)
 	p.cmd.Env = append(os.Environ(), localbinary.PluginEnvKey+"="+localbinary.PluginEnvVal, localbinary.PluginEnvDriverName+"="+plugin)
+	ownProcessGroup(p.cmd)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -154,7 +155,7 @@ func startPlugin(ctx context.Context, path, plugin string) (*pluginProcess, erro
 	}()
 
 	fail := func(err error) (*pluginProcess, error) {
-		_ = p.cmd.Process.Kill()
+		killGroup(p.cmd)
 		p.awaitExit()
 		return nil, err
 	}
@@ -210,13 +211,14 @@ func (p *pluginProcess) readOutput(r io.Reader, addr chan<- string) {
 			}
 			continue
 		}
-		text := credentialValues.String(strings.TrimRight(string(line), "\r"))
 		if addr != nil {
-			addr <- strings.TrimSpace(text)
+			// Dialled, not shown: errors that quote it are scrubbed.
+			addr <- strings.TrimSpace(string(line))
 			close(addr)
 			addr = nil
 			continue
 		}
+		text := credentialValues.String(strings.TrimRight(string(line), "\r"))
 		klog.V(5).InfoS("docker-machine plugin", "plugin", p.binary, "output", text)
 		p.mu.Lock()
 		p.lastLines = append(p.lastLines, text)
@@ -258,7 +260,7 @@ func (p *pluginProcess) watch(ctx context.Context) {
 		case <-p.exited:
 			return
 		case <-ctx.Done():
-			_ = p.cmd.Process.Kill()
+			killGroup(p.cmd)
 			return
 		case <-ticker.C:
 			// Asynchronous: a plugin that does not answer must not keep
@@ -276,7 +278,7 @@ func (p *pluginProcess) stop() {
 		select {
 		case <-p.exited:
 		case <-time.After(pluginStopTimeout):
-			_ = p.cmd.Process.Kill()
+			killGroup(p.cmd)
 			p.awaitExit()
 		}
 		_ = p.rpc.Close()
@@ -325,6 +327,16 @@ func (p fencedPlugin) Remove() error {
 		return fmt.Errorf("not removing the machine: %w", err)
 	}
 	return p.Plugin.Remove()
+}
+
+// CreateFlags is the plugin's GetCreateFlags with its error, which
+// libmachine's client logs and drops (its answer is then no flags at all).
+func (p rpcPlugin) CreateFlags() ([]mcnflag.Flag, error) {
+	var flags []mcnflag.Flag
+	if err := p.Client.Call(rpcdriver.GetCreateFlagsMethod, struct{}{}, &flags); err != nil {
+		return nil, err
+	}
+	return flags, nil
 }
 
 func (p rpcPlugin) SetConfigFromFlags(values map[string]any) error {

@@ -3,6 +3,7 @@ package dockermachine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -160,4 +161,110 @@ func TestCancelStopsAHungPlugin(t *testing.T) {
 	require.NoError(t, err, "the next attempt makes the machine")
 	require.NoError(t, d.Delete(context.Background(), hanging, "hung"))
 	assertNothingLeaks(t, goroutines)
+}
+
+// TestPluginThatCrashesListingItsFlags: a plugin that dies while asked for
+// its flags (killed for memory, a crash) fails that call, and is asked
+// again by the next: its options are not taken to be none, which would
+// make every class of the plugin invalid until its binary changes.
+func TestPluginThatCrashesListingItsFlags(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := newDriver(t)
+	class := fakeClass(t.TempDir(), nil)
+	require.NoError(t, os.WriteFile(filepath.Join(d.storePath, fakeplugin.CrashFlagsFile), nil, 0o600))
+	err := d.Validate(ctx, class)
+	require.Error(t, err, "the plugin crashed: its flags are not known")
+	assert.NotErrorIs(t, err, drivers.ErrInvalidConfiguration, "a crash says nothing of the class")
+	assert.Contains(t, err.Error(), "asking plugin docker-machine-driver-fake for its flags")
+	require.NoError(t, d.Validate(ctx, class), "the next call asks the plugin again")
+	assertNoPluginLeft(t)
+}
+
+// TestACredentialInThePluginsAddress: the address a plugin prints to be
+// dialled is not plugin text to scrub; a credential value that happens to
+// be part of it (a host kept secret, given through credentialOptions) does
+// not keep this or any other class's plugins from being reached.
+func TestACredentialInThePluginsAddress(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := newDriver(t)
+	dir := t.TempDir()
+	secretHost := fakeClass(dir, nil)
+	secretHost.Credentials["host"] = []byte("127.0.0.1")
+	secretHost.Spec.DockerMachine.CredentialOptions["fake-ssh-host"] = "host"
+	_, err := d.Create(ctx, drivers.Machine{Name: "m1", Class: secretHost})
+	require.NoError(t, err)
+	other := fakeClass(dir, nil)
+	_, err = d.Create(ctx, drivers.Machine{Name: "m2", Class: other})
+	require.NoError(t, err)
+	require.NoError(t, d.Delete(ctx, secretHost, "m1"))
+	require.NoError(t, d.Delete(ctx, other, "m2"))
+	assertNoPluginLeft(t)
+}
+
+// TestPluginErrorsAreBounded: a plugin whose cloud answers with a page of
+// megabytes (quoting a credential all along) fails the call with an error
+// of a few KiB, scrubbed before it is cut, so no part of a credential is
+// left at the cut; what the node controller stores, shows and logs of it
+// stays small.
+func TestPluginErrorsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	const token = "planted-token-Bq72Lw90xYz"
+	class := fakeClass(dir, map[string]string{"fake-error-bytes": strconv.Itoa(4 << 20)})
+	class.Credentials["token"] = []byte(token)
+	_, err := d.Create(ctx, drivers.Machine{Name: "paged", Class: class})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "plugin docker-machine-driver-fake creating machine paged: fake: the cloud answered")
+	assert.LessOrEqual(t, len(err.Error()), 8<<10, "the error is bounded")
+	assert.NotContains(t, err.Error(), token[:8], "no part of the credential is left")
+	assert.Contains(t, err.Error(), "[redacted:token]")
+	assert.NotContains(t, store.records, "paged", "the failed Create was undone")
+	assertNoPluginLeft(t)
+}
+
+// TestCancelStopsAHungPluginAndItsChildren: a plugin hung in Create while
+// it waits on a process it started (a cloud CLI, ssh, a hypervisor's tool)
+// is stopped with that process when the call's context ends: no process,
+// zombie or goroutine is left behind.
+func TestCancelStopsAHungPluginAndItsChildren(t *testing.T) {
+	d, _, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, map[string]string{"fake-hang-create": "true", "fake-hang-child": "true"})
+	goroutines := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Create(ctx, drivers.Machine{Name: "hung", Class: class})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "hung.hanging"))
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the plugin's Create started")
+	data, err := os.ReadFile(filepath.Join(dir, "hung.child"))
+	require.NoError(t, err)
+	child, err := strconv.Atoi(string(data))
+	require.NoError(t, err)
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Create did not return after its context was canceled")
+	}
+	assert.Eventually(t, func() bool { return !running(child) }, 10*time.Second, 50*time.Millisecond,
+		"the plugin's child process goes with it")
+	assertNothingLeaks(t, goroutines)
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
 }

@@ -1,7 +1,6 @@
 package dockermachine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,17 +173,27 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join j
 	}
 	defer session.Close()
 	session.Stdin = strings.NewReader(join.script)
-	var output bytes.Buffer
-	session.Stdout, session.Stderr = &output, &output
+	// Stdout and Stderr stay nil: the output is discarded, not logged.
 	if err := d.fence(); err != nil {
 		return fmt.Errorf("machine %s: not running the join script: %w", name, err)
 	}
 	// The address is the plugin's text: it may quote a credential.
 	klog.FromContext(ctx).V(2).Info("Running the join script over SSH", "machine", name, "address", credentialValues.String(address))
-	if err := session.Run("sh -s"); err != nil {
-		return fmt.Errorf("machine %s: the join script failed over SSH: %w", name, err)
+	ran := make(chan error, 1)
+	go func() { ran <- session.Run("sh -s") }()
+	select {
+	case err := <-ran:
+		if err != nil {
+			return fmt.Errorf("machine %s: the join script failed over SSH: %w", name, err)
+		}
+		return nil
+	case <-ctx.Done():
+		// Closing the connection ends the session; the next attempt runs
+		// the script again (join scripts are idempotent).
+		_ = client.Close()
+		<-ran
+		return fmt.Errorf("machine %s: the join script did not finish over SSH: %w", name, context.Cause(ctx))
 	}
-	return nil
 }
 
 func (d *Driver) forgetJoin(ctx context.Context, name string) error {

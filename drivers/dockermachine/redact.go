@@ -1,6 +1,10 @@
 package dockermachine
 
 import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
 	"nodeset.dev/nodeset/pkg/redact"
 )
 
@@ -14,11 +18,17 @@ import (
 // credentials (a machine deleted after its class was).
 var credentialValues redact.Set
 
+// maxErrorText bounds the text of the driver's errors: a plugin may quote
+// its cloud's answer whole (an error page, a dump of the request), which
+// would otherwise reach Events and log lines at every retry.
+const maxErrorText = 4 << 10
+
 // remember adds credentials to the values scrubbed from plugin text.
 func remember(credentials map[string][]byte) { credentialValues.Add(credentials) }
 
 // scrubbed is err without any credential value this process knows of,
-// including those in the machine's credential files.
+// including those in the machine's credential files, cut to maxErrorText
+// once scrubbed (so the cut leaves no part of a value behind).
 func (d *Driver) scrubbed(machine string, err error) error {
 	if err == nil {
 		return nil
@@ -26,5 +36,25 @@ func (d *Driver) scrubbed(machine string, err error) error {
 	if machine != "" {
 		remember(d.fileCredentials(machine))
 	}
-	return credentialValues.Error(err)
+	err = credentialValues.Error(err)
+	msg := err.Error()
+	if len(msg) <= maxErrorText {
+		return err
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return &boundedError{msg: fmt.Sprintf("%s... (%d more bytes)", msg[:cut], len(msg)-cut), cause: err}
 }
+
+// boundedError is an error whose text was cut; it is still the sentinel
+// errors its cause wraps (errors.Is).
+type boundedError struct {
+	msg   string
+	cause error
+}
+
+func (e *boundedError) Error() string { return e.msg }
+
+func (e *boundedError) Is(target error) bool { return errors.Is(e.cause, target) }

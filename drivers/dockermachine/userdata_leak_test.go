@@ -23,8 +23,8 @@ import (
 // user data it was sent: as is and base64-encoded, as clouds take it.
 type userDataQuoter struct{ values map[string]any }
 
-func (p *userDataQuoter) GetCreateFlags() []mcnflag.Flag {
-	return []mcnflag.Flag{mcnflag.StringFlag{Name: "user-data", Usage: "user data file"}}
+func (p *userDataQuoter) CreateFlags() ([]mcnflag.Flag, error) {
+	return []mcnflag.Flag{mcnflag.StringFlag{Name: "user-data", Usage: "user data file"}}, nil
 }
 func (p *userDataQuoter) SetConfigFromFlags(values map[string]any) error {
 	p.values = values

@@ -13,14 +13,22 @@
 // line of <fake-dir>/calls.log, which names the node controller (by process
 // ID) that made the call. For the failures of real plugins, fake-chatter
 // prints one line of that many bytes to its stdout and stderr in Create,
+// fake-error-bytes fails Create with an error of about that many bytes that
+// quotes the token all along (a cloud's error page, sent back whole),
 // fake-hang-create makes Create never return (once it has written
-// <fake-dir>/<name>.hanging), and fake-fail-remove makes Remove fail (with
-// the values it was given, under fake-echo). As cloud drivers do,
+// <fake-dir>/<name>.hanging; with fake-hang-child, once it has also started
+// a child process that shares its output, as a driver waiting on a tool it
+// runs, whose process ID it writes to <fake-dir>/<name>.child), and
+// fake-fail-remove makes Remove fail (with the values it was given, under
+// fake-echo). As cloud drivers do,
 // fake-cloud-ids has Create give the machine an id of its own, kept in the
 // saved configuration, by which alone GetState and Remove find it;
 // fake-fail-after-create fails Create once the machine exists (a driver
 // whose wait for the new machine fails), and fake-outage names a file
-// while which exists every GetState and Remove fails (an API outage).
+// while which exists every GetState and Remove fails (an API outage), with
+// the file's contents as the error when it has any. A file
+// <StorePath>/fake-crash-flags makes the plugin crash once, asked for its
+// flags (it removes the file first).
 package fakeplugin
 
 import (
@@ -31,8 +39,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +83,9 @@ type Driver struct {
 	SSHKey     string
 	Echo       bool
 	Chatter    int
+	ErrorBytes int
 	HangCreate bool
+	HangChild  bool
 	FailRemove bool
 	// CloudIDs, MachineID: the machine is found by the id its Create gave
 	// it, not by its name.
@@ -91,8 +103,16 @@ func New() *Driver {
 // DriverName is the plugin's name.
 func (d *Driver) DriverName() string { return Name }
 
+// CrashFlagsFile is the file in the store path whose presence makes the
+// plugin crash once, asked for its flags.
+const CrashFlagsFile = "fake-crash-flags"
+
 // GetCreateFlags declares one flag of each type.
 func (d *Driver) GetCreateFlags() []mcnflag.Flag {
+	if crash := filepath.Join(d.StorePath, CrashFlagsFile); d.StorePath != "" && os.Remove(crash) == nil {
+		fmt.Fprintln(os.Stderr, "fatal error: runtime: out of memory")
+		os.Exit(2)
+	}
 	return []mcnflag.Flag{
 		mcnflag.StringFlag{Name: "fake-dir", Usage: "directory the machines are recorded in"},
 		mcnflag.IntFlag{Name: "fake-cpus", Usage: "CPUs of a machine", Value: 2},
@@ -107,7 +127,9 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.BoolFlag{Name: "fake-fail-create", Usage: "fail every Create"},
 		mcnflag.BoolFlag{Name: "fake-echo", Usage: "quote every value given in output and errors"},
 		mcnflag.IntFlag{Name: "fake-chatter", Usage: "bytes of the one line Create prints to stdout and stderr"},
+		mcnflag.IntFlag{Name: "fake-error-bytes", Usage: "fail Create with an error of this many bytes, quoting the token"},
 		mcnflag.BoolFlag{Name: "fake-hang-create", Usage: "make Create never return"},
+		mcnflag.BoolFlag{Name: "fake-hang-child", Usage: "make the hung Create wait on a child process"},
 		mcnflag.BoolFlag{Name: "fake-fail-remove", Usage: "fail every Remove of a machine that exists"},
 		mcnflag.BoolFlag{Name: "fake-cloud-ids", Usage: "find machines by the id Create gives them, not by name"},
 		mcnflag.BoolFlag{Name: "fake-fail-after-create", Usage: "fail every Create once the machine exists"},
@@ -133,7 +155,9 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.FailCreate = opts.Bool("fake-fail-create")
 	d.Echo = opts.Bool("fake-echo")
 	d.Chatter = opts.Int("fake-chatter")
+	d.ErrorBytes = opts.Int("fake-error-bytes")
 	d.HangCreate = opts.Bool("fake-hang-create")
+	d.HangChild = opts.Bool("fake-hang-child")
 	d.FailRemove = opts.Bool("fake-fail-remove")
 	d.CloudIDs = opts.Bool("fake-cloud-ids")
 	d.FailAfterCreate = opts.Bool("fake-fail-after-create")
@@ -178,7 +202,25 @@ func (d *Driver) Create() error {
 		fmt.Fprintln(os.Stdout, line)
 		fmt.Fprintln(os.Stderr, line)
 	}
+	if d.ErrorBytes > 0 {
+		var page strings.Builder
+		page.WriteString("fake: the cloud answered: ")
+		for page.Len() < d.ErrorBytes {
+			fmt.Fprintf(&page, "<p>request refused for token=%s</p>\n", d.Token)
+		}
+		return errors.New(page.String())
+	}
 	if d.HangCreate {
+		if d.HangChild {
+			child := exec.Command("sleep", "3600")
+			child.Stdout, child.Stderr = os.Stdout, os.Stderr
+			if err := child.Start(); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(d.Dir, d.MachineName+".child"), []byte(strconv.Itoa(child.Process.Pid)), 0o600); err != nil {
+				return err
+			}
+		}
 		if err := os.WriteFile(filepath.Join(d.Dir, d.MachineName+".hanging"), nil, 0o600); err != nil {
 			return err
 		}
@@ -254,19 +296,26 @@ func (d *Driver) keepSSHKey() error {
 	return nil
 }
 
-// down reports whether the API is down (fake-outage).
-func (d *Driver) down() bool {
+// outage is the error of a call while the API is down (fake-outage): the
+// outage file's contents, or what is said otherwise; nil when it is up.
+func (d *Driver) outage(otherwise string) error {
 	if d.OutageFile == "" {
-		return false
+		return nil
 	}
-	_, err := os.Stat(d.OutageFile)
-	return err == nil
+	text, err := os.ReadFile(d.OutageFile)
+	if err != nil {
+		return nil
+	}
+	if len(text) > 0 {
+		return errors.New(strings.TrimSpace(string(text)))
+	}
+	return errors.New(otherwise)
 }
 
 // GetState is Running for a recorded machine, an error otherwise.
 func (d *Driver) GetState() (state.State, error) {
-	if d.down() {
-		return state.Error, fmt.Errorf("fake: the API is down, cannot look up machine %s", d.MachineName)
+	if err := d.outage("fake: the API is down, cannot look up machine " + d.MachineName); err != nil {
+		return state.Error, err
 	}
 	if _, err := os.Stat(d.path()); err != nil {
 		return state.None, fmt.Errorf("fake: machine %s not found", d.MachineName)
@@ -276,8 +325,8 @@ func (d *Driver) GetState() (state.State, error) {
 
 // Remove deletes the machine's record; removing one that is gone is an error.
 func (d *Driver) Remove() error {
-	if d.down() {
-		return fmt.Errorf("fake: the API is down, cannot remove machine %s", d.MachineName)
+	if err := d.outage("fake: the API is down, cannot remove machine " + d.MachineName); err != nil {
+		return err
 	}
 	if _, err := os.Stat(d.path()); err == nil && d.FailRemove {
 		if d.Echo {
