@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -102,6 +103,10 @@ const (
 	opCompleteLifecycle    = "complete-lifecycle-action"
 	opLifecycleHeartbeat   = "lifecycle-heartbeat"
 
+	callSucceeded = "success"
+	callFailed    = "error"
+	callRetried   = "retry"
+
 	drainDrained          = "drained"
 	drainTimedOut         = "timed-out"
 	drainTimedOutCordoned = "timed-out-left-cordoned"
@@ -120,7 +125,7 @@ func (m *Metrics) Initialize(driverNames []string) {
 		m.registration.WithLabelValues(d)
 		m.orphans.WithLabelValues(d)
 		for _, op := range []string{opCreate, opDelete, opList, opEnsureGroup, opDescribeGroup, opTerminate, opDeleteGroup, opListGroups} {
-			for _, outcome := range []string{"success", "error"} {
+			for _, outcome := range []string{callSucceeded, callFailed, callRetried} {
 				m.driverCalls.WithLabelValues(d, op, outcome)
 			}
 		}
@@ -174,9 +179,12 @@ func (m *Metrics) interruptionUnparseable() { m.interruptionUnreadable.Inc() }
 func (m *Metrics) interruptionUnknown() { m.interruptionsNotOurs.Inc() }
 
 func (m *Metrics) driverCall(driver, operation string, start time.Time, err error) {
-	outcome := "success"
-	if err != nil {
-		outcome = "error"
+	outcome := callSucceeded
+	switch {
+	case errors.Is(err, drivers.ErrThrottled), errors.Is(err, drivers.ErrInProgress):
+		outcome = callRetried // no failure of the machine: tried again
+	case err != nil:
+		outcome = callFailed
 	}
 	m.driverCalls.WithLabelValues(driver, operation, outcome).Observe(time.Since(start).Seconds())
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"testing"
@@ -84,4 +85,24 @@ func TestNodeDrainStuckIsAboutOneNodesDrain(t *testing.T) {
 		sort.Strings(firing)
 		return slices.Equal(firing, []string{"stuck"}), fmt.Sprintf("firing for %v, want [stuck]", firing)
 	})
+}
+
+// TestNodeSetProvisioningFailingHoldsBetweenRetries: a failing machine
+// create is retried after the work queue's backoff, which grows to 1000 s,
+// and at the latest at the node controller's resync (--resync-period, 10
+// minutes by default). A rate over a window shorter than twice that gap
+// holds no failed create for part of the time while the failure goes on,
+// and the alert resolves and fires again, over and over, for one
+// unbroken outage. Every window the rule reads must hold at least two
+// retries.
+func TestNodeSetProvisioningFailingHoldsBetweenRetries(t *testing.T) {
+	const longestRetryGap = 10 * time.Minute
+	expr := alertRule(t, "NodeSetProvisioningFailing")
+	windows := regexp.MustCompile(`\[([0-9]+[smhd])\]`).FindAllStringSubmatch(expr, -1)
+	require.NotEmpty(t, windows, "the rule reads rates over windows: %s", expr)
+	for _, w := range windows {
+		d, err := time.ParseDuration(w[1])
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, d, 2*longestRetryGap, "window [%s] of %s", w[1], expr)
+	}
 }
