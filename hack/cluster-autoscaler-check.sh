@@ -34,7 +34,8 @@ pool_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-pool --no-headers 2>/
 
 cleanup() {
   [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
-  kubectl delete deployment -n "${ns}" ca-load ca-small --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete nodeset -n "${ns}" ca-left ca-right --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -65,11 +66,14 @@ printf 'address: "127.0.0.1:18086"\n' >"${run}/cluster-autoscaler-cloud.yaml"
 "${ca}" --cloud-provider=externalgrpc --cloud-config="${run}/cluster-autoscaler-cloud.yaml" \
   --kubeconfig="${KUBECONFIG}" --leader-elect=false --address=127.0.0.1:18087 \
   --scan-interval=5s --scale-down-unneeded-time=30s --scale-down-delay-after-add=30s \
-  --scale-down-delay-after-delete=10s --v=4 >"${run}/cluster-autoscaler.log" 2>&1 &
+  --scale-down-delay-after-delete=10s --balance-similar-node-groups \
+  --balancing-ignore-label=nodeset.dev/nodeset --balancing-ignore-label=nodeset.dev/nodeset-namespace \
+  --balancing-ignore-label=nodeset.dev/template-hash --v=4 >"${run}/cluster-autoscaler.log" 2>&1 &
 ca_pid=$!
 say "${ca} started (log: ${run}/cluster-autoscaler.log)"
 
-# deployment NAME REPLICAS CPU [soft anti-affinity]: pods only the check's NodeSet can take.
+# deployment NAME REPLICAS CPU [soft anti-affinity]: pods only the check's NodeSet can take
+# (or, with selector=wide, only the two balanced ones).
 deployment() {
   local spread=""
   [[ "${4:-}" == spread ]] && spread='
@@ -88,7 +92,7 @@ spec:
   template:
     metadata: {labels: {app: $1}}
     spec:
-      nodeSelector: {example.com/ca-check: pool}
+      nodeSelector: {example.com/ca-check: ${selector:-pool}}
       terminationGracePeriodSeconds: 1${spread}
       containers:
       - {name: app, image: registry.k8s.io/pause:3.10, resources: {requests: {cpu: $3, memory: 256Mi}}}
@@ -131,4 +135,62 @@ expect 1 300 "scale-down by draining (the small pods fit on one node)"
 grep -qE "removed with drain" "${run}/cluster-autoscaler.log" || fail "no node was removed by draining it"
 kubectl delete deployment -n "${ns}" ca-small --wait=true >/dev/null
 expect 0 300 "scale-down to zero"
+
+# Two similar NodeSets of one class with room for 4 nodes, and pods that
+# need 6: the balanced plan asks 3 of each; nodeset adds what fits, so the
+# class ends with exactly 4 nodes, both sets grow, no scale-up fails and
+# nothing is backed off.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeClass
+metadata: {name: ca-limited}
+spec:
+  driver: simulated
+  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
+  limits: {maxNodes: 4}
+---
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: ca-left, namespace: team-a}
+spec:
+  nodeClassName: ca-limited
+  replicas: 0
+  autoscaling: {minReplicas: 0, maxReplicas: 10}
+  template:
+    labels: {example.com/ca-check: wide}
+---
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: ca-right, namespace: team-a}
+spec:
+  nodeClassName: ca-limited
+  replicas: 0
+  autoscaling: {minReplicas: 0, maxReplicas: 10}
+  template:
+    labels: {example.com/ca-check: wide}
+YAML
+wide_nodes() { kubectl get nodes -l nodeset.dev/nodeclass=ca-limited --no-headers 2>/dev/null | wc -l; }
+set_nodes() { kubectl get nodes -l "nodeset.dev/nodeset=$1" --no-headers 2>/dev/null | wc -l; }
+selector=wide deployment ca-wide 6 1500m
+deadline=$(( $(date +%s) + 180 ))
+most=0
+while (( $(date +%s) < deadline )); do
+  n=$(wide_nodes)
+  (( n > most )) && most=$n
+  (( n > 4 )) && fail "balanced scale-up: ${n} nodes of a class limited to 4"
+  bound=$(kubectl get pods -n "${ns}" -l app=ca-wide --field-selector=spec.nodeName!= --no-headers 2>/dev/null | wc -l)
+  (( n == 4 && bound == 4 )) && break
+  sleep 1
+done
+left=$(set_nodes ca-left) right=$(set_nodes ca-right)
+(( left + right == 4 )) || fail "balanced scale-up: ${left} + ${right} nodes, 4 wanted"
+(( left > 0 && right > 0 )) || fail "balanced scale-up grew one set only: ${left} + ${right}"
+say "balanced scale-up past the class's room: ${left} + ${right} nodes (limit 4), 4 of 6 pods bound"
+if grep -E "Failed to increase|failed to increase|Disabling scale-up for node group|backoff" "${run}/cluster-autoscaler.log" | grep -E "ca-left|ca-right" >&2; then
+  fail "cluster-autoscaler failed or backed off a balanced scale-up"
+fi
+kubectl delete deployment -n "${ns}" ca-wide --wait=true >/dev/null
+for _ in $(seq 1 300); do (( $(wide_nodes) == 0 )) && break; sleep 1; done
+(( $(wide_nodes) == 0 )) || fail "balanced sets not scaled down to zero"
+say "balanced sets scaled down to zero"
 say "cluster-autoscaler scaled the NodeSet exactly in every step"
