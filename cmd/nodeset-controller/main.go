@@ -94,7 +94,11 @@ func main() {
 				go func() { errs <- serving.Serve(ctx, server) }()
 			}
 			if webhook.BindAddress != "" {
-				go func() { errs <- webhook.Serve(ctx, c) }()
+				// Any pod may reach the webhook: what it looks up beyond
+				// the caches is bounded, or forged reviews would spend the
+				// controller's API budget.
+				admitter := admission.BoundLookups(c, lister, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister())
+				go func() { errs <- webhook.Serve(ctx, admitter) }()
 			}
 			select {
 			case err := <-errs:

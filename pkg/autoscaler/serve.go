@@ -80,7 +80,11 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// ServerOptions are the gRPC options the serving options call for.
+// ServerOptions are the gRPC options the serving options call for. The
+// files are read here, so that a missing or bad one is a startup error, and
+// again on every handshake: the kubelet renews a mounted Secret in place,
+// and a client CA replaced because a client key leaked must stop letting
+// that key in without a restart.
 func (o *ServingOptions) ServerOptions() ([]grpc.ServerOption, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -88,23 +92,47 @@ func (o *ServingOptions) ServerOptions() ([]grpc.ServerOption, error) {
 	if o.CertFile == "" {
 		return nil, nil
 	}
+	if _, err := o.keyPair(); err != nil {
+		return nil, err
+	}
+	getCertificate := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return o.keyPair() }
+	config := &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12}
+	if o.ClientCAFile != "" {
+		if _, err := o.clientCAs(); err != nil {
+			return nil, err
+		}
+		config.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			pool, err := o.clientCAs()
+			if err != nil {
+				return nil, err
+			}
+			return &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12,
+				ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}, nil
+		}
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(config))}, nil
+}
+
+// keyPair reads the serving certificate and key.
+func (o *ServingOptions) keyPair() (*tls.Certificate, error) {
 	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading the autoscaler API's TLS key pair: %w", err)
 	}
-	config := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if o.ClientCAFile != "" {
-		pem, err := os.ReadFile(o.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading --autoscaler-tls-client-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--autoscaler-tls-client-ca-file %s holds no PEM certificate", o.ClientCAFile)
-		}
-		config.ClientCAs, config.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	return &cert, nil
+}
+
+// clientCAs reads --autoscaler-tls-client-ca-file.
+func (o *ServingOptions) clientCAs() (*x509.CertPool, error) {
+	pem, err := os.ReadFile(o.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading --autoscaler-tls-client-ca-file: %w", err)
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(config))}, nil
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--autoscaler-tls-client-ca-file %s holds no PEM certificate", o.ClientCAFile)
+	}
+	return pool, nil
 }
 
 // Serve runs the CloudProvider service on the bind address until ctx is done.
