@@ -95,8 +95,10 @@ func Provision(ctx context.Context, kube kubernetes.Interface, opts Options) err
 }
 
 type authority struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	// certPEM is what trusts the CA: its certificate, then the one of the CA
+	// it replaced while that one is valid.
 	certPEM []byte
 }
 
@@ -135,11 +137,61 @@ func ensureCA(ctx context.Context, kube kubernetes.Interface, opts Options) (*au
 	if err != nil {
 		return nil, err
 	}
-	if !cert.IsCA || opts.Now().After(cert.NotAfter) {
+	now := opts.Now()
+	if !cert.IsCA || now.After(cert.NotAfter) {
 		return nil, fmt.Errorf("the CA Secret %s/%s holds no valid CA certificate (expires %s); delete it to have a new CA made",
 			opts.Namespace, opts.CASecret, cert.NotAfter.Format(time.RFC3339))
 	}
-	return &authority{cert: cert, key: key, certPEM: secret.Data[CACertKey]}, nil
+	if now.Add(10 * opts.Validity / 3).After(cert.NotAfter) {
+		return renewCA(ctx, kube, opts, secret, cert)
+	}
+	return &authority{cert: cert, key: key, certPEM: trusted(secret.Data[CACertKey], now)}, nil
+}
+
+// renewCA replaces a CA with less than a third of its validity left by a new
+// one, and keeps the old one's certificate after the new one's in ca.crt:
+// what the old CA signed stays trusted until it expires.
+func renewCA(ctx context.Context, kube kubernetes.Interface, opts Options, secret *corev1.Secret, old *x509.Certificate) (*authority, error) {
+	certPEM, keyPEM, err := newCA(opts.Now(), 10*opts.Validity)
+	if err != nil {
+		return nil, err
+	}
+	secret = secret.DeepCopy()
+	secret.Data = map[string][]byte{
+		CACertKey: append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: old.Raw})...),
+		CAKeyKey:  keyPEM,
+	}
+	// The resourceVersion read is the precondition: of two runs at once, one
+	// renews and the other fails, to find the new CA when it runs again.
+	if _, err := kube.CoreV1().Secrets(opts.Namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		return nil, fmt.Errorf("renewing the CA in Secret %s/%s: %w", opts.Namespace, opts.CASecret, err)
+	}
+	klog.FromContext(ctx).Info("Renewed the CA; the old one stays trusted until it expires", "secret", klog.KObj(secret),
+		"oldExpires", old.NotAfter.Format(time.RFC3339))
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	return &authority{cert: cert, key: pair.PrivateKey.(*ecdsa.PrivateKey), certPEM: trusted(secret.Data[CACertKey], opts.Now())}, nil
+}
+
+// trusted returns the certificates of bundle that have not expired at now,
+// in their order: the CA's own first, then the one it replaced.
+func trusted(bundle []byte, now time.Time) []byte {
+	var out []byte
+	for rest := bundle; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return out
+		}
+		if cert, err := x509.ParseCertificate(block.Bytes); err == nil && !now.After(cert.NotAfter) {
+			out = append(out, pem.EncodeToMemory(block)...)
+		}
+	}
 }
 
 // ensureLeaf keeps the Secret's certificate if the CA signed it for these

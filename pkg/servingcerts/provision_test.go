@@ -1,6 +1,7 @@
 package servingcerts
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -103,4 +104,55 @@ func TestProvisionWaitsForTheWebhookConfiguration(t *testing.T) {
 	assert.ErrorContains(t, err, "ValidatingWebhookConfiguration nodeset.dev did not appear")
 	// The certificates are there all the same.
 	secretData(t, kube, "nodeset-webhook-tls")
+}
+
+// TestProvisionRenewsTheCABeforeItExpires: run as the weekly CronJob runs it,
+// for longer than the CA is valid, nodeset-certs never leaves a moment
+// where a certificate in use has expired or is not trusted by the other
+// side: the CA is renewed with a third of its validity left, and the old
+// one stays trusted (in ca.crt and the caBundle) until it expires, so a
+// server or client still holding a certificate of the old CA (a pod whose
+// Secret volume is not updated yet, cluster-autoscaler's copy of its client
+// certificate) keeps working.
+func TestProvisionRenewsTheCABeforeItExpires(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	kube := fake.NewClientset(&admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeset.dev"},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "nodesets.nodeset.dev"}},
+	})
+	leaf := func(data map[string][]byte) *x509.Certificate {
+		pair, err := tls.X509KeyPair(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey])
+		require.NoError(t, err)
+		cert, err := x509.ParseCertificate(pair.Certificate[0])
+		require.NoError(t, err)
+		return cert
+	}
+	trusts := func(bundle []byte, cert *x509.Certificate, at time.Time, usage x509.ExtKeyUsage) error {
+		roots := x509.NewCertPool()
+		require.True(t, roots.AppendCertsFromPEM(bundle))
+		_, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{usage}})
+		return err
+	}
+	caValidity := 10 * testOptions(start).Validity
+	var previous map[string][]byte
+	var renewedCA bool
+	for now := start; now.Before(start.Add(caValidity + 400*24*time.Hour)); now = now.Add(7 * 24 * time.Hour) {
+		require.NoError(t, Provision(ctx, kube, testOptions(now)), "the run of %s", now.Format(time.DateOnly))
+		webhook, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "nodeset.dev", metav1.GetOptions{})
+		require.NoError(t, err)
+		caBundle := webhook.Webhooks[0].ClientConfig.CABundle
+		serving, client := secretData(t, kube, "nodeset-webhook-tls"), secretData(t, kube, "cluster-autoscaler-client-tls")
+		// A week later, before the next run: what is issued now is valid and trusted.
+		later := now.Add(7 * 24 * time.Hour)
+		require.NoError(t, trusts(caBundle, leaf(serving), later, x509.ExtKeyUsageServerAuth), "the webhook's certificate on %s", later.Format(time.DateOnly))
+		require.NoError(t, trusts(serving[CACertKey], leaf(client), later, x509.ExtKeyUsageClientAuth), "the client certificate on %s", later.Format(time.DateOnly))
+		if previous != nil && !bytes.Equal(previous[CACertKey], serving[CACertKey]) {
+			// The trust changed: what was issued before is still trusted now.
+			renewedCA = true
+			assert.NoError(t, trusts(caBundle, leaf(previous), now, x509.ExtKeyUsageServerAuth), "the webhook's previous certificate on %s", now.Format(time.DateOnly))
+		}
+		previous = serving
+	}
+	assert.True(t, renewedCA, "the CA was renewed")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"k8s.io/utils/ptr"
 
 	"nodeset.dev/nodeset/test/framework"
 )
@@ -88,6 +92,24 @@ func TestChartDryRun(t *testing.T) {
 			assert.NotNil(t, r.get("Job", "nodeset-certs-1"), "certificates are provisioned at install")
 			assert.NotNil(t, r.get("CronJob", "nodeset-certs"), "and renewed")
 			assert.Zero(t, r.kinds["Certificate"])
+			// The API server admits the controllers' pods in nodeset-system
+			// at the priority of a system-cluster-critical pod.
+			for _, name := range []string{"nodeset-controller", "node-controller"} {
+				var template corev1.PodTemplateSpec
+				raw, _, _ := unstructured.NestedMap(r.get("Deployment", name), "spec", "template")
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &template))
+				// Under the namespace's default ServiceAccount, which
+				// kube-controller-manager makes: the release's is not installed.
+				template.Spec.ServiceAccountName = ""
+				var pod *corev1.Pod
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					pod, err = kubeClient(t).CoreV1().Pods("nodeset-system").Create(context.Background(), &corev1.Pod{
+						ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Labels: template.Labels}, Spec: template.Spec,
+					}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+					assert.NoError(c, err, name)
+				}, 30*time.Second, 100*time.Millisecond)
+				assert.Equal(t, ptr.To[int32](2000000000), pod.Spec.Priority, "%s: system-cluster-critical's priority", name)
+			}
 		}},
 		{name: "docker-machine-values.yaml", check: func(t *testing.T, r renderedChart) {
 			args := r.args(t, "node-controller")
@@ -160,6 +182,7 @@ func TestChartDryRun(t *testing.T) {
 				assert.EqualValues(t, 2, replicas, "%s runs a standby", name)
 				assert.Contains(t, r.args(t, name), "--leader-elect=true")
 			}
+			assertHighlyAvailable(t, r.objects)
 			nodeset := r.args(t, "nodeset-controller")
 			assert.Contains(t, nodeset, "--autoscaler-tls-client-ca-file=/etc/nodeset/autoscaler/ca.crt", "mutual TLS")
 			assert.Contains(t, nodeset, "--webhook-cert-file=/etc/nodeset/webhook/tls.crt")
@@ -290,4 +313,51 @@ func (r renderedChart) args(t *testing.T, deployment string) []string {
 	t.Helper()
 	args, _, _ := unstructured.NestedStringSlice(r.container(t, deployment), "args")
 	return args
+}
+
+// assertHighlyAvailable checks that each controller's Deployment survives
+// what a cluster does to its pods: a node drain or upgrade evicts its
+// replicas one at a time (a PodDisruptionBudget selecting exactly its pods,
+// at most one unavailable), the scheduler spreads them over nodes (so one
+// node going leaves a standby), and pods waiting for the capacity the
+// controllers add cannot preempt them (system-cluster-critical, as
+// cluster-autoscaler runs).
+func assertHighlyAvailable(t *testing.T, objects []*unstructured.Unstructured) {
+	t.Helper()
+	budgets := map[string]map[string]any{}
+	for _, obj := range objects {
+		if obj.GetKind() == "PodDisruptionBudget" {
+			budgets[obj.GetName()] = obj.Object
+		}
+	}
+	for _, name := range []string{"nodeset-controller", "node-controller"} {
+		var d *unstructured.Unstructured
+		for _, obj := range objects {
+			if obj.GetKind() == "Deployment" && obj.GetName() == name {
+				d = obj
+			}
+		}
+		require.NotNil(t, d, "Deployment %s", name)
+		podLabels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+		selector, _, _ := unstructured.NestedStringMap(d.Object, "spec", "selector", "matchLabels")
+		pdb := budgets[name]
+		if assert.NotNil(t, pdb, "a PodDisruptionBudget keeps a drain from evicting both replicas of %s at once", name) {
+			assert.Equal(t, "nodeset-system", pdb["metadata"].(map[string]any)["namespace"])
+			match, _, _ := unstructured.NestedStringMap(pdb, "spec", "selector", "matchLabels")
+			assert.Equal(t, selector, match, "the budget of %s selects its pods", name)
+			assert.Subset(t, podLabels, match)
+			unavailable, _, _ := unstructured.NestedFieldNoCopy(pdb, "spec", "maxUnavailable")
+			assert.EqualValues(t, 1, unavailable, "one replica of %s at a time (and a single replica may still be evicted)", name)
+		}
+		pod, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+		assert.Equal(t, "system-cluster-critical", pod["priorityClassName"], "%s is not preempted by the pods waiting for its nodes", name)
+		terms, _, _ := unstructured.NestedSlice(pod, "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+		spread := false
+		for _, term := range terms {
+			key, _, _ := unstructured.NestedString(term.(map[string]any), "podAffinityTerm", "topologyKey")
+			match, _, _ := unstructured.NestedStringMap(term.(map[string]any), "podAffinityTerm", "labelSelector", "matchLabels")
+			spread = spread || (key == "kubernetes.io/hostname" && reflect.DeepEqual(match, selector))
+		}
+		assert.True(t, spread, "the replicas of %s prefer different nodes: %v", name, terms)
+	}
 }

@@ -41,7 +41,7 @@ func TestDeployOverlays(t *testing.T) {
 			kinds := map[string]int{}
 			decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(rendered)), 4096)
 			var deployments []appsv1.Deployment
-			var webhooks []*unstructured.Unstructured
+			var webhooks, objects []*unstructured.Unstructured
 			for {
 				obj := &unstructured.Unstructured{}
 				if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
@@ -50,6 +50,7 @@ func TestDeployOverlays(t *testing.T) {
 					require.NoError(t, err)
 				}
 				kinds[obj.GetKind()]++
+				objects = append(objects, obj)
 				if obj.GetKind() == "ValidatingWebhookConfiguration" {
 					webhooks = append(webhooks, obj)
 				}
@@ -67,6 +68,7 @@ func TestDeployOverlays(t *testing.T) {
 			assert.Equal(t, 1, kinds["ValidatingAdmissionPolicyBinding"])
 			assert.Equal(t, 1, kinds["Job"], "certificates are provisioned at install")
 			assert.Equal(t, 1, kinds["CronJob"], "and renewed")
+			assertHighlyAvailable(t, objects)
 			for _, w := range webhooks {
 				hooks, _, _ := unstructured.NestedSlice(w.Object, "webhooks")
 				for _, h := range hooks {

@@ -81,6 +81,7 @@ nodesetController:
   nodeSelector: {kubernetes.io/os: linux}
   tolerations: [{key: example.com/infra, operator: Exists, effect: NoSchedule}]
   affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: example.com/pool, operator: In, values: [infra]}]}]}}}
+  priorityClassName: nodeset-critical
 nodeController:
   replicas: 1
   leaderElect: false
@@ -90,7 +91,8 @@ nodeController:
   podAnnotations: {example.com/c: "d"}
   nodeSelector: {kubernetes.io/os: linux}
   tolerations: []
-  affinity: {}
+  affinity: {podAntiAffinity: null}
+  priorityClassName: ""
 drivers:
   enabled: [docker-machine, eks-asg]
   dockerMachine:
@@ -127,6 +129,13 @@ flowSchema: false
 	assert.Contains(t, r.args(t, "node-controller"), "--drivers=docker-machine,eks-asg")
 	assert.Contains(t, r.args(t, "node-controller"), "--leader-elect=false")
 	assert.Equal(t, "registry.example.com/node-controller:v9.9.9", r.container(t, "node-controller")["image"])
+	nodeset, node := r.podSpec(t, "nodeset-controller"), r.podSpec(t, "node-controller")
+	assert.Equal(t, "nodeset-critical", nodeset["priorityClassName"])
+	assert.NotContains(t, node, "priorityClassName", "an empty class sets none")
+	affinity, _, _ := unstructured.NestedMap(nodeset, "affinity")
+	assert.Contains(t, affinity, "nodeAffinity", "an affinity of one's own")
+	assert.Contains(t, affinity, "podAntiAffinity", "keeps the replicas spread")
+	assert.NotContains(t, node, "affinity", "podAntiAffinity: null drops the spread")
 	assert.Zero(t, r.kinds["ValidatingAdmissionPolicy"])
 	assert.Zero(t, r.kinds["FlowSchema"])
 	out, err := exec.Command(helm, "lint", "--strict", chart, "--namespace", "nodeset-system", "-f", file).CombinedOutput()
