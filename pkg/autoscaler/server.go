@@ -60,6 +60,52 @@ func placeholderNode(id string) (name string, ok bool) {
 	return name, ok && name != ""
 }
 
+// pendingPrefix names the instances of a set's replicas that have no Node
+// yet (its class's limits hold them back, it is not Accepted, or its cloud
+// group has not reported them): nodeset-pending://<namespace>/<name>/<n>,
+// n from 1 to their number. cluster-autoscaler counts an instance no Node
+// carries as unregistered; without them, a set short of Nodes would be a
+// group of an incorrect size, whose target it lowers with
+// DecreaseTargetSize, which cannot go below minReplicas.
+const pendingPrefix = "nodeset-pending://"
+
+// pendingID is the id of the set's n-th replica that has no Node.
+func pendingID(set *nodesetv1alpha1.NodeSet, n int32) string {
+	return fmt.Sprintf("%s%s/%d", pendingPrefix, GroupID(set), n)
+}
+
+// pendingOf is the group id and number of a pending instance id; ok is
+// false for any other id.
+func pendingOf(id string) (group string, n int32, ok bool) {
+	rest, ok := strings.CutPrefix(id, pendingPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	i := strings.LastIndex(rest, "/")
+	if i < 0 {
+		return "", 0, false
+	}
+	var num int32
+	if _, err := fmt.Sscanf(rest[i+1:], "%d", &num); err != nil || num < 1 || fmt.Sprint(num) != rest[i+1:] {
+		return "", 0, false
+	}
+	return rest[:i], num, true
+}
+
+// pending is how many of the set's replicas have no Node. A Node being
+// deleted, or named for deletion, is not one of them (spec.replicas no
+// longer counts it).
+func pending(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) int32 {
+	listed := plan.DeleteList(set)
+	var have int32
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil && !listed[n.Name] {
+			have++
+		}
+	}
+	return max(plan.Replicas(set)-have, 0)
+}
+
 // Server implements the CloudProvider service over NodeSets.
 type Server struct {
 	protos.UnimplementedCloudProviderServer
@@ -224,6 +270,11 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 	if req.GetNode() == nil {
 		return none, nil
 	}
+	for _, id := range []string{req.GetNode().GetProviderID(), req.GetNode().GetName()} {
+		if group, n, ok := pendingOf(id); ok {
+			return s.pendingGroup(group, n)
+		}
+	}
 	nodeLabels := req.GetNode().GetLabels()
 	if nodeLabels[nodesetv1alpha1.LabelNodeSet] == "" {
 		// The caller's copy may lack labels (a fake node has none): look
@@ -244,6 +295,28 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 	set, err := s.sets.NodeSets(namespace).Get(name)
 	if err != nil || set.Spec.Autoscaling == nil || set.DeletionTimestamp != nil {
 		return none, nil // no group, as in NodeGroups
+	}
+	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
+}
+
+// pendingGroup is the group of the set's n-th replica without a Node while
+// the set still has that many; none once its Nodes are made (a stale entry
+// of cluster-autoscaler's cached instance list).
+func (s *Server) pendingGroup(id string, n int32) (*protos.NodeGroupForNodeResponse, error) {
+	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
+	set, err := s.group(id)
+	if status.Code(err) == codes.NotFound || status.Code(err) == codes.InvalidArgument {
+		return none, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.setNodes(set)
+	if err != nil {
+		return nil, err
+	}
+	if n > pending(set, nodes) {
+		return none, nil
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
 }
@@ -358,19 +431,23 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
 	var victims []string
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
-		if err := s.unmanaged(set); err != nil {
-			return err
-		}
 		nodes, err := s.setNodes(set)
 		if err != nil {
 			return err
 		}
-		if plan.RollingOut(set, nodes) {
-			return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
-		}
 		listed := plan.DeleteList(set)
 		victims = victims[:0]
+		// Replicas without a Node go by lowering the count alone, as
+		// DecreaseTargetSize would: no Node is named.
+		unmade := map[string]bool{}
 		for _, want := range req.GetNodes() {
+			if id, ok := pendingInstance(want); ok {
+				if group, _, _ := pendingOf(id); group != GroupID(set) {
+					return status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
+				}
+				unmade[id] = true
+				continue
+			}
 			node, err := victim(set, nodes, want)
 			if err != nil {
 				return err
@@ -381,13 +458,29 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 			listed[node.Name] = true
 			victims = append(victims, node.Name)
 		}
-		if len(victims) == 0 {
+		if len(victims) > 0 {
+			if err := s.unmanaged(set); err != nil {
+				return err
+			}
+			if plan.RollingOut(set, nodes) {
+				return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
+			}
+		}
+		if have := pending(set, nodes); int32(len(unmade)) > have {
+			return status.Errorf(codes.FailedPrecondition, "node group %s has %d replica(s) without a Node, not %d: its Nodes have been made since; not deleting a registered node by a stale instance id",
+				GroupID(set), have, len(unmade))
+		}
+		if len(victims) == 0 && len(unmade) == 0 {
 			return nil
 		}
-		target := plan.Replicas(set) - int32(len(victims))
+		target := plan.Replicas(set) - int32(len(victims)) - int32(len(unmade))
 		if target < set.Spec.Autoscaling.MinReplicas {
 			return status.Errorf(codes.FailedPrecondition, "deleting %d node(s) would take %s to %d nodes, below spec.autoscaling.minReplicas %d",
-				len(victims), GroupID(set), target, set.Spec.Autoscaling.MinReplicas)
+				len(victims)+len(unmade), GroupID(set), target, set.Spec.Autoscaling.MinReplicas)
+		}
+		if len(victims) == 0 {
+			set.Spec.Replicas = &target
+			return nil
 		}
 		names := make([]string, 0, len(listed))
 		for name := range listed {
@@ -406,6 +499,17 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 	}
 	klog.FromContext(ctx).V(2).Info("cluster-autoscaler deleted nodes", "nodeset", req.GetId(), "nodes", victims)
 	return &protos.NodeGroupDeleteNodesResponse{}, nil
+}
+
+// pendingInstance is the pending instance id cluster-autoscaler's node is
+// named by, if any.
+func pendingInstance(want *protos.ExternalGrpcNode) (string, bool) {
+	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+		if _, _, ok := pendingOf(id); ok {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // victim is the Node of set that cluster-autoscaler's node names. A node
@@ -465,6 +569,12 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 			}
 		}
 		target := plan.Replicas(set) + req.GetDelta() // delta < 0 and replicas >= 0: no overflow
+		if target < set.Spec.Autoscaling.MinReplicas {
+			// The API server would refuse the update; refused here, with
+			// the reason.
+			return status.Errorf(codes.FailedPrecondition, "target size %d + %d of %s would be below spec.autoscaling.minReplicas %d",
+				plan.Replicas(set), req.GetDelta(), GroupID(set), set.Spec.Autoscaling.MinReplicas)
+		}
 		if target < int32(registered) {
 			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d registered nodes, target size %d + %d would be %d",
 				GroupID(set), registered, plan.Replicas(set), req.GetDelta(), target)
@@ -561,6 +671,10 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 			instance.Status.ErrorInfo = &protos.InstanceErrorInfo{ErrorCode: code, ErrorMessage: msg, InstanceErrorClass: class}
 		}
 		resp.Instances = append(resp.Instances, instance)
+	}
+	for n := int32(1); n <= pending(set, nodes); n++ {
+		resp.Instances = append(resp.Instances, &protos.Instance{Id: pendingID(set, n),
+			Status: &protos.InstanceStatus{InstanceState: protos.InstanceStatus_instanceCreating}})
 	}
 	return resp, nil
 }

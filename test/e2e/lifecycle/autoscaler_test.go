@@ -180,7 +180,9 @@ func TestAutoscalerProtocol(t *testing.T) {
 		}
 		unregistered = unregistered[:0]
 		for _, i := range instances.Instances {
-			if !strings.HasPrefix(i.Id, "simulated:///") && i.Status.InstanceState == protos.InstanceStatus_instanceCreating {
+			// Nodes without a machine (not the replicas without a Node
+			// yet, nodeset-pending://, before the controller makes them).
+			if strings.HasPrefix(i.Id, "nodeset-unregistered://") && i.Status.InstanceState == protos.InstanceStatus_instanceCreating {
 				unregistered = append(unregistered, i.Id)
 			}
 		}
