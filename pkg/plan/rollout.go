@@ -57,7 +57,8 @@ func RollingOut(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) bool {
 // In a rolling update it is a Deployment with one Node per pod: never more
 // than replicas + maxSurge Nodes (a terminating Node counts, its machine
 // still exists) and never fewer than replicas - maxUnavailable available
-// Nodes that are not terminating.
+// Nodes that are not terminating; new Nodes beyond replicas go too. A
+// paused rolling update keeps the new Nodes its surge made.
 func Decide(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node, now time.Time) Plan {
 	listed := DeleteList(set)
 	var forced, rest []*corev1.Node
@@ -94,6 +95,9 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 			}
 			return Plan{Create: create}
 		case diff > 0:
+			if diff -= pausedSurge(set, templateHash, active, replicas); diff <= 0 {
+				return Plan{}
+			}
 			return Plan{Remove: Victims(active, diff, set.Spec.DeletePolicy, templateHash)}
 		}
 		return Plan{}
@@ -124,7 +128,13 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 	// moment). Nodes of the new template still coming up are not
 	// available, so they hold removals back.
 	minAvailable := replicas - unavailable
-	for _, n := range Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash) {
+	candidates := Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash)
+	// New Nodes beyond replicas (the set was scaled down mid-rollout) go
+	// as well, as a Deployment scales its new ReplicaSet down to replicas:
+	// kept until the outdated ones are gone, new Nodes that never come up
+	// would hold the set above replicas + maxSurge for good.
+	candidates = append(candidates, Victims(current, len(current)-replicas, set.Spec.DeletePolicy, templateHash)...)
+	for _, n := range candidates {
 		if nodeutil.IsReady(n) {
 			if available-1 < minAvailable {
 				continue
@@ -134,6 +144,28 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 		p.Remove = append(p.Remove, n)
 	}
 	return p
+}
+
+// pausedSurge is how many Nodes above replicas a paused rolling update
+// keeps: the Nodes of the current template its surge made, while outdated
+// ones remain. A paused rollout stops where it is, as a paused Deployment
+// keeps at most replicas + maxSurge Pods over its ReplicaSets: neither the
+// new Node (a canary being looked at) nor an outdated one goes.
+func pausedSurge(set *nodesetv1alpha1.NodeSet, templateHash string, active []*corev1.Node, replicas int) int {
+	if !set.Spec.Paused || !RollingUpdate(set) || replicas == 0 {
+		return 0
+	}
+	current := 0
+	for _, n := range active {
+		if n.Labels[nodesetv1alpha1.LabelTemplateHash] == templateHash {
+			current++
+		}
+	}
+	if current == len(active) {
+		return 0
+	}
+	surge, _ := Bounds(set, replicas)
+	return min(surge, current)
 }
 
 // Bounds resolves maxSurge (rounded up) and maxUnavailable (rounded down)

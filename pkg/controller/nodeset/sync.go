@@ -191,7 +191,7 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 		if p.Replacing {
 			for _, v := range victims {
 				if v.Labels[nodesetv1alpha1.LabelTemplateHash] == res.templateHash {
-					continue // on the delete list: going, not replaced
+					continue // on the delete list, or beyond replicas: going, not replaced
 				}
 				c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonReplacingNode,
 					"Replacing outdated node %s (template %s, current %s)", v.Name, v.Labels[nodesetv1alpha1.LabelTemplateHash], res.templateHash)
