@@ -190,7 +190,7 @@ func Run(o Options, p Process) error {
 		return err
 	}
 	clients := Clients{Config: fenced.Config, Kube: fenced.Kube, Nodeset: fenced.Nodeset,
-		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name}),
+		Recorder: boundedRecorder{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: p.Name})},
 		Unfenced: UnfencedClients{Kube: unfenced.Kube, Nodeset: unfenced.Nodeset}, Identity: identity,
 		Watch:   UnfencedClients{Kube: watch.Kube, Nodeset: watch.Nodeset},
 		MayAct:  func() error { return nil },
