@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,12 +71,7 @@ func TestChartDryRun(t *testing.T) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-	stubs := filepath.Join(t.TempDir(), "cert-manager-crds.yaml")
-	require.NoError(t, os.WriteFile(stubs, []byte(certManagerStubCRDs), 0o644))
-	kubectl(t, "apply", "-f", stubs)
-	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=false") })
-	kubectl(t, "wait", "--for=condition=Established", "--timeout=30s",
-		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+	stubCertManager(t)
 
 	files, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
 	require.NoError(t, err)
@@ -145,8 +142,8 @@ func TestChartDryRun(t *testing.T) {
 					secrets[name] = true
 				}
 			}
-			assert.Equal(t, map[string]bool{"nodeset-ca": true, "nodeset-webhook-tls": true,
-				"nodeset-autoscaler-tls": true, "cluster-autoscaler-client-tls": true}, secrets)
+			assert.Equal(t, map[string]bool{"nodeset-ca": true, "nodeset-webhook-tls": true, "nodeset-autoscaler-tls": true,
+				"nodeset-autoscaler-client-ca": true, "cluster-autoscaler-client-tls": true}, secrets)
 			webhook := r.get("ValidatingWebhookConfiguration", "nodeset.dev")
 			require.NotNil(t, webhook)
 			inject, _, _ := unstructured.NestedString(webhook, "metadata", "annotations", "cert-manager.io/inject-ca-from")
@@ -184,7 +181,10 @@ func TestChartDryRun(t *testing.T) {
 			}
 			assertHighlyAvailable(t, r.objects)
 			nodeset := r.args(t, "nodeset-controller")
-			assert.Contains(t, nodeset, "--autoscaler-tls-client-ca-file=/etc/nodeset/autoscaler/ca.crt", "mutual TLS")
+			// Mutual TLS; TestChartAutoscalerClientCAIsNodesetsOwn checks which CA.
+			assert.True(t, slices.ContainsFunc(nodeset, func(arg string) bool {
+				return strings.HasPrefix(arg, "--autoscaler-tls-client-ca-file=/etc/nodeset/")
+			}), "mutual TLS: %v", nodeset)
 			assert.Contains(t, nodeset, "--webhook-cert-file=/etc/nodeset/webhook/tls.crt")
 			tc.check(t, r)
 
@@ -195,6 +195,130 @@ func TestChartDryRun(t *testing.T) {
 			assert.Contains(t, out, "deployment.apps/nodeset-controller serverside-applied (server dry run)")
 			assert.Contains(t, out, "deployment.apps/node-controller serverside-applied (server dry run)")
 			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/dedicated-tenancy.nodeset.dev serverside-applied (server dry run)")
+			assert.Equal(t, len(r.objects), strings.Count(out, "serverside-applied (server dry run)"), out)
+		})
+	}
+}
+
+// stubCertManager installs certManagerStubCRDs for the test.
+func stubCertManager(t *testing.T) {
+	t.Helper()
+	stubs := filepath.Join(t.TempDir(), "cert-manager-crds.yaml")
+	require.NoError(t, os.WriteFile(stubs, []byte(certManagerStubCRDs), 0o644))
+	kubectl(t, "apply", "-f", stubs)
+	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=false") })
+	kubectl(t, "wait", "--for=condition=Established", "--timeout=30s",
+		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+}
+
+// TestChartAutoscalerClientCAIsNodesetsOwn: the autoscaler API accepts, as
+// cluster-autoscaler, every client certificate its client CA signed, and
+// that caller may scale and delete every tenant's nodes. So whatever
+// certificates.certManager.issuerRef names (a ClusterIssuer anyone may
+// request certificates from, say), cluster-autoscaler's client certificate
+// comes from a CA the chart makes for it alone, the nodeset-controller's
+// --autoscaler-tls-client-ca-file is that CA's certificate (and the pod
+// holds nothing else of its Secret), and issuerRef issues the serving
+// certificates only. Each rendering is applied with a server-side dry run,
+// cert-manager's CRDs stubbed.
+func TestChartAutoscalerClientCAIsNodesetsOwn(t *testing.T) {
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	framework.Shared(t)
+	helm := filepath.Join(chartTools(t, root), "helm")
+	chart := filepath.Join(root, "deploy", "charts", "nodeset")
+	ensureNamespace(t, "nodeset-system")
+	stubCertManager(t)
+
+	certManager := []string{"--set", "certificates.provider=cert-manager"}
+	tests := []struct {
+		name string
+		args []string
+		// servingIssuer issues the webhook's and the autoscaler API's
+		// certificates; nil without cert-manager.
+		servingIssuer map[string]any
+	}{
+		{name: "cert-manager with a ClusterIssuer", args: append([]string{"--set", "certificates.certManager.issuerRef.kind=ClusterIssuer",
+			"--set", "certificates.certManager.issuerRef.name=corp-ca"}, certManager...),
+			servingIssuer: map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}},
+		{name: "cert-manager with an Issuer", args: append([]string{"--set", "certificates.certManager.issuerRef.kind=Issuer",
+			"--set", "certificates.certManager.issuerRef.name=team-ca"}, certManager...),
+			servingIssuer: map[string]any{"kind": "Issuer", "name": "team-ca"}},
+		{name: "cert-manager self-signed", args: certManager, servingIssuer: map[string]any{"kind": "Issuer", "name": "nodeset-ca"}},
+		{name: "nodeset-certs"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			manifest := run(t, helm, append([]string{"template", "nodeset", chart, "--namespace", "nodeset-system"}, tc.args...)...)
+			r := decodeRendered(t, manifest)
+			var caFile string
+			for _, arg := range r.args(t, "nodeset-controller") {
+				if v, ok := strings.CutPrefix(arg, "--autoscaler-tls-client-ca-file="); ok {
+					caFile = v
+				}
+			}
+			require.NotEmpty(t, caFile, "mutual TLS")
+			clientCASecret, key, onlyKey := r.mountedSecretFile(t, "nodeset-controller", caFile)
+			assert.Equal(t, "ca.crt", key)
+			if tc.servingIssuer == nil {
+				// nodeset-certs' CA (Secret nodeset-ca) signs nodeset's
+				// certificates only.
+				assert.Equal(t, "nodeset-autoscaler-tls", clientCASecret)
+				assert.Zero(t, r.kinds["Certificate"])
+				return
+			}
+			assert.True(t, onlyKey, "the pod gets the client CA's certificate, not its key")
+
+			certificates := map[string]map[string]any{} // by secretName
+			for _, obj := range r.objects {
+				if obj.GetKind() == "Certificate" {
+					secret, _, _ := unstructured.NestedString(obj.Object, "spec", "secretName")
+					certificates[secret] = obj.Object
+				}
+			}
+			issuerOf := func(secret string) map[string]any {
+				require.Contains(t, certificates, secret)
+				ref, _, _ := unstructured.NestedMap(certificates[secret], "spec", "issuerRef")
+				return ref
+			}
+			for _, secret := range []string{"nodeset-webhook-tls", "nodeset-autoscaler-tls"} {
+				assert.Equal(t, tc.servingIssuer, issuerOf(secret), "issuerRef issues %s", secret)
+			}
+
+			// The client certificate's Issuer is a CA Issuer of the
+			// release whose CA is the controller's client CA, a
+			// self-signed CA Certificate of its own.
+			clientIssuer := issuerOf("cluster-autoscaler-client-tls")
+			assert.Equal(t, "Issuer", clientIssuer["kind"], "a namespaced Issuer of the release, never %v", clientIssuer)
+			issuer := r.get("Issuer", fmt.Sprint(clientIssuer["name"]))
+			require.NotNil(t, issuer, "Issuer %v is the chart's", clientIssuer["name"])
+			caSecret, _, _ := unstructured.NestedString(issuer, "spec", "ca", "secretName")
+			assert.Equal(t, clientCASecret, caSecret, "the controller trusts exactly the CA that issues cluster-autoscaler's certificate")
+			isCA, _, _ := unstructured.NestedBool(certificates[caSecret], "spec", "isCA")
+			assert.True(t, isCA, "%s is a CA certificate", caSecret)
+			root := r.get("Issuer", fmt.Sprint(issuerOf(caSecret)["name"]))
+			require.NotNil(t, root)
+			assert.Equal(t, "Issuer", issuerOf(caSecret)["kind"])
+			_, selfSigned, _ := unstructured.NestedMap(root, "spec", "selfSigned")
+			assert.True(t, selfSigned, "the client CA is self-signed, not from issuerRef")
+
+			// And that CA issues nothing else.
+			for secret := range certificates {
+				if secret != "cluster-autoscaler-client-tls" {
+					assert.NotEqual(t, clientIssuer, issuerOf(secret), "the client CA issues %s", secret)
+				}
+			}
+			for _, obj := range r.objects {
+				if obj.GetKind() == "Issuer" && obj.GetName() != issuer["metadata"].(map[string]any)["name"] {
+					other, _, _ := unstructured.NestedString(obj.Object, "spec", "ca", "secretName")
+					assert.NotEqual(t, caSecret, other, "Issuer %s signs with the client CA", obj.GetName())
+				}
+			}
+
+			file := filepath.Join(t.TempDir(), "chart.yaml")
+			require.NoError(t, os.WriteFile(file, []byte(manifest), 0o644))
+			out := kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=helm",
+				"--dry-run=server", "-f", file)
 			assert.Equal(t, len(r.objects), strings.Count(out, "serverside-applied (server dry run)"), out)
 		})
 	}
@@ -313,6 +437,41 @@ func (r renderedChart) args(t *testing.T, deployment string) []string {
 	t.Helper()
 	args, _, _ := unstructured.NestedStringSlice(r.container(t, deployment), "args")
 	return args
+}
+
+// mountedSecretFile says which Secret and key the file at path comes from in
+// the deployment's container, and whether its volume holds that key only.
+func (r renderedChart) mountedSecretFile(t *testing.T, deployment, path string) (secret, key string, onlyKey bool) {
+	t.Helper()
+	dir, file := filepath.Dir(path), filepath.Base(path)
+	mounts, _, _ := unstructured.NestedSlice(r.container(t, deployment), "volumeMounts")
+	var volume string
+	for _, m := range mounts {
+		if m.(map[string]any)["mountPath"] == dir {
+			volume = m.(map[string]any)["name"].(string)
+		}
+	}
+	require.NotEmpty(t, volume, "%s: no volume mounted at %s", deployment, dir)
+	volumes, _, _ := unstructured.NestedSlice(r.podSpec(t, deployment), "volumes")
+	for _, v := range volumes {
+		if v.(map[string]any)["name"] != volume {
+			continue
+		}
+		secret, _, _ = unstructured.NestedString(v.(map[string]any), "secret", "secretName")
+		require.NotEmpty(t, secret, "%s: volume %s is a Secret", deployment, volume)
+		items, _, _ := unstructured.NestedSlice(v.(map[string]any), "secret", "items")
+		if len(items) == 0 {
+			return secret, file, false
+		}
+		for _, item := range items {
+			if item.(map[string]any)["path"] == file {
+				key = item.(map[string]any)["key"].(string)
+			}
+		}
+		return secret, key, len(items) == 1
+	}
+	t.Fatalf("%s: no volume %s", deployment, volume)
+	return "", "", false
 }
 
 // assertHighlyAvailable checks that each controller's Deployment survives

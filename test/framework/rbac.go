@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,8 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 		},
 		"node-controller": {
 			{"ClusterRole", "nodeset:node-controller", ""},
+			{"Role", "nodeset:node-controller:leader-election", "nodeset-system"},
+			{"Role", "nodeset:node-controller:node-leases", corev1.NamespaceNodeLease},
 			{"Role", "nodeset:node-controller:credentials", "nodeset-system"},
 			{"Role", "nodeset:node-controller:bootstrap-tokens", "kube-system"},
 		},
@@ -44,6 +47,7 @@ func InstallRBAC(ctx context.Context, cp *ControlPlane) error {
 		// need no more than it may do (Nodes, their status, node Leases).
 		KubeletsName: {
 			{"ClusterRole", "nodeset:node-controller", ""},
+			{"Role", "nodeset:node-controller:node-leases", corev1.NamespaceNodeLease},
 		},
 	}
 	for user, roles := range bindings {
