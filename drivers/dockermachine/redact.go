@@ -2,8 +2,6 @@ package dockermachine
 
 import (
 	"errors"
-	"fmt"
-	"unicode/utf8"
 
 	"nodeset.dev/nodeset/pkg/redact"
 )
@@ -41,11 +39,7 @@ func (d *Driver) scrubbed(machine string, err error) error {
 	if len(msg) <= maxErrorText {
 		return err
 	}
-	cut := maxErrorText
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return &boundedError{msg: fmt.Sprintf("%s... (%d more bytes)", msg[:cut], len(msg)-cut), cause: err}
+	return &boundedError{msg: redact.Cut(msg, maxErrorText), cause: err}
 }
 
 // boundedError is an error whose text was cut; it is still the sentinel

@@ -2,10 +2,11 @@ package component
 
 import (
 	"fmt"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
+
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // MaxEventMessage is the most bytes of an Event's message the components
@@ -21,27 +22,13 @@ type boundedRecorder struct {
 }
 
 func (r boundedRecorder) Event(object runtime.Object, eventtype, reason, message string) {
-	r.EventRecorder.Event(object, eventtype, reason, cutMessage(message))
+	r.EventRecorder.Event(object, eventtype, reason, redact.Cut(message, MaxEventMessage))
 }
 
 func (r boundedRecorder) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any) {
-	r.EventRecorder.Event(object, eventtype, reason, cutMessage(fmt.Sprintf(messageFmt, args...)))
+	r.EventRecorder.Event(object, eventtype, reason, redact.Cut(fmt.Sprintf(messageFmt, args...), MaxEventMessage))
 }
 
 func (r boundedRecorder) AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
-	r.EventRecorder.AnnotatedEventf(object, annotations, eventtype, reason, "%s", cutMessage(fmt.Sprintf(messageFmt, args...)))
-}
-
-// cutMessage is message, or its first bytes on a character boundary and a
-// mark, MaxEventMessage bytes in all.
-func cutMessage(message string) string {
-	if len(message) <= MaxEventMessage {
-		return message
-	}
-	const mark = "... (cut)"
-	end := MaxEventMessage - len(mark)
-	for end > 0 && !utf8.RuneStart(message[end]) {
-		end--
-	}
-	return message[:end] + mark
+	r.EventRecorder.AnnotatedEventf(object, annotations, eventtype, reason, "%s", redact.Cut(fmt.Sprintf(messageFmt, args...), MaxEventMessage))
 }

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 const (
@@ -213,3 +214,20 @@ func (e *redactedError) Error() string { return e.msg }
 
 // Is keeps the sentinels of the original error.
 func (e *redactedError) Is(target error) bool { return errors.Is(e.cause, target) }
+
+// Cut is text, or, when it is longer than limit bytes, its beginning cut at
+// a character boundary and marked " ... (cut)", limit bytes in all. Text
+// from outside (a tenant's value, a plugin's or a cloud's error page) may
+// be of any length; what stores or shows it has a bound. Scrub before
+// cutting, so that the cut leaves no part of a value behind.
+func Cut(text string, limit int) string {
+	if len(text) <= limit {
+		return text
+	}
+	const mark = " ... (cut)"
+	end := max(limit-len(mark), 0)
+	for end > 0 && !utf8.RuneStart(text[end]) {
+		end--
+	}
+	return text[:end] + mark
+}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -108,5 +109,18 @@ func TestBase64Inside(t *testing.T) {
 			assert.LessOrEqual(t, len(rest)-len("[redacted:password]"), other*8/6+2+2,
 				"what is left encodes the other bytes, a character at each edge and the padding: %s", got)
 		}
+	}
+}
+
+// TestCut: text over the limit is cut on a character boundary, says so,
+// and fits the limit; text within it is whole.
+func TestCut(t *testing.T) {
+	assert.Equal(t, "short", Cut("short", 10))
+	for _, text := range []string{strings.Repeat("x", 100), strings.Repeat("é", 100), "x" + strings.Repeat("𝄞", 50)} {
+		got := Cut(text, 40)
+		assert.LessOrEqual(t, len(got), 40)
+		assert.True(t, utf8.ValidString(got), got)
+		assert.True(t, strings.HasSuffix(got, " ... (cut)"), got)
+		assert.True(t, strings.HasPrefix(text, strings.TrimSuffix(got, " ... (cut)")), got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -15,6 +14,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/plan"
+	"nodeset.dev/nodeset/pkg/redact"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -280,18 +280,10 @@ func groupProgress(g *nodesetv1alpha1.GroupStatus) string {
 // condition's message.
 const maxConditionMessage = 32768
 
-// conditionMessage is message cut to fit a condition, at a character
-// boundary and said to be cut: a refusal naming every field of a template
-// at the schema's bounds can be longer, and a status that does not fit is
-// never written, leaving the tenant with no reason at all.
+// conditionMessage is message cut to fit a condition: a refusal naming
+// every field of a template at the schema's bounds can be longer, and a
+// status that does not fit is never written, leaving the tenant with no
+// reason at all.
 func conditionMessage(message string) string {
-	if len(message) <= maxConditionMessage {
-		return message
-	}
-	const cut = " ... (cut)"
-	end := maxConditionMessage - len(cut)
-	for end > 0 && !utf8.RuneStart(message[end]) {
-		end--
-	}
-	return message[:end] + cut
+	return redact.Cut(message, maxConditionMessage)
 }
