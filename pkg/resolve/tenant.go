@@ -133,7 +133,7 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	}
 
 	template := &set.Spec.Template
-	labels("spec.template.labels", template.Labels)
+	eachNodeKey(set, labels, taint)
 	for k := range template.Annotations {
 		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
 			add("spec.template.annotations key %q: %s", k, msg)
@@ -147,19 +147,6 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	}
 	if err := apivalidation.ValidateAnnotationsSize(template.Annotations); err != nil {
 		add("spec.template.annotations: may not be more than %d bytes in all", apivalidation.TotalAnnotationSizeLimitB)
-	}
-	for i, t := range template.Taints {
-		taint(fmt.Sprintf("spec.template.taints[%d]", i), t.Key, t.Value, t.Effect)
-	}
-
-	if s := set.Spec.Simulated; s != nil {
-		labels("spec.simulated.labels", s.Labels)
-	}
-	if s := set.Spec.EKSManagedNodeGroup; s != nil {
-		labels("spec.eksManagedNodeGroup.labels", s.Labels)
-		for i, t := range s.Taints {
-			taint(fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d]", i), t.Key, t.Value, t.Effect)
-		}
 	}
 	// The AWS drivers read their own tags back (the owner, the template
 	// hash, the regions a group was in) to decide what is whose.
@@ -225,13 +212,23 @@ func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.No
 			}
 		}
 	}
-	labels("spec.template.labels", template.Labels)
+	eachNodeKey(set, labels, taint)
 	for k, v := range template.Annotations {
 		if classValue, ok := stamped.Annotations[k]; ok && classValue != v {
 			conflict("spec.template.annotations", k, v, classValue)
 		}
 	}
-	for i, t := range template.Taints {
+	sort.Strings(problems)
+	return problems
+}
+
+// eachNodeKey calls labels with each map of labels, and taint with each
+// taint, that a NodeSet puts on its Nodes, with its field: the template's,
+// and those of a driver section, which the kubelet or the cloud put on the
+// Node.
+func eachNodeKey(set *nodesetv1alpha1.NodeSet, labels func(path string, m map[string]string), taint func(path, key, value, effect string)) {
+	labels("spec.template.labels", set.Spec.Template.Labels)
+	for i, t := range set.Spec.Template.Taints {
 		taint(fmt.Sprintf("spec.template.taints[%d]", i), t.Key, t.Value, t.Effect)
 	}
 	if s := set.Spec.Simulated; s != nil {
@@ -243,8 +240,6 @@ func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.No
 			taint(fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d]", i), t.Key, t.Value, t.Effect)
 		}
 	}
-	sort.Strings(problems)
-	return problems
 }
 
 // kubeEffect is a taint effect as Kubernetes spells it, also when given in
