@@ -92,6 +92,19 @@ func pendingOf(id string) (group string, n int32, ok bool) {
 	return rest[:i], num, true
 }
 
+// maxPendingInstances bounds the pending instances NodeGroupNodes lists
+// of one set: spec.replicas is the tenant's, up to 2^31-1, and the answer
+// is built in memory and must fit what a gRPC client receives (4 MiB by
+// default). A set short of more Nodes than that is a group of an incorrect
+// size to cluster-autoscaler, which lowers its target toward what it sees
+// (within minReplicas).
+const maxPendingInstances = 1000
+
+// listedPending is how many pending instances of the set are listed.
+func listedPending(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) int32 {
+	return min(pending(set, nodes), maxPendingInstances)
+}
+
 // pending is how many of the set's replicas have no Node. A Node being
 // deleted, or named for deletion, is not one of them (spec.replicas no
 // longer counts it).
@@ -315,7 +328,7 @@ func (s *Server) pendingGroup(id string, n int32) (*protos.NodeGroupForNodeRespo
 	if err != nil {
 		return nil, err
 	}
-	if n > pending(set, nodes) {
+	if n > listedPending(set, nodes) {
 		return none, nil
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
@@ -672,7 +685,7 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 		}
 		resp.Instances = append(resp.Instances, instance)
 	}
-	for n := int32(1); n <= pending(set, nodes); n++ {
+	for n, listed := int32(1), listedPending(set, nodes); n <= listed; n++ {
 		resp.Instances = append(resp.Instances, &protos.Instance{Id: pendingID(set, n),
 			Status: &protos.InstanceStatus{InstanceState: protos.InstanceStatus_instanceCreating}})
 	}
