@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -29,17 +28,7 @@ func TestServeRereadsCertificatesOnEveryHandshake(t *testing.T) {
 	require.NoError(t, err)
 	after, err := framework.NewMutualTLS(dir, "nodeset-controller", "cluster-autoscaler")
 	require.NoError(t, err)
-	port, err := framework.FreePort()
-	require.NoError(t, err)
-	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port),
-		CertFile: before.ServerCert, KeyFile: before.ServerKey, ClientCAFile: before.ClientCA}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- opts.Serve(ctx, newFixture(t, nil, testSet(1)).server) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	opts := serveMutualTLS(t, before)
 
 	call := func(roots *x509.CertPool, pair tls.Certificate) error {
 		creds := credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})

@@ -23,17 +23,7 @@ import (
 func TestServeRequiresClientCertificates(t *testing.T) {
 	certs, err := framework.NewMutualTLS(t.TempDir(), "nodeset-controller", "cluster-autoscaler")
 	require.NoError(t, err)
-	port, err := framework.FreePort()
-	require.NoError(t, err)
-	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port),
-		CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.ClientCA}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- opts.Serve(ctx, newFixture(t, nil, testSet(1)).server) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	opts := serveMutualTLS(t, certs)
 
 	call := func(creds credentials.TransportCredentials) error {
 		conn, err := grpc.NewClient(opts.BindAddress, grpc.WithTransportCredentials(creds))
@@ -106,4 +96,22 @@ func TestServingOptionsRefuseUnauthenticatedOffLoopback(t *testing.T) {
 	opts := ServingOptions{BindAddress: fmt.Sprintf("0.0.0.0:%d", port)}
 	err = opts.Serve(context.Background(), newFixture(t, nil, testSet(1)).server)
 	assert.ErrorContains(t, err, "not a loopback address")
+}
+
+// serveMutualTLS serves a fixture's server with the certificates of certs
+// on a free loopback port until the test ends, and returns its options.
+func serveMutualTLS(t *testing.T, certs *framework.MutualTLS) ServingOptions {
+	t.Helper()
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port),
+		CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.ClientCA}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- opts.Serve(ctx, newFixture(t, nil, testSet(1)).server) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return opts
 }
