@@ -2,6 +2,7 @@ package awscloud
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -177,6 +178,14 @@ func TopologyLabels(ctx context.Context, ec2c EC2, field, region string, subnets
 // ValidateInstanceTypes checks that every instance type exists in the
 // region, in one call; field names them in the message.
 func ValidateInstanceTypes(ctx context.Context, ec2c EC2, field, region string, instanceTypes []string) error {
+	_, err := InstanceTypeArchitectures(ctx, ec2c, field, region, instanceTypes)
+	return err
+}
+
+// InstanceTypeArchitectures are the architectures each instance type runs,
+// by type, in one call; a type the region does not have is an invalid
+// configuration of field.
+func InstanceTypeArchitectures(ctx context.Context, ec2c EC2, field, region string, instanceTypes []string) (map[string][]ec2types.ArchitectureType, error) {
 	var want []ec2types.InstanceType
 	for _, t := range instanceTypes {
 		if t != "" {
@@ -184,22 +193,39 @@ func ValidateInstanceTypes(ctx context.Context, ec2c EC2, field, region string, 
 		}
 	}
 	if len(want) == 0 {
-		return nil
+		return nil, nil
 	}
 	out, err := ec2c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: want})
 	if err != nil {
-		return Classify(field+" "+joinTypes(want), err)
+		return nil, Classify(field+" "+joinTypes(want), err)
 	}
-	found := map[ec2types.InstanceType]bool{}
+	archs := map[string][]ec2types.ArchitectureType{}
 	for _, t := range out.InstanceTypes {
-		found[t.InstanceType] = true
-	}
-	for _, t := range want {
-		if !found[t] {
-			return drivers.InvalidConfiguration(field, "%q is not an EC2 instance type in %s", t, region)
+		archs[string(t.InstanceType)] = nil
+		if t.ProcessorInfo != nil {
+			archs[string(t.InstanceType)] = t.ProcessorInfo.SupportedArchitectures
 		}
 	}
-	return nil
+	for _, t := range want {
+		if _, ok := archs[string(t)]; !ok {
+			return nil, drivers.InvalidConfiguration(field, "%q is not an EC2 instance type in %s", t, region)
+		}
+	}
+	return archs, nil
+}
+
+// OtherArchitecture says which architectures instanceType runs when they
+// are known and do not include want (an image's, an EKS AMI type's): every
+// launch of it from that image fails. It is "" otherwise.
+func OtherArchitecture(instanceType string, archs []ec2types.ArchitectureType, want string) string {
+	if want == "" || len(archs) == 0 || slices.Contains(archs, ec2types.ArchitectureType(want)) {
+		return ""
+	}
+	var runs []string
+	for _, a := range archs {
+		runs = append(runs, string(a))
+	}
+	return fmt.Sprintf("%q runs %s", instanceType, strings.Join(runs, " or "))
 }
 
 func joinTypes(types []ec2types.InstanceType) string {

@@ -47,8 +47,22 @@ func Classify(what string, err error) error {
 		return fmt.Errorf("%s: %w: %s", what, drivers.ErrOutOfCapacity, said)
 	case code == "ValidationError" || strings.HasPrefix(code, "InvalidParameter") || strings.HasPrefix(code, "InvalidAMIID") || strings.HasPrefix(code, "InvalidInstanceType") ||
 		strings.HasPrefix(code, "InvalidSubnet") || strings.HasPrefix(code, "InvalidGroup") || code == "UnauthorizedOperation" ||
-		code == "AccessDenied" || code == "AuthFailure" || code == "InvalidClientTokenId" || code == "SignatureDoesNotMatch":
+		code == "AccessDenied" || code == "AccessDeniedException" || refusedCredentials(code):
 		return fmt.Errorf("%s: %w: %s", what, drivers.ErrInvalidConfiguration, said)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// refusedCredentials reports whether an API error code says AWS refused the
+// credentials the call was signed with (unknown, badly signed, or an
+// expired session token), in each protocol's words: EKS and SQS (JSON),
+// Auto Scaling and STS (query), EC2.
+func refusedCredentials(code string) bool {
+	switch code {
+	case "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException", // JSON
+		"InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", // query
+		"AuthFailure", "RequestExpired": // EC2
+		return true
+	}
+	return false
 }

@@ -17,6 +17,18 @@ func TestClassify(t *testing.T) {
 		"ValidationError":              drivers.ErrInvalidConfiguration,
 		"InvalidAMIID.NotFound":        drivers.ErrInvalidConfiguration,
 		"InvalidInstanceType":          drivers.ErrInvalidConfiguration,
+		// Credentials AWS refuses, in each protocol's words: EKS and SQS
+		// (JSON) say UnrecognizedClientException, InvalidSignatureException
+		// and ExpiredTokenException; Auto Scaling and STS (query) say
+		// InvalidClientTokenId and ExpiredToken; EC2 says AuthFailure and,
+		// for an expired session token, RequestExpired.
+		"UnrecognizedClientException": drivers.ErrInvalidConfiguration,
+		"InvalidSignatureException":   drivers.ErrInvalidConfiguration,
+		"ExpiredTokenException":       drivers.ErrInvalidConfiguration,
+		"ExpiredToken":                drivers.ErrInvalidConfiguration,
+		"InvalidClientTokenId":        drivers.ErrInvalidConfiguration,
+		"RequestExpired":              drivers.ErrInvalidConfiguration,
+		"AccessDeniedException":       drivers.ErrInvalidConfiguration,
 	} {
 		err := Classify("creating", &smithy.GenericAPIError{Code: code, Message: "m"})
 		assert.ErrorIs(t, err, want, code)

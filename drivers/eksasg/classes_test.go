@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/ptr"
@@ -78,4 +80,39 @@ func TestWhatAWSRefusesLaterIsTheClassesVerdict(t *testing.T) {
 		section.BlockDevices[1].VolumeSize = nil
 		require.NoError(t, d.ValidateCloud(ctx, class), "no size is the snapshot's size")
 	})
+}
+
+// TestInstanceTypesOfAnotherArchitectureThanTheImageAreRefused: one image
+// runs on one architecture. An instance type of the other (a Graviton
+// m6g.large beside an x86_64 AMI, in instanceType or among a
+// mixed-instances policy's types, where spot allocation may pick it any
+// time) makes each of its launches fail ("The architecture 'arm64' of the
+// specified instance type does not match the architecture 'x86_64' of the
+// specified AMI"), as a volume smaller than the snapshot does. It is the
+// class's verdict, naming the type, before any NodeSet uses it.
+func TestInstanceTypesOfAnotherArchitectureThanTheImageAreRefused(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	d := w.driver("prod")
+	out, err := w.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{ImageIds: []string{w.image}})
+	require.NoError(t, err)
+	require.Len(t, out.Images, 1)
+	require.Equal(t, ec2types.ArchitectureValuesX8664, out.Images[0].Architecture, "the test's image")
+
+	class := w.class()
+	section := *class.Spec.EKSAutoscalingGroup
+	class.Spec.EKSAutoscalingGroup = &section
+	section.InstanceType = "m6g.large"
+	err = d.ValidateCloud(ctx, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, `spec.eksAutoscalingGroup.instanceType: "m6g.large" runs arm64, and image `+w.image+" is x86_64")
+
+	section.InstanceType = ""
+	section.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m6i.large", "m6g.large", "m5.large"}}
+	err = d.ValidateCloud(ctx, class)
+	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.ErrorContains(t, err, `spec.eksAutoscalingGroup.mixedInstances.instanceTypes: "m6g.large" runs arm64, and image `+w.image+" is x86_64")
+
+	section.MixedInstances = &nodesetv1alpha1.MixedInstancesPolicy{InstanceTypes: []string{"m6i.large", "m5.large", "t2.large"}}
+	require.NoError(t, d.ValidateCloud(ctx, class), "x86_64 types for an x86_64 image (t2's list i386 too)")
 }

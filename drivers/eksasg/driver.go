@@ -213,8 +213,15 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 	if m := s.MixedInstances; m != nil {
 		field, types = "spec.eksAutoscalingGroup.mixedInstances.instanceTypes", m.InstanceTypes
 	}
-	if err := awscloud.ValidateInstanceTypes(ctx, ec2c, field, s.Region, types); err != nil {
+	archs, err := awscloud.InstanceTypeArchitectures(ctx, ec2c, field, s.Region, types)
+	if err != nil {
 		return err
+	}
+	image := images.Images[0]
+	for _, t := range types {
+		if other := awscloud.OtherArchitecture(t, archs[t], string(image.Architecture)); other != "" {
+			return drivers.InvalidConfiguration(field, "%s, and image %s is %s: every launch of it would fail", other, s.ImageID, image.Architecture)
+		}
 	}
 	if err := awscloud.ValidateNetwork(ctx, ec2c, s.Region, "spec.eksAutoscalingGroup.subnetIDs", s.SubnetIDs,
 		"spec.eksAutoscalingGroup.securityGroupIDs", s.SecurityGroupIDs); err != nil {
@@ -289,7 +296,8 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			return drivers.GroupStatus{}, err
 		}
 		if g, ok := v.groups[group.Name]; ok && g.Status == nil && aws.ToInt32(g.MinSize) == minSize &&
-			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= group.Replicas && rebalanceSuspended(g) {
+			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= group.Replicas && rebalanceSuspended(g) &&
+			launchesFromLatest(g, group.Name) {
 			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
 				return drivers.GroupStatus{}, err
 			}
@@ -394,6 +402,11 @@ func launchedFrom(name string, s *nodesetv1alpha1.EKSAutoscalingGroup) *autoscal
 	spec := &asgtypes.LaunchTemplateSpecification{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")}
 	if m := s.MixedInstances; m != nil {
 		update.MixedInstancesPolicy = mixedInstances(spec, m)
+		if m.SpotMaxPrice == "" {
+			// Auto Scaling keeps a max price left out of an update; an
+			// empty one removes it.
+			update.MixedInstancesPolicy.InstancesDistribution.SpotMaxPrice = aws.String("")
+		}
 	} else {
 		update.LaunchTemplate = spec
 	}
@@ -420,7 +433,10 @@ func groupChanges(g *asgtypes.AutoScalingGroup, name string, s *nodesetv1alpha1.
 			(m.OnDemandBaseCapacity != nil && aws.ToInt32(m.OnDemandBaseCapacity) != aws.ToInt32(dist.OnDemandBaseCapacity)) ||
 			(m.OnDemandPercentageAboveBaseCapacity != nil && aws.ToInt32(m.OnDemandPercentageAboveBaseCapacity) != aws.ToInt32(dist.OnDemandPercentageAboveBaseCapacity)) ||
 			(m.SpotAllocationStrategy != "" && m.SpotAllocationStrategy != aws.ToString(dist.SpotAllocationStrategy)) ||
-			(m.SpotMaxPrice != "" && m.SpotMaxPrice != aws.ToString(dist.SpotMaxPrice))
+			m.SpotMaxPrice != aws.ToString(dist.SpotMaxPrice)
+	}
+	if !launchesFromLatest(g, name) {
+		changed = true // pointed at another version, or another template, by hand
 	}
 	have := strings.Split(aws.ToString(g.VPCZoneIdentifier), ",")
 	if want := slices.Sorted(slices.Values(s.SubnetIDs)); !slices.Equal(slices.Sorted(slices.Values(have)), want) {
@@ -433,6 +449,17 @@ func groupChanges(g *asgtypes.AutoScalingGroup, name string, s *nodesetv1alpha1.
 		return nil
 	}
 	return update
+}
+
+// launchesFromLatest reports whether the group launches from the $Latest
+// version of its launch template, name, where each template hash has its
+// version.
+func launchesFromLatest(g *asgtypes.AutoScalingGroup, name string) bool {
+	spec := g.LaunchTemplate
+	if m := g.MixedInstancesPolicy; m != nil && m.LaunchTemplate != nil {
+		spec = m.LaunchTemplate.LaunchTemplateSpecification
+	}
+	return spec != nil && aws.ToString(spec.LaunchTemplateName) == name && aws.ToString(spec.Version) == "$Latest"
 }
 
 // suspendRebalance suspends AZRebalance on the group: nodeset, not AWS,

@@ -192,8 +192,21 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 		}
 		return classify("describing EKS cluster "+s.ClusterName, err)
 	}
-	if err := awscloud.ValidateInstanceTypes(ctx, api.EC2, "spec.eksManagedNodeGroup.instanceTypes", s.Region, s.InstanceTypes); err != nil {
+	archs, err := awscloud.InstanceTypeArchitectures(ctx, api.EC2, "spec.eksManagedNodeGroup.instanceTypes", s.Region, s.InstanceTypes)
+	if err != nil {
 		return err
+	}
+	if s.LaunchTemplate == nil { // a launch template may name an AMI of its own, of either architecture
+		want := amiArchitecture(s.AMIType)
+		why := "amiType " + s.AMIType + " is " + want + ": EKS refuses the node group"
+		if s.AMIType == "" {
+			why = "without amiType EKS uses an x86_64 one: EKS refuses the node group (set amiType, such as AL2023_ARM_64_STANDARD)"
+		}
+		for _, t := range s.InstanceTypes {
+			if other := awscloud.OtherArchitecture(t, archs[t], want); other != "" {
+				return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.instanceTypes", "%s, and %s", other, why)
+			}
+		}
 	}
 	var securityGroups []string
 	if s.RemoteAccess != nil {
@@ -201,6 +214,19 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 	}
 	return awscloud.ValidateNetwork(ctx, api.EC2, s.Region, "spec.eksManagedNodeGroup.subnets", s.Subnets,
 		"spec.eksManagedNodeGroup.remoteAccess.sourceSecurityGroups", securityGroups)
+}
+
+// amiArchitecture is the EC2 architecture of an EKS AMI type (x86_64 for
+// none: EKS's default is an x86_64 one), or "" when the AMI type does not
+// say (CUSTOM).
+func amiArchitecture(amiType string) string {
+	switch {
+	case amiType == "", strings.Contains(amiType, "x86_64"):
+		return "x86_64"
+	case strings.Contains(amiType, "ARM_64"):
+		return "arm64"
+	}
+	return ""
 }
 
 // Capacity is what a node of the first instance type offers, with the
@@ -326,12 +352,28 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	if !settled {
 		return d.status(ctx, api, ng, update)
 	}
+	if version := versionChanges(ng, s); version != nil && failedBefore(update, version) {
+		// Recorded now: the configuration change below, which waited for
+		// the update's end, answers without it, and the next look no
+		// longer has its id from the NodeSet's status.
+		if err := d.recordFailedUpdate(ctx, api, ng, aws.ToString(update.Id)); err != nil {
+			return drivers.GroupStatus{}, err
+		}
+	}
 	if config := configChanges(ng, s, group); config != nil {
 		config.ClusterName, config.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
-		if _, err := api.EKS.UpdateNodegroupConfig(ctx, config); err != nil {
+		_, err := api.EKS.UpdateNodegroupConfig(ctx, config)
+		if awscloud.IsCode(err, "ResourceInUseException") {
+			return d.status(ctx, api, ng, update) // another update runs: this one waits for it
+		}
+		if err != nil {
 			return drivers.GroupStatus{}, classify("updating node group "+group.Name, err)
 		}
-		return d.DescribeGroup(ctx, group.Class, group.Name)
+		after, err := describe(ctx, api.EKS, s.ClusterName, group.Name)
+		if err != nil {
+			return drivers.GroupStatus{}, err
+		}
+		return d.status(ctx, api, after, update) // the update tracked still reported: the NodeSet's status keeps it
 	}
 	if version := versionChanges(ng, s); version != nil {
 		if !group.ManagedRollout {
@@ -340,9 +382,31 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 				"EKS applies such changes only with the NodeSet's strategy Managed")
 			return status, err
 		}
+		// The update the NodeSet's status tracks, or else the version
+		// update that last failed, which the status no longer names.
+		last := update
+		if id := ng.Tags[failedUpdateTag]; last == nil && id != "" {
+			if last, err = describeUpdate(ctx, api.EKS, s.ClusterName, group.Name, id); err != nil && !errors.Is(err, drivers.ErrNotFound) {
+				return drivers.GroupStatus{}, err
+			}
+		}
+		if failedBefore(last, version) {
+			// Started again it would fail the same way, surging and
+			// draining the group each time: it waits for a change.
+			if err := d.recordFailedUpdate(ctx, api, ng, aws.ToString(last.Id)); err != nil {
+				return drivers.GroupStatus{}, err
+			}
+			status, err := d.status(ctx, api, ng, last)
+			status.Message = joinMessages(status.Message, "it is not started again until the version, release version or launch template "+
+				"version changes, or the node group's tag "+failedUpdateTag+" is removed")
+			return status, err
+		}
 		version.ClusterName, version.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
-		version.ClientRequestToken = aws.String(token(group))
+		version.ClientRequestToken = aws.String(versionToken(group, ng))
 		out, err := api.EKS.UpdateNodegroupVersion(ctx, version)
+		if awscloud.IsCode(err, "ResourceInUseException") {
+			return d.status(ctx, api, ng, update) // another update runs: this one waits for it
+		}
 		if err != nil {
 			return drivers.GroupStatus{}, classify("updating the version of node group "+group.Name, err)
 		}
@@ -350,6 +414,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		return d.status(ctx, api, ng, update)
 	}
 	if err := d.tagTemplateHash(ctx, api, ng, group.TemplateHash); err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	if err := d.recordFailedUpdate(ctx, api, ng, ""); err != nil {
 		return drivers.GroupStatus{}, err
 	}
 	return d.status(ctx, api, ng, update)
@@ -430,6 +497,9 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 				errs = append(errs, fmt.Sprintf("%s: %s", e.ErrorCode, aws.ToString(e.ErrorMessage)))
 			}
 			status.Message = joinMessages(status.Message, "update "+status.UpdateID+" failed: "+strings.Join(errs, "; "))
+		}
+		if update.Status == ekstypes.UpdateStatusCancelled {
+			status.Message = joinMessages(status.Message, "update "+status.UpdateID+" was cancelled")
 		}
 	}
 	if asg := autoScalingGroup(ng); asg != "" {

@@ -206,6 +206,16 @@ type fakeEKS struct {
 	groups  map[string]*ekstypes.Nodegroup
 	updates map[string]*ekstypes.Update
 	calls   []string
+	// busy is an update EKS runs that DescribeNodegroup does not show
+	// yet: EKS refuses every other update with ResourceInUseException.
+	busy bool
+	// tokens are the updates made, by client request token: a request
+	// with a token EKS has seen is answered as the first one was.
+	tokens map[string]string
+}
+
+func resourceInUse() error {
+	return &smithy.GenericAPIError{Code: "ResourceInUseException", Message: "Nodegroup ng is currently being updated", Fault: smithy.FaultClient}
 }
 
 func (f *fakeEKS) call(name string) {
@@ -226,8 +236,28 @@ func (f *fakeEKS) DescribeNodegroup(_ context.Context, in *eks.DescribeNodegroup
 
 func (f *fakeEKS) UpdateNodegroupVersion(_ context.Context, in *eks.UpdateNodegroupVersionInput, _ ...func(*eks.Options)) (*eks.UpdateNodegroupVersionOutput, error) {
 	f.call("UpdateNodegroupVersion " + aws.ToString(in.Version))
+	if id, ok := f.tokens[aws.ToString(in.ClientRequestToken)]; ok && in.ClientRequestToken != nil {
+		return &eks.UpdateNodegroupVersionOutput{Update: &ekstypes.Update{Id: aws.String(id), Status: ekstypes.UpdateStatusInProgress,
+			Type: ekstypes.UpdateTypeVersionUpdate, Params: f.updates[id].Params}}, nil
+	}
+	if f.busy {
+		return nil, resourceInUse()
+	}
 	id := fmt.Sprintf("update-%d", len(f.updates)+1)
+	if f.tokens == nil {
+		f.tokens = map[string]string{}
+	}
+	f.tokens[aws.ToString(in.ClientRequestToken)] = id
 	u := &ekstypes.Update{Id: aws.String(id), Status: ekstypes.UpdateStatusInProgress, Type: ekstypes.UpdateTypeVersionUpdate}
+	if in.Version != nil {
+		u.Params = append(u.Params, ekstypes.UpdateParam{Type: ekstypes.UpdateParamTypeVersion, Value: in.Version})
+	}
+	if in.ReleaseVersion != nil {
+		u.Params = append(u.Params, ekstypes.UpdateParam{Type: ekstypes.UpdateParamTypeReleaseVersion, Value: in.ReleaseVersion})
+	}
+	if lt := in.LaunchTemplate; lt != nil && lt.Version != nil {
+		u.Params = append(u.Params, ekstypes.UpdateParam{Type: ekstypes.UpdateParamTypeLaunchTemplateVersion, Value: lt.Version})
+	}
 	f.updates[id] = u
 	f.groups[aws.ToString(in.NodegroupName)].Status = ekstypes.NodegroupStatusUpdating
 	return &eks.UpdateNodegroupVersionOutput{Update: u}, nil
@@ -235,6 +265,9 @@ func (f *fakeEKS) UpdateNodegroupVersion(_ context.Context, in *eks.UpdateNodegr
 
 func (f *fakeEKS) UpdateNodegroupConfig(_ context.Context, in *eks.UpdateNodegroupConfigInput, _ ...func(*eks.Options)) (*eks.UpdateNodegroupConfigOutput, error) {
 	f.call("UpdateNodegroupConfig")
+	if f.busy {
+		return nil, resourceInUse()
+	}
 	ng := f.groups[aws.ToString(in.NodegroupName)]
 	if sc := in.ScalingConfig; sc != nil {
 		ng.ScalingConfig = sc

@@ -1,9 +1,11 @@
 package eksmanaged
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,6 +17,10 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/awscloud"
 )
+
+// failedUpdateTag, on a node group, is the id of the version update of it
+// that last failed or was cancelled: it is not started again by itself.
+const failedUpdateTag = "nodeset.dev/failed-update"
 
 // How a NodeSet's group is written as an EKS node group: its tags, labels,
 // taints and settings, the idempotency token of its creation, and the
@@ -146,6 +152,19 @@ func token(group drivers.Group) string {
 	return t
 }
 
+// versionToken is the idempotency token of a version update of ng: the
+// group's token at its template hash and ng's last modification. A retry
+// after a lost answer, while EKS does not show the update yet, is the same
+// request; a new attempt after an update ended (EKS modified the node
+// group) is a new one, and does not get the ended update's answer back.
+// EKS refuses a second update while one runs in any case.
+func versionToken(group drivers.Group, ng *ekstypes.Nodegroup) string {
+	if ng.ModifiedAt != nil {
+		group.TemplateHash += "-" + strconv.FormatInt(ng.ModifiedAt.Unix(), 36)
+	}
+	return token(group)
+}
+
 // configChanges is the UpdateNodegroupConfig that brings ng in step, or nil.
 func configChanges(ng *ekstypes.Nodegroup, s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) *eks.UpdateNodegroupConfigInput {
 	input := &eks.UpdateNodegroupConfigInput{}
@@ -233,4 +252,53 @@ func versionChanges(ng *ekstypes.Nodegroup, s *nodesetv1alpha1.EKSManagedNodeGro
 		return nil
 	}
 	return input
+}
+
+// failedBefore reports whether update is a version update that failed or
+// was cancelled, and that asked for what version would ask for now.
+func failedBefore(update *ekstypes.Update, version *eks.UpdateNodegroupVersionInput) bool {
+	if update == nil || update.Type != ekstypes.UpdateTypeVersionUpdate ||
+		(update.Status != ekstypes.UpdateStatusFailed && update.Status != ekstypes.UpdateStatusCancelled) {
+		return false
+	}
+	asked := map[ekstypes.UpdateParamType]string{}
+	for _, p := range update.Params {
+		asked[p.Type] = aws.ToString(p.Value)
+	}
+	same := func(t ekstypes.UpdateParamType, want *string) bool {
+		have, ok := asked[t]
+		return want == nil || (ok && have == *want)
+	}
+	var templateVersion *string
+	if version.LaunchTemplate != nil {
+		templateVersion = version.LaunchTemplate.Version
+	}
+	return same(ekstypes.UpdateParamTypeVersion, version.Version) && same(ekstypes.UpdateParamTypeReleaseVersion, version.ReleaseVersion) &&
+		same(ekstypes.UpdateParamTypeLaunchTemplateVersion, templateVersion)
+}
+
+// recordFailedUpdate writes id as the node group's failedUpdateTag, or
+// removes the tag when id is empty, so that a failed version update is
+// known after the NodeSet's status stopped naming it and after a restart.
+func (d *Driver) recordFailedUpdate(ctx context.Context, api API, ng *ekstypes.Nodegroup, id string) error {
+	name := aws.ToString(ng.NodegroupName)
+	switch have := ng.Tags[failedUpdateTag]; {
+	case have == id:
+		return nil
+	case id == "":
+		_, err := api.EKS.UntagResource(ctx, &eks.UntagResourceInput{ResourceArn: ng.NodegroupArn, TagKeys: []string{failedUpdateTag}})
+		if err == nil {
+			delete(ng.Tags, failedUpdateTag)
+		}
+		return classify("forgetting the failed update of node group "+name, err)
+	}
+	_, err := api.EKS.TagResource(ctx, &eks.TagResourceInput{ResourceArn: ng.NodegroupArn, Tags: map[string]string{failedUpdateTag: id}})
+	if err != nil {
+		return classify("recording the failed update "+id+" of node group "+name, err)
+	}
+	if ng.Tags == nil {
+		ng.Tags = map[string]string{}
+	}
+	ng.Tags[failedUpdateTag] = id
+	return nil
 }
