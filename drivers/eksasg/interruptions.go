@@ -377,12 +377,26 @@ func (d *Driver) AckInterruptions(ctx context.Context, class drivers.Class, rece
 			return awscloud.Classify("deleting messages from "+queueURL, err)
 		}
 		for _, f := range out.Failed {
-			if !f.SenderFault || aws.ToString(f.Code) != "ReceiptHandleIsInvalid" {
+			if !receiptGone(f) {
 				return fmt.Errorf("deleting a message from %s: %s: %s", queueURL, aws.ToString(f.Code), aws.ToString(f.Message))
 			}
 		}
 	}
 	return nil
+}
+
+// receiptGone reports whether a failed delete is for a receipt handle SQS
+// no longer takes: ReceiptHandleIsInvalid, or, for one whose visibility
+// timeout ran out, InvalidParameterValue ("Value ... for parameter
+// ReceiptHandle is invalid. Reason: The receipt handle has expired.").
+func receiptGone(f sqstypes.BatchResultErrorEntry) bool {
+	switch aws.ToString(f.Code) {
+	case "ReceiptHandleIsInvalid":
+		return f.SenderFault
+	case "InvalidParameterValue":
+		return f.SenderFault && strings.Contains(aws.ToString(f.Message), "ReceiptHandle")
+	}
+	return false
 }
 
 func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class) (LifecycleActions, error) {

@@ -30,6 +30,7 @@ const (
 	ReasonRebalanceRecommended     = "RebalanceRecommended"
 	ReasonLifecycleActionCompleted = "LifecycleActionCompleted"
 	ReasonInterruptedDrainCut      = "InterruptedDrainCut"
+	ReasonInterruptionQueueFailed  = "InterruptionQueueFailed"
 )
 
 // machineIDIndex indexes Nodes by the last element of spec.providerID (the
@@ -142,19 +143,49 @@ func (c *Controller) interruptionQueues() map[string]string {
 		if !ok || class.DeletionTimestamp != nil {
 			continue
 		}
-		queue := source.InterruptionQueue(drivers.Class{Name: class.Name, Spec: class.Spec})
-		if queue == "" {
+		key := queueKey(source, class)
+		if key == "" {
 			continue
-		}
-		key := class.Spec.Driver + " " + queue
-		if ref := class.Spec.CredentialsSecretRef; ref != nil {
-			key += " " + ref.Namespace + "/" + ref.Name
 		}
 		if _, ok := out[key]; !ok {
 			out[key] = class.Name
 		}
 	}
 	return out
+}
+
+// queueKey is the key of the class's interruption queue: its driver,
+// queue and credentials; "" when it names none.
+func queueKey(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass) string {
+	queue := source.InterruptionQueue(drivers.Class{Name: class.Name, Spec: class.Spec})
+	if queue == "" {
+		return ""
+	}
+	key := class.Spec.Driver + " " + queue
+	if ref := class.Spec.CredentialsSecretRef; ref != nil {
+		key += " " + ref.Namespace + "/" + ref.Name
+	}
+	return key
+}
+
+// tellQueueFailed reports, on every served class read through the same
+// queue as class, that the queue cannot be read or its messages deleted
+// (deleted, permissions revoked, a key it cannot use), which a log line
+// alone would not tell its admin.
+func (c *Controller) tellQueueFailed(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass, what, consequence string, err error) {
+	key := queueKey(source, class)
+	classes, listErr := c.classes.List(labels.Everything())
+	if key == "" || listErr != nil {
+		return
+	}
+	queue := source.InterruptionQueue(drivers.Class{Name: class.Name, Spec: class.Spec})
+	for _, other := range classes {
+		if other.DeletionTimestamp != nil || other.Spec.Driver != class.Spec.Driver || queueKey(source, other) != key {
+			continue
+		}
+		c.recorder.Eventf(other, corev1.EventTypeWarning, ReasonInterruptionQueueFailed,
+			"%s interruption queue %s failed (%s): %s", what, queue, consequence, c.scrub(err.Error()))
+	}
 }
 
 func cmpString(a, b string) int {
@@ -230,6 +261,8 @@ func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome
 	if err != nil {
 		if ctx.Err() == nil {
 			logger.Error(nil, "Receiving interruption notices failed", "err", c.scrub(err.Error()))
+			c.tellQueueFailed(source, class, "Receiving from the",
+				"retried with backoff; until it works, no notice drains a Node before AWS takes its instance", err)
 		}
 		return consumeFailed
 	}
@@ -254,6 +287,10 @@ func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome
 	}
 	if err := source.AckInterruptions(ctx, queueClass, handled); err != nil {
 		logger.Error(nil, "Acknowledging interruption notices failed; they come again", "err", c.scrub(err.Error()))
+		if ctx.Err() == nil {
+			c.tellQueueFailed(source, class, "Deleting handled messages from the",
+				"they come again and are acted on again, changing nothing", err)
+		}
 	}
 	return consumeOK
 }
