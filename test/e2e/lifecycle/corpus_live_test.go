@@ -100,8 +100,8 @@ func autoscalerInputs() []rpcInput {
 		{"IncreaseSize by the largest int32", increase(auto, 2147483647), codes.InvalidArgument, "spec.autoscaling.maxReplicas"},
 		{"DecreaseTargetSize by a positive delta", decrease(1), codes.InvalidArgument, "size decrease must be negative"},
 		{"DecreaseTargetSize by zero", decrease(0), codes.InvalidArgument, "size decrease must be negative"},
-		{"DecreaseTargetSize below the registered nodes", decrease(-1), codes.FailedPrecondition, "1 registered nodes"},
-		{"DecreaseTargetSize by the smallest int32", decrease(-2147483648), codes.FailedPrecondition, "1 registered nodes"},
+		{"DecreaseTargetSize below minReplicas", decrease(-1), codes.FailedPrecondition, "below spec.autoscaling.minReplicas 1"},
+		{"DecreaseTargetSize by the smallest int32", decrease(-2147483648), codes.FailedPrecondition, "below spec.autoscaling.minReplicas 1"},
 		{"DeleteNodes naming another set's node", deleteNodes(func(e rpcEnv) []*protos.ExternalGrpcNode {
 			return []*protos.ExternalGrpcNode{grpcNode(e.scaledNode)}
 		}), codes.InvalidArgument, "does not belong to node group"},
