@@ -87,6 +87,7 @@ type Driver struct {
 	joiner    Joiner
 	storePath string
 	fence     func() error
+	timeouts  callTimeouts
 
 	mu    sync.Mutex
 	flags map[string]cachedFlags // by plugin binary path
@@ -114,18 +115,49 @@ type Options struct {
 	// it go out. The node controller's check before a driver call does not
 	// cover the calls a Create or Delete makes after its first steps.
 	Fence func() error
+	// FlagsTimeout bounds asking a plugin for its flags, which validating
+	// a class waits on; one minute when zero.
+	FlagsTimeout time.Duration
+	// StateTimeout bounds asking a plugin for a machine's state; two
+	// minutes when zero.
+	StateTimeout time.Duration
+	// RemoveTimeout bounds removing a machine through its plugin, which
+	// its Node's deletion waits on; ten minutes when zero.
+	RemoveTimeout time.Duration
 }
 
 // New returns the docker-machine driver.
 func New(opts Options) *Driver {
 	if opts.Opener == nil {
-		opts.Opener = RPCOpener{}
+		opts.Opener = RPCOpener{Home: opts.StorePath}
 	}
 	if opts.Fence == nil {
 		opts.Fence = func() error { return nil }
 	}
+	timeouts := callTimeouts{flags: orDefault(opts.FlagsTimeout, time.Minute), state: orDefault(opts.StateTimeout, 2*time.Minute),
+		remove: orDefault(opts.RemoveTimeout, 10*time.Minute)}
 	return &Driver{store: opts.Store, plugins: fencedOpener{Opener: opts.Opener, fence: opts.Fence}, joiner: opts.Joiner,
-		storePath: opts.StorePath, fence: opts.Fence, flags: map[string]cachedFlags{}}
+		storePath: opts.StorePath, fence: opts.Fence, timeouts: timeouts, flags: map[string]cachedFlags{}}
+}
+
+// callTimeouts bound the plugin calls that a Create's registration timeout
+// does not: a plugin that never answers (its cloud's API hangs) is killed
+// at the limit, and the call fails and is retried.
+type callTimeouts struct {
+	flags, state, remove time.Duration
+}
+
+func orDefault(t, def time.Duration) time.Duration {
+	if t <= 0 {
+		return def
+	}
+	return t
+}
+
+// bounded is ctx, ended after limit with a cause that says which call took
+// too long (and wraps context.DeadlineExceeded).
+func bounded(ctx context.Context, limit time.Duration, call string) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, limit, fmt.Errorf("%w: %s took longer than %s", context.DeadlineExceeded, call, limit))
 }
 
 var (
@@ -162,6 +194,9 @@ func (d *Driver) Validate(ctx context.Context, class drivers.Class) error {
 	if err != nil {
 		return d.scrubbed("", err)
 	}
+	if err := tenantOverrideErrors(&class.Spec, flags); err != nil {
+		return err
+	}
 	_, err = driverOptions(dm, flags, class.Credentials, d.credentialFiles(dm, "validate"))
 	return err
 }
@@ -179,6 +214,9 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) error {
 	flags, err := d.createFlags(ctx, dm.DriverName)
 	if err != nil {
 		return d.scrubbed("", err)
+	}
+	if err := tenantOverrideErrors(&class.Spec, flags); err != nil {
+		return err
 	}
 	credentials := class.Credentials
 	if credentials == nil {
@@ -203,6 +241,8 @@ func (d *Driver) createFlags(ctx context.Context, plugin string) ([]mcnflag.Flag
 		return cached.flags, nil
 	}
 	var flags []mcnflag.Flag
+	ctx, cancel := bounded(ctx, d.timeouts.flags, "asking the plugin for its flags")
+	defer cancel()
 	err = d.withPlugin(ctx, plugin, d.baseConfig(""), func(p Plugin) (err error) {
 		flags, err = p.CreateFlags()
 		return err
@@ -335,7 +375,10 @@ func driverOptions(dm *nodesetv1alpha1.DockerMachine, flags []mcnflag.Flag, cred
 			return nil, drivers.InvalidConfiguration("spec.dockerMachine.provisioning.userDataOption", "option %q is also set by %s", p.UserDataOption, other)
 		}
 	}
-	// Defaults for what is not set, as docker-machine's command line does.
+	// Defaults for what is not set. docker-machine's command line would
+	// read a flag's environment variable (its EnvVar) first; plugins do
+	// not get the node controller's environment, and neither is it read
+	// for them here.
 	for _, f := range flags {
 		if _, ok := values[f.String()]; !ok && f.Default() != nil {
 			values[f.String()] = f.Default()
@@ -463,6 +506,9 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	if err != nil {
 		return "", err
 	}
+	if err := tenantOverrideErrors(&machine.Class.Spec, flags); err != nil {
+		return "", err
+	}
 	values, err := driverOptions(dm, flags, machine.Class.Credentials, d.credentialFiles(dm, machine.Name))
 	if err != nil {
 		return "", err
@@ -485,10 +531,18 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	}
 	record = Record{Name: machine.Name, Plugin: dm.DriverName, Owner: machine.Owner, CreatedAt: time.Now().Unix(), Credentials: machine.Class.Credentials}
 	err = d.withPlugin(ctx, dm.DriverName, d.baseConfig(machine.Name), func(p Plugin) error {
+		// A plugin killed in the middle (the attempt's time is up) did
+		// not refuse the options: its error says nothing of the class.
 		if err := p.SetConfigFromFlags(values); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
 			return drivers.InvalidConfiguration("spec.dockerMachine.options", "plugin %s refused the options: %v", BinaryName(dm.DriverName), err)
 		}
 		if err := p.PreCreateCheck(); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
 			return fmt.Errorf("%w: plugin %s: %v", drivers.ErrInvalidConfiguration, BinaryName(dm.DriverName), err)
 		}
 		if record.Config, err = p.GetConfigRaw(); err != nil {
@@ -619,6 +673,8 @@ func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine
 }
 
 func (d *Driver) state(ctx context.Context, record Record) (state.State, error) {
+	ctx, cancel := bounded(ctx, d.timeouts.state, "asking the plugin for the machine's state")
+	defer cancel()
 	var st state.State
 	err := d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
 		var err error
@@ -647,15 +703,19 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	err = d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
+	// A plugin that does not answer is killed at the limit; its error
+	// says nothing of the machine, whose record stays.
+	removeCtx, cancel := bounded(ctx, d.timeouts.remove, "removing the machine")
+	defer cancel()
+	err = d.withPlugin(removeCtx, record.Plugin, record.Config, func(p Plugin) error {
 		if _, err := p.GetState(); err != nil && !record.Created && machineGone(err) {
 			return nil // Create never finished and the plugin does not know the machine
 		}
 		// Otherwise the plugin knows the machine, or could not say (its
 		// API is down): the record stays until Remove succeeds.
 		removeErr := p.Remove()
-		if removeErr == nil {
-			return nil
+		if removeErr == nil || removeCtx.Err() != nil {
+			return removeErr
 		}
 		// An earlier Remove may have succeeded just before the node
 		// controller stopped, leaving the record: a plugin that says the

@@ -49,7 +49,14 @@ type Opener interface {
 // configuration unreaped (or panics closing it), stops reading a plugin's
 // output at its first line over 64 KiB (so the plugin blocks on its next
 // write), and has no way to stop a call that never returns.
-type RPCOpener struct{}
+//
+// A plugin gets a minimal environment, not the node controller's (see
+// pluginEnv).
+type RPCOpener struct {
+	// Home is the plugin's HOME: the store path, so that it finds no
+	// file of the node controller's home (~/.aws, ~/.docker).
+	Home string
+}
 
 const (
 	// pluginStartTimeout is how long a plugin may take to print the
@@ -74,7 +81,7 @@ var quietLibmachine sync.Once
 // Open starts the plugin process. It stops when close is called, when ctx
 // is done (a call in flight then fails), and by itself when its heartbeat
 // stops.
-func (RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin, func(), error) {
+func (o RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin, func(), error) {
 	quietLibmachine.Do(func() {
 		// What libmachine's client code logs goes to the node
 		// controller's log at high verbosity, never to its stdout.
@@ -89,7 +96,7 @@ func (RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plugin
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugin binary %s is not installed in the node controller's PATH", BinaryName(plugin))
 	}
-	proc, err := startPlugin(ctx, path, plugin)
+	proc, err := startPlugin(ctx, path, plugin, pluginEnv(plugin, o.Home))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,11 +132,40 @@ type pluginProcess struct {
 	lastLines []string
 }
 
-// startPlugin starts the plugin binary at path and connects to it.
-func startPlugin(ctx context.Context, path, plugin string) (*pluginProcess, error) {
+// passedEnv are the node controller's environment variables a plugin
+// gets: where to find programs and temporary files, the proxy and trusted
+// CAs to reach its cloud through, the locale and time zone. Nothing else,
+// so no identity of the node controller (AWS_* variables, a web identity
+// token file of IRSA or EKS Pod Identity, its Pod's KUBERNETES_* service)
+// is taken up by a plugin's SDK when the class gives it no credentials.
+var passedEnv = []string{
+	"PATH", "TMPDIR", "TZ", "LANG", "LC_ALL",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+	"SSL_CERT_FILE", "SSL_CERT_DIR",
+}
+
+// pluginEnv is the environment of a plugin process: passedEnv as the node
+// controller has them, HOME set to home (when given), and what libmachine
+// tells a plugin binary to serve.
+func pluginEnv(plugin, home string) []string {
+	var env []string
+	for _, k := range passedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	if home != "" {
+		env = append(env, "HOME="+home)
+	}
+	return append(env, localbinary.PluginEnvKey+"="+localbinary.PluginEnvVal, localbinary.PluginEnvDriverName+"="+plugin)
+}
+
+// startPlugin starts the plugin binary at path, with environment env, and
+// connects to it.
+func startPlugin(ctx context.Context, path, plugin string, env []string) (*pluginProcess, error) {
 	p := &pluginProcess{binary: BinaryName(plugin), exited: make(chan struct{}), stopping: make(chan struct{})}
 	p.cmd = exec.Command(path)
-	p.cmd.Env = append(os.Environ(), localbinary.PluginEnvKey+"="+localbinary.PluginEnvVal, localbinary.PluginEnvDriverName+"="+plugin)
+	p.cmd.Env = env
 	ownProcessGroup(p.cmd)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -28,7 +28,10 @@
 // while which exists every GetState and Remove fails (an API outage), with
 // the file's contents as the error when it has any. A file
 // <StorePath>/fake-crash-flags makes the plugin crash once, asked for its
-// flags (it removes the file first).
+// flags (it removes the file first). While a file <StorePath>/<call> named
+// by one of the Hang constants exists, that call never returns, once it has
+// written <StorePath>/<call>.hung. A file <StorePath>/fake-env gets the
+// plugin's environment, one variable a line, when it is asked for its flags.
 package fakeplugin
 
 import (
@@ -107,8 +110,42 @@ func (d *Driver) DriverName() string { return Name }
 // plugin crash once, asked for its flags.
 const CrashFlagsFile = "fake-crash-flags"
 
+// Files in the store path whose presence makes a call of the plugin never
+// return: a plugin waiting on a cloud that does not answer.
+const (
+	HangFlags          = "fake-hang-flags"
+	HangState          = "fake-hang-state"
+	HangRemove         = "fake-hang-remove"
+	HangPreCreateCheck = "fake-hang-precreatecheck"
+)
+
+// EnvFile is the file in the store path which, when it exists, gets the
+// plugin's environment when it is asked for its flags.
+const EnvFile = "fake-env"
+
+// hangWhile makes the call never return while the store path holds the
+// file call, once it has written call.hung there.
+func (d *Driver) hangWhile(call string) {
+	if d.StorePath == "" {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(d.StorePath, call)); err != nil {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(d.StorePath, call+".hung"), nil, 0o600); err != nil {
+		return
+	}
+	select {}
+}
+
 // GetCreateFlags declares one flag of each type.
 func (d *Driver) GetCreateFlags() []mcnflag.Flag {
+	if env := filepath.Join(d.StorePath, EnvFile); d.StorePath != "" {
+		if _, err := os.Stat(env); err == nil {
+			_ = os.WriteFile(env, []byte(strings.Join(os.Environ(), "\n")+"\n"), 0o600)
+		}
+	}
+	d.hangWhile(HangFlags)
 	if crash := filepath.Join(d.StorePath, CrashFlagsFile); d.StorePath != "" && os.Remove(crash) == nil {
 		fmt.Fprintln(os.Stderr, "fatal error: runtime: out of memory")
 		os.Exit(2)
@@ -168,6 +205,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 // PreCreateCheck refuses a key file that does not exist, quoting it, as
 // generic does.
 func (d *Driver) PreCreateCheck() error {
+	d.hangWhile(HangPreCreateCheck)
 	if d.SSHKey != "" {
 		if _, err := os.Stat(d.SSHKey); err != nil {
 			return fmt.Errorf("SSH key does not exist: %q", d.SSHKey)
@@ -314,6 +352,7 @@ func (d *Driver) outage(otherwise string) error {
 
 // GetState is Running for a recorded machine, an error otherwise.
 func (d *Driver) GetState() (state.State, error) {
+	d.hangWhile(HangState)
 	if err := d.outage("fake: the API is down, cannot look up machine " + d.MachineName); err != nil {
 		return state.Error, err
 	}
@@ -325,6 +364,7 @@ func (d *Driver) GetState() (state.State, error) {
 
 // Remove deletes the machine's record; removing one that is gone is an error.
 func (d *Driver) Remove() error {
+	d.hangWhile(HangRemove)
 	if err := d.outage("fake: the API is down, cannot remove machine " + d.MachineName); err != nil {
 		return err
 	}
