@@ -2,6 +2,7 @@ package resolve
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -68,6 +69,43 @@ func kubeletFlagOfNodes(arg string) string {
 			if "--"+name == flag {
 				return flag
 			}
+		}
+	}
+	return ""
+}
+
+// TenantKubeletFlags are the kubelet flags a NodeSet may pass in
+// kubeletExtraArgs: they size and tune the Node's own resources (how many
+// pods, what is reserved for the system, when pods are evicted and images
+// collected, how logs rotate and images are pulled, how much the kubelet
+// logs). Every other flag is the class's: on a Shared class other
+// namespaces' pods run on the Node, and --anonymous-auth,
+// --authorization-mode, --read-only-port, --hostname-override,
+// --provider-id, --node-ip, --kubeconfig, --cluster-dns, --feature-gates
+// and the like decide who may exec into them, where their DNS queries go
+// and which Node the kubelet claims to be.
+var TenantKubeletFlags = []string{
+	"--container-log-max-files", "--container-log-max-size",
+	"--eviction-hard", "--eviction-max-pod-grace-period", "--eviction-minimum-reclaim",
+	"--eviction-pressure-transition-period", "--eviction-soft", "--eviction-soft-grace-period",
+	"--image-gc-high-threshold", "--image-gc-low-threshold", "--image-minimum-gc-age",
+	"--kube-reserved", "--max-pods", "--pod-max-pids", "--pods-per-core",
+	"--registry-burst", "--registry-qps", "--serialize-image-pulls", "--system-reserved",
+	"--v",
+}
+
+// tenantKubeletWord is the first word of a kubelet argument, split as the
+// bootstrap joins arguments into one command line, that is not one of
+// TenantKubeletFlags given as --flag=value (the kubelet reads underscores
+// as dashes), or "" when every word is. A value as a word of its own is
+// refused too: after a flag that takes none, the kubelet would read it
+// as whatever the flag before it left it to be.
+func tenantKubeletWord(arg string) string {
+	for _, word := range strings.Fields(arg) {
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(word, "--"), "=")
+		if !strings.HasPrefix(word, "--") || !hasValue ||
+			!slices.Contains(TenantKubeletFlags, "--"+strings.ReplaceAll(name, "_", "-")) {
+			return word
 		}
 	}
 	return ""
@@ -165,13 +203,18 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	}
 	if s := set.Spec.EKSAutoscalingGroup; s != nil && s.Bootstrap != nil {
 		for i, arg := range s.Bootstrap.KubeletExtraArgs {
-			if unquotable(arg) {
+			switch {
+			case unquotable(arg):
 				add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: quotes, backquotes, backslashes and control characters are refused in kubelet arguments: "+
 					"the bootstrap writes them into the kubelet's systemd unit, where they could end the value and add flags or lines of their own", i, arg)
-			}
-			if flag := kubeletFlagOfNodes(arg); flag != "" {
+			case kubeletFlagOfNodes(arg) != "":
 				add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: a NodeSet gives its Nodes labels and taints in spec.template, never through %s",
-					i, arg, flag)
+					i, arg, kubeletFlagOfNodes(arg))
+			case tenantKubeletWord(arg) != "":
+				add("spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[%d] %q: %q is not a kubelet flag a NodeSet may set; a NodeSet may set, each as --flag=value, only %s. "+
+					"Other flags (authentication and authorization, the read-only port, the Node's name, IP, provider ID and credentials, cluster DNS, "+
+					"feature gates, ...) decide what the Node gives every pod on it and everyone who reaches its kubelet; the NodeClass may set them",
+					i, arg, tenantKubeletWord(arg), strings.Join(TenantKubeletFlags, ", "))
 			}
 		}
 	}

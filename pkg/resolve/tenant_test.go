@@ -122,7 +122,7 @@ func TestTenantErrors(t *testing.T) {
 		}), []string{"kubeletExtraArgs[0]", "backslashes"}},
 		{"other kubelet flags pass", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{Bootstrap: &nodesetv1alpha1.EKSBootstrap{
-				KubeletExtraArgs: []string{"--max-pods=20", "--node-labels-file-is-not-a-flag",
+				KubeletExtraArgs: []string{"--max-pods=20",
 					"--eviction-hard=memory.available<500Mi,nodefs.available<10%", "--system-reserved=cpu=250m,memory=0.2Gi"}}}
 		}), nil},
 	}

@@ -17,6 +17,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // SpecErrors checks what the schema cannot afford: that tenantOverrides
@@ -187,6 +188,11 @@ func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	}
 	for i, path := range spec.TenantOverrides {
 		parts := strings.Split(path, ".")
+		if spec.DockerMachine != nil && (parts[0] == "credentialOptions" || parts[0] == "credentialFileOptions") {
+			return drivers.InvalidConfiguration(fmt.Sprintf("spec.tenantOverrides[%d]", i),
+				"%q cannot be listed: which plugin option gets which key of the class's credentials is the class's alone; "+
+					"a NodeSet could send any of them to an option its own machine shows it", path)
+		}
 		exists, list := lookupField(section, parts)
 		if list > 0 {
 			whole := strings.Join(parts[:list], ".")
@@ -352,29 +358,52 @@ func jsonTag(f reflect.StructField) (name string, omitempty bool) {
 }
 
 // overrideRisks are the tenantOverrides entries that reach a Node's labels
-// and taints, the kubelet's command line or a machine's boot, by the class's
-// driver, with what an admin should know before listing them.
+// and taints, the kubelet's command line or its trust, a machine's boot,
+// identity or network, by the class's driver, with what an admin should
+// know before listing them.
 var overrideRisks = map[string]map[string]string{
 	nodesetv1alpha1.DriverSimulated: {
 		"labels": "tenants may add Node labels through spec.simulated.labels; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
 	},
 	nodesetv1alpha1.DriverEKSManaged: {
-		"labels":       "tenants may add Node labels through spec.eksManagedNodeGroup.labels; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
-		"taints":       "tenants may add Node taints through spec.eksManagedNodeGroup.taints; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
-		"remoteAccess": "tenants may open SSH to their nodes and name the security groups allowed to reach it",
+		"labels":                            "tenants may add Node labels through spec.eksManagedNodeGroup.labels; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
+		"taints":                            "tenants may add Node taints through spec.eksManagedNodeGroup.taints; keys under nodeset.dev and in the kubernetes.io and k8s.io domains stay refused",
+		"remoteAccess":                      "tenants may open SSH to their nodes and name the security groups allowed to reach it",
+		"remoteAccess.ec2SSHKey":            "tenants may log in to their nodes over SSH with a key pair of their choosing, as a user who can become root",
+		"remoteAccess.sourceSecurityGroups": "tenants name the security groups allowed to reach their nodes over SSH",
+		"nodeRole":                          "tenants choose the IAM role their nodes run with",
+		"subnets":                           "tenants choose the network their nodes sit in",
+		"launchTemplate":                    "tenants choose the launch template: its user data runs as root at boot, and it may set the AMI, key pair, security groups and instance metadata options",
+		"launchTemplate.id":                 "tenants choose the launch template: its user data runs as root at boot, and it may set the AMI, key pair, security groups and instance metadata options",
+		"launchTemplate.name":               "tenants choose the launch template: its user data runs as root at boot, and it may set the AMI, key pair, security groups and instance metadata options",
+		"launchTemplate.version":            "tenants choose which version of the launch template their nodes boot, old ones included",
 	},
 	nodesetv1alpha1.DriverEKSASG: {
-		"bootstrap":                      "tenants may change how nodes join the cluster, including the API server endpoint and CA they trust, kubelet flags and commands run as root at boot",
-		"bootstrap.kubeletExtraArgs":     "tenants may pass kubelet flags; --node-labels and --register-with-taints are refused, any other flag (--node-ip, --max-pods, --eviction-hard, ...) is not checked",
-		"bootstrap.preBootstrapCommands": "tenants run commands as root on each node before it joins the cluster",
-		"instanceProfile":                "tenants choose the IAM role their instances run with",
-		"securityGroupIDs":               "tenants choose the network their nodes sit in",
+		"bootstrap":                               "tenants may change how nodes join the cluster, including the API server endpoint and CA they trust, the cluster DNS address, kubelet flags and commands run as root at boot",
+		"bootstrap.kubeletExtraArgs":              "tenants may pass kubelet flags that size the Node (" + strings.Join(resolve.TenantKubeletFlags, ", ") + "); --node-labels, --register-with-taints and every other flag stay refused",
+		"bootstrap.preBootstrapCommands":          "tenants run commands as root on each node before it joins the cluster",
+		"bootstrap.apiServerEndpoint":             "tenants choose the API server their kubelets join and send their credentials to",
+		"bootstrap.certificateAuthority":          "tenants choose the CA their kubelets trust for the API server",
+		"bootstrap.serviceCIDR":                   "tenants choose the cluster DNS address every pod on their nodes sends its queries to",
+		"imageID":                                 "tenants choose the AMI their nodes boot, and with it everything that runs as root there",
+		"keyName":                                 "tenants may log in to their nodes over SSH with a key pair of their choosing, as a user who can become root",
+		"instanceProfile":                         "tenants choose the IAM role their instances run with",
+		"securityGroupIDs":                        "tenants choose the network their nodes sit in",
+		"subnetIDs":                               "tenants choose the network their nodes sit in",
+		"metadataOptions":                         "tenants may let every pod on their nodes reach the instance metadata service and the instance role's credentials (httpTokens optional, a hop limit above 1)",
+		"metadataOptions.httpTokens":              "tenants may let every pod on their nodes reach the instance metadata service and the instance role's credentials without a session token",
+		"metadataOptions.httpPutResponseHopLimit": "tenants may let every pod on their nodes reach the instance metadata service and the instance role's credentials",
 	},
 	nodesetv1alpha1.DriverDockerMachine: {
-		"options":      "tenants may set any option of the docker-machine plugin, including ones that choose where machines run and who can reach them",
-		"provisioning": "tenants may change the join script run on each machine",
+		"options":                   "tenants may set any option of the docker-machine plugin, including ones that choose where machines run and who can reach them; options that take a file path or URL stay refused",
+		"provisioning":              "tenants may change the join script run on each machine",
+		"provisioning.script":       "tenants choose the join script, run as root on each machine with its bootstrap token",
+		"provisioning.apiServerURL": "tenants choose the API server their kubelets join and send their bootstrap token to",
 	},
 }
+
+// sharedRisk is added to each warning of a Shared class.
+const sharedRisk = "; the class is Shared, so other namespaces' pods run on these nodes and are exposed to it too (tenancy: Dedicated keeps them off)"
 
 // OverrideWarnings are admission warnings for the tenantOverrides of a class
 // that give tenants more than the machine's shape: what they reach, and what
@@ -383,8 +412,12 @@ var overrideRisks = map[string]map[string]string{
 func OverrideWarnings(spec *nodesetv1alpha1.NodeClassSpec) []string {
 	risks := overrideRisks[spec.Driver]
 	var out []string
+	shared := spec.Tenancy != nodesetv1alpha1.TenancyDedicated
 	for i, entry := range spec.TenantOverrides {
 		if risk, ok := risks[entry]; ok {
+			if shared {
+				risk += sharedRisk
+			}
 			out = append(out, fmt.Sprintf("spec.tenantOverrides[%d] %q: %s", i, entry, risk))
 		}
 	}
