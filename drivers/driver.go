@@ -134,7 +134,9 @@ type Driver interface {
 	Name() string
 	// Validate checks a class's effective configuration without side effects.
 	// A non-nil error is reported as Valid=False (NodeClass) or Accepted=False
-	// (NodeSet) with its message. Required.
+	// (NodeSet) with its message, but one that says the driver could not
+	// answer now (CouldNotAnswer): that is Valid=Unknown, tried again.
+	// Required.
 	Validate(ctx context.Context, class Class) error
 	// Capacity reports what one node of the class offers. Required; may return
 	// ErrNotImplemented when the driver cannot know before a machine exists.
@@ -294,7 +296,18 @@ var (
 	ErrThrottled = errors.New("throttled")
 	// ErrNotImplemented: the driver does not offer this optional call.
 	ErrNotImplemented = errors.New("not implemented")
+	// ErrUnavailable: the driver, its plugin or its cloud could not answer
+	// now (a plugin that crashed or hung); no verdict on the machine or
+	// the class, tried again.
+	ErrUnavailable = errors.New("unavailable")
 )
+
+// CouldNotAnswer reports whether err says the driver could not answer now
+// (unavailable, throttled, out of time), which is no verdict on what it was
+// asked about.
+func CouldNotAnswer(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrThrottled) || errors.Is(err, context.DeadlineExceeded)
+}
 
 // InvalidConfiguration returns an error wrapping ErrInvalidConfiguration that
 // names the field and the rule.

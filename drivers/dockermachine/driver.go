@@ -248,7 +248,8 @@ func (d *Driver) createFlags(ctx context.Context, plugin string) ([]mcnflag.Flag
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("asking plugin %s for its flags: %w", BinaryName(plugin), err)
+		// The plugin crashed or hung: no word on the class.
+		return nil, fmt.Errorf("asking plugin %s for its flags: %w (%w)", BinaryName(plugin), err, drivers.ErrUnavailable)
 	}
 	d.mu.Lock()
 	d.flags[path] = cachedFlags{modTime: modTime, flags: flags}

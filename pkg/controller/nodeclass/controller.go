@@ -175,6 +175,13 @@ func (c *Controller) validate(ctx context.Context, name string, read *map[string
 	problem := SpecErrors(&class.Spec)
 	if problem == nil {
 		problem = driver.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec})
+		if drivers.CouldNotAnswer(problem) {
+			// A plugin that hung or crashed, a throttled call: no word on
+			// the class, which would otherwise stay Valid=False, its
+			// NodeSets frozen, until something made it be looked at again.
+			return c.undecided(ctx, class, driver, ReasonValidationFailed,
+				fmt.Errorf("driver %s could not validate NodeClass %s now: %w", class.Spec.Driver, class.Name, problem))
+		}
 	}
 	var (
 		creds    map[string][]byte

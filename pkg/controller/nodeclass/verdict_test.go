@@ -3,6 +3,7 @@ package nodeclass
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -238,4 +239,52 @@ func secondGeneration(previous *metav1.Condition) *nodesetv1alpha1.NodeClass {
 		class.Status.Conditions = []metav1.Condition{*previous}
 	}
 	return class
+}
+
+// validateGroup is a group driver whose Validate answers validateErr.
+type validateGroup struct {
+	group
+	validateErr error
+}
+
+func (g validateGroup) Validate(context.Context, drivers.Class) error { return g.validateErr }
+
+// TestADriverThatCannotAnswerNowGivesNoVerdict: a driver whose Validate
+// could not ask (a plugin that timed out or crashed listing its options,
+// a throttled call) has said nothing about the class. Taken as its
+// verdict, the class would be Valid=False, its NodeSets frozen, until
+// something else made the class be looked at again. It is Unknown and
+// retried; a refusal is still the verdict.
+func TestADriverThatCannotAnswerNowGivesNoVerdict(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		err        error
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantErr    bool
+	}{
+		{"timed out", fmt.Errorf("asking plugin docker-machine-driver-x for its flags: %w", context.DeadlineExceeded),
+			metav1.ConditionUnknown, ReasonValidationFailed, true},
+		{"unavailable", fmt.Errorf("asking plugin docker-machine-driver-x for its flags: unexpected EOF: %w", drivers.ErrUnavailable),
+			metav1.ConditionUnknown, ReasonValidationFailed, true},
+		{"throttled", fmt.Errorf("describing: %w", drivers.ErrThrottled), metav1.ConditionUnknown, ReasonValidationFailed, true},
+		{"refused", drivers.InvalidConfiguration("spec.x.y", "is required"), metav1.ConditionFalse, ReasonInvalidConfiguration, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, secondGeneration(nil))
+			f.controller.registry["cloud-group"] = validateGroup{group: group{Driver: simulated.New(nil)}, validateErr: tt.err}
+			err := f.controller.sync(context.Background(), "sim")
+			if tt.wantErr {
+				require.Error(t, err, "retried")
+			} else {
+				require.NoError(t, err)
+			}
+			got, getErr := f.client.NodesetV1alpha1().NodeClasses().Get(context.Background(), "sim", metav1.GetOptions{})
+			require.NoError(t, getErr)
+			valid := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+			require.NotNil(t, valid)
+			assert.Equal(t, tt.wantStatus, valid.Status)
+			assert.Equal(t, tt.wantReason, valid.Reason)
+		})
+	}
 }
