@@ -1,6 +1,7 @@
 package awscloud
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -116,4 +117,32 @@ func FormerRegions(value, except string) []string {
 // FormerRegionsValue is the TagFormerRegions value that lists regions.
 func FormerRegionsValue(regions []string) string {
 	return strings.Join(FormerRegions(strings.Join(regions, " "), ""), " ")
+}
+
+// RemoveFormerGroups calls remove for each region that value (the
+// TagFormerRegions of the group in region) lists, and for each region a
+// group it removes had recorded in turn (a region changed twice), once
+// each. remove reports the regions its group had recorded and whether
+// nothing of the NodeSet's is left there. left is the regions that still
+// hold something, the tag's next value.
+func RemoveFormerGroups(value, region string, remove func(former string) (more []string, gone bool, err error)) (left []string, err error) {
+	pending := FormerRegions(value, region)
+	var errs []error
+	for len(pending) > 0 {
+		former := pending[0]
+		pending = pending[1:]
+		more, gone, err := remove(former)
+		for _, r := range more {
+			if r != region && r != former && !slices.Contains(pending, r) && !slices.Contains(left, r) {
+				pending = append(pending, r)
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if !gone {
+			left = append(left, former)
+		}
+	}
+	return left, errors.Join(errs...)
 }

@@ -3,7 +3,6 @@ package eksmanaged
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
@@ -78,25 +77,10 @@ func (d *Driver) removeFormerGroups(ctx context.Context, api API, region, cluste
 	if have == "" {
 		return false, nil
 	}
-	pending := awscloud.FormerRegions(have, region)
-	var left []string
-	var errs []error
-	for len(pending) > 0 {
-		former := pending[0]
-		pending = pending[1:]
-		more, gone, err := d.removeFormerGroup(ctx, former, cluster, credentials, aws.ToString(ng.NodegroupName), owner, force)
-		for _, r := range more {
-			if r != region && r != former && !slices.Contains(pending, r) && !slices.Contains(left, r) {
-				pending = append(pending, r)
-			}
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if !gone {
-			left = append(left, former)
-		}
-	}
+	left, err := awscloud.RemoveFormerGroups(have, region, func(former string) ([]string, bool, error) {
+		return d.removeFormerGroup(ctx, former, cluster, credentials, aws.ToString(ng.NodegroupName), owner, force)
+	})
+	errs := []error{err}
 	if want := awscloud.FormerRegionsValue(left); want != have {
 		if err := setFormerRegions(ctx, api.EKS, ng, want); err != nil {
 			errs = append(errs, err)
