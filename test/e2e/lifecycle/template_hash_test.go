@@ -70,8 +70,8 @@ func TestTemplateHashesStable(t *testing.T) {
 	var sets []storedSet
 	gvrs := map[string]schema.GroupVersionResource{
 		"Namespace": {Version: "v1", Resource: "namespaces"},
-		"NodeClass": nodesetv1alpha1.SchemeGroupVersion.WithResource("nodeclasses"),
-		"NodeSet":   nodesetv1alpha1.SchemeGroupVersion.WithResource("nodesets"),
+		"NodeClass": schema.GroupVersion(nodesetv1alpha1.GroupVersion).WithResource("nodeclasses"),
+		"NodeSet":   schema.GroupVersion(nodesetv1alpha1.GroupVersion).WithResource("nodesets"),
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
