@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rancher/machine/drivers/generic"
+	"github.com/rancher/machine/drivers/softlayer"
 	"github.com/rancher/machine/libmachine/drivers/plugin"
 	"github.com/rancher/machine/libmachine/drivers/plugin/localbinary"
 	"github.com/stretchr/testify/assert"
@@ -30,14 +31,18 @@ import (
 var pluginPath string
 
 // TestMain doubles as the plugins: libmachine starts
-// docker-machine-driver-fake or docker-machine-driver-generic (links to this
-// binary) with the plugin token in its environment, and then this binary
-// serves the plugin RPC, as the fake plugin or as rancher/machine's own
-// generic driver.
+// docker-machine-driver-fake, docker-machine-driver-generic or
+// docker-machine-driver-softlayer (links to this binary) with the plugin
+// token in its environment, and then this binary serves the plugin RPC, as
+// the fake plugin or as rancher/machine's own generic or softlayer driver.
 func TestMain(m *testing.M) {
 	if os.Getenv(localbinary.PluginEnvKey) == localbinary.PluginEnvVal {
 		if filepath.Base(os.Args[0]) == BinaryName("generic") {
 			plugin.RegisterDriver(generic.NewDriver("", ""))
+			return
+		}
+		if filepath.Base(os.Args[0]) == BinaryName("softlayer") {
+			plugin.RegisterDriver(softlayer.NewDriver("", ""))
 			return
 		}
 		plugin.RegisterDriver(fakeplugin.New())
@@ -55,8 +60,10 @@ func TestMain(m *testing.M) {
 	if err := os.Symlink(self, pluginPath); err != nil {
 		panic(err)
 	}
-	if err := os.Symlink(self, filepath.Join(dir, BinaryName("generic"))); err != nil {
-		panic(err)
+	for _, name := range []string{"generic", "softlayer"} {
+		if err := os.Symlink(self, filepath.Join(dir, BinaryName(name))); err != nil {
+			panic(err)
+		}
 	}
 	os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	code := m.Run()

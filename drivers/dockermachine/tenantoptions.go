@@ -2,6 +2,7 @@ package dockermachine
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -22,23 +23,43 @@ var hostReadWords = []string{
 }
 
 // readsHostFile reports whether a text option may name a file or URL the
-// plugin reads on the node controller's host.
+// plugin reads on the node controller's host, or an address it sends the
+// class's credentials to: its name or usage says so, or its default value
+// is a URL (softlayer-api-endpoint: "https://api.softlayer.com/rest/v3",
+// where the plugin sends the class's API key with every call).
 func readsHostFile(flag mcnflag.Flag) bool {
 	if !isStringFlag(flag) {
 		return false
 	}
 	text := strings.ToLower(flag.String() + " " + usage(flag))
-	return slices.ContainsFunc(hostReadWords, func(w string) bool { return strings.Contains(text, w) })
+	if slices.ContainsFunc(hostReadWords, func(w string) bool { return strings.Contains(text, w) }) {
+		return true
+	}
+	def, _ := flag.Default().(string)
+	u, err := url.Parse(strings.TrimSpace(def))
+	return err == nil && u.Scheme != "" && u.Host != ""
+}
+
+// isTextFlag reports whether an option takes text (a string, or a list of
+// them), which may be a file path, a URL or a host: only int and bool
+// options cannot.
+func isTextFlag(flag mcnflag.Flag) bool {
+	switch flag.(type) {
+	case mcnflag.StringSliceFlag, *mcnflag.StringSliceFlag:
+		return true
+	}
+	return isStringFlag(flag)
 }
 
 // tenantOverrideErrors refuses the tenantOverrides entries of a class that
 // would let a NodeSet make the plugin, which runs as the node controller on
 // its host, read what the node controller can read and send it to the
 // tenant's machine: an option that takes a file path or URL (the node
-// controller's service-account token, another class's key), the whole
-// options map while the class leaves such an option unset, and which
-// option gets which key of the class's credentials. spec is the class's,
-// or the effective spec of a NodeSet, whose entries are the class's.
+// controller's service-account token, another class's key) or a URL its
+// credentials go to, the whole options map while the class leaves a text
+// option unset, and which option gets which key of the class's
+// credentials. spec is the class's, or the effective spec of a NodeSet,
+// whose entries are the class's.
 func tenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec, flags []mcnflag.Flag) error {
 	dm := spec.DockerMachine
 	byName := map[string]mcnflag.Flag{}
@@ -57,23 +78,30 @@ func tenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec, flags []mcnflag.F
 			if option != "" {
 				if flag, ok := byName[option]; ok && readsHostFile(flag) {
 					return drivers.InvalidConfiguration(field,
-						"%q cannot be listed: option %s takes a file path or URL, which the plugin reads on the node controller's host and sends to the machine; "+
-							"a NodeSet could name any file there, such as the node controller's service-account token", entry, option)
+						"%q cannot be listed: option %s takes a file path or URL, which the plugin reads on the node controller's host and sends to the machine, "+
+							"or sends the class's credentials to; a NodeSet could name any file there, such as the node controller's service-account token", entry, option)
 				}
 				continue
 			}
+			// The whole map hands tenants every option the class does
+			// not set, including ones nobody reviewed. Nothing a plugin
+			// says of its flags tells for sure which text options name a
+			// file, a URL or a host the class's credentials go to (words
+			// miss softlayer-api-endpoint, vmwarevsphere-vcenter), so the
+			// map brings tenants only options that cannot (int, bool);
+			// text ones are set by the class or listed one by one.
 			var open []string
 			for _, f := range flags {
-				if readsHostFile(f) && !classSets(dm, f.String()) {
+				if isTextFlag(f) && !classSets(dm, f.String()) && !slices.Contains(spec.TenantOverrides, "options."+f.String()) {
 					open = append(open, f.String())
 				}
 			}
 			if len(open) > 0 {
 				slices.Sort(open)
 				return drivers.InvalidConfiguration(field,
-					"%q cannot be listed while the class leaves options that take a file path or URL unset (%s): the plugin reads them on the node controller's host "+
-						"and sends them to the machine, so a NodeSet could name any file there, such as the node controller's service-account token; "+
-						"list the options tenants may set one by one (options.<name>), or set those in the class", entry, strings.Join(open, ", "))
+					"%q cannot be listed while the class leaves text options unset (%s): the plugin may read a file or URL such an option names on the node controller's host "+
+						"and send it to the machine, or send the class's credentials to the address it names, and its flags do not say which; "+
+						"set them in the class, or list the ones tenants may set one by one (options.<name>)", entry, strings.Join(open, ", "))
 			}
 		}
 	}

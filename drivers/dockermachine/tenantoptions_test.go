@@ -91,10 +91,11 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 
 	// Options that take no file stay the tenant's, and so do file options
 	// the class sets itself, which a NodeSet cannot change without listing
-	// them one by one.
+	// them one by one. The whole options map needs every text option set
+	// by the class or listed by name.
 	dir := t.TempDir()
-	class := fakeClass(dir, map[string]string{"fake-userdata": secret, "fake-ssh-key": secret, "fake-outage": filepath.Join(dir, "no-outage")})
-	class.Spec.TenantOverrides = []string{"options", "options.fake-cpus", "options.fake-tags"}
+	class := fakeClass(dir, map[string]string{"fake-userdata": secret, "fake-ssh-key": secret, "fake-outage": filepath.Join(dir, "no-outage"), "fake-ssh-host": "127.0.0.1"})
+	class.Spec.TenantOverrides = []string{"options", "options.fake-cpus", "options.fake-tags", "options.fake-ssh-user"}
 	require.NoError(t, d.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}))
 	class = fakeClass(dir, map[string]string{"fake-cpus": "8"})
 	class.Spec.TenantOverrides = []string{"options.fake-cpus", "options.fake-tags"}
