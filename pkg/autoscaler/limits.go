@@ -2,6 +2,7 @@ package autoscaler
 
 import (
 	"context"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,17 +17,26 @@ import (
 
 // maxSize is the most nodes the set may grow to: maxReplicas, or less
 // when its class's limits leave less room beside everything else of the
-// class (room, with sets all NodeSets), but never less than it has asked
-// for already or than minReplicas. cluster-autoscaler cannot see the
-// limits: it caps a scale-up at a group's max size and skips a group
-// that is at it. binding names the limit when it lowers the answer.
-func (s *Server) maxSize(set *nodesetv1alpha1.NodeSet, sets []*nodesetv1alpha1.NodeSet) (size int32, binding string) {
+// class (room), but never less than it has asked for already or than
+// minReplicas. cluster-autoscaler cannot see the limits: it caps a
+// scale-up at a group's max size and skips a group that is at it. binding
+// names the limit when it lowers the answer. growth holds, by class name,
+// the growth of the class's NodeSets among sets (see growth), counted
+// once for all the sets of one NodeGroups answer.
+func (s *Server) maxSize(set *nodesetv1alpha1.NodeSet, sets []*nodesetv1alpha1.NodeSet, growth map[string]map[string]int64) (size int32, binding string) {
 	size = set.Spec.Autoscaling.MaxReplicas
 	class, err := s.classes.Get(set.Spec.NodeClassName)
 	if err != nil || !plan.Limited(class) {
 		return size, ""
 	}
-	room, limit, err := s.room(class, set, sets)
+	coming, ok := growth[class.Name]
+	if !ok {
+		if coming, err = s.growth(class, sets); err != nil {
+			return size, ""
+		}
+		growth[class.Name] = coming
+	}
+	room, limit, err := s.room(class, set, coming)
 	if err != nil {
 		return size, ""
 	}
@@ -56,7 +66,11 @@ func (s *Server) withinLimits(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	for i := range list.Items {
 		sets = append(sets, &list.Items[i])
 	}
-	room, limit, err := s.room(class, set, sets)
+	coming, err := s.growth(class, sets)
+	if err != nil {
+		return 0, status.Errorf(codes.Unavailable, "counting the nodes of NodeClass %s: %v", class.Name, err)
+	}
+	room, limit, err := s.room(class, set, coming)
 	if err != nil {
 		return 0, status.Errorf(codes.Unavailable, "counting the nodes of NodeClass %s: %v", class.Name, err)
 	}
@@ -69,25 +83,23 @@ func (s *Server) withinLimits(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	return room, nil
 }
 
-// room is how many nodes set may have beside everything else of its
-// class, and the limit that binds (nil for none): the machines of the
-// class but set's own (usage), and the nodes other NodeSets of the class
-// (among sets) were told to grow to and have not been made yet. A
-// scale-up written a moment ago has no Node yet, and the controller makes
-// the Nodes of whichever NodeSet it syncs first. Only the NodeSets the
-// controller makes Nodes for count so (Accepted, or not judged yet): one
-// over the limits (LimitExceeded) counts with its machines, or a set
-// asking for more than the limits allow would hold back every other
-// set's scale-up.
-func (s *Server) room(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, sets []*nodesetv1alpha1.NodeSet) (int64, *plan.Limit, error) {
-	key := GroupID(set)
-	used, err := s.usage(class, set.Namespace, key)
-	if err != nil {
-		return 0, nil, err
-	}
+// growth is, by NodeSet key, how many nodes each NodeSet of class among
+// sets was told to grow to and has no machine for yet: a scale-up written
+// a moment ago has no Node yet, and the controller makes the Nodes of
+// whichever NodeSet it syncs first. Only the NodeSets the controller makes
+// Nodes for count so (Accepted, or not judged yet): one over the limits
+// (LimitExceeded) counts with its machines, or a set asking for more than
+// the limits allow would hold back every other set's scale-up.
+//
+// A set's machines are its Nodes and the creations and cloud instances
+// the usage count has that the cache has no Node of yet: the class's
+// count less the count without the set. Only the sets with more replicas
+// than Nodes can have growth, so the class's Nodes are counted once more
+// for each of those, not for every set of the class.
+func (s *Server) growth(class *nodesetv1alpha1.NodeClass, sets []*nodesetv1alpha1.NodeSet) (map[string]int64, error) {
 	classNodes, err := s.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	seen := map[string]int64{}
 	for _, n := range classNodes {
@@ -95,31 +107,49 @@ func (s *Server) room(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.Nod
 			seen[namespace+"/"+name]++
 		}
 	}
+	coming := map[string]int64{}
 	var all *plan.Usage
 	for _, other := range sets {
 		id := GroupID(other)
-		if other.Spec.NodeClassName != class.Name || id == key || other.DeletionTimestamp != nil ||
+		if other.Spec.NodeClassName != class.Name || other.DeletionTimestamp != nil ||
 			int64(plan.Replicas(other)) <= seen[id] || !managed(other) {
 			continue
 		}
-		// Its machines: its Nodes, and the creations and cloud instances
-		// the count has that the cache has no Node of yet.
 		if all == nil {
-			u, err := s.usage(class, set.Namespace, "")
+			u, err := s.usage(class, "", "")
 			if err != nil {
-				return 0, nil, err
+				return nil, err
 			}
 			all = &u
 		}
-		without, err := s.usage(class, set.Namespace, id)
+		without, err := s.usage(class, "", id)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		if coming := int64(plan.Replicas(other)) - (all.Class - without.Class); coming > 0 {
-			used.Class += coming
-			if other.Namespace == set.Namespace {
-				used.Namespace += coming
-			}
+		if c := int64(plan.Replicas(other)) - (all.Class - without.Class); c > 0 {
+			coming[id] = c
+		}
+	}
+	return coming, nil
+}
+
+// room is how many nodes set may have beside everything else of its
+// class, and the limit that binds (nil for none): the machines of the
+// class but set's own (usage), and the growth of the class's other
+// NodeSets (coming, from growth).
+func (s *Server) room(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, coming map[string]int64) (int64, *plan.Limit, error) {
+	key := GroupID(set)
+	used, err := s.usage(class, set.Namespace, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	for id, c := range coming {
+		if id == key {
+			continue
+		}
+		used.Class += c
+		if namespace, _, _ := strings.Cut(id, "/"); namespace == set.Namespace {
+			used.Namespace += c
 		}
 	}
 	room, limit := plan.Room(class, set.Namespace, used)

@@ -181,6 +181,33 @@ func (s *Server) group(id string) (*nodesetv1alpha1.NodeSet, error) {
 	return set, nil
 }
 
+// readGroup is the NodeSet of group id for the calls that only read a group
+// (NodeGroupTargetSize, NodeGroupNodes), or nil when it is gone.
+// cluster-autoscaler asks them for every group of the NodeGroups answer
+// it got at the start of its loop, and an error from either aborts the
+// whole loop, every group's scale-up and scale-down with it: a set
+// deleted, or no longer autoscaled, since that answer is answered as it
+// is. Writes still refuse it (group).
+func (s *Server) readGroup(id string) (*nodesetv1alpha1.NodeSet, error) {
+	namespace, name, ok := strings.Cut(id, "/")
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "node group id %q is not <namespace>/<nodeset>", id)
+	}
+	set, err := s.sets.NodeSets(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "node group %s: %v", id, err)
+	}
+	return set, nil
+}
+
+// isGroup reports whether the set is a node group: autoscaled and not being deleted.
+func isGroup(set *nodesetv1alpha1.NodeSet) bool {
+	return set.Spec.Autoscaling != nil && set.DeletionTimestamp == nil
+}
+
 func protoGroup(set *nodesetv1alpha1.NodeSet) *protos.NodeGroup {
 	return &protos.NodeGroup{
 		Id:      GroupID(set),
@@ -259,10 +286,11 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 	}
 	sort.Slice(sets, func(i, j int) bool { return GroupID(sets[i]) < GroupID(sets[j]) })
 	resp := &protos.NodeGroupsResponse{}
+	growth := map[string]map[string]int64{}
 	for _, set := range sets {
-		if set.Spec.Autoscaling != nil && set.DeletionTimestamp == nil {
+		if isGroup(set) {
 			group := protoGroup(set)
-			if size, binding := s.maxSize(set, sets); size < group.MaxSize {
+			if size, binding := s.maxSize(set, sets, growth); size < group.MaxSize {
 				group.MaxSize = size
 				group.Debug += fmt.Sprintf("; max size %d: %s", size, binding)
 			}
@@ -369,11 +397,14 @@ func (s *Server) nodeFor(want *protos.ExternalGrpcNode) (*corev1.Node, error) {
 	return nil, nil
 }
 
-// NodeGroupTargetSize is the NodeSet's spec.replicas.
+// NodeGroupTargetSize is the NodeSet's spec.replicas (0 once it is gone).
 func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTargetSizeRequest) (*protos.NodeGroupTargetSizeResponse, error) {
-	set, err := s.group(req.GetId())
+	set, err := s.readGroup(req.GetId())
 	if err != nil {
 		return nil, err
+	}
+	if set == nil {
+		return &protos.NodeGroupTargetSizeResponse{}, nil
 	}
 	return &protos.NodeGroupTargetSizeResponse{TargetSize: plan.Replicas(set)}, nil
 }
@@ -655,11 +686,16 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 }
 
 // NodeGroupNodes lists every Node of the set as an instance, with its state
-// and, for a machine that could not be made, the driver's error.
+// and, for a machine that could not be made, the driver's error. A set that
+// is no group any more (readGroup) has no pending instances: none of its
+// replicas will get a Node.
 func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesRequest) (*protos.NodeGroupNodesResponse, error) {
-	set, err := s.group(req.GetId())
+	set, err := s.readGroup(req.GetId())
 	if err != nil {
 		return nil, err
+	}
+	if set == nil {
+		return &protos.NodeGroupNodesResponse{}, nil
 	}
 	nodes, err := s.setNodes(set)
 	if err != nil {
@@ -685,7 +721,7 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 		}
 		resp.Instances = append(resp.Instances, instance)
 	}
-	for n, listed := int32(1), listedPending(set, nodes); n <= listed; n++ {
+	for n, listed := int32(1), listedPending(set, nodes); isGroup(set) && n <= listed; n++ {
 		resp.Instances = append(resp.Instances, &protos.Instance{Id: pendingID(set, n),
 			Status: &protos.InstanceStatus{InstanceState: protos.InstanceStatus_instanceCreating}})
 	}
