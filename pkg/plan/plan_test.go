@@ -91,7 +91,7 @@ func TestVictims(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			names := []string{}
-			for _, n := range Victims(tt.nodes, tt.count, tt.policy, "h") {
+			for _, n := range Victims(tt.nodes, tt.count, tt.policy, "h", 0, testNow) {
 				names = append(names, n.Name)
 			}
 			if tt.want == nil {

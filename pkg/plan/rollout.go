@@ -98,7 +98,7 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 			if diff -= pausedSurge(set, templateHash, active, replicas); diff <= 0 {
 				return Plan{}
 			}
-			return Plan{Remove: Victims(active, diff, set.Spec.DeletePolicy, templateHash)}
+			return Plan{Remove: Victims(active, diff, set.Spec.DeletePolicy, templateHash, minReady, now)}
 		}
 		return Plan{}
 	}
@@ -125,15 +125,16 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 	// Remove outdated Nodes while enough stay available: one that is not
 	// Ready costs nothing, a Ready one costs one, also before it has been
 	// Ready for minReadySeconds (it runs pods, and would be available in a
-	// moment). Nodes of the new template still coming up are not
+	// moment); such a Node goes before an available one (Victims), which
+	// keeps serving. Nodes of the new template still coming up are not
 	// available, so they hold removals back.
 	minAvailable := replicas - unavailable
-	candidates := Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash)
+	candidates := Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash, minReady, now)
 	// New Nodes beyond replicas (the set was scaled down mid-rollout) go
 	// as well, as a Deployment scales its new ReplicaSet down to replicas:
 	// kept until the outdated ones are gone, new Nodes that never come up
 	// would hold the set above replicas + maxSurge for good.
-	candidates = append(candidates, Victims(current, len(current)-replicas, set.Spec.DeletePolicy, templateHash)...)
+	candidates = append(candidates, Victims(current, len(current)-replicas, set.Spec.DeletePolicy, templateHash, minReady, now)...)
 	for _, n := range candidates {
 		if nodeutil.IsReady(n) {
 			if available-1 < minAvailable {

@@ -3,6 +3,7 @@ package plan
 import (
 	"math/rand/v2"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,8 +14,11 @@ import (
 
 // Victims picks count Nodes to remove: those marked with the delete-node
 // annotation first, then those not Ready (unregistered or unhealthy), then
-// outdated ones (another template hash), then by the delete policy.
-func Victims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.DeletePolicy, templateHash string) []*corev1.Node {
+// outdated ones (another template hash), then the rest. Within each of
+// these, a Node Ready for less than minReady at now (not available yet)
+// goes before an available one, as a ReplicaSet removes the pods Ready for
+// the shortest time first; the delete policy orders what is left.
+func Victims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.DeletePolicy, templateHash string, minReady time.Duration, now time.Time) []*corev1.Node {
 	if count <= 0 {
 		return nil
 	}
@@ -40,6 +44,9 @@ func Victims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.DeletePolic
 		a, b := ranked[i], ranked[j]
 		if ra, rb := rank(a), rank(b); ra != rb {
 			return ra < rb
+		}
+		if aa, ab := Available(a, minReady, now), Available(b, minReady, now); aa != ab {
+			return ab
 		}
 		ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
 		switch policy {
