@@ -43,9 +43,19 @@ func (c *Controller) reconcileGroupNodes(ctx context.Context, set *nodesetv1alph
 	}
 	var gone []*corev1.Node
 	for _, n := range nodes {
-		if n.DeletionTimestamp == nil && n.Spec.ProviderID != "" && !present[n.Spec.ProviderID] {
-			gone = append(gone, n)
+		if n.DeletionTimestamp != nil || n.Spec.ProviderID == "" || present[n.Spec.ProviderID] {
+			continue
 		}
+		if !slices.Contains(n.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+			// Not a Node this controller made or adopted (it would hold
+			// it): a kubelet's own, labelled with the set by hand. It is
+			// never deleted from here, which would take it away undrained.
+			c.recorder.Eventf(n, corev1.EventTypeWarning, ReasonForeignNode,
+				"Carries the labels of NodeSet %s/%s, but its machine %s is not in cloud group %s and nodeset did not make it: left alone",
+				set.Namespace, set.Name, n.Spec.ProviderID, groupName)
+			continue
+		}
+		gone = append(gone, n)
 	}
 	if len(gone) > 0 {
 		// Looks may be shared and a little old: ask the cloud again before
@@ -148,10 +158,14 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 		logger.V(2).Info("Created Node for a machine of the group", "node", m.Name, "providerID", m.ProviderID)
 		return nil
 	}
-	if existing.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace && existing.Labels[nodesetv1alpha1.LabelNodeSet] == set.Name {
+	ours := existing.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace && existing.Labels[nodesetv1alpha1.LabelNodeSet] == set.Name
+	if ours && (existing.DeletionTimestamp != nil || slices.Contains(existing.Finalizers, nodesetv1alpha1.FinalizerTermination)) {
 		return nil // ours already
 	}
-	if existing.Labels[nodesetv1alpha1.LabelNodeClass] != "" || existing.DeletionTimestamp != nil {
+	// A Node of the set's machine that nodeset does not hold (its labels
+	// set by hand, or its finalizer taken off) is adopted: held, it is
+	// drained before its machine goes.
+	if (!ours && existing.Labels[nodesetv1alpha1.LabelNodeClass] != "") || existing.DeletionTimestamp != nil {
 		c.recorder.Eventf(existing, corev1.EventTypeWarning, ReasonNodeConflict,
 			"Machine %s of cloud group %s registered as this Node, which belongs to another NodeSet or is being deleted; left alone", m.ProviderID, groupName)
 		return nil
@@ -293,6 +307,12 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 		}})
 	}
 	if class == nil || node.Spec.ProviderID == "" {
+		return nil
+	}
+	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		// Not held: a kubelet's own Node labelled with a set by hand, or
+		// one of the group's not adopted yet (the group's sync adopts it).
+		// Nothing here replaces it: a deletion would take it away undrained.
 		return nil
 	}
 	if node.Annotations[nodesetv1alpha1.AnnotationReplace] != "" {

@@ -346,13 +346,15 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 
 // hostedElsewhere reports whether a Node this controller does not hold
 // yet already has a host that is not the driver's machine of its name: a
-// kubelet reports it Ready, or it has a providerID, and the driver has no
-// machine of that name and providerID. Such a Node (a kubelet's, labelled
-// with the class by hand) gets no machine, which would be a second host
-// under its name, and is not held; an Event says why. A machine the driver
-// has is the Node's own, made before a crash lost the write recording it.
+// kubelet reports on it (Ready or not), or it has a providerID, and the
+// driver has no machine of that name and providerID. Such a Node (a
+// kubelet's, labelled with the class by hand) gets no machine, which would
+// be a second host under its name, and is not held: its pods are not
+// driven off by the startup taint, and it is never drained or deleted for
+// a machine it does not have. An Event says why. A machine the driver has
+// is the Node's own, made before a crash lost the write recording it.
 func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) (bool, error) {
-	if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) {
+	if node.Spec.ProviderID == "" && !kubeletReported(node) {
 		return false, nil
 	}
 	machine, err := driver.Get(ctx, class, node.Name)
@@ -363,6 +365,9 @@ func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, cla
 		return false, err
 	}
 	host := "its kubelet reports Ready"
+	if !nodeutil.IsReady(node) {
+		host = "a kubelet reports on it"
+	}
 	if node.Spec.ProviderID != "" {
 		host = fmt.Sprintf("it has providerID %s", node.Spec.ProviderID)
 	}
@@ -371,6 +376,24 @@ func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, cla
 		host, driver.Name(), node.Name, nodesetv1alpha1.LabelNodeClass)
 	return true, nil
 }
+
+// kubeletReported reports whether a kubelet has written the Node's status:
+// the node info it sends, or a Ready condition, whatever its status, that
+// is not the one kube-controller-manager gives a Node no kubelet ever
+// reported on. A Node an admin creates for a machine to come has neither.
+func kubeletReported(node *corev1.Node) bool {
+	if node.Status.NodeInfo.KubeletVersion != "" || node.Status.NodeInfo.MachineID != "" {
+		return true
+	}
+	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Reason != nodeStatusNeverUpdated
+	})
+}
+
+// nodeStatusNeverUpdated is the reason of the Ready condition (Unknown)
+// that kube-controller-manager's node lifecycle controller gives a Node
+// whose kubelet never posted its status.
+const nodeStatusNeverUpdated = "NodeStatusNeverUpdated"
 
 // writeNode writes, through client, what the sync changed of the Node
 // read: a JSON patch of the changed fields, so that the kubelet's writes
