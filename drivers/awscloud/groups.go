@@ -60,7 +60,13 @@ func GroupInstances(ctx context.Context, asg AutoScaling, ec2c EC2, name string)
 	return StatusOf(name, g, instances), nil
 }
 
-// DescribeInstances describes the instances of groups, 200 ids a call.
+// DescribeInstances describes the instances of groups, 200 ids a call. The
+// ids are a filter, not InstanceIds: Auto Scaling lists an instance it has
+// just launched before EC2 describes it (eventual consistency), and
+// DescribeInstances refuses a whole call that names an id it does not know
+// (InvalidInstanceID.NotFound), which would fail the look at every group of
+// the region for one launch. An instance EC2 does not describe yet is
+// missing from the answer, and its Node waits for its name.
 func DescribeInstances(ctx context.Context, ec2c EC2, groups []asgtypes.AutoScalingGroup) (map[string]ec2types.Instance, error) {
 	var ids []string
 	for _, g := range groups {
@@ -70,7 +76,8 @@ func DescribeInstances(ctx context.Context, ec2c EC2, groups []asgtypes.AutoScal
 	}
 	details := map[string]ec2types.Instance{}
 	for chunk := range slices.Chunk(ids, 200) {
-		pages := ec2.NewDescribeInstancesPaginator(ec2c, &ec2.DescribeInstancesInput{InstanceIds: chunk})
+		pages := ec2.NewDescribeInstancesPaginator(ec2c, &ec2.DescribeInstancesInput{
+			Filters: []ec2types.Filter{{Name: aws.String("instance-id"), Values: chunk}}})
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
 			if err != nil {

@@ -66,12 +66,20 @@ func CheckOwner(kind, name string, have, want drivers.Owner) error {
 		kind, name, have.Namespace, have.Name, have.UID, have.Cluster, want.Namespace, want.Name, want.UID, want.Cluster)
 }
 
+// MaxTags is how many tags a class (with its NodeSet's) may add: AWS allows
+// 50 on a group, node group, launch template or instance, and the drivers
+// put up to 10 of their own beside them.
+const MaxTags = 40
+
 // ValidateTags refuses the tags AWS would refuse on every group, launch
-// template, node group or instance the class makes: a key with the aws:
-// prefix (reserved for AWS, in any case), a key under nodeset.dev/ (the
-// driver's own tags), an empty key, a key longer than
+// template, node group or instance the class makes: more than MaxTags, a
+// key with the aws: prefix (reserved for AWS, in any case), a key under
+// nodeset.dev/ (the driver's own tags), an empty key, a key longer than
 // 128 characters or a value longer than 256. field is the map's path.
 func ValidateTags(field string, tags map[string]string) error {
+	if len(tags) > MaxTags {
+		return drivers.InvalidConfiguration(field, "has %d tags, and at most %d fit beside nodeset's own within the 50 AWS allows on a resource", len(tags), MaxTags)
+	}
 	for _, key := range slices.Sorted(maps.Keys(tags)) {
 		switch keyField := field + "[" + key + "]"; {
 		case key == "":

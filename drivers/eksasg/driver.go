@@ -89,6 +89,8 @@ type Driver struct {
 	// hooks are the heartbeat timeouts (seconds; 0 for none) of the
 	// termination hooks known to be on the groups, by group.
 	hooks map[string]int32
+	// failures are the last looks at why groups ran short, by group.
+	failures map[string]launchFailure
 }
 
 var (
@@ -110,7 +112,8 @@ func New(opts Options) *Driver {
 	if opts.VisibilityTimeout <= 0 {
 		opts.VisibilityTimeout = 30 * time.Second
 	}
-	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}, hooks: map[string]int32{}}
+	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}, hooks: map[string]int32{},
+		failures: map[string]launchFailure{}}
 }
 
 // Name is the value of spec.driver the driver serves.
@@ -281,6 +284,12 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 // and the desired capacity raised (never lowered) to the replicas.
 func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ drivers.GroupStatus, err error) {
 	defer awscloud.Redact(group.Class.Credentials, &err)
+	// The class was checked when it was written, a NodeSet's overrides (its
+	// tags, ...) were not: what the driver refuses is refused before any
+	// call.
+	if err := d.Validate(ctx, group.Class); err != nil {
+		return drivers.GroupStatus{}, err
+	}
 	s, asg, ec2c, err := d.connect(ctx, group.Class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
@@ -301,7 +310,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
 				return drivers.GroupStatus{}, err
 			}
-			status := awscloud.StatusOf(group.Name, g, v.instances)
+			status := d.withLaunchFailure(ctx, asg, group.Class.Credentials, awscloud.StatusOf(group.Name, g, v.instances))
 			d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, g, owner)
 			return status, nil
 		}
@@ -389,10 +398,11 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		}
 	}
 	status, err := awscloud.GroupInstances(ctx, asg, ec2c, group.Name)
-	if err == nil {
-		d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, existing, owner)
+	if err != nil {
+		return drivers.GroupStatus{}, err
 	}
-	return status, err
+	d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, existing, owner)
+	return d.withLaunchFailure(ctx, asg, group.Class.Credentials, status), nil
 }
 
 // launchedFrom is an update of the group that names what it launches from:
@@ -429,9 +439,11 @@ func groupChanges(g *asgtypes.AutoScalingGroup, name string, s *nodesetv1alpha1.
 			types = append(types, aws.ToString(o.InstanceType))
 		}
 		dist := have.InstancesDistribution
+		// A setting the class leaves out is AWS's default, which the group
+		// has unless it was set before.
 		changed = !slices.Equal(types, m.InstanceTypes) ||
-			(m.OnDemandBaseCapacity != nil && aws.ToInt32(m.OnDemandBaseCapacity) != aws.ToInt32(dist.OnDemandBaseCapacity)) ||
-			(m.OnDemandPercentageAboveBaseCapacity != nil && aws.ToInt32(m.OnDemandPercentageAboveBaseCapacity) != aws.ToInt32(dist.OnDemandPercentageAboveBaseCapacity)) ||
+			orDefault(m.OnDemandBaseCapacity, defaultOnDemandBase) != orDefault(dist.OnDemandBaseCapacity, defaultOnDemandBase) ||
+			orDefault(m.OnDemandPercentageAboveBaseCapacity, defaultOnDemandPercentage) != orDefault(dist.OnDemandPercentageAboveBaseCapacity, defaultOnDemandPercentage) ||
 			(m.SpotAllocationStrategy != "" && m.SpotAllocationStrategy != aws.ToString(dist.SpotAllocationStrategy)) ||
 			m.SpotMaxPrice != aws.ToString(dist.SpotMaxPrice)
 	}
@@ -525,6 +537,7 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	d.mu.Lock()
 	delete(d.templates, name)
 	delete(d.hooks, name)
+	delete(d.failures, name)
 	d.mu.Unlock()
 	g, err := awscloud.FindGroup(ctx, asg, name)
 	switch {

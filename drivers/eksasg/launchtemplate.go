@@ -109,12 +109,30 @@ func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGr
 	return data, nil
 }
 
+// AWS's defaults of the on-demand settings of a mixed-instances policy.
+const (
+	defaultOnDemandBase       = 0
+	defaultOnDemandPercentage = 100
+)
+
+// orDefault is *v, or def when v is nil.
+func orDefault(v *int32, def int32) int32 {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+// mixedInstances is the group's mixed-instances policy. The on-demand
+// settings are always sent, with AWS's defaults for those the class leaves
+// out: Auto Scaling keeps a value an update leaves out, so a setting
+// removed from the class would otherwise stay on the group.
 func mixedInstances(spec *asgtypes.LaunchTemplateSpecification, m *nodesetv1alpha1.MixedInstancesPolicy) *asgtypes.MixedInstancesPolicy {
 	policy := &asgtypes.MixedInstancesPolicy{
 		LaunchTemplate: &asgtypes.LaunchTemplate{LaunchTemplateSpecification: spec},
 		InstancesDistribution: &asgtypes.InstancesDistribution{
-			OnDemandBaseCapacity:                m.OnDemandBaseCapacity,
-			OnDemandPercentageAboveBaseCapacity: m.OnDemandPercentageAboveBaseCapacity,
+			OnDemandBaseCapacity:                aws.Int32(orDefault(m.OnDemandBaseCapacity, defaultOnDemandBase)),
+			OnDemandPercentageAboveBaseCapacity: aws.Int32(orDefault(m.OnDemandPercentageAboveBaseCapacity, defaultOnDemandPercentage)),
 			SpotAllocationStrategy:              optional(m.SpotAllocationStrategy),
 			SpotMaxPrice:                        optional(m.SpotMaxPrice),
 		},
