@@ -2,6 +2,7 @@ package resolve
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -38,6 +39,31 @@ func ReservedForTenants(key string) string {
 }
 
 const reservedForNodeset = "keys under nodeset.dev/ are reserved for nodeset"
+
+// reservedAnnotation says why a tenant may not set a Node annotation, or
+// "" when it may. nodeset and its drivers read annotations of their domain
+// on a Node (simulated.nodeset.dev/unreachable taints it NoExecute).
+// Kubernetes's own components write and read those of the kubernetes.io
+// and k8s.io domains there: the kubelet keeps its CSI drivers' node IDs in
+// csi.volume.kubernetes.io/nodeid and registers no CSI driver while that
+// does not parse, so other tenants' pods with volumes would be scheduled
+// onto the Node and never start; node.alpha.kubernetes.io/ttl is how long
+// the kubelet caches Secrets, volumes.kubernetes.io/... who attaches
+// volumes. cluster-autoscaler's (scale-down-disabled) are the tenant's.
+func reservedAnnotation(key string) string {
+	switch {
+	case inDomain(key, "nodeset.dev"):
+		return reservedForNodeset
+	case strings.HasPrefix(key, "cluster-autoscaler.kubernetes.io/"):
+		return ""
+	case inDomain(key, "kubernetes.io"), inDomain(key, "k8s.io"):
+		return "annotations in the kubernetes.io and k8s.io domains are what Kubernetes's own components write and read on a Node " +
+			"(the kubelet's CSI driver registry in csi.volume.kubernetes.io/nodeid, which a value that does not parse breaks for every pod of the Node, " +
+			"its object cache's TTL, who attaches volumes) and are reserved for the cluster admin (set them in the NodeClass); " +
+			"cluster-autoscaler's, under cluster-autoscaler.kubernetes.io/, are the tenant's"
+	}
+	return ""
+}
 
 // NodesetKey reports whether a label, taint or annotation key is under
 // nodeset.dev or one of its subdomains: nodeset's own words on a Node.
@@ -176,11 +202,8 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
 			add("spec.template.annotations key %q: %s", k, msg)
 		}
-		// nodeset and its drivers read annotations of their domain on a
-		// Node (simulated.nodeset.dev/unreachable taints it NoExecute);
-		// the cluster's own are the tenant's to set on its Nodes.
-		if inDomain(k, "nodeset.dev") {
-			add("spec.template.annotations key %q: %s", k, reservedForNodeset)
+		if why := reservedAnnotation(k); why != "" {
+			add("spec.template.annotations key %q: %s", k, why)
 		}
 	}
 	if err := apivalidation.ValidateAnnotationsSize(template.Annotations); err != nil {
@@ -261,6 +284,67 @@ func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.No
 			conflict("spec.template.annotations", k, v, classValue)
 		}
 	}
+	sort.Strings(problems)
+	return problems
+}
+
+// StampedLabels are the labels a class puts on every Node of its own:
+// its nodeTemplate's, and those of its driver section that the kubelet or
+// the cloud put on the Node (simulated.labels, eksManagedNodeGroup.labels).
+func StampedLabels(spec *nodesetv1alpha1.NodeClassSpec) map[string]string {
+	out := map[string]string{}
+	if s := spec.Simulated; s != nil {
+		maps.Copy(out, s.Labels)
+	}
+	if s := spec.EKSManagedNodeGroup; s != nil {
+		maps.Copy(out, s.Labels)
+	}
+	maps.Copy(out, spec.NodeTemplate.Labels)
+	return out
+}
+
+// CatalogueConflicts names the labels a NodeSet of class would put on its
+// Nodes that another NodeClass of the catalogue (classes) stamps on its
+// own Nodes, with the same value, and class does not: example.com/pool=gpu
+// of a GPU class is what other tenants' pods select to land on that
+// class's Nodes, and on a NodeSet's Nodes that carry it too they would
+// land there instead, on Nodes of a tenant that may control them, where
+// the GPU class's taints keep nothing off. A label of another class, like
+// one of its own class, is the admin's word; a value no class stamps stays
+// the tenant's. Each problem names its field and the class; the result is
+// sorted.
+func CatalogueConflicts(classes []*nodesetv1alpha1.NodeClass, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) []string {
+	own := StampedLabels(&class.Spec)
+	stampers := map[string]string{} // "key=value" -> the first class, by name, that stamps it
+	names := make([]string, 0, len(classes))
+	byName := map[string]*nodesetv1alpha1.NodeClass{}
+	for _, other := range classes {
+		if other.Name != class.Name {
+			names = append(names, other.Name)
+			byName[other.Name] = other
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for k, v := range StampedLabels(&byName[name].Spec) {
+			if _, seen := stampers[k+"="+v]; !seen {
+				stampers[k+"="+v] = name
+			}
+		}
+	}
+	var problems []string
+	labels := func(path string, m map[string]string) {
+		for k, v := range m {
+			other, stamped := stampers[k+"="+v]
+			if ownValue, ok := own[k]; !stamped || (ok && ownValue == v) {
+				continue
+			}
+			problems = append(problems, fmt.Sprintf("%s[%q] %q: NodeClass %s stamps it on its Nodes, and a NodeSet of NodeClass %s may not: "+
+				"the pods that select it to land on NodeClass %s's Nodes would land on this NodeSet's Nodes too",
+				path, k, v, other, class.Name, other))
+		}
+	}
+	eachNodeKey(set, labels, func(string, string, string, string) {})
 	sort.Strings(problems)
 	return problems
 }

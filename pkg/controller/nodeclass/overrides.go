@@ -395,7 +395,7 @@ var overrideRisks = map[string]map[string]string{
 		"metadataOptions.httpPutResponseHopLimit": "tenants may let every pod on their nodes reach the instance metadata service and the instance role's credentials",
 	},
 	nodesetv1alpha1.DriverDockerMachine: {
-		"options":                   "tenants may set any option of the docker-machine plugin, including ones that choose where machines run and who can reach them; options that take a file path or URL stay refused",
+		"options":                   "tenants may set every option of the docker-machine plugin the class does not set, including ones that choose where machines run and who can reach them; allowed only while every text option is set by the class or listed by name (options.<name>)",
 		"provisioning":              "tenants may change the join script run on each machine",
 		"provisioning.script":       "tenants choose the join script, run as root on each machine with its bootstrap token",
 		"provisioning.apiServerURL": "tenants choose the API server their kubelets join and send their bootstrap token to",

@@ -87,7 +87,7 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 		res.accepted = notAccepted(ReasonInvalidTemplate, "%s", strings.Join(problems, "; "))
 		return res
 	}
-	if problems := resolve.TemplateConflicts(class, set); len(problems) > 0 {
+	if problems := append(resolve.TemplateConflicts(class, set), c.catalogueConflicts(class, set)...); len(problems) > 0 {
 		res.accepted = notAccepted(ReasonOverrideNotAllowed, "%s", strings.Join(problems, "; "))
 		return res
 	}
@@ -126,6 +126,17 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	res.accepted = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
 		Reason: ReasonAccepted, Message: fmt.Sprintf("NodeClass %q (driver %s) accepts this NodeSet", class.Name, class.Spec.Driver)}
 	return res
+}
+
+// catalogueConflicts is resolve.CatalogueConflicts against every class in
+// the cache: the labels other classes stamp are theirs, whichever class
+// the set is of.
+func (c *Controller) catalogueConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) []string {
+	classes, err := c.nodeClassLister.List(everything)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the NodeClasses whose labels a NodeSet may not set: %v", err)}
+	}
+	return resolve.CatalogueConflicts(classes, class, set)
 }
 
 // createdAfterDeletion reports whether the set was created after its

@@ -6,6 +6,7 @@ package nodeset
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // Event reasons.
@@ -183,10 +185,21 @@ func NewController(
 			UpdateFunc: c.nodeSetUpdated,
 			DeleteFunc: c.nodeSetDeleted,
 		}},
-		{nodeClassInformer.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueClass,
-			UpdateFunc: func(_, obj any) { c.enqueueClass(obj) },
-			DeleteFunc: c.enqueueClass,
+		{nodeClassInformer.Informer(), cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				c.enqueueClass(obj)
+				if !initial {
+					c.stampsChanged(nil, obj)
+				}
+			},
+			UpdateFunc: func(old, obj any) {
+				c.enqueueClass(obj)
+				c.stampsChanged(old, obj)
+			},
+			DeleteFunc: func(obj any) {
+				c.enqueueClass(obj)
+				c.stampsChanged(obj, nil)
+			},
 		}},
 		{namespaceInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			UpdateFunc: c.namespaceUpdated,
@@ -258,6 +271,32 @@ func (c *Controller) enqueueClass(obj any) {
 	}
 	c.classQueue.Add(class.Name)
 	sets, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, set := range sets {
+		c.enqueue(set)
+	}
+}
+
+// stampsChanged syncs every NodeSet when a class's stamped labels change
+// (old or cur nil for a class added or deleted): a NodeSet of any class
+// may set none of them (resolve.CatalogueConflicts).
+func (c *Controller) stampsChanged(old, cur any) {
+	stamped := func(obj any) map[string]string {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		if class, ok := obj.(*nodesetv1alpha1.NodeClass); ok {
+			return resolve.StampedLabels(&class.Spec)
+		}
+		return map[string]string{}
+	}
+	if maps.Equal(stamped(old), stamped(cur)) {
+		return
+	}
+	sets, err := c.nodeSetLister.List(everything)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return

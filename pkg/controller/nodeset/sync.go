@@ -553,11 +553,12 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 }
 
 // finalize deletes every Node of a deleted NodeSet and removes the set's
-// finalizer once they are all gone, machines included.
+// finalizer once they are all gone, machines included. The Nodes go also
+// when the finalizer is no longer there: whoever may update the set (its
+// tenant) may have swapped it for one of their own, which keeps the set,
+// deleted, for as long as they like, and a deleted set's Nodes would run
+// on with no sync acting for them.
 func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) error {
-	if !slices.Contains(set.Finalizers, FinalizerNodes) {
-		return nil
-	}
 	key := set.Namespace + "/" + set.Name
 	if active := plan.Active(nodes); len(active) > 0 {
 		// Every Node goes, so an unobserved write elsewhere in the set
@@ -577,6 +578,9 @@ func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	}
 	if len(nodes) > 0 {
 		// Terminating: the node controller is draining and deprovisioning them.
+		return nil
+	}
+	if !slices.Contains(set.Finalizers, FinalizerNodes) {
 		return nil
 	}
 	set.Finalizers = nodeutil.WithoutString(set.Finalizers, FinalizerNodes)

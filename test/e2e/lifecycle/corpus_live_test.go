@@ -124,10 +124,14 @@ func autoscalerInputs() []rpcInput {
 			_, err := ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: e.ns + "/nope"})
 			return err
 		}, codes.NotFound, "no NodeSet nope"},
-		{"NodeGroupNodes of the victim's set", func(ctx context.Context, ca protos.CloudProviderClient, e rpcEnv) error {
-			_, err := ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: e.victim})
+		// NodeGroupNodes answers any NodeSet that exists, autoscaled or
+		// not (cluster-autoscaler asks it of every group of its loop's
+		// list, which may have lost spec.autoscaling since); it writes
+		// nothing, which the checks after the calls hold.
+		{"NodeGroupNodes of a malformed id", func(ctx context.Context, ca protos.CloudProviderClient, e rpcEnv) error {
+			_, err := ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: e.victimNS + "-victim"})
 			return err
-		}, codes.NotFound, "has no spec.autoscaling"},
+		}, codes.InvalidArgument, "is not <namespace>/<nodeset>"},
 	}
 }
 
