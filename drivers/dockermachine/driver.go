@@ -40,6 +40,9 @@ type Record struct {
 	Name string
 	// Plugin is the docker-machine driver name (docker-machine-driver-<Plugin>).
 	Plugin string
+	// Class is the name of the NodeClass the machine was made for; empty
+	// in records written before it was kept.
+	Class string
 	// Owner of the machine.
 	Owner drivers.Owner
 	// Config is the plugin's saved configuration (its GetConfigRaw). It may
@@ -51,6 +54,10 @@ type Record struct {
 	// for classes that join by user data or not at all), so a crash in
 	// between runs it again.
 	Provisioned bool
+	// HostKey is the SSH host key (authorized_keys format) the machine
+	// showed the first time it was reached to run its join script; every
+	// later connection requires it. Empty until then.
+	HostKey string
 	// CreatedAt is when the record was first written, as Unix seconds.
 	CreatedAt int64
 	// Credentials are the class's credential values the machine was made
@@ -65,6 +72,11 @@ type Record struct {
 
 // Store keeps Records. Get returns an error wrapping drivers.ErrNotFound for
 // a name it does not have. List must fail rather than return a partial list.
+//
+// A Store keeps Config as it is given, which is how it keeps Class and
+// HostKey too: the driver adds them to the plugin's configuration it hands
+// the Store (under the key "nodeset.dev/machine"), and takes them out again
+// before a plugin is given the configuration.
 //
 // Put and Delete act only on the version of the record they are given: Put
 // of a record with no Version creates it and fails if it exists; otherwise
@@ -136,7 +148,7 @@ func New(opts Options) *Driver {
 	}
 	timeouts := callTimeouts{flags: orDefault(opts.FlagsTimeout, time.Minute), state: orDefault(opts.StateTimeout, 2*time.Minute),
 		remove: orDefault(opts.RemoveTimeout, 10*time.Minute)}
-	return &Driver{store: opts.Store, plugins: fencedOpener{Opener: opts.Opener, fence: opts.Fence}, joiner: opts.Joiner,
+	return &Driver{store: fieldsStore{opts.Store}, plugins: fencedOpener{Opener: opts.Opener, fence: opts.Fence}, joiner: opts.Joiner,
 		storePath: opts.StorePath, fence: opts.Fence, timeouts: timeouts, flags: map[string]cachedFlags{}}
 }
 
@@ -481,6 +493,13 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	defer cancel()
 	providerID := ProviderID(dm.DriverName, machine.Name)
 	record, err := d.record(ctx, machine.Name)
+	if err == nil {
+		// A record of the name is this Node's machine, or the machine of
+		// a Node deleted without it, which is not handed over.
+		if err := notTheNodes(record, machine, dm.DriverName); err != nil {
+			return "", err
+		}
+	}
 	switch {
 	case err == nil && record.Created && record.Provisioned:
 		return providerID, nil
@@ -530,7 +549,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
 		return "", err
 	}
-	record = Record{Name: machine.Name, Plugin: dm.DriverName, Owner: machine.Owner, CreatedAt: time.Now().Unix(), Credentials: machine.Class.Credentials}
+	record = Record{Name: machine.Name, Plugin: dm.DriverName, Class: machine.Class.Name, Owner: machine.Owner, CreatedAt: time.Now().Unix(), Credentials: machine.Class.Credentials}
 	err = d.withPlugin(ctx, dm.DriverName, d.baseConfig(machine.Name), func(p Plugin) error {
 		// A plugin killed in the middle (the attempt's time is up) did
 		// not refuse the options: its error says nothing of the class.
@@ -584,7 +603,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 		if !joinsOverSSH(dm) {
 			return nil
 		}
-		if err := d.provisionSSH(ctx, p, machine.Name, join); err != nil {
+		if err := d.provisionSSH(ctx, p, &record, join); err != nil {
 			return err
 		}
 		record.Provisioned = true
@@ -649,7 +668,8 @@ func joinsOverSSH(dm *nodesetv1alpha1.DockerMachine) bool {
 
 // resumeProvisioning finishes a machine made before a crash: it runs the
 // join script over SSH again (join scripts must be idempotent), with a new
-// bootstrap token, and records the machine provisioned.
+// bootstrap token, on the host that has the host key the machine showed
+// the first time, and records the machine provisioned.
 func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine, dm *nodesetv1alpha1.DockerMachine, record Record) error {
 	if !joinsOverSSH(dm) {
 		record.Provisioned = true
@@ -664,7 +684,7 @@ func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine
 	}
 	defer cleanup()
 	err = d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
-		return d.provisionSSH(ctx, p, machine.Name, join)
+		return d.provisionSSH(ctx, p, &record, join)
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package dockermachine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -121,12 +123,19 @@ func withEnvironment(env map[string]string, script string) string {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// errHostKeyChanged is a host that does not have the host key a machine
+// showed the first time.
+var errHostKeyChanged = errors.New("host key differs from the machine's")
+
 // provisionSSH runs the join script on the machine over SSH with the host,
 // port, user and key its plugin reports, waiting for the SSH server to come
-// up. Like docker-machine, it does not verify the host key of a machine it
-// has just created. The script's output is not logged: it may print the
-// token.
-func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join joinSettings) error {
+// up. The first time, like docker-machine, it takes the host key of the
+// machine it has just created as it comes, and records it before the
+// script is sent; from then on a host without that key (the address given
+// to another machine) is sent nothing. The script's output is not logged:
+// it may print the token.
+func (d *Driver) provisionSSH(ctx context.Context, p Plugin, record *Record, join joinSettings) error {
+	name := record.Name
 	host, err := p.GetSSHHostname()
 	if err != nil {
 		return fmt.Errorf("SSH host of machine %s: %w", name, err)
@@ -143,19 +152,24 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join j
 	if err != nil {
 		return fmt.Errorf("SSH key of machine %s: %w", name, err)
 	}
-	config := &ssh.ClientConfig{
-		User:            p.GetSSHUsername(),
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), //nolint:gosec // a machine just created has no known host key
-		Timeout:         10 * time.Second,
-	}
 	address := net.JoinHostPort(host, strconv.Itoa(port))
+	var known ssh.PublicKey
+	if record.HostKey != "" {
+		if known, _, _, _, err = ssh.ParseAuthorizedKey([]byte(record.HostKey)); err != nil {
+			return fmt.Errorf("machine %s: the recorded SSH host key does not parse: %w", name, err)
+		}
+	}
 	var client *ssh.Client
+	var seen ssh.PublicKey
 	deadline := time.Now().Add(SSHDialTimeout)
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
-		client, err = ssh.Dial("tcp", address, config)
+		client, seen, err = dialSSH(address, p.GetSSHUsername(), signer, known)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, errHostKeyChanged) {
+			return fmt.Errorf("machine %s: not sending the join script to %s: its %v: the address may be another machine's now; "+
+				"delete the Node to have its machine replaced", name, address, err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("machine %s: SSH to %s: %w", name, address, err)
@@ -167,6 +181,16 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join j
 		}
 	}
 	defer client.Close()
+	if known == nil {
+		// Recorded before the script goes: a retry after a crash sends
+		// it to this host only.
+		recorded := *record
+		recorded.HostKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(seen)))
+		if err := d.store.Put(ctx, &recorded); err != nil {
+			return fmt.Errorf("machine %s: recording its SSH host key: %w", name, err)
+		}
+		*record = recorded
+	}
 	session, err := client.NewSession()
 	if err != nil {
 		return fmt.Errorf("machine %s: SSH session: %w", name, err)
@@ -194,6 +218,51 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, name string, join j
 		<-ran
 		return fmt.Errorf("machine %s: the join script did not finish over SSH: %w", name, context.Cause(ctx))
 	}
+}
+
+// dialSSH connects to address and returns the host key the server showed.
+// With known set, a server showing another key is refused (an error
+// wrapping errHostKeyChanged), and only known's algorithms are offered, so
+// a server with several host keys shows the one recorded.
+func dialSSH(address, user string, signer ssh.Signer, known ssh.PublicKey) (*ssh.Client, ssh.PublicKey, error) {
+	var mu sync.Mutex
+	var seen ssh.PublicKey
+	var changed error
+	config := &ssh.ClientConfig{
+		User: user,
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = key
+			if known != nil && !bytes.Equal(key.Marshal(), known.Marshal()) {
+				changed = fmt.Errorf("%w: it shows %s, the machine showed %s", errHostKeyChanged, ssh.FingerprintSHA256(key), ssh.FingerprintSHA256(known))
+				return changed
+			}
+			// The first connection to a machine just made: its key is
+			// taken as it comes, and recorded.
+			return nil
+		},
+		Timeout: 10 * time.Second,
+	}
+	if known != nil {
+		config.HostKeyAlgorithms = hostKeyAlgorithms(known.Type())
+	}
+	client, err := ssh.Dial("tcp", address, config)
+	mu.Lock()
+	defer mu.Unlock()
+	if changed != nil {
+		return nil, seen, changed
+	}
+	return client, seen, err
+}
+
+// hostKeyAlgorithms are the algorithms a host key of keyType signs with.
+func hostKeyAlgorithms(keyType string) []string {
+	if keyType == ssh.KeyAlgoRSA {
+		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+	}
+	return []string{keyType}
 }
 
 func (d *Driver) forgetJoin(ctx context.Context, name string) error {
