@@ -73,7 +73,7 @@ type NodeClassSpec struct {
 
 	// nodeTemplate holds labels, annotations and taints stamped on every Node of this class.
 	// +optional
-	NodeTemplate NodeTemplate `json:"nodeTemplate,omitempty"`
+	NodeTemplate NodeTemplate `json:"nodeTemplate,omitzero"`
 
 	// tenancy is Shared (the default: any allowed namespace's pods may run on the
 	// nodes) or Dedicated (each NodeSet's nodes carry the label and taint

@@ -68,7 +68,7 @@ type NodeSetSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.labels) || self.labels.all(k, !k.startsWith('nodeset.dev/'))",message="spec.template.labels: keys under nodeset.dev/ are reserved for nodeset"
 	// +kubebuilder:validation:XValidation:rule="!has(self.annotations) || self.annotations.all(k, !k.startsWith('nodeset.dev/'))",message="spec.template.annotations: keys under nodeset.dev/ are reserved for nodeset"
 	// +kubebuilder:validation:XValidation:rule="!has(self.taints) || self.taints.all(t, !t.key.startsWith('nodeset.dev/'))",message="spec.template.taints: keys under nodeset.dev/ are reserved for nodeset"
-	Template NodeTemplate `json:"template,omitempty"`
+	Template NodeTemplate `json:"template,omitzero"`
 
 	// Driver-section overrides: fields of the class's driver section that the
 	// class lists in tenantOverrides. Every field is optional.
@@ -135,8 +135,12 @@ type NodeTemplate struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.map(k, k.size() + self[k].size()).sum() <= 262144",message="annotations: keys and values together must be at most 256 KiB (262144 characters)"
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// taints put on every Node.
+	// taints put on every Node, at most one per key and effect. Server-side
+	// apply merges them by key and effect, so each applier owns its own.
 	// +optional
+	// +listType=map
+	// +listMapKey=key
+	// +listMapKey=effect
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message="taints: each key and effect may appear only once"
 	Taints []Taint `json:"taints,omitempty"`

@@ -20,7 +20,8 @@ type NodeTemplateApplyConfiguration struct {
 	// annotations put on every Node. Keys and values together are at most
 	// 256 KiB, the limit of a Node's annotations.
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// taints put on every Node.
+	// taints put on every Node, at most one per key and effect. Server-side
+	// apply merges them by key and effect, so each applier owns its own.
 	Taints []TaintApplyConfiguration `json:"taints,omitempty"`
 }
 
