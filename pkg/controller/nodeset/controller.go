@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -367,10 +368,16 @@ func (c *Controller) namespaceUpdated(oldObj, newObj any) {
 	}
 }
 
-// nodeSetKey returns the key of the NodeSet a Node belongs to, from its labels.
+// nodeSetKey returns the key of the NodeSet a Node belongs to, from its
+// labels, for a Node nodeset holds: one with the nodeset.dev/termination
+// finalizer (a NodeSet's Nodes are created with it, a group's get it from
+// the node controller), or one already being deleted. Labels alone prove
+// nothing: a kubelet's own Node labelled by hand with a set's labels is
+// not one of its replicas, and would otherwise be picked by a scale-down
+// or a rollout and, holding no finalizer, go at once, undrained.
 func nodeSetKey(node *corev1.Node) (string, bool) {
 	namespace, name, ok := nodeutil.NodeSetOf(node.Labels)
-	if !ok {
+	if !ok || (node.DeletionTimestamp == nil && !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)) {
 		return "", false
 	}
 	return namespace + "/" + name, true

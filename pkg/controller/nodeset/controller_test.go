@@ -82,6 +82,7 @@ func setNode(t *testing.T, set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.
 		Name: name, UID: types.UID(name + "-uid"),
 		CreationTimestamp: metav1.NewTime(testNow.Add(-age)),
 		Labels:            resolve.NodeLabels(&spec, class.Name, set, resolve.TemplateHash(&spec, set)),
+		Finalizers:        []string{nodesetv1alpha1.FinalizerTermination},
 	}}
 	if ready {
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
@@ -855,4 +856,30 @@ func TestALoweredLimitIsToldWithoutACreation(t *testing.T) {
 	require.NotNil(t, accepted)
 	assert.Equal(t, ReasonLimitExceeded, accepted.Reason)
 	assert.Contains(t, accepted.Message, "spec.limits.maxNodesPerNamespace of 2")
+}
+
+// A kubelet's own Node labelled by hand with all of a set's labels holds
+// no nodeset.dev/termination finalizer: it is no replica of the set, so
+// neither a scale-down (Newest would pick it) nor the count of replicas
+// takes it, and without a finalizer a deletion would take it undrained.
+func TestAHandLabelledNodeIsNoReplica(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(1)
+	own := setNode(t, set, class, "web-own", 2*time.Hour, true)
+	kubelets := setNode(t, set, class, "kubelets-own", time.Minute, true)
+	kubelets.Finalizers = nil
+	f := newFixture(t, class, set, own, kubelets)
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeDeletes(), "the hand-labelled Node is not deleted")
+	assert.Empty(t, f.nodeCreates())
+	assert.Equal(t, int32(1), f.status().Replicas, "the hand-labelled Node is not counted")
+
+	// A set whose only labelled Node is not its own makes its replica.
+	lone := newSet(1)
+	foreign := setNode(t, lone, class, "kubelets-lone", time.Minute, true)
+	foreign.Finalizers = nil
+	f = newFixture(t, class, lone, foreign)
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeDeletes())
+	assert.Len(t, f.nodeCreates(), 1)
 }
