@@ -152,7 +152,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		c.groups.AddAfter(key, 2*time.Second)
 		return nil
 	}
-	spec, err := resolve.ProvisioningSpec(class, set)
+	spec, err := c.provisioningSpec(class, set)
 	if err != nil {
 		// Reported by the nodeset controller as Accepted=False; the set's
 		// Accepted may still be of the generation before the tenant's edit.

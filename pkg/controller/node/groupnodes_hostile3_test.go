@@ -114,3 +114,45 @@ func TestHostileGroupDriverCannotStampNodesetKeys(t *testing.T) {
 		assert.NotEqual(t, nodesetv1alpha1.LabelTenant, taint.Key)
 	}
 }
+
+// TestAnotherClassesStampReachesNoGroup: a tenant's edit that puts a label
+// another class stamps (example.com/pool=gpu of a GPU class) on its Nodes
+// reaches no cloud group before the nodeset controller's verdict: the set's
+// Accepted may still be of the generation before the edit.
+func TestAnotherClassesStampReachesNoGroup(t *testing.T) {
+	valid := nodesetv1alpha1.NodeClassStatus{Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeClassValid,
+		Status: metav1.ConditionTrue, Reason: "Valid", ObservedGeneration: 1}}}
+	class := &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "cloud", Generation: 1},
+		Spec: nodesetv1alpha1.NodeClassSpec{Driver: parametersDriverName,
+			RegistrationTimeout: &metav1.Duration{Duration: 10 * time.Minute}},
+		Status: valid,
+	}
+	gpu := &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu", Generation: 1},
+		Spec: nodesetv1alpha1.NodeClassSpec{Driver: parametersDriverName,
+			NodeTemplate:        nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"example.com/pool": "gpu"}},
+			RegistrationTimeout: &metav1.Duration{Duration: 10 * time.Minute}},
+		Status: valid,
+	}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{class, gpu})
+	driver := parametersGroupDriver{newGroupDriver()}
+	f.controller.registry = drivers.Registry{parametersDriverName: driver}
+	f.controller.opts.NodeSets = f.nodesets
+	set := &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a", UID: "uid-web", Finalizers: []string{"nodeset.dev/nodes"}},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "cloud", Replicas: ptr.To[int32](1),
+			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"example.com/pool": "gpu"}}},
+		Status: nodesetv1alpha1.NodeSetStatus{Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
+			Reason: "Accepted", LastTransitionTime: metav1.NewTime(testNow)}}},
+	}
+	created, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.setIndexer.Add(created))
+
+	require.NoError(t, f.controller.syncGroup(context.Background(), "team-a/web"))
+	assert.Empty(t, driver.ensured, "no group is made or changed for the edit")
+	nodes, err := f.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, nodes.Items)
+}

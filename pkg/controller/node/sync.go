@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,11 +156,29 @@ func (c *Controller) cacheBehind(node *corev1.Node) bool {
 // A NodeSet whose current spec breaks a tenant rule gets no machine from it
 // (resolve.ProvisioningSpec), whatever its last Accepted said.
 func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) (drivers.Class, error) {
-	spec, err := resolve.ProvisioningSpec(class, c.setOf(node))
+	spec, err := c.provisioningSpec(class, c.setOf(node))
 	if err != nil {
 		return drivers.Class{}, err
 	}
 	return c.withCredentials(ctx, class, spec)
+}
+
+// provisioningSpec is resolve.ProvisioningSpec, and also refuses a set
+// whose current spec puts on its Nodes a label another class stamps
+// (resolve.CatalogueConflicts), as the nodeset controller does.
+func (c *Controller) provisioningSpec(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
+	spec, err := resolve.ProvisioningSpec(class, set)
+	if err != nil || set == nil {
+		return spec, err
+	}
+	classes, err := c.classes.List(labels.Everything())
+	if err != nil {
+		return spec, err
+	}
+	if problems := resolve.CatalogueConflicts(classes, class, set); len(problems) > 0 {
+		return spec, fmt.Errorf("NodeSet %s/%s: %s", set.Namespace, set.Name, strings.Join(problems, "; "))
+	}
+	return spec, nil
 }
 
 // terminationClass is machineClass for taking the Node's machine away: an
