@@ -205,7 +205,8 @@ func assertOwnsNoField(t *testing.T, entries []metav1.ManagedFieldsEntry, manage
 	t.Helper()
 	for _, entry := range entries {
 		if entry.Manager == manager && entry.FieldsV1 != nil {
-			assert.NotContains(t, string(entry.FieldsV1.Raw), field, "%s changed only metadata but owns %s", manager, entry.FieldsV1.Raw)
+			raw := entry.FieldsV1.GetRawString()
+			assert.NotContains(t, raw, field, "%s changed only metadata but owns %s", manager, raw)
 		}
 	}
 }
