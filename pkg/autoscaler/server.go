@@ -6,6 +6,7 @@ package autoscaler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -471,7 +473,7 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 }
 
 // NodeGroupDeleteNodes removes exactly the named Nodes: the lowered replicas
-// and the victims are written in one update of the NodeSet.
+// and the victims are written in one write of the NodeSet.
 func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
 	var victims []string
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
@@ -632,8 +634,9 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 	return &protos.NodeGroupDecreaseTargetSizeResponse{}, nil
 }
 
-// update applies mutate to the latest NodeSet of group id and writes it in
-// one update, retrying on conflicts with a fresh read.
+// update applies mutate to the latest NodeSet of group id and writes what
+// it changed in one patch (scalePatch), conditional on the resourceVersion
+// read, retrying on conflicts with a fresh read.
 //
 // Writes to one NodeSet take turns: cluster-autoscaler deletes each node
 // of a scale-down in its own NodeGroupDeleteNodes call, all at once
@@ -666,10 +669,11 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 		if err := mutate(set); err != nil {
 			return err
 		}
-		if plan.Replicas(before) == plan.Replicas(set) && before.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] == set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] {
-			return nil
+		patch, changed, err := scalePatch(before, set)
+		if err != nil || !changed {
+			return err
 		}
-		_, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+		_, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 	var st interface{ GRPCStatus() *status.Status }
@@ -683,6 +687,34 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 	default:
 		return status.Errorf(codes.Unavailable, "node group %s: %v", id, err)
 	}
+}
+
+// scalePatch is the merge patch that writes what mutate changed of the set
+// read as before, spec.replicas and the delete-nodes annotation, and
+// nothing else: every other field keeps the bytes and the field manager
+// its owner (a GitOps tool's manifest) gave it. The patch carries the
+// resourceVersion read, so it fails with a conflict, as an update would,
+// when the set changed since.
+func scalePatch(before, set *nodesetv1alpha1.NodeSet) (patch []byte, changed bool, err error) {
+	metadata := map[string]any{"resourceVersion": before.ResourceVersion}
+	body := map[string]any{"metadata": metadata}
+	if plan.Replicas(before) != plan.Replicas(set) {
+		body["spec"] = map[string]any{"replicas": plan.Replicas(set)}
+		changed = true
+	}
+	if listed, ok := set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes]; listed != before.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] {
+		var value any // null: the annotation goes
+		if ok {
+			value = listed
+		}
+		metadata["annotations"] = map[string]any{nodesetv1alpha1.AnnotationDeleteNodes: value}
+		changed = true
+	}
+	if !changed {
+		return nil, false, nil
+	}
+	patch, err = json.Marshal(body)
+	return patch, true, err
 }
 
 // NodeGroupNodes lists every Node of the set as an instance, with its state

@@ -119,7 +119,7 @@ func (f *fixture) set(t *testing.T) *nodesetv1alpha1.NodeSet {
 func (f *fixture) writes() int {
 	n := 0
 	for _, a := range f.nodesets.Actions() {
-		if a.Matches("update", "nodesets") {
+		if a.Matches("update", "nodesets") || a.Matches("patch", "nodesets") {
 			n++
 		}
 	}
@@ -206,7 +206,7 @@ func TestDeleteNodesIsOneWrite(t *testing.T) {
 	got := f.set(t)
 	assert.Equal(t, int32(2), *got.Spec.Replicas)
 	assert.Equal(t, "web-b,web-c", got.Annotations[nodesetv1alpha1.AnnotationDeleteNodes])
-	assert.Equal(t, 1, f.writes(), "replicas and victims in one update")
+	assert.Equal(t, 1, f.writes(), "replicas and victims in one write")
 
 	// The same request again (a retry) changes nothing.
 	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{

@@ -162,8 +162,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	if !slices.Contains(set.Finalizers, nodesetv1alpha1.FinalizerGroup) {
 		// Before the group exists: a NodeSet deleted from here on waits for
 		// its group to go.
-		set.Finalizers = append(set.Finalizers, nodesetv1alpha1.FinalizerGroup)
-		updated, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(namespace).Update(ctx, set, metav1.UpdateOptions{})
+		updated, err := c.patchSetFinalizers(ctx, set, append(slices.Clone(set.Finalizers), nodesetv1alpha1.FinalizerGroup))
 		if err != nil {
 			return err
 		}
@@ -325,12 +324,23 @@ func (c *Controller) deleteGroup(ctx context.Context, set *nodesetv1alpha1.NodeS
 // releaseGroup removes the set's group finalizer: its group is gone, or
 // was never its own.
 func (c *Controller) releaseGroup(ctx context.Context, set *nodesetv1alpha1.NodeSet) error {
-	set.Finalizers = nodeutil.WithoutString(set.Finalizers, nodesetv1alpha1.FinalizerGroup)
-	_, err := c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+	_, err := c.patchSetFinalizers(ctx, set, nodeutil.WithoutString(set.Finalizers, nodesetv1alpha1.FinalizerGroup))
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err
+}
+
+// patchSetFinalizers writes a set's finalizers and nothing else, if the set
+// has not changed since it was read (a finalizer added meanwhile is never
+// lost). The rest of the set keeps the bytes and the field manager its
+// owner (a GitOps tool's manifest) gave it.
+func (c *Controller) patchSetFinalizers(ctx context.Context, set *nodesetv1alpha1.NodeSet, finalizers []string) (*nodesetv1alpha1.NodeSet, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": set.ResourceVersion}})
+	if err != nil {
+		return nil, err
+	}
+	return c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 // patchGroupStatus writes status.group when it changed (only that field, so

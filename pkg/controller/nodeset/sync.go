@@ -2,6 +2,7 @@ package nodeset
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -87,8 +89,7 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 		return c.finalize(ctx, set, nodes)
 	}
 	if !slices.Contains(set.Finalizers, FinalizerNodes) {
-		set.Finalizers = append(set.Finalizers, FinalizerNodes)
-		updated, err := c.nodesetClient.NodesetV1alpha1().NodeSets(namespace).Update(ctx, set, metav1.UpdateOptions{})
+		updated, err := c.patchSetMetadata(ctx, set, map[string]any{"finalizers": append(slices.Clone(set.Finalizers), FinalizerNodes)})
 		if err != nil {
 			return err
 		}
@@ -243,18 +244,30 @@ func (c *Controller) pruneDeleteList(ctx context.Context, set *nodesetv1alpha1.N
 		return nil
 	}
 	sort.Strings(keep)
-	updated := set.DeepCopy()
-	if len(keep) == 0 {
-		delete(updated.Annotations, nodesetv1alpha1.AnnotationDeleteNodes)
-	} else {
-		updated.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] = strings.Join(keep, ",")
+	var kept any // null: the annotation goes
+	if len(keep) > 0 {
+		kept = strings.Join(keep, ",")
 	}
-	result, err := c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+	result, err := c.patchSetMetadata(ctx, set, map[string]any{"annotations": map[string]any{nodesetv1alpha1.AnnotationDeleteNodes: kept}})
 	if err != nil {
 		return err
 	}
 	*set = *result
 	return nil
+}
+
+// patchSetMetadata writes the given fields of a set's metadata and nothing
+// else, if the set has not changed since it was read: a name added to the
+// delete list meanwhile, or a finalizer, is never lost. The rest of the set
+// keeps the bytes and the field manager its owner (a GitOps tool's
+// manifest) gave it, and its generation does not move.
+func (c *Controller) patchSetMetadata(ctx context.Context, set *nodesetv1alpha1.NodeSet, metadata map[string]any) (*nodesetv1alpha1.NodeSet, error) {
+	metadata["resourceVersion"] = set.ResourceVersion
+	patch, err := json.Marshal(map[string]any{"metadata": metadata})
+	if err != nil {
+		return nil, err
+	}
+	return c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 // creationLimit is how many more Nodes the class's limits allow this set,
@@ -583,8 +596,7 @@ func (c *Controller) finalize(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	if !slices.Contains(set.Finalizers, FinalizerNodes) {
 		return nil
 	}
-	set.Finalizers = nodeutil.WithoutString(set.Finalizers, FinalizerNodes)
-	_, err := c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Update(ctx, set, metav1.UpdateOptions{})
+	_, err := c.patchSetMetadata(ctx, set, map[string]any{"finalizers": nodeutil.WithoutString(set.Finalizers, FinalizerNodes)})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
