@@ -37,9 +37,10 @@ type Owner struct {
 // Matches reports whether a cloud resource tagged with owner o belongs to
 // the NodeSet want: the same cluster, namespace and name, and the same UID
 // unless the resource records none (made before UIDs were recorded). A
-// group's name comes from the cluster, namespace and name alone, so a
-// resource under the name the controller chose may be another's: the
-// NodeSet's predecessor under the same name, or one made by hand.
+// group's name that fits whole comes from the cluster, namespace and name
+// alone, so a resource under the name the controller chose may be
+// another's: the NodeSet's predecessor under the same name, or one made by
+// hand.
 func (o Owner) Matches(want Owner) bool {
 	return o.Cluster == want.Cluster && o.Namespace == want.Namespace && o.Name == want.Name && (o.UID == "" || o.UID == want.UID)
 }
@@ -233,17 +234,58 @@ type GroupStatus struct {
 
 // GroupName is the deterministic name of the cloud group of a NodeSet:
 // readable, at most 119 characters, and unique per cluster, namespace and
-// name (a hash of the three ends it, so truncation cannot collide).
+// name. A name that fits whole ends in 32 bits of a hash of the three;
+// its text tells NodeSets apart but for where dashes split it, which
+// leaves nothing to search. One cut to fit ends in 64 bits of a hash of
+// the three and the NodeSet's UID: the cut leaves the same text for many
+// NodeSets (namespaces ml and ml-research, long names), 32 bits were a
+// search of moments for a tenant to find a NodeSet name of its own whose
+// group would be another tenant's, made first to keep that NodeSet from
+// ever having one, and no one knows a UID before its NodeSet exists.
 func GroupName(owner Owner) string { return GroupNameWithin(owner, 119) }
 
-// GroupNameWithin is GroupName in at most limit (≥ 17) characters.
+// GroupNameWithin is GroupName in at most limit (≥ 26) characters.
 func GroupNameWithin(owner Owner, limit int) string {
+	base := fmt.Sprintf("nodeset-%s-%s-%s", owner.Cluster, owner.Namespace, owner.Name)
+	if len(base) <= limit-9 {
+		return formerGroupName(owner, limit)
+	}
+	sum := sha256.Sum256([]byte(owner.Cluster + "/" + owner.Namespace + "/" + owner.Name + "/" + string(owner.UID)))
+	return base[:limit-17] + "-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// formerGroupName is the name GroupNameWithin gave every group before a
+// name cut to fit ended in a hash of the UID: the name cut to limit-9
+// characters and 32 bits of a hash of cluster, namespace and name. It is
+// still the name of every group whose name fits whole.
+func formerGroupName(owner Owner, limit int) string {
 	sum := sha256.Sum256([]byte(owner.Cluster + "/" + owner.Namespace + "/" + owner.Name))
 	base := fmt.Sprintf("nodeset-%s-%s-%s", owner.Cluster, owner.Namespace, owner.Name)
 	if len(base) > limit-9 {
 		base = base[:limit-9]
 	}
 	return base + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// KeepGroupName is the name of the owner's group in driver d, given the
+// name recorded for it once the group was made (the NodeSet's
+// status.group.name with a desiredSize): the recorded name when it is the
+// owner's former name (formerGroupName, cut to the driver's limit), so a
+// group made before names cut to fit covered the UID keeps its name and
+// is found; NameGroup otherwise. A recorded name that is neither is never
+// used: no record makes a NodeSet act on a group of another's name.
+func KeepGroupName(d GroupDriver, owner Owner, recorded string) string {
+	if name := NameGroup(d, owner); recorded != name && recorded != FormerGroupName(d, owner) {
+		return name
+	}
+	return recorded
+}
+
+// FormerGroupName is the name the owner's group in driver d had before
+// names cut to fit covered the UID (formerGroupName); the same as
+// NameGroup for a name that fits whole.
+func FormerGroupName(d GroupDriver, owner Owner) string {
+	return formerGroupName(owner, len(NameGroup(d, owner)))
 }
 
 // GroupNamer is implemented by group drivers whose cloud allows shorter

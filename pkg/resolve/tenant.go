@@ -65,6 +65,39 @@ func reservedAnnotation(key string) string {
 	return ""
 }
 
+// reservedTag says why a NodeSet may not set an AWS tag key on its group,
+// launch template and instances, or "" when it may. The AWS drivers read
+// their own tags back (the owner, the template hash, the regions a group
+// was in) to decide what is whose. Other programs of the cluster decide
+// by tags what is theirs to act on: cluster-autoscaler's auto-discovery
+// takes every Auto Scaling group tagged k8s.io/cluster-autoscaler/enabled
+// and k8s.io/cluster-autoscaler/<cluster> as a node group of its own, raises
+// it for any tenant's pending pods that its node-template/ tags say fit,
+// past the class's limits that the tenants of the class share, and lowers
+// it by terminating instances of its choosing; the cloud controller
+// manager and the AWS Load Balancer Controller take what is tagged
+// kubernetes.io/cluster/<cluster> (or KubernetesCluster, the former key)
+// as the cluster's, and a tag naming another cluster hands the instances
+// to that cluster's controllers. EKS writes eks: tags (eks:cluster-name,
+// eks:nodegroup-name) to say which cluster and node group an instance is
+// of; aws: is AWS's. A NodeClass may set them; the eks-asg driver tags
+// instances with kubernetes.io/cluster/<clusterName> itself. Keys compare
+// without case, as AWS's aws: prefix does.
+func reservedTag(key string) string {
+	lower := strings.ToLower(key)
+	switch {
+	case inDomain(lower, "nodeset.dev"):
+		return reservedForNodeset
+	case inDomain(lower, "kubernetes.io"), inDomain(lower, "k8s.io"), lower == "kubernetescluster":
+		return "tag keys in the kubernetes.io and k8s.io domains, and KubernetesCluster, decide which cluster and which cluster-autoscaler, " +
+			"cloud controller manager and load balancer controller act on a group, its instances and everyone's load balancers; " +
+			"they are reserved for the cluster admin (set them in the NodeClass)"
+	case strings.HasPrefix(lower, "eks:"), strings.HasPrefix(lower, "aws:"):
+		return "tag keys with the eks: and aws: prefixes are what AWS and EKS write to say what they made; they are reserved for AWS"
+	}
+	return ""
+}
+
 // NodesetKey reports whether a label, taint or annotation key is under
 // nodeset.dev or one of its subdomains: nodeset's own words on a Node.
 func NodesetKey(key string) bool {
@@ -209,12 +242,10 @@ func TenantErrors(set *nodesetv1alpha1.NodeSet) []string {
 	if err := apivalidation.ValidateAnnotationsSize(template.Annotations); err != nil {
 		add("spec.template.annotations: may not be more than %d bytes in all", apivalidation.TotalAnnotationSizeLimitB)
 	}
-	// The AWS drivers read their own tags back (the owner, the template
-	// hash, the regions a group was in) to decide what is whose.
 	tags := func(path string, m map[string]string) {
 		for k := range m {
-			if inDomain(k, "nodeset.dev") {
-				add("%s key %q: %s", path, k, reservedForNodeset)
+			if why := reservedTag(k); why != "" {
+				add("%s key %q: %s", path, k, why)
 			}
 		}
 	}

@@ -133,7 +133,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		return err
 	}
 	owner := drivers.Owner{Cluster: c.opts.Cluster, Namespace: namespace, Name: name, UID: set.UID}
-	groupName := drivers.NameGroup(driver, owner)
+	groupName := drivers.KeepGroupName(driver, owner, madeGroupName(set))
 	credentials, err := c.credentials(ctx, class)
 	if err != nil {
 		c.recorder.Event(set, corev1.EventTypeWarning, ReasonGroupFailed, err.Error())
@@ -377,4 +377,13 @@ func nullIfEmpty(s string) any {
 		return nil
 	}
 	return s
+}
+
+// madeGroupName is the name status.group records for the set's group once
+// it was made (with a desiredSize), or "".
+func madeGroupName(set *nodesetv1alpha1.NodeSet) string {
+	if g := set.Status.Group; g != nil && g.DesiredSize != nil {
+		return g.Name
+	}
+	return ""
 }

@@ -258,7 +258,9 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 		if !known {
 			continue
 		}
-		groupGone := !cand.groups[drivers.NameGroup(driver, m.Owner)]
+		// A group made before names cut to fit covered the UID keeps its
+		// former name.
+		groupGone := !cand.groups[drivers.NameGroup(driver, m.Owner)] && !cand.groups[drivers.FormerGroupName(driver, m.Owner)]
 		if !setGone && !groupGone {
 			continue // detached from a live group of a live NodeSet: someone's on purpose
 		}
