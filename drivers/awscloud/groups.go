@@ -139,8 +139,8 @@ func machineState(s asgtypes.LifecycleState) drivers.MachineState {
 }
 
 // TerminateInGroup terminates the instance of providerID in the Auto Scaling
-// group and lowers the group's desired capacity in the same call, and
-// reports true. An instance that is not in the group any more (terminated,
+// group and lowers the group's desired capacity in the same call (not for
+// an instance on standby, which it does not count), and reports true. An instance that is not in the group any more (terminated,
 // detached by someone, or left behind by a termination that failed half
 // way) is not taken as gone on the group's word: EC2 is asked, and an
 // instance still running is terminated directly (no group is lowered, so it
@@ -165,8 +165,11 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, pro
 		if strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat") {
 			return false, nil
 		}
+		// An instance on standby is not in the desired capacity: lowering
+		// it for this one would make Auto Scaling pick another to go.
+		standby := strings.HasSuffix(aws.ToString(i.LifecycleState), "Standby")
 		_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
-			InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(true)})
+			InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(!standby)})
 		return err == nil, Classify("terminating "+id+" in "+group, err)
 	}
 	return false, TerminateInstance(ctx, ec2c, id)

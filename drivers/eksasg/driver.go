@@ -1,9 +1,10 @@
 // Package eksasg is the eks-asg group driver: a NodeSet is one EC2 Auto
 // Scaling group of self-managed EKS workers, launched from a launch template
 // the driver keeps in step with the class. The group's desired capacity is
-// only ever raised here; it goes down only when a chosen, drained instance is
-// terminated with the decrement in the same call, so AWS never picks a
-// victim.
+// raised here, and lowered only to the instances the group has when AWS
+// cannot launch the rest (lowerUnlaunched); otherwise it goes down only when
+// a chosen, drained instance is terminated with the decrement in the same
+// call, so AWS never picks a victim.
 package eksasg
 
 import (
@@ -91,6 +92,9 @@ type Driver struct {
 	hooks map[string]int32
 	// failures are the last looks at why groups ran short, by group.
 	failures map[string]launchFailure
+	// lowerLooks are when over-asked groups were last looked at to lower
+	// their desired capacity (lowerUnlaunched), by group.
+	lowerLooks map[string]time.Time
 }
 
 var (
@@ -281,7 +285,8 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 
 // EnsureGroup makes the launch template and the group, or brings them in
 // step: a new template version when the template hash changed, the bounds,
-// and the desired capacity raised (never lowered) to the replicas.
+// and the desired capacity raised to the replicas (less the instances on
+// standby), or lowered to them while AWS cannot launch the rest.
 func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ drivers.GroupStatus, err error) {
 	defer awscloud.Redact(group.Class.Credentials, &err)
 	// The class was checked when it was written, a NodeSet's overrides (its
@@ -305,12 +310,17 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			return drivers.GroupStatus{}, err
 		}
 		if g, ok := v.groups[group.Name]; ok && g.Status == nil && aws.ToInt32(g.MinSize) == minSize &&
-			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= group.Replicas && rebalanceSuspended(g) &&
+			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= inService(group.Replicas, g) && rebalanceSuspended(g) &&
 			launchesFromLatest(g, group.Name) {
 			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
 				return drivers.GroupStatus{}, err
 			}
-			status := d.withLaunchFailure(ctx, asg, group.Class.Credentials, awscloud.StatusOf(group.Name, g, v.instances))
+			status, standby := statusOf(group.Name, g, v.instances)
+			status, err := d.lowerUnlaunched(ctx, asg, s.Region, group.Class.Credentials, group.Replicas, status, standby)
+			if err != nil {
+				return drivers.GroupStatus{}, err
+			}
+			status = d.withLaunchFailure(ctx, asg, group.Class.Credentials, status)
 			d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, g, owner)
 			return status, nil
 		}
@@ -389,16 +399,19 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 				return drivers.GroupStatus{}, awscloud.Classify("updating Auto Scaling group "+group.Name, err)
 			}
 		}
-		if aws.ToInt32(existing.DesiredCapacity) < group.Replicas {
+		if want := inService(group.Replicas, existing); aws.ToInt32(existing.DesiredCapacity) < want {
 			if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
-				AutoScalingGroupName: aws.String(group.Name), DesiredCapacity: aws.Int32(group.Replicas), HonorCooldown: aws.Bool(false),
+				AutoScalingGroupName: aws.String(group.Name), DesiredCapacity: aws.Int32(want), HonorCooldown: aws.Bool(false),
 			}); err != nil {
 				return drivers.GroupStatus{}, awscloud.Classify("raising the desired capacity of "+group.Name, err)
 			}
 		}
 	}
-	status, err := awscloud.GroupInstances(ctx, asg, ec2c, group.Name)
+	status, standby, err := groupStatus(ctx, asg, ec2c, group.Name)
 	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	if status, err = d.lowerUnlaunched(ctx, asg, s.Region, group.Class.Credentials, group.Replicas, status, standby); err != nil {
 		return drivers.GroupStatus{}, err
 	}
 	d.removeFormerGroupsQuietly(ctx, asg, s.Region, group.Class.Credentials, existing, owner)
@@ -444,7 +457,7 @@ func groupChanges(g *asgtypes.AutoScalingGroup, name string, s *nodesetv1alpha1.
 		changed = !slices.Equal(types, m.InstanceTypes) ||
 			orDefault(m.OnDemandBaseCapacity, defaultOnDemandBase) != orDefault(dist.OnDemandBaseCapacity, defaultOnDemandBase) ||
 			orDefault(m.OnDemandPercentageAboveBaseCapacity, defaultOnDemandPercentage) != orDefault(dist.OnDemandPercentageAboveBaseCapacity, defaultOnDemandPercentage) ||
-			(m.SpotAllocationStrategy != "" && m.SpotAllocationStrategy != aws.ToString(dist.SpotAllocationStrategy)) ||
+			spotAllocation(m.SpotAllocationStrategy) != spotAllocation(aws.ToString(dist.SpotAllocationStrategy)) ||
 			m.SpotMaxPrice != aws.ToString(dist.SpotMaxPrice)
 	}
 	if !launchesFromLatest(g, name) {
@@ -487,14 +500,16 @@ func rebalanceSuspended(g *asgtypes.AutoScalingGroup) bool {
 	return slices.ContainsFunc(g.SuspendedProcesses, func(p asgtypes.SuspendedProcess) bool { return aws.ToString(p.ProcessName) == "AZRebalance" })
 }
 
-// DescribeGroup returns the group and its instances, or ErrNotFound.
+// DescribeGroup returns the group and its instances (those on standby
+// among the running), or ErrNotFound.
 func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (_ drivers.GroupStatus, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	_, asg, ec2c, err := d.connect(ctx, class)
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
-	return awscloud.GroupInstances(ctx, asg, ec2c, name)
+	status, _, err := groupStatus(ctx, asg, ec2c, name)
+	return status, err
 }
 
 // TerminateMachine terminates one instance and lowers the desired capacity

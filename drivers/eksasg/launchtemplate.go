@@ -109,11 +109,22 @@ func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGr
 	return data, nil
 }
 
-// AWS's defaults of the on-demand settings of a mixed-instances policy.
+// AWS's defaults of the on-demand settings of a mixed-instances policy,
+// and of its spot allocation strategy (the API's, for a group made without
+// one; the console proposes price-capacity-optimized).
 const (
 	defaultOnDemandBase       = 0
 	defaultOnDemandPercentage = 100
+	defaultSpotAllocation     = "lowest-price"
 )
+
+// spotAllocation is strategy, or AWS's default when it is "".
+func spotAllocation(strategy string) string {
+	if strategy == "" {
+		return defaultSpotAllocation
+	}
+	return strategy
+}
 
 // orDefault is *v, or def when v is nil.
 func orDefault(v *int32, def int32) int32 {
@@ -124,16 +135,17 @@ func orDefault(v *int32, def int32) int32 {
 }
 
 // mixedInstances is the group's mixed-instances policy. The on-demand
-// settings are always sent, with AWS's defaults for those the class leaves
-// out: Auto Scaling keeps a value an update leaves out, so a setting
-// removed from the class would otherwise stay on the group.
+// settings and the spot allocation strategy are always sent, with AWS's
+// defaults for those the class leaves out: Auto Scaling keeps a value an
+// update leaves out, so a setting removed from the class would otherwise
+// stay on the group.
 func mixedInstances(spec *asgtypes.LaunchTemplateSpecification, m *nodesetv1alpha1.MixedInstancesPolicy) *asgtypes.MixedInstancesPolicy {
 	policy := &asgtypes.MixedInstancesPolicy{
 		LaunchTemplate: &asgtypes.LaunchTemplate{LaunchTemplateSpecification: spec},
 		InstancesDistribution: &asgtypes.InstancesDistribution{
 			OnDemandBaseCapacity:                aws.Int32(orDefault(m.OnDemandBaseCapacity, defaultOnDemandBase)),
 			OnDemandPercentageAboveBaseCapacity: aws.Int32(orDefault(m.OnDemandPercentageAboveBaseCapacity, defaultOnDemandPercentage)),
-			SpotAllocationStrategy:              optional(m.SpotAllocationStrategy),
+			SpotAllocationStrategy:              aws.String(spotAllocation(m.SpotAllocationStrategy)),
 			SpotMaxPrice:                        optional(m.SpotMaxPrice),
 		},
 	}

@@ -1,0 +1,82 @@
+package eksasg
+
+import (
+	"context"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
+
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
+)
+
+// A group Auto Scaling cannot fill keeps its desired capacity and goes on
+// trying. When its NodeSet asks for fewer meanwhile (scaled down, a rollout
+// over), no Node is there to be removed, and the instances nobody wants
+// any more would be launched once the capacity is back, only to be drained
+// and terminated again. Such a group's desired capacity is lowered to what
+// the NodeSet asks for, never below the instances the group has: a desired
+// capacity below them would make Auto Scaling pick instances to terminate.
+
+// lowerUnlaunched lowers the desired capacity of a group that runs fewer
+// instances than it wants while Auto Scaling cannot launch them (its latest
+// scaling activity failed or was cancelled) to what replicas ask for (less
+// the instances on standby), or to the number of instances the group has
+// (in any state but standby) when that is more. A group whose
+// latest activity is still running (a launch on its way) is left as it is.
+// The group and its activities are read afresh first, at most once per
+// PollInterval for a group that stays over-asked.
+func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, region string, credentials map[string][]byte, replicas int32,
+	status drivers.GroupStatus, standby int32) (drivers.GroupStatus, error) {
+	if status.State != "ACTIVE" || status.DesiredSize <= max(0, replicas-standby) || int32(len(status.Machines))-standby >= status.DesiredSize {
+		return status, nil
+	}
+	now := d.opts.Now()
+	d.mu.Lock()
+	if d.lowerLooks == nil {
+		d.lowerLooks = map[string]time.Time{}
+	}
+	last, looked := d.lowerLooks[status.Name]
+	if looked && now.Sub(last) < d.opts.PollInterval {
+		d.mu.Unlock()
+		return status, nil
+	}
+	d.lowerLooks[status.Name] = now
+	d.mu.Unlock()
+
+	g, err := awscloud.FindGroup(ctx, asg, status.Name)
+	if err != nil {
+		return status, err
+	}
+	desired := aws.ToInt32(g.DesiredCapacity)
+	target := max(inService(replicas, g), int32(len(g.Instances)-len(onStandby(g))))
+	if g.Status != nil || target >= desired {
+		return status, nil
+	}
+	activities, err := asg.DescribeScalingActivities(ctx, &autoscaling.DescribeScalingActivitiesInput{
+		AutoScalingGroupName: aws.String(status.Name), MaxRecords: aws.Int32(1)})
+	if err != nil {
+		return status, awscloud.Classify("describing the scaling activities of "+status.Name, err)
+	}
+	if len(activities.Activities) == 0 {
+		return status, nil
+	}
+	switch activities.Activities[0].StatusCode {
+	case asgtypes.ScalingActivityStatusCodeFailed, asgtypes.ScalingActivityStatusCodeCancelled:
+	default:
+		return status, nil // launching, or not short for want of capacity
+	}
+	defer d.invalidate(region, credentials)
+	if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
+		AutoScalingGroupName: aws.String(status.Name), DesiredCapacity: aws.Int32(target), HonorCooldown: aws.Bool(false)}); err != nil {
+		return status, awscloud.Classify("lowering the desired capacity of "+status.Name+" to the instances it has", err)
+	}
+	d.mu.Lock()
+	delete(d.lowerLooks, status.Name)
+	delete(d.failures, status.Name) // read again for the new desired capacity
+	d.mu.Unlock()
+	status.DesiredSize = target
+	return status, nil
+}
