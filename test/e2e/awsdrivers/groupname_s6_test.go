@@ -68,8 +68,9 @@ func TestAGroupMadeUnderItsFormerNameIsKeptOnUpgrade(t *testing.T) {
 			return true, nil
 		}
 		got.Status.Group = &nodesetv1alpha1.GroupStatus{Name: former, State: "", DesiredSize: ptr.To[int32](1)}
-		_, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
-		return false, nil //nolint:nilerr // a conflict with the nodeset controller's write: again
+		// A conflict with the nodeset controller's write: again.
+		_, _ = e.nodesets.NodesetV1alpha1().NodeSets(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		return false, nil
 	})
 	require.NoError(t, err, "status.group.name records the former name")
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
@@ -141,7 +142,7 @@ func applyAsGitOps(t *testing.T, namespace, spec string) *gitopsSet {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(framework.Shared(t).AdminConfig())
 	require.NoError(t, err)
-	s := &gitopsSet{t: t, sets: dyn.Resource(nodesetv1alpha1.SchemeGroupVersion.WithResource("nodesets")).Namespace(namespace),
+	s := &gitopsSet{t: t, sets: dyn.Resource(schema.GroupVersionResource{Group: nodesetv1alpha1.GroupName, Version: "v1alpha1", Resource: "nodesets"}).Namespace(namespace),
 		manifest: fmt.Appendf(nil, `{"apiVersion":"nodeset.dev/v1alpha1","kind":"NodeSet","metadata":{"name":"pool","namespace":%q},"spec":%s}`, namespace, spec)}
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -255,7 +256,7 @@ func specButReplicas(set *unstructured.Unstructured) map[string]any {
 func gitopsFields(set *unstructured.Unstructured) string {
 	for _, entry := range set.GetManagedFields() {
 		if entry.Manager == "gitops" && entry.Operation == metav1.ManagedFieldsOperationApply && entry.FieldsV1 != nil {
-			return string(entry.FieldsV1.Raw)
+			return entry.FieldsV1.GetRawString()
 		}
 	}
 	return ""
