@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,20 +146,42 @@ func (n *noCapacity) release(t *testing.T, asg *autoscaling.Client) {
 // in status.group.message) instead of waiting in silence, and the
 // condition goes once the capacity is back and the group has its three.
 func TestAGroupAWSCannotFillIsAReplicaFailure(t *testing.T) {
-	zone := &noCapacity{capacity: 1, wanted: map[string]int{}}
-	e := newEnvWith(t, func(endpoint string) string { return zone.start(t, endpoint) })
 	ctx := context.Background()
 	ns := "team-nocapacity"
-	group := e.startSet("nocapacity", ns, "web")
-	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](3) })
+	e, zone, group, failure := startShortSet(t, ns)
 
+	zone.release(t, e.asg)
+	e.converged(ns, "web", group, 3, 90*time.Second)
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		c, set := failure()
+		last = fmt.Sprintf("ReplicaFailure %+v, group %+v", c, set.Status.Group)
+		return c == nil && set.Status.Group != nil && set.Status.Group.Message == "", nil
+	})
+	require.NoError(t, err, "the failure goes once the group has its instances: %s", last)
+}
+
+// shortSet reads a NodeSet's ReplicaFailure condition, and the set.
+type shortSet func() (*metav1.Condition, *nodesetv1alpha1.NodeSet)
+
+// startShortSet starts NodeSet web of 3 in namespace ns, in a zone with
+// capacity for one instance, and waits until the set says so: Auto
+// Scaling takes the desired capacity without an error and fails each
+// launch in its scaling activities, and the NodeSet is a ReplicaFailure
+// (reason GroupFailure) with AWS's words.
+func startShortSet(t *testing.T, ns string) (*env, *noCapacity, string, shortSet) {
+	t.Helper()
+	zone := &noCapacity{capacity: 1, wanted: map[string]int{}}
+	e := newEnvWith(t, func(endpoint string) string { return zone.start(t, endpoint) })
+	group := e.startSet(strings.TrimPrefix(ns, "team-"), ns, "web")
+	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](3) })
 	failure := func() (*metav1.Condition, *nodesetv1alpha1.NodeSet) {
-		set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(context.Background(), "web", metav1.GetOptions{})
 		require.NoError(t, err)
 		return meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure), set
 	}
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
 		c, set := failure()
 		last = fmt.Sprintf("ReplicaFailure %+v, group %+v, %d Nodes", c, set.Status.Group, len(e.setNodes(ns, "web")))
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "GroupFailure" &&
@@ -166,13 +189,5 @@ func TestAGroupAWSCannotFillIsAReplicaFailure(t *testing.T) {
 	})
 	require.NoError(t, err, "the NodeSet tells why its group is short: %s", last)
 	t.Logf("while short: %s", last)
-
-	zone.release(t, e.asg)
-	e.converged(ns, "web", group, 3, 90*time.Second)
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		c, set := failure()
-		last = fmt.Sprintf("ReplicaFailure %+v, group %+v", c, set.Status.Group)
-		return c == nil && set.Status.Group != nil && set.Status.Group.Message == "", nil
-	})
-	require.NoError(t, err, "the failure goes once the group has its instances: %s", last)
+	return e, zone, group, failure
 }

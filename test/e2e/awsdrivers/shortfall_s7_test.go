@@ -3,7 +3,6 @@ package awsdrivers
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"testing"
 	"time"
 
@@ -12,8 +11,6 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -27,28 +24,13 @@ import (
 // the NodeSet is no longer a ReplicaFailure, and when the capacity comes
 // back no instance is launched only to be drained and terminated.
 func TestAScaleDownDuringAShortageLaunchesNothingLater(t *testing.T) {
-	zone := &noCapacity{capacity: 1, wanted: map[string]int{}}
-	e := newEnvWith(t, func(endpoint string) string { return zone.start(t, endpoint) })
 	ctx := context.Background()
 	ns := "team-shortfall"
-	group := e.startSet("shortfall", ns, "web")
-	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](3) })
-
-	get := func() (*metav1.Condition, *nodesetv1alpha1.NodeSet) {
-		set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
-		require.NoError(t, err)
-		return meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure), set
-	}
+	e, zone, group, get := startShortSet(t, ns)
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
-		c, set := get()
-		last = fmt.Sprintf("ReplicaFailure %+v, group %+v", c, set.Status.Group)
-		return c != nil && c.Status == metav1.ConditionTrue && regexp.MustCompile(`1 of 3 instances run`).MatchString(c.Message), nil
-	})
-	require.NoError(t, err, "short: %s", last)
 
 	e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](1) })
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		c, set := get()
 		g := set.Status.Group
 		last = fmt.Sprintf("ReplicaFailure %+v, group %+v", c, g)
