@@ -63,24 +63,34 @@ func (d *Driver) withLaunchFailure(ctx context.Context, asg awscloud.AutoScaling
 // lastFailedActivity is the group's latest scaling activity, when it failed
 // or was cancelled; "" otherwise (one in progress comes first).
 func lastFailedActivity(ctx context.Context, asg awscloud.AutoScaling, status drivers.GroupStatus) (string, error) {
+	a, err := latestFailedActivity(ctx, asg, status.Name)
+	if a == nil || err != nil {
+		return "", err
+	}
+	said := aws.ToString(a.StatusMessage)
+	if said == "" {
+		said = aws.ToString(a.Description)
+	}
+	return fmt.Sprintf("%d of %d instances run; Auto Scaling's latest activity %s: %s", live(status), status.DesiredSize,
+		strings.ToLower(string(a.StatusCode)), said), nil
+}
+
+// latestFailedActivity is the group's latest scaling activity when it
+// failed or was cancelled, nil otherwise (none, or one in progress or done).
+func latestFailedActivity(ctx context.Context, asg awscloud.AutoScaling, group string) (*asgtypes.Activity, error) {
 	out, err := asg.DescribeScalingActivities(ctx, &autoscaling.DescribeScalingActivitiesInput{
-		AutoScalingGroupName: aws.String(status.Name), MaxRecords: aws.Int32(1)})
+		AutoScalingGroupName: aws.String(group), MaxRecords: aws.Int32(1)})
 	if err != nil {
-		return "", awscloud.Classify("describing the scaling activities of "+status.Name, err)
+		return nil, awscloud.Classify("describing the scaling activities of "+group, err)
 	}
 	if len(out.Activities) == 0 {
-		return "", nil
+		return nil, nil
 	}
 	switch a := out.Activities[0]; a.StatusCode {
 	case asgtypes.ScalingActivityStatusCodeFailed, asgtypes.ScalingActivityStatusCodeCancelled:
-		said := aws.ToString(a.StatusMessage)
-		if said == "" {
-			said = aws.ToString(a.Description)
-		}
-		return fmt.Sprintf("%d of %d instances run; Auto Scaling's latest activity %s: %s", live(status), status.DesiredSize,
-			strings.ToLower(string(a.StatusCode)), said), nil
+		return &a, nil
 	}
-	return "", nil
+	return nil, nil
 }
 
 // short reports whether an active group runs fewer instances (not counting

@@ -6,7 +6,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
-	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/awscloud"
@@ -55,18 +54,9 @@ func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, 
 	if g.Status != nil || target >= desired {
 		return status, nil
 	}
-	activities, err := asg.DescribeScalingActivities(ctx, &autoscaling.DescribeScalingActivitiesInput{
-		AutoScalingGroupName: aws.String(status.Name), MaxRecords: aws.Int32(1)})
-	if err != nil {
-		return status, awscloud.Classify("describing the scaling activities of "+status.Name, err)
-	}
-	if len(activities.Activities) == 0 {
-		return status, nil
-	}
-	switch activities.Activities[0].StatusCode {
-	case asgtypes.ScalingActivityStatusCodeFailed, asgtypes.ScalingActivityStatusCodeCancelled:
-	default:
-		return status, nil // launching, or not short for want of capacity
+	failed, err := latestFailedActivity(ctx, asg, status.Name)
+	if failed == nil || err != nil {
+		return status, err // launching, or not short for want of capacity
 	}
 	defer d.invalidate(region, credentials)
 	if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
