@@ -6,7 +6,6 @@ package autoscaler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -669,9 +668,9 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 		if err := mutate(set); err != nil {
 			return err
 		}
-		patch, changed, err := scalePatch(before, set)
-		if err != nil || !changed {
-			return err
+		patch, changed := scalePatch(before, set)
+		if !changed {
+			return nil
 		}
 		_, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
@@ -693,14 +692,12 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 // read as before, spec.replicas and the delete-nodes annotation, and
 // nothing else: every other field keeps the bytes and the field manager
 // its owner (a GitOps tool's manifest) gave it. The patch carries the
-// resourceVersion read, so it fails with a conflict, as an update would,
-// when the set changed since.
-func scalePatch(before, set *nodesetv1alpha1.NodeSet) (patch []byte, changed bool, err error) {
-	metadata := map[string]any{"resourceVersion": before.ResourceVersion}
-	body := map[string]any{"metadata": metadata}
+// resourceVersion read (nodeutil.GuardedMergePatch), so it fails with a
+// conflict, as an update would, when the set changed since.
+func scalePatch(before, set *nodesetv1alpha1.NodeSet) (patch []byte, changed bool) {
+	metadata, fields := map[string]any{}, map[string]any{}
 	if plan.Replicas(before) != plan.Replicas(set) {
-		body["spec"] = map[string]any{"replicas": plan.Replicas(set)}
-		changed = true
+		fields["spec"] = map[string]any{"replicas": plan.Replicas(set)}
 	}
 	if listed, ok := set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes]; listed != before.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] {
 		var value any // null: the annotation goes
@@ -708,13 +705,11 @@ func scalePatch(before, set *nodesetv1alpha1.NodeSet) (patch []byte, changed boo
 			value = listed
 		}
 		metadata["annotations"] = map[string]any{nodesetv1alpha1.AnnotationDeleteNodes: value}
-		changed = true
 	}
-	if !changed {
-		return nil, false, nil
+	if len(metadata) == 0 && len(fields) == 0 {
+		return nil, false
 	}
-	patch, err = json.Marshal(body)
-	return patch, true, err
+	return nodeutil.GuardedMergePatch(before.ResourceVersion, metadata, fields), true
 }
 
 // NodeGroupNodes lists every Node of the set as an instance, with its state

@@ -198,6 +198,27 @@ func marshalPatch(ops []jsonPatchOp) []byte {
 	return patch
 }
 
+// GuardedMergePatch is a JSON merge patch that writes the given metadata
+// fields and top-level fields (spec, ...) and nothing else, carrying the
+// resourceVersion read: the API server applies it only to the object as it
+// was read and answers a conflict, as to an update, when it changed since.
+// Every other field keeps the bytes and the field manager its owner (a
+// GitOps tool's manifest) gave it, and a NodeSet's generation does not
+// move for metadata alone. metadata may be nil.
+func GuardedMergePatch(resourceVersion string, metadata, fields map[string]any) []byte {
+	body := make(map[string]any, len(fields)+1)
+	maps.Copy(body, fields)
+	meta := make(map[string]any, len(metadata)+1)
+	maps.Copy(meta, metadata)
+	meta["resourceVersion"] = resourceVersion
+	body["metadata"] = meta
+	patch, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("a merge patch of JSON values: %v", err)) // callers pass strings, numbers, lists and maps of them
+	}
+	return patch
+}
+
 // ChangePatch is a JSON patch that makes of the Node read what want is, in
 // its labels, annotations, finalizers, providerID, unschedulable and
 // taints, and tests that the Node is the one read (by UID) and that each

@@ -193,3 +193,19 @@ func TestCordonAndReleasePatches(t *testing.T) {
 	_, ok = RemoveFinalizerPatch(released, nodesetv1alpha1.FinalizerTermination)
 	assert.False(t, ok, "nothing to release")
 }
+
+// A guarded merge patch writes only the fields given, and the API server's
+// merge patch takes its resourceVersion as a precondition: a caller's own
+// resourceVersion key cannot replace the one read.
+func TestGuardedMergePatch(t *testing.T) {
+	patch := GuardedMergePatch("42", map[string]any{"finalizers": []string{"a"}, "resourceVersion": "7"},
+		map[string]any{"spec": map[string]any{"replicas": 3}})
+	assert.JSONEq(t, `{"metadata":{"finalizers":["a"],"resourceVersion":"42"},"spec":{"replicas":3}}`, string(patch))
+
+	assert.JSONEq(t, `{"metadata":{"resourceVersion":"1"}}`, string(GuardedMergePatch("1", nil, nil)))
+
+	annotations := map[string]any{"annotations": map[string]any{"gone": nil}}
+	patch = GuardedMergePatch("5", annotations, nil)
+	assert.JSONEq(t, `{"metadata":{"annotations":{"gone":null},"resourceVersion":"5"}}`, string(patch))
+	assert.NotContains(t, annotations, "resourceVersion", "the caller's map is not written")
+}

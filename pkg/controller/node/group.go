@@ -332,14 +332,10 @@ func (c *Controller) releaseGroup(ctx context.Context, set *nodesetv1alpha1.Node
 }
 
 // patchSetFinalizers writes a set's finalizers and nothing else, if the set
-// has not changed since it was read (a finalizer added meanwhile is never
-// lost). The rest of the set keeps the bytes and the field manager its
-// owner (a GitOps tool's manifest) gave it.
+// has not changed since it was read (nodeutil.GuardedMergePatch): a
+// finalizer added meanwhile is never lost.
 func (c *Controller) patchSetFinalizers(ctx context.Context, set *nodesetv1alpha1.NodeSet, finalizers []string) (*nodesetv1alpha1.NodeSet, error) {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": set.ResourceVersion}})
-	if err != nil {
-		return nil, err
-	}
+	patch := nodeutil.GuardedMergePatch(set.ResourceVersion, map[string]any{"finalizers": finalizers}, nil)
 	return c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 

@@ -2,7 +2,6 @@ package nodeset
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -257,16 +256,11 @@ func (c *Controller) pruneDeleteList(ctx context.Context, set *nodesetv1alpha1.N
 }
 
 // patchSetMetadata writes the given fields of a set's metadata and nothing
-// else, if the set has not changed since it was read: a name added to the
-// delete list meanwhile, or a finalizer, is never lost. The rest of the set
-// keeps the bytes and the field manager its owner (a GitOps tool's
-// manifest) gave it, and its generation does not move.
+// else, if the set has not changed since it was read
+// (nodeutil.GuardedMergePatch): a name added to the delete list meanwhile,
+// or a finalizer, is never lost.
 func (c *Controller) patchSetMetadata(ctx context.Context, set *nodesetv1alpha1.NodeSet, metadata map[string]any) (*nodesetv1alpha1.NodeSet, error) {
-	metadata["resourceVersion"] = set.ResourceVersion
-	patch, err := json.Marshal(map[string]any{"metadata": metadata})
-	if err != nil {
-		return nil, err
-	}
+	patch := nodeutil.GuardedMergePatch(set.ResourceVersion, metadata, nil)
 	return c.nodesetClient.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
