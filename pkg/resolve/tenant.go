@@ -448,16 +448,18 @@ func NodeAnnotationErrors(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1
 // change machines from a NodeSet's current spec, which may be newer than
 // the set's last Accepted verdict (a tenant's edit the nodeset controller
 // has not judged yet): it also refuses what TenantErrors,
-// NodeAnnotationErrors and TemplateConflicts find, so such an edit never
-// reaches a machine or a cloud group. The nodeset controller reports the
-// same problems as Accepted=False.
-func ProvisioningSpec(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
+// NodeAnnotationErrors, TemplateConflicts and, against the catalogue of
+// every NodeClass, CatalogueConflicts find, so such an edit never reaches a
+// machine or a cloud group. The nodeset controller reports the same
+// problems as Accepted=False.
+func ProvisioningSpec(catalogue []*nodesetv1alpha1.NodeClass, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
 	spec, err := EffectiveSpec(class, set)
 	if err != nil || set == nil {
 		return spec, err
 	}
 	problems := append(TenantErrors(set), NodeAnnotationErrors(class, set)...)
-	if problems = append(problems, TemplateConflicts(class, set)...); len(problems) > 0 {
+	problems = append(problems, TemplateConflicts(class, set)...)
+	if problems = append(problems, CatalogueConflicts(catalogue, class, set)...); len(problems) > 0 {
 		return spec, fmt.Errorf("NodeSet %s/%s: %s", set.Namespace, set.Name, strings.Join(problems, "; "))
 	}
 	return spec, nil

@@ -44,7 +44,7 @@ func TestNodeAnnotationsLeaveRoom(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			problems := NodeAnnotationErrors(class, tt.set)
-			_, err := ProvisioningSpec(class, tt.set)
+			_, err := ProvisioningSpec(nil, class, tt.set)
 			if tt.want == nil {
 				assert.Empty(t, problems)
 				assert.NoError(t, err)

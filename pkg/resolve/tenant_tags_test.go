@@ -68,7 +68,7 @@ func TestTenantTagsOtherProgramsActOn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			problems := TenantErrors(tt.set)
-			_, err := ProvisioningSpec(tt.class, tt.set)
+			_, err := ProvisioningSpec(nil, tt.class, tt.set)
 			if tt.field == "" {
 				assert.Empty(t, problems)
 				assert.NoError(t, err)
@@ -84,6 +84,6 @@ func TestTenantTagsOtherProgramsActOn(t *testing.T) {
 	// The admin's class may set them: the class's own tags are not the tenant's.
 	admin := asgClass.DeepCopy()
 	admin.Spec.EKSAutoscalingGroup.Tags["k8s.io/cluster-autoscaler/enabled"] = "true"
-	_, err := ProvisioningSpec(admin, asgSet(map[string]string{"team": "a"}))
+	_, err := ProvisioningSpec(nil, admin, asgSet(map[string]string{"team": "a"}))
 	assert.NoError(t, err)
 }

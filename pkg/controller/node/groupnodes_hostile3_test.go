@@ -78,7 +78,7 @@ func TestHostileParametersCannotLabelAGroupNodeWithReservedKeys(t *testing.T) {
 		Status: nodesetv1alpha1.NodeSetStatus{Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue,
 			Reason: "Accepted", LastTransitionTime: metav1.NewTime(testNow)}}},
 	}
-	_, err := resolve.ProvisioningSpec(class, set)
+	_, err := resolve.ProvisioningSpec(nil, class, set)
 	require.NoError(t, err, "free-form parameters are the driver's to check: nodeset accepts the tenant's keys")
 	created, err := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), set, metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,22 +162,14 @@ func (c *Controller) machineClass(ctx context.Context, node *corev1.Node, class 
 	return c.withCredentials(ctx, class, spec)
 }
 
-// provisioningSpec is resolve.ProvisioningSpec, and also refuses a set
-// whose current spec puts on its Nodes a label another class stamps
-// (resolve.CatalogueConflicts), as the nodeset controller does.
+// provisioningSpec is resolve.ProvisioningSpec against the catalogue in
+// the cache.
 func (c *Controller) provisioningSpec(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (nodesetv1alpha1.NodeClassSpec, error) {
-	spec, err := resolve.ProvisioningSpec(class, set)
-	if err != nil || set == nil {
-		return spec, err
-	}
-	classes, err := c.classes.List(labels.Everything())
+	catalogue, err := c.classes.List(labels.Everything())
 	if err != nil {
-		return spec, err
+		return nodesetv1alpha1.NodeClassSpec{}, fmt.Errorf("cannot read the NodeClasses whose labels a NodeSet may not set: %w", err)
 	}
-	if problems := resolve.CatalogueConflicts(classes, class, set); len(problems) > 0 {
-		return spec, fmt.Errorf("NodeSet %s/%s: %s", set.Namespace, set.Name, strings.Join(problems, "; "))
-	}
-	return spec, nil
+	return resolve.ProvisioningSpec(catalogue, class, set)
 }
 
 // terminationClass is machineClass for taking the Node's machine away: an
