@@ -215,6 +215,12 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		}
 		c.recorder.Eventf(set, eventType, ReasonGroupUpdate, "Update %s of cloud group %s: %s", status.UpdateID, groupName, status.UpdateStatus)
 	}
+	if reported := c.scrub(status.Message); reported != "" && (set.Status.Group == nil || set.Status.Group.Message != reported) {
+		// A problem the group reports (a launch AWS could not make, a
+		// health issue), once each time it changes: status.group.message
+		// keeps it, and an alert on Warning Events sees it too.
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonGroupFailed, "Cloud group %s: %s", groupName, reported)
+	}
 	desired := status.DesiredSize
 	if err := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, State: status.State, DesiredSize: &desired,
 		UpdateID: status.UpdateID, UpdateStatus: status.UpdateStatus, Message: status.Message}, false); err != nil {

@@ -40,6 +40,8 @@ type recordingGroupDriver struct {
 	pending int
 	// updateID and updateStatus are the driver-native update EnsureGroup reports.
 	updateID, updateStatus string
+	// message is the problem EnsureGroup reports of the group.
+	message string
 	// machineLabels and machineTaints are what EnsureGroup's new machines
 	// say of their Nodes.
 	machineLabels map[string]string
@@ -76,7 +78,7 @@ func (d *recordingGroupDriver) EnsureGroup(_ context.Context, g drivers.Group) (
 			Labels: d.machineLabels, Taints: d.machineTaints})
 	}
 	status.DesiredSize = max(status.DesiredSize, g.Replicas)
-	status.UpdateID, status.UpdateStatus = d.updateID, d.updateStatus
+	status.UpdateID, status.UpdateStatus, status.Message = d.updateID, d.updateStatus, d.message
 	return *status, nil
 }
 
@@ -399,6 +401,41 @@ func TestManagedUpdatesArePassedOnAndReported(t *testing.T) {
 	assert.Equal(t, "Failed", g.getSet().Status.Group.UpdateStatus)
 	require.NoError(t, g.syncGroup())
 	assert.Empty(t, g.group.ensured[len(g.group.ensured)-1].UpdateID, "a finished update is not tracked again")
+}
+
+// TestAProblemTheGroupReportsIsAWarningEventOnceEachTimeItChanges: a launch
+// AWS could not make reaches status.group.message and, once, a GroupFailed
+// Event, which is what alerts watch.
+func TestAProblemTheGroupReportsIsAWarningEventOnceEachTimeItChanges(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	groupFailed := func() (out []string) {
+		for _, e := range g.events() {
+			if strings.Contains(e, ReasonGroupFailed) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, groupFailed(), "a group with no problem")
+
+	g.group.message = "Launching a new EC2 instance. Status Reason: We currently do not have sufficient capacity"
+	require.NoError(t, g.syncGroup())
+	name := g.getSet().Status.Group.Name
+	assert.Equal(t, []string{"Warning GroupFailed Cloud group " + name + ": " + g.group.message}, groupFailed())
+	assert.Equal(t, g.group.message, g.getSet().Status.Group.Message)
+
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, groupFailed(), "the same problem at the next poll is no news")
+
+	g.group.message = "Launching a new EC2 instance. Status Reason: The requested configuration is currently not supported"
+	require.NoError(t, g.syncGroup())
+	assert.Len(t, groupFailed(), 1, "another problem is")
+
+	g.group.message = ""
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, groupFailed(), "a problem gone is no warning")
+	assert.Empty(t, g.getSet().Status.Group.Message)
 }
 
 // TestGroupWaitsForTheVerdictOnAClassEdit: a new generation of the class is
