@@ -62,6 +62,10 @@ type Class struct {
 type Machine struct {
 	// Name is the Node's name; the machine's hostname and the idempotency key.
 	Name string
+	// NodeUID is the Node's UID; empty when the caller does not know it. A
+	// machine made for another UID under the name is not this Node's: its
+	// Node was deleted without it.
+	NodeUID types.UID
 	// Owner of the machine.
 	Owner Owner
 	// Class is the effective configuration.
@@ -97,6 +101,10 @@ type MachineStatus struct {
 	State MachineState
 	// Owner recorded on the machine (from its tags or its name).
 	Owner Owner
+	// NodeUID is the UID of the Node the machine was made for, when the
+	// driver recorded it (Machine.NodeUID); empty otherwise. A Node of the
+	// machine's name with another UID does not account for it.
+	NodeUID types.UID
 	// CreatedAt is when the machine was created, as Unix seconds; 0 if unknown.
 	CreatedAt int64
 	// TemplateHash is the template hash of the configuration the machine was

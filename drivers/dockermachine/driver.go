@@ -24,6 +24,7 @@ import (
 
 	"github.com/rancher/machine/libmachine/mcnflag"
 	"github.com/rancher/machine/libmachine/state"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -45,6 +46,9 @@ type Record struct {
 	Class string
 	// Owner of the machine.
 	Owner drivers.Owner
+	// NodeUID is the UID of the Node the machine was made for; empty in
+	// records written before it was kept, or when the caller did not know it.
+	NodeUID types.UID
 	// Config is the plugin's saved configuration (its GetConfigRaw). It may
 	// hold credentials the plugin took as options, so a Store keeps it secret.
 	Config []byte
@@ -493,6 +497,16 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	defer cancel()
 	providerID := ProviderID(dm.DriverName, machine.Name)
 	record, err := d.record(ctx, machine.Name)
+	if err == nil && leftBehind(record, machine, dm.DriverName) {
+		// The machine of the Node's predecessor under its name, deleted
+		// without it: its deletion was to remove it, which is done now.
+		if err := d.delete(ctx, machine.Name); err != nil {
+			return "", fmt.Errorf("removing machine %s, left behind by an earlier Node of the name (UID %s): %w", machine.Name, record.NodeUID, err)
+		}
+		klog.FromContext(ctx).Info("Removed the machine an earlier Node of the name left behind", "machine", machine.Name,
+			"plugin", BinaryName(record.Plugin), "earlierNodeUID", record.NodeUID, "nodeUID", machine.NodeUID)
+		record, err = Record{}, fmt.Errorf("machine %s: %w", machine.Name, drivers.ErrNotFound)
+	}
 	if err == nil {
 		// A record of the name is this Node's machine, or the machine of
 		// a Node deleted without it, which is not handed over.
@@ -549,7 +563,8 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
 		return "", err
 	}
-	record = Record{Name: machine.Name, Plugin: dm.DriverName, Class: machine.Class.Name, Owner: machine.Owner, CreatedAt: time.Now().Unix(), Credentials: machine.Class.Credentials}
+	record = Record{Name: machine.Name, Plugin: dm.DriverName, Class: machine.Class.Name, Owner: machine.Owner, NodeUID: machine.NodeUID,
+		CreatedAt: time.Now().Unix(), Credentials: machine.Class.Credentials}
 	err = d.withPlugin(ctx, dm.DriverName, d.baseConfig(machine.Name), func(p Plugin) error {
 		// A plugin killed in the middle (the attempt's time is up) did
 		// not refuse the options: its error says nothing of the class.
@@ -810,7 +825,7 @@ func (d *Driver) get(ctx context.Context, name string) (drivers.MachineStatus, e
 	if err != nil {
 		return drivers.MachineStatus{}, err
 	}
-	status := drivers.MachineStatus{Name: name, ProviderID: ProviderID(record.Plugin, name), Owner: record.Owner, CreatedAt: record.CreatedAt}
+	status := drivers.MachineStatus{Name: name, ProviderID: ProviderID(record.Plugin, name), Owner: record.Owner, NodeUID: record.NodeUID, CreatedAt: record.CreatedAt}
 	if !record.Created {
 		status.State = drivers.MachinePending
 		return status, nil
@@ -846,7 +861,8 @@ func (d *Driver) List(ctx context.Context) ([]drivers.MachineStatus, error) {
 		if !r.Created {
 			st = drivers.MachinePending
 		}
-		out = append(out, drivers.MachineStatus{Name: r.Name, ProviderID: ProviderID(r.Plugin, r.Name), State: st, Owner: r.Owner, CreatedAt: r.CreatedAt})
+		out = append(out, drivers.MachineStatus{Name: r.Name, ProviderID: ProviderID(r.Plugin, r.Name), State: st, Owner: r.Owner, NodeUID: r.NodeUID,
+			CreatedAt: r.CreatedAt})
 	}
 	return out, nil
 }

@@ -6,22 +6,25 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"nodeset.dev/nodeset/drivers"
 )
 
 // recordFieldsKey is the key, in the saved configuration a Store is given,
-// of the record's fields that are the driver's own (Class, HostKey): kept
+// of the record's fields that are the driver's own (Class, HostKey, NodeUID): kept
 // with the plugin's configuration, they need nothing of a Store but to keep
 // Config as it is. The plugin never sees them.
 const recordFieldsKey = "nodeset.dev/machine"
 
 // driverFields are the fields of a record kept under recordFieldsKey.
 type driverFields struct {
-	Class   string `json:"class,omitempty"`
-	HostKey string `json:"hostKey,omitempty"`
+	Class   string    `json:"class,omitempty"`
+	HostKey string    `json:"hostKey,omitempty"`
+	NodeUID types.UID `json:"nodeUID,omitempty"`
 }
 
-// fieldsStore keeps a record's Class and HostKey in its Config.
+// fieldsStore keeps a record's Class, HostKey and NodeUID in its Config.
 type fieldsStore struct{ Store }
 
 func (s fieldsStore) Get(ctx context.Context, name string) (Record, error) {
@@ -49,18 +52,18 @@ func (s fieldsStore) List(ctx context.Context) ([]Record, error) {
 	return records, err
 }
 
-// sealed is record with its Class and HostKey added to its Config, when
-// Config is a JSON object (every libmachine driver's is); a configuration
-// that is not one is kept without them.
+// sealed is record with its Class, HostKey and NodeUID added to its
+// Config, when Config is a JSON object (every libmachine driver's is); a
+// configuration that is not one is kept without them.
 func sealed(record Record) Record {
-	if record.Class == "" && record.HostKey == "" {
+	if record.Class == "" && record.HostKey == "" && record.NodeUID == "" {
 		return record
 	}
 	var config map[string]json.RawMessage
 	if err := json.Unmarshal(record.Config, &config); err != nil || config == nil {
 		return record
 	}
-	fields, err := json.Marshal(driverFields{Class: record.Class, HostKey: record.HostKey})
+	fields, err := json.Marshal(driverFields{Class: record.Class, HostKey: record.HostKey, NodeUID: record.NodeUID})
 	if err != nil {
 		return record
 	}
@@ -73,7 +76,7 @@ func sealed(record Record) Record {
 	return record
 }
 
-// opened is a stored record with its Class and HostKey taken out of its
+// opened is a stored record with its Class, HostKey and NodeUID taken out of its
 // Config, which is then the plugin's configuration alone.
 func opened(record Record) Record {
 	var config map[string]json.RawMessage
@@ -93,8 +96,21 @@ func opened(record Record) Record {
 	if err != nil {
 		return record
 	}
-	record.Config, record.Class, record.HostKey = data, fields.Class, fields.HostKey
+	record.Config, record.Class, record.HostKey, record.NodeUID = data, fields.Class, fields.HostKey, fields.NodeUID
 	return record
+}
+
+// leftBehind reports whether the record is of a machine made, with the
+// same plugin, class and owner, for another Node of the machine's name
+// (both UIDs known): the Node's predecessor, deleted without its machine
+// (its finalizer removed by hand). Node names are unique, so that Node is
+// gone, and its deletion was to remove the machine. Only a Node made
+// again as it was replaces its predecessor's machine: a record of another
+// plugin, class or owner is refused and told (notTheNodes), whatever its
+// UID, and the Node's deletion removes it.
+func leftBehind(record Record, machine drivers.Machine, plugin string) bool {
+	return record.NodeUID != "" && machine.NodeUID != "" && record.NodeUID != machine.NodeUID &&
+		notTheNodes(record, machine, plugin) == nil
 }
 
 // notTheNodes says why the machine of a record is not the one of the Node

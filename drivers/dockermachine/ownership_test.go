@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/dockermachine/fakeplugin"
@@ -126,5 +127,101 @@ func TestAMachineIsNeverHandedToAnotherNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, machines, 1)
 	assert.Len(t, store.records, 1)
+	assertNoPluginLeft(t)
+}
+
+// TestANodeMadeAgainGetsAMachineOfItsOwn: a Node deleted without its
+// machine (its finalizer removed by hand) and made again under its name,
+// for the same class and owner, is another Node (another UID). Its Create
+// removes the machine left behind, which its deleted Node's deletion was
+// to remove, with that machine's files and bootstrap token, and makes the
+// Node a machine of its own. The Node asking again, or a caller that does
+// not know the Node's UID, gets the machine there.
+func TestANodeMadeAgainGetsAMachineOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		owner drivers.Owner
+		// unfinished leaves the first machine's Create unfinished.
+		unfinished bool
+	}{
+		{name: "a static Node", owner: drivers.Owner{Cluster: "c"}},
+		{name: "a NodeSet's Node", owner: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web", UID: "set-1"}},
+		{name: "an unfinished machine of a static Node", owner: drivers.Owner{Cluster: "c"}, unfinished: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, store, joiner := newDriver(t)
+			dir := t.TempDir()
+			class := fakeClass(dir, nil)
+			first := drivers.Machine{Name: "n1", NodeUID: "node-1", Owner: tt.owner, Class: class}
+			if tt.unfinished {
+				store.crashPut = 2
+				crashed(t, func() { _, _ = d.Create(ctx, first) })
+			} else {
+				_, err := d.Create(ctx, first)
+				require.NoError(t, err)
+			}
+			before, err := fakeplugin.Machines(dir)
+			require.NoError(t, err)
+			require.Contains(t, before, "n1")
+
+			second := first
+			second.NodeUID = "node-2"
+			id, err := d.Create(ctx, second)
+			require.NoError(t, err)
+			assert.Equal(t, "docker-machine://fake/n1", id)
+			calls, err := fakeplugin.Calls(dir)
+			require.NoError(t, err)
+			var ops []string
+			for _, c := range calls {
+				ops = append(ops, c.Op+" "+c.Name)
+			}
+			assert.Equal(t, []string{"create n1", "remove n1", "create n1"}, ops,
+				"the machine left behind is removed, and the Node gets one of its own")
+			after, err := fakeplugin.Machines(dir)
+			require.NoError(t, err)
+			require.Contains(t, after, "n1")
+			assert.True(t, after["n1"].CreatedAt.After(before["n1"].CreatedAt), "a new machine")
+			assert.Contains(t, joiner.forgotten, "n1", "the bootstrap token of the machine left behind is deleted")
+			status, err := d.Get(ctx, class, "n1")
+			require.NoError(t, err)
+			assert.Equal(t, types.UID("node-2"), status.NodeUID)
+			listed, err := d.List(ctx)
+			require.NoError(t, err)
+			require.Len(t, listed, 1)
+			assert.Equal(t, types.UID("node-2"), listed[0].NodeUID)
+
+			// The same Node asking again, and a caller that does not know
+			// its UID, get that machine; nothing is made or removed.
+			for _, uid := range []types.UID{"node-2", ""} {
+				again := second
+				again.NodeUID = uid
+				id, err := d.Create(ctx, again)
+				require.NoError(t, err)
+				assert.Equal(t, "docker-machine://fake/n1", id)
+			}
+			calls, err = fakeplugin.Calls(dir)
+			require.NoError(t, err)
+			assert.Len(t, calls, 3)
+			assert.Len(t, store.records, 1)
+			assertNoPluginLeft(t)
+		})
+	}
+
+	// The same Node (its UID) with another class is the Node's machine,
+	// its class label changed: refused as before, nothing removed.
+	d, _, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, nil)
+	_, err := d.Create(ctx, drivers.Machine{Name: "n1", NodeUID: "node-1", Owner: drivers.Owner{Cluster: "c"}, Class: class})
+	require.NoError(t, err)
+	other := fakeClass(t.TempDir(), nil)
+	other.Name = "dm-b"
+	_, err = d.Create(ctx, drivers.Machine{Name: "n1", NodeUID: "node-1", Owner: drivers.Owner{Cluster: "c"}, Class: other})
+	require.ErrorContains(t, err, "is not this Node's")
+	names, err := fakeplugin.MachineNames(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"n1"}, names)
 	assertNoPluginLeft(t)
 }

@@ -206,14 +206,15 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 		c.metrics.orphanRound(roundListFailed)
 		return nil, err
 	}
-	owned := make(map[string]bool, 2*len(nodes))
+	// owned are the Nodes by name and by providerID.
+	owned := make(map[string]*corev1.Node, 2*len(nodes))
 	// groupsInUse are the cloud groups Nodes still name: a group whose
 	// NodeSet is gone still holds machines whose Nodes are being drained.
 	groupsInUse := map[string]bool{}
 	for _, n := range nodes {
-		owned[n.Name] = true
+		owned[n.Name] = n
 		if n.Spec.ProviderID != "" {
-			owned[n.Spec.ProviderID] = true
+			owned[n.Spec.ProviderID] = n
 		}
 		if group := n.Annotations[nodesetv1alpha1.AnnotationGroup]; group != "" {
 			groupsInUse[group] = true
@@ -223,7 +224,7 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 	var removed []string
 	for _, cand := range candidates.machines {
 		m := cand.machine
-		if !c.unaccounted(ctx, owned, m, now, minAge) {
+		if !c.unaccounted(ctx, owned, cand.driver, m, now, minAge) {
 			continue
 		}
 		if err := c.mayAct(opDelete); err != nil {
@@ -250,7 +251,7 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 	}
 	for _, cand := range candidates.strays {
 		m := cand.machine
-		if m.Owner.Namespace == "" || m.Owner.Name == "" || !c.unaccounted(ctx, owned, m, now, minAge) {
+		if m.Owner.Namespace == "" || m.Owner.Name == "" || !c.unaccounted(ctx, owned, cand.driver, m, now, minAge) {
 			continue // not a NodeSet's, a Node accounts for it, or too young
 		}
 		driver, _ := c.registry.Group(cand.driver)
@@ -317,11 +318,14 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 	return removed, nil
 }
 
-// unaccounted reports whether no Node accounts for the machine, by name or
-// providerID, in the cache or, for its name, on the API server, and whether
-// it is known to be older than minAge.
-func (c *Controller) unaccounted(ctx context.Context, owned map[string]bool, m drivers.MachineStatus, now time.Time, minAge time.Duration) bool {
-	if owned[m.Name] || (m.ProviderID != "" && owned[m.ProviderID]) {
+// unaccounted reports whether no Node accounts for the machine of driver
+// (accountsFor), by name or providerID, in the cache or, for its name, on
+// the API server, and whether it is known to be older than minAge.
+func (c *Controller) unaccounted(ctx context.Context, owned map[string]*corev1.Node, driver string, m drivers.MachineStatus, now time.Time, minAge time.Duration) bool {
+	if n := owned[m.Name]; n != nil && c.accountsFor(n, driver, m) {
+		return false
+	}
+	if n := owned[m.ProviderID]; m.ProviderID != "" && n != nil && c.accountsFor(n, driver, m) {
 		return false
 	}
 	if m.CreatedAt == 0 || now.Sub(time.Unix(m.CreatedAt, 0)) < minAge {
@@ -331,8 +335,30 @@ func (c *Controller) unaccounted(ctx context.Context, owned map[string]bool, m d
 		return true // a Node is named after the machine: one without a name has none
 	}
 	// The cache may lag: ask the API server whether a Node has the name.
-	_, err := c.kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+	node, err := c.kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+	if err == nil {
+		return !c.accountsFor(node, driver, m)
+	}
 	return apierrors.IsNotFound(err)
+}
+
+// accountsFor reports whether a Node that has the name or providerID of
+// a machine of driver accounts for it: the machine was made for that Node
+// (its UID, when the driver recorded one), or the Node is of that driver,
+// whose Create for it removes or refuses a machine its predecessor left
+// behind and whose deletion removes it (collecting the machine here could
+// remove the one that Create makes meanwhile). A machine made for another
+// Node whose name a Node of another driver, or of none, has now is its
+// deleted Node's: nothing else would ever remove it.
+func (c *Controller) accountsFor(node *corev1.Node, driver string, m drivers.MachineStatus) bool {
+	if m.NodeUID == "" || node.UID == m.NodeUID {
+		return true
+	}
+	nodeDriver := node.Annotations[nodesetv1alpha1.AnnotationDriver]
+	if class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]); err == nil {
+		nodeDriver = class.Spec.Driver
+	}
+	return nodeDriver == driver
 }
 
 // nodeSetGone asks the API server whether the owner's NodeSet (namespace,

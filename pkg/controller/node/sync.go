@@ -429,11 +429,12 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 	}
 	start := c.opts.Now()
 	providerID, err := driver.Create(ctx, drivers.Machine{
-		Name:   node.Name,
-		Owner:  owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
-		Class:  class,
-		Labels: node.Labels,
-		Taints: node.Spec.Taints,
+		Name:    node.Name,
+		NodeUID: node.UID,
+		Owner:   owner(node, func(ns, name string) (*nodesetv1alpha1.NodeSet, error) { return c.sets.NodeSets(ns).Get(name) }, c.opts.Cluster),
+		Class:   class,
+		Labels:  node.Labels,
+		Taints:  node.Spec.Taints,
 	})
 	if err == nil {
 		// An answer the Node cannot record is a failure, retried and told:
