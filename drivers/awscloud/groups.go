@@ -93,6 +93,21 @@ func DescribeInstances(ctx context.Context, ec2c EC2, groups []asgtypes.AutoScal
 	return details, nil
 }
 
+// OnStandby are the ids of the group's instances on standby, or entering
+// it: put there by an operator (EnterStandby) to look at and put back
+// (ExitStandby), out of service but not leaving. Auto Scaling neither
+// health-checks them nor picks them on scale-in, and its desired capacity
+// does not count them.
+func OnStandby(g *asgtypes.AutoScalingGroup) map[string]bool {
+	ids := map[string]bool{}
+	for _, i := range g.Instances {
+		if s := i.LifecycleState; s == asgtypes.LifecycleStateStandby || s == asgtypes.LifecycleStateEnteringStandby {
+			ids[aws.ToString(i.InstanceId)] = true
+		}
+	}
+	return ids
+}
+
 // StatusOf is a group's status, with its instances' names, launch times
 // and template hashes from details.
 func StatusOf(name string, g *asgtypes.AutoScalingGroup, details map[string]ec2types.Instance) drivers.GroupStatus {

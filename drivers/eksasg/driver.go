@@ -311,7 +311,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		}
 		if g, ok := v.groups[group.Name]; ok && g.Status == nil && aws.ToInt32(g.MinSize) == minSize &&
 			aws.ToInt32(g.MaxSize) >= maxSize && aws.ToInt32(g.DesiredCapacity) >= inService(group.Replicas, g) && rebalanceSuspended(g) &&
-			launchesFromLatest(g, group.Name) {
+			launchesFromLatest(g, group.Name) && protectedFromScaleIn(g) {
 			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
 				return drivers.GroupStatus{}, err
 			}
@@ -351,6 +351,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			DesiredCapacity:      aws.Int32(group.Replicas),
 			VPCZoneIdentifier:    aws.String(strings.Join(s.SubnetIDs, ",")),
 			CapacityRebalance:    s.CapacityRebalance,
+			// Auto Scaling picks no victim when its desired capacity is
+			// below its instances (protection.go).
+			NewInstancesProtectedFromScaleIn: aws.Bool(true),
 			// The template hash is the launch template version's, not the
 			// group's: instances take it from the version they start from.
 			Tags: asgTags(group.Name, d.tags(group.Owner, "", s.Tags)),
@@ -389,15 +392,23 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		if err := d.ensureHook(ctx, asg, group.Name, s.Interruptions); err != nil {
 			return drivers.GroupStatus{}, err
 		}
-		if update := groupChanges(existing, group.Name, s); update != nil || aws.ToInt32(existing.MinSize) != minSize || aws.ToInt32(existing.MaxSize) < maxSize {
+		unprotectedGroup := !aws.ToBool(existing.NewInstancesProtectedFromScaleIn) // made before protection, or changed by hand
+		if update := groupChanges(existing, group.Name, s); update != nil || unprotectedGroup || aws.ToInt32(existing.MinSize) != minSize ||
+			aws.ToInt32(existing.MaxSize) < maxSize {
 			if update == nil {
 				update = launchedFrom(group.Name, s)
 			}
+			update.NewInstancesProtectedFromScaleIn = aws.Bool(true)
 			update.MinSize = aws.Int32(min(minSize, aws.ToInt32(existing.DesiredCapacity)))
 			update.MaxSize = aws.Int32(max(maxSize, aws.ToInt32(existing.DesiredCapacity)))
 			if _, err := asg.UpdateAutoScalingGroup(ctx, update); err != nil {
 				return drivers.GroupStatus{}, awscloud.Classify("updating Auto Scaling group "+group.Name, err)
 			}
+		}
+		// The instances it launches are protected by now: those it has
+		// next, so none is left that a scale-in could pick.
+		if err := protect(ctx, asg, existing); err != nil {
+			return drivers.GroupStatus{}, err
 		}
 		if want := inService(group.Replicas, existing); aws.ToInt32(existing.DesiredCapacity) < want {
 			if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
@@ -565,6 +576,9 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 			return fmt.Errorf("the Auto Scaling group %s of a former region is being deleted: %w", name, drivers.ErrInProgress)
 		}
 		if g.Status == nil { // not being deleted yet
+			if err := unprotectForDeletion(ctx, asg, g); err != nil {
+				return err
+			}
 			_, err := asg.DeleteAutoScalingGroup(ctx, &autoscaling.DeleteAutoScalingGroupInput{AutoScalingGroupName: aws.String(name), ForceDelete: aws.Bool(true)})
 			if err != nil && !awscloud.IsCode(err, "ValidationError") {
 				return awscloud.Classify("deleting Auto Scaling group "+name, err)

@@ -116,6 +116,11 @@ func (d *Driver) removeFormerGroup(ctx context.Context, region string, credentia
 		if g.Status != nil || (!force && (len(g.Instances) > 0 || aws.ToInt32(g.DesiredCapacity) > 0)) {
 			return more, false, nil // being deleted, or its instances' Nodes go first
 		}
+		if force {
+			if err := unprotectForDeletion(ctx, asg, g); err != nil {
+				return more, false, err
+			}
+		}
 		// Without force, Auto Scaling itself refuses while an instance or
 		// a scaling activity is left.
 		_, err := asg.DeleteAutoScalingGroup(ctx, &autoscaling.DeleteAutoScalingGroupInput{AutoScalingGroupName: aws.String(name), ForceDelete: aws.Bool(force)})

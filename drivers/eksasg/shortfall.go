@@ -50,9 +50,9 @@ func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, 
 		return status, err
 	}
 	desired := aws.ToInt32(g.DesiredCapacity)
-	target := max(inService(replicas, g), int32(len(g.Instances)-len(onStandby(g))))
-	if g.Status != nil || target >= desired {
-		return status, nil
+	target := max(inService(replicas, g), int32(len(g.Instances)-len(awscloud.OnStandby(g))))
+	if g.Status != nil || target >= desired || !protectedFromScaleIn(g) {
+		return status, nil // or a scale-in could pick an unprotected instance
 	}
 	failed, err := latestFailedActivity(ctx, asg, status.Name)
 	if failed == nil || err != nil {
@@ -62,6 +62,21 @@ func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, 
 	if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
 		AutoScalingGroupName: aws.String(status.Name), DesiredCapacity: aws.Int32(target), HonorCooldown: aws.Bool(false)}); err != nil {
 		return status, awscloud.Classify("lowering the desired capacity of "+status.Name+" to the instances it has", err)
+	}
+	// A launch Auto Scaling started since the fresh look makes the group
+	// have more instances than it now wants. Protected, none of them is
+	// scaled in; the desired capacity goes back to what the group runs, so
+	// each of nodeset's terminations can take its decrement (a decrement
+	// below the minimum size of 0 would be refused).
+	if g, err = awscloud.FindGroup(ctx, asg, status.Name); err != nil {
+		return status, err
+	}
+	if runs := counted(g); runs > target {
+		if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
+			AutoScalingGroupName: aws.String(status.Name), DesiredCapacity: aws.Int32(runs), HonorCooldown: aws.Bool(false)}); err != nil {
+			return status, awscloud.Classify("raising the desired capacity of "+status.Name+" back to the instances it runs", err)
+		}
+		target = runs
 	}
 	d.mu.Lock()
 	delete(d.lowerLooks, status.Name)

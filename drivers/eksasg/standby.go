@@ -3,7 +3,6 @@ package eksasg
 import (
 	"context"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
@@ -19,23 +18,11 @@ import (
 // and counts as one of the NodeSet's replicas, so the group's desired
 // capacity is what the NodeSet asks for less its instances on standby.
 
-// onStandby are the ids of the group's instances on standby, or entering
-// it.
-func onStandby(g *asgtypes.AutoScalingGroup) map[string]bool {
-	ids := map[string]bool{}
-	for _, i := range g.Instances {
-		if s := i.LifecycleState; s == asgtypes.LifecycleStateStandby || s == asgtypes.LifecycleStateEnteringStandby {
-			ids[aws.ToString(i.InstanceId)] = true
-		}
-	}
-	return ids
-}
-
 // statusOf is the group's status (awscloud.StatusOf) with its instances on
 // standby kept as running machines, and how many they are.
 func statusOf(name string, g *asgtypes.AutoScalingGroup, details map[string]ec2types.Instance) (drivers.GroupStatus, int32) {
 	status := awscloud.StatusOf(name, g, details)
-	standby := onStandby(g)
+	standby := awscloud.OnStandby(g)
 	for i, m := range status.Machines {
 		if id, err := awscloud.InstanceID(m.ProviderID); err == nil && standby[id] && m.State == drivers.MachineStopping {
 			status.Machines[i].State = drivers.MachineRunning
@@ -65,5 +52,5 @@ func inService(replicas int32, g *asgtypes.AutoScalingGroup) int32 {
 	if g == nil {
 		return replicas
 	}
-	return max(0, replicas-int32(len(onStandby(g))))
+	return max(0, replicas-int32(len(awscloud.OnStandby(g))))
 }

@@ -360,6 +360,16 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			return drivers.GroupStatus{}, err
 		}
 	}
+	if sc := ng.ScalingConfig; sc != nil && aws.ToInt32(sc.DesiredSize) < group.Replicas {
+		// Instances on standby are among the replicas, not in the
+		// desired size: raised for them, the node group would launch
+		// their replacements.
+		standby, err := standbyCount(ctx, api, ng)
+		if err != nil {
+			return drivers.GroupStatus{}, err
+		}
+		group.Replicas = max(0, group.Replicas-standby)
+	}
 	if config := configChanges(ng, s, group); config != nil {
 		config.ClusterName, config.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
 		_, err := api.EKS.UpdateNodegroupConfig(ctx, config)
@@ -513,8 +523,11 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 			if err != nil {
 				return drivers.GroupStatus{}, err
 			}
-			labels, taints := nodegroupLabels(ng), nodegroupTaints(ng)
+			labels, taints, standby := nodegroupLabels(ng), nodegroupTaints(ng), awscloud.OnStandby(g)
 			for _, m := range awscloud.StatusOf(asg, g, details).Machines {
+				if id, err := awscloud.InstanceID(m.ProviderID); err == nil && standby[id] && m.State == drivers.MachineStopping {
+					m.State = drivers.MachineRunning // kept: standby.go
+				}
 				m.Owner = status.Owner
 				m.TemplateHash = "" // EKS's launch template, not a nodeset one
 				// What EKS's bootstrap passes the kubelet, which applies
