@@ -306,7 +306,9 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 // the "fake" nodes it makes of instances it cannot match to a Node by
 // provider ID (named by the instance id, without labels): a placeholder id
 // belongs to the NodeSet of its Node while that Node still has no provider
-// ID, and a provider ID to the NodeSet of the Node that carries it.
+// ID, and a provider ID to the NodeSet of the Node that carries it. The
+// min size of a set whose nodes cannot be deleted now is its target size
+// (scaleDownHeld).
 func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNodeRequest) (*protos.NodeGroupForNodeResponse, error) {
 	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
 	if req.GetNode() == nil {
@@ -338,7 +340,39 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 	if err != nil || set.Spec.Autoscaling == nil || set.DeletionTimestamp != nil {
 		return none, nil // no group, as in NodeGroups
 	}
-	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
+	group := protoGroup(set)
+	if held := s.scaleDownHeld(set); held != "" {
+		group.MinSize = max(group.MinSize, plan.Replicas(set))
+		group.Debug += "; scale-down held: " + held
+	}
+	return &protos.NodeGroupForNodeResponse{NodeGroup: group}, nil
+}
+
+// scaleDownHeld says why NodeGroupDeleteNodes would refuse the set's
+// registered nodes now, or "": the set is not Accepted, or it is rolling
+// out. cluster-autoscaler drains a node before it asks to delete it, and
+// gives the node back, its pods evicted, when the deletion is refused.
+// The one check before the drain that nodeset answers is the min size of
+// the node's group, from NodeGroupForNode: a node is no scale-down
+// candidate while its group's target size is not above it. So the min
+// size NodeGroupForNode answers for a held set is its target size
+// (NodeGroups keeps minReplicas, which cluster-autoscaler's deletions of
+// instances without a Node are weighed against).
+//
+// A rollout is read from the set's status (nodes not of its template
+// hash, unless paused), not from its Nodes: NodeGroupForNode is asked for
+// every node of every loop. A status behind the Nodes only delays the
+// answer; the deletion itself checks the Nodes.
+func (s *Server) scaleDownHeld(set *nodesetv1alpha1.NodeSet) string {
+	if err := s.unmanaged(set); err != nil {
+		accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+		return fmt.Sprintf("the NodeSet is not Accepted (%s)", accepted.Reason)
+	}
+	st := set.Status
+	if st.TemplateHash != "" && plan.RollingUpdate(set) && !set.Spec.Paused && st.UpdatedReplicas < st.Replicas {
+		return fmt.Sprintf("rolling out, %d of %d nodes updated", st.UpdatedReplicas, st.Replicas)
+	}
+	return ""
 }
 
 // pendingGroup is the group of the set's n-th replica without a Node while
