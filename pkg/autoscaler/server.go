@@ -33,6 +33,7 @@ import (
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/plan"
+	"nodeset.dev/nodeset/pkg/redact"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -772,7 +773,8 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 			state = protos.InstanceStatus_instanceCreating
 		}
 		instance := &protos.Instance{Id: InstanceID(node), Status: &protos.InstanceStatus{InstanceState: state}}
-		if msg := node.Annotations[nodesetv1alpha1.AnnotationProvisioningError]; msg != "" && state == protos.InstanceStatus_instanceCreating {
+		if msg := redact.Cut(node.Annotations[nodesetv1alpha1.AnnotationProvisioningError], nodeutil.ProvisioningErrorLimit); msg != "" &&
+			state == protos.InstanceStatus_instanceCreating {
 			code, _, _ := strings.Cut(msg, ":")
 			class := int32(errorClassOther)
 			if code == "OutOfCapacity" {

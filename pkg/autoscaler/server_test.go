@@ -3,8 +3,10 @@ package autoscaler
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -336,7 +338,9 @@ func TestNodeGroupNodesStatesAndErrors(t *testing.T) {
 	creating := setNode(set, "web-c", "", false)
 	creating.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "OutOfCapacity: out of capacity: no sim.small in zone a"}
 	failing := setNode(set, "web-e", "", false)
-	failing.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: quota"}
+	// Another writer of the Node's annotations (its kubelet) is not held
+	// to the node controller's bound: the answer is.
+	failing.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: quota" + strings.Repeat(" é", 100_000)}
 	deleting := setNode(set, "web-d", "simulated:///web-d", true)
 	deleting.DeletionTimestamp = ptr.To(metav1.Now())
 	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", false),
@@ -355,7 +359,11 @@ func TestNodeGroupNodesStatesAndErrors(t *testing.T) {
 	require.NotNil(t, c.Status.ErrorInfo)
 	assert.Equal(t, int32(errorClassOutOfResources), c.Status.ErrorInfo.InstanceErrorClass, "capacity errors make cluster-autoscaler back off")
 	assert.Equal(t, "OutOfCapacity", c.Status.ErrorInfo.ErrorCode)
-	assert.Equal(t, int32(errorClassOther), got[unregisteredPrefix+"web-e"].Status.ErrorInfo.InstanceErrorClass)
+	e := got[unregisteredPrefix+"web-e"].Status.ErrorInfo
+	assert.Equal(t, int32(errorClassOther), e.InstanceErrorClass)
+	assert.Equal(t, "ProvisioningFailed", e.ErrorCode)
+	assert.LessOrEqual(t, len(e.ErrorMessage), nodeutil.ProvisioningErrorLimit)
+	assert.True(t, utf8.ValidString(e.ErrorMessage), "cut at a character boundary")
 }
 
 // TestTemplateNodeWireCompatibility checks the bytes on the wire: the Node

@@ -198,6 +198,13 @@ func marshalPatch(ops []jsonPatchOp) []byte {
 	return patch
 }
 
+// ProvisioningErrorLimit is the most bytes of a machine's provisioning
+// error the node controller records on its Node (the annotation
+// nodeset.dev/provisioning-error), and that what reads the annotation
+// passes on: another writer of the Node's annotations (its kubelet) is not
+// bound by the first.
+const ProvisioningErrorLimit = 1024
+
 // GuardedMergePatch is a JSON merge patch that writes the given metadata
 // fields and top-level fields (spec, ...) and nothing else, carrying the
 // resourceVersion read: the API server applies it only to the object as it

@@ -20,6 +20,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/redact"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -489,10 +490,7 @@ func (c *Controller) providerIDHolder(node *corev1.Node, providerID string) stri
 // (with a patch, so the finalizer the caller added in memory is not written
 // half-way).
 func (c *Controller) recordProvisioningError(ctx context.Context, node *corev1.Node, message string) error {
-	message = c.scrub(message)
-	if len(message) > 1024 {
-		message = message[:1024]
-	}
+	message = redact.Cut(c.scrub(message), nodeutil.ProvisioningErrorLimit)
 	if node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == message {
 		return nil
 	}
