@@ -205,15 +205,17 @@ func Bounds(set *nodesetv1alpha1.NodeSet, replicas int) (surge, unavailable int)
 // by one.
 func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node) int32 {
 	replicas := int(Replicas(set))
-	active := Active(nodes)
 	// A Node marked for replacement keeps its machine until the
-	// replacement is Ready: the group holds both.
-	replacing := len(active) - len(Staying(nodes))
-	if !Rolling(set, templateHash, active) {
+	// replacement is Ready: the group holds both. It is going, as Decide
+	// sees it: an outdated one is not rolled as well, or a second machine
+	// would come up for it, only to be removed as a surplus.
+	staying := Staying(nodes)
+	replacing := len(Active(nodes)) - len(staying)
+	if !Rolling(set, templateHash, staying) {
 		return clampInt32(int64(replicas) + int64(replacing))
 	}
 	outdated := 0
-	for _, n := range active {
+	for _, n := range staying {
 		if n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash {
 			outdated++
 		}
