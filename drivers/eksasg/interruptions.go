@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -351,11 +353,17 @@ func eventRegion(body []byte, fallback string) string {
 	var e struct {
 		Region string `json:"region"`
 	}
-	if json.Unmarshal(body, &e) != nil || e.Region == "" {
+	if json.Unmarshal(body, &e) != nil || !regionPattern.MatchString(e.Region) {
+		// Each region read gets AWS clients of its own, kept: one from a
+		// forged message is not made.
 		return fallback
 	}
 	return e.Region
 }
+
+// regionPattern is an AWS region's name (us-east-1, us-gov-west-1,
+// eu-isoe-west-1).
+var regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]{1,16}){1,3}-[0-9]{1,2}$`)
 
 // AckInterruptions deletes handled messages from the class's queue in
 // batches of ten. A receipt already deleted, or expired, is not an error:
@@ -519,6 +527,44 @@ var eventSources = map[string]string{
 	"EC2 Instance-terminate Lifecycle Action": "aws.autoscaling",
 }
 
+// A queue message is text from outside: anyone allowed to send to the queue
+// writes it, up to SQS's size limit. Of what it says, only words of the
+// shapes AWS uses reach a Node's record, an Event or a log line.
+var (
+	// instanceIDPattern is an EC2 instance id (i- and 8 or 17 hex digits
+	// at AWS; test doubles use other short ids).
+	instanceIDPattern = regexp.MustCompile(`^i-[0-9A-Za-z]{1,17}$`)
+	// wordPattern is a word of an event: its id, an instance action or
+	// state, an AWS Health event type code, a lifecycle hook name.
+	wordPattern = regexp.MustCompile(`^[A-Za-z0-9_./:-]{1,255}$`)
+	// tokenPattern is a lifecycle action token (a UUID at AWS).
+	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+)
+
+// word is s when it is a word of the shape AWS uses, else "".
+func word(s string) string {
+	if wordPattern.MatchString(s) {
+		return s
+	}
+	return ""
+}
+
+// groupName reports whether s can be an Auto Scaling group's name: 1 to 255
+// characters, all printable.
+func groupName(s string) bool {
+	return s != "" && len(s) <= 255 && strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) < 0
+}
+
+// shown is s as the reason for an unreadable message tells it: quoted, and
+// cut after 64 bytes.
+func shown(s string) string {
+	const most = 64
+	if len(s) > most {
+		return strconv.Quote(s[:most]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
 // endingStates are the instance states that end a Node's machine.
 var endingStates = map[string]bool{"stopping": true, "stopped": true, "shutting-down": true, "terminated": true}
 
@@ -539,23 +585,24 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 	if e.DetailType == "" || len(e.Detail) == 0 {
 		return unparseable("not an EventBridge event (no detail-type or detail)")
 	}
+	id := shown(e.ID)
 	if source, ok := eventSources[e.DetailType]; ok && e.Source != source {
-		return unparseable("event %s: a %q from %q, not %s", e.ID, e.DetailType, e.Source, source)
+		return unparseable("event %s: a %q from %s, not %s", id, e.DetailType, shown(e.Source), source)
 	}
 	notice, err := time.Parse(time.RFC3339, e.Time)
 	if err != nil {
-		return unparseable("event %s: time %q: %v", e.ID, e.Time, err)
+		return unparseable("event %s: time %s is not RFC 3339", id, shown(e.Time))
 	}
-	n := drivers.Interruption{ID: e.ID, Notice: notice}
+	n := drivers.Interruption{ID: word(e.ID), Notice: notice}
 	switch e.DetailType {
 	case "EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation", "EC2 Instance State-change Notification":
 		var d ec2Detail
-		if err := json.Unmarshal(e.Detail, &d); err != nil || !strings.HasPrefix(d.InstanceID, "i-") {
-			return unparseable("event %s (%s): no instance-id in its detail", e.ID, e.DetailType)
+		if err := json.Unmarshal(e.Detail, &d); err != nil || !instanceIDPattern.MatchString(d.InstanceID) {
+			return unparseable("event %s (%s): no instance-id in its detail", id, e.DetailType)
 		}
 		switch e.DetailType {
 		case "EC2 Spot Instance Interruption Warning":
-			n.Kind, n.Deadline, n.Detail = drivers.InterruptionSpot, notice.Add(spotNotice), d.InstanceAction
+			n.Kind, n.Deadline, n.Detail = drivers.InterruptionSpot, notice.Add(spotNotice), word(d.InstanceAction)
 			if d.InstanceAction == "hibernate" {
 				n.Deadline = notice // hibernation starts at once
 			}
@@ -563,9 +610,9 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 			n.Kind = drivers.InterruptionRebalance
 		default:
 			if d.State == "" {
-				return unparseable("event %s (%s): no state in its detail", e.ID, e.DetailType)
+				return unparseable("event %s (%s): no state in its detail", id, e.DetailType)
 			}
-			n.Kind, n.Deadline, n.Detail = drivers.InterruptionStateChange, notice, d.State
+			n.Kind, n.Deadline, n.Detail = drivers.InterruptionStateChange, notice, word(d.State)
 			if !endingStates[d.State] {
 				return n // pending, running: nothing to do
 			}
@@ -574,9 +621,9 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 	case "AWS Health Event":
 		var d healthDetail
 		if err := json.Unmarshal(e.Detail, &d); err != nil {
-			return unparseable("event %s (%s): %v", e.ID, e.DetailType, err)
+			return unparseable("event %s (%s): %v", id, e.DetailType, err)
 		}
-		n.Kind, n.Detail, n.Deadline = drivers.InterruptionScheduled, d.EventTypeCode, notice
+		n.Kind, n.Detail, n.Deadline = drivers.InterruptionScheduled, word(d.EventTypeCode), notice
 		if start, ok := healthTime(d.StartTime); ok {
 			n.Deadline = start
 		}
@@ -584,22 +631,27 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 			return n // not about EC2 instances going, or over: nothing to do
 		}
 		for _, entity := range d.AffectedEntities {
-			if strings.HasPrefix(entity.EntityValue, "i-") {
+			if instanceIDPattern.MatchString(entity.EntityValue) {
 				n.MachineIDs = append(n.MachineIDs, entity.EntityValue)
 			}
 		}
 	case "EC2 Instance-terminate Lifecycle Action":
 		var d lifecycleDetail
-		if err := json.Unmarshal(e.Detail, &d); err != nil || !strings.HasPrefix(d.EC2InstanceID, "i-") || d.AutoScalingGroupName == "" {
-			return unparseable("event %s (%s): no EC2InstanceId or AutoScalingGroupName in its detail", e.ID, e.DetailType)
+		if err := json.Unmarshal(e.Detail, &d); err != nil || !instanceIDPattern.MatchString(d.EC2InstanceID) || d.AutoScalingGroupName == "" {
+			return unparseable("event %s (%s): no EC2InstanceId or AutoScalingGroupName in its detail", id, e.DetailType)
 		}
-		n.Kind, n.Deadline, n.MachineIDs, n.Detail = drivers.InterruptionTermination, notice.Add(maxDrain), []string{d.EC2InstanceID}, d.LifecycleHookName
+		n.Kind, n.Deadline, n.MachineIDs, n.Detail = drivers.InterruptionTermination, notice.Add(maxDrain), []string{d.EC2InstanceID}, word(d.LifecycleHookName)
+		if d.LifecycleHookName == HookName && (!groupName(d.AutoScalingGroupName) || (d.LifecycleActionToken != "" && !tokenPattern.MatchString(d.LifecycleActionToken))) {
+			// The action is recorded on the Node and completed with these:
+			// none of Auto Scaling's has them.
+			return unparseable("event %s (%s): an AutoScalingGroupName or LifecycleActionToken Auto Scaling does not give", id, e.DetailType)
+		}
 		if d.LifecycleHookName == HookName && d.LifecycleActionToken != "" {
 			n.Lifecycle = &drivers.LifecycleAction{Group: d.AutoScalingGroupName, Hook: d.LifecycleHookName,
 				Token: d.LifecycleActionToken, MachineID: d.EC2InstanceID}
 		}
 	default:
-		return unparseable("event %s: detail-type %q is not one nodeset handles", e.ID, e.DetailType)
+		return unparseable("event %s: detail-type %s is not one nodeset handles", id, shown(e.DetailType))
 	}
 	return n
 }
