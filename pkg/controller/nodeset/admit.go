@@ -69,6 +69,14 @@ func (c *Controller) AdmitScale(namespace, name string, replicas int32) (reason,
 	return c.Admit(set, old)
 }
 
+// NamespaceCached reports whether the Namespace is in the controller's
+// cache: judging a NodeSet of a class that admits namespaces by label reads
+// a Namespace it does not hold from the API server.
+func (c *Controller) NamespaceCached(name string) bool {
+	_, err := c.namespaceLister.Get(name)
+	return err == nil
+}
+
 // admitLimits refuses a NodeSet whose replicas do not fit its class's
 // limits beside everything else of the class (plan.CountUsage, as the
 // controller counts before it creates). Only growth is refused: an update
