@@ -87,6 +87,12 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	if set.DeletionTimestamp != nil {
 		return c.finalize(ctx, set, nodes)
 	}
+	nodes, earlier := ofClass(nodes, set.Spec.NodeClassName)
+	if len(earlier) > 0 {
+		if err := c.deleteNodesOfAGoneSet(ctx, key, earlier); err != nil {
+			return err
+		}
+	}
 	if !slices.Contains(set.Finalizers, FinalizerNodes) {
 		updated, err := c.patchSetMetadata(ctx, set, map[string]any{"finalizers": append(slices.Clone(set.Finalizers), FinalizerNodes)})
 		if err != nil {
@@ -333,6 +339,30 @@ func (c *Controller) deleteOrphanedNodes(ctx context.Context, key, namespace, na
 	if _, err := c.nodesetClient.NodesetV1alpha1().NodeSets(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		return err // nil: it exists, and its own sync decides
 	}
+	return c.deleteNodesOfAGoneSet(ctx, key, orphans)
+}
+
+// ofClass splits a set's Nodes into those of its class and those of
+// another: a set's class never changes, so a Node with its namespace and
+// name and another class is of an earlier NodeSet of that name, deleted
+// (without waiting for its Nodes) and made again with another class
+// before this controller saw it go.
+func ofClass(nodes []*corev1.Node, class string) (own, earlier []*corev1.Node) {
+	for _, n := range nodes {
+		if n.Labels[nodesetv1alpha1.LabelNodeClass] != class {
+			if n.DeletionTimestamp == nil {
+				earlier = append(earlier, n)
+			}
+			continue
+		}
+		own = append(own, n)
+	}
+	return own, earlier
+}
+
+// deleteNodesOfAGoneSet deletes Nodes of the NodeSet with key that is gone,
+// as its finalizer would have had them deleted.
+func (c *Controller) deleteNodesOfAGoneSet(ctx context.Context, key string, orphans []*corev1.Node) error {
 	var errs []error
 	for _, n := range orphans {
 		errs = append(errs, c.writeNode(ctx, func() error {
