@@ -114,6 +114,39 @@ func eksAllocatable(capacity corev1.ResourceList) corev1.ResourceList {
 	return allocatable
 }
 
+// Ephemeral storage as the kubelet of an EKS-optimized Amazon Linux AMI
+// (AL2's bootstrap.sh, AL2023's nodeadm) reports it: its capacity is the
+// size of the filesystem of /var/lib/kubelet, the root volume's; it
+// reserves 1Gi of it for Kubernetes' daemons (kubeReserved) and evicts
+// pods when less than 10 % of it is free (evictionHard nodefs.available),
+// which the kubelet takes away from the allocatable as well
+// (pkg/kubelet/cm hardEvictionReservation).
+const (
+	eksReservedEphemeralStorage = 1 << 30
+	eksNodefsEvictionPercent    = float32(0.1)
+)
+
+// WithEphemeralStorage adds to c the ephemeral storage of a node whose
+// kubelet, that of an EKS-optimized Amazon Linux AMI, keeps pods' files on
+// a root volume of rootGiB: the volume's size, less for the allocatable
+// what the kubelet reserves and its eviction threshold. The filesystem
+// takes a little of the volume for itself (under 1 %), which a template
+// cannot know.
+func WithEphemeralStorage(c *drivers.Capacity, rootGiB int32) {
+	capacity := int64(rootGiB) << 30
+	// The kubelet's own arithmetic: the percentage is a float32
+	// (evictionapi.GetThresholdQuantity).
+	evicted := int64(float64(capacity) * float64(eksNodefsEvictionPercent))
+	if c.Resources == nil {
+		c.Resources = corev1.ResourceList{}
+	}
+	if c.Allocatable == nil {
+		c.Allocatable = c.Resources.DeepCopy()
+	}
+	c.Resources[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(capacity, resource.BinarySI)
+	c.Allocatable[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(max(capacity-eksReservedEphemeralStorage-evicted, 0), resource.BinarySI)
+}
+
 // kubeArch is the kubernetes.io/arch label the kubelet of an instance with
 // these EC2 architectures reports (its GOARCH): amd64 for x86_64 types,
 // which EC2 may list as i386 first, arm64 for Graviton.

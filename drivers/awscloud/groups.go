@@ -155,7 +155,10 @@ func machineState(s asgtypes.LifecycleState) drivers.MachineState {
 
 // TerminateInGroup terminates the instance of providerID in the Auto Scaling
 // group and lowers the group's desired capacity in the same call (not for
-// an instance on standby, which it does not count), and reports true. An instance that is not in the group any more (terminated,
+// an instance on standby, which it does not count), and reports true. A
+// decrement Auto Scaling refuses (the minimum size) is left out when the
+// group runs more instances than it wants (terminateOverDesired; it
+// reports false). An instance that is not in the group any more (terminated,
 // detached by someone, or left behind by a termination that failed half
 // way) is not taken as gone on the group's word: EC2 is asked, and an
 // instance still running is terminated directly (no group is lowered, so it
@@ -185,9 +188,53 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, pro
 		standby := strings.HasSuffix(aws.ToString(i.LifecycleState), "Standby")
 		_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
 			InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(!standby)})
+		if !standby && IsCode(err, "ValidationError") {
+			return terminateOverDesired(ctx, asg, group, id, err)
+		}
 		return err == nil, Classify("terminating "+id+" in "+group, err)
 	}
 	return false, TerminateInstance(ctx, ec2c, id)
+}
+
+// terminateOverDesired terminates instance id of the group without
+// lowering its desired capacity when Auto Scaling refused the decrement
+// (refused, the minimum size) and the group, read afresh, counts more
+// instances than it wants, this one among them: it still has what it
+// wants without it, so Auto Scaling launches no replacement. Such a group
+// ran over its desired capacity (an instance launched while it was
+// lowered, listed too late to raise it back). Otherwise the refusal
+// stands: terminating without the decrement would launch a replacement.
+func terminateOverDesired(ctx context.Context, asg AutoScaling, group, id string, refused error) (bool, error) {
+	g, err := FindGroup(ctx, asg, group)
+	if err != nil {
+		return false, err
+	}
+	if aws.ToInt32(g.DesiredCapacity) >= Counted(g) || !slices.ContainsFunc(g.Instances, func(i asgtypes.Instance) bool {
+		return aws.ToString(i.InstanceId) == id && counts(i)
+	}) {
+		return false, Classify("terminating "+id+" in "+group, refused)
+	}
+	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
+		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(false)})
+	return false, Classify("terminating "+id+" in "+group+" (over its desired capacity)", err)
+}
+
+// Counted is how many of the group's instances its desired capacity
+// counts: all but those on standby, on their way out, or in a warm pool.
+func Counted(g *asgtypes.AutoScalingGroup) int32 {
+	n := int32(0)
+	for _, i := range g.Instances {
+		if counts(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// counts reports whether its group's desired capacity counts the instance.
+func counts(i asgtypes.Instance) bool {
+	s := string(i.LifecycleState)
+	return !strings.HasPrefix(s, "Terminat") && !strings.HasPrefix(s, "Detach") && !strings.HasPrefix(s, "Warmed") && !strings.HasSuffix(s, "Standby")
 }
 
 // TerminateInstance makes sure the instance id is terminated: nil when EC2

@@ -22,57 +22,76 @@ import (
 // activity of the group, so a short group's activities are read for the
 // group's status message.
 
-// launchFailure is a look at why a group runs short, and when it was taken.
-type launchFailure struct {
-	taken   time.Time
-	message string
+// shortfall is the driver's last look at a group that runs short: its
+// scaling activities, read for its status message (withLaunchFailure) and
+// for its lowering (lowerUnlaunched), once per PollInterval for both.
+type shortfall struct {
+	// read is when the activities were read, and failed the latest one
+	// then when it failed or was cancelled (nil otherwise).
+	read   time.Time
+	failed *asgtypes.Activity
+	// lowerLook is when the group was last read afresh to be lowered.
+	lowerLook time.Time
 }
 
 // withLaunchFailure puts in status why the group runs fewer instances than
 // it wants, when Auto Scaling's latest activity on it failed. A group stays
 // short for as long as AWS lacks the capacity, and is polled often
-// meanwhile, so its activities are read at most once per PollInterval; a
-// group that is not short costs no call. A failed read is logged, not
-// returned: the instances the group has still get their Nodes.
+// meanwhile, so its activities are read at most once per PollInterval (a
+// read lowerUnlaunched made serves too); a group that is not short costs
+// no call. A failed read is logged, not returned: the instances the group
+// has still get their Nodes.
 func (d *Driver) withLaunchFailure(ctx context.Context, asg awscloud.AutoScaling, credentials map[string][]byte, status drivers.GroupStatus) drivers.GroupStatus {
 	now := d.opts.Now()
 	d.mu.Lock()
-	look, ok := d.failures[status.Name]
+	look, ok := d.shortfalls[status.Name]
 	if !short(status) {
-		delete(d.failures, status.Name)
+		delete(d.shortfalls, status.Name)
 		d.mu.Unlock()
 		return status
 	}
 	d.mu.Unlock()
-	if !ok || now.Sub(look.taken) >= d.opts.PollInterval {
-		message, err := lastFailedActivity(ctx, asg, status)
+	if !ok || look.read.IsZero() || now.Sub(look.read) >= d.opts.PollInterval {
+		failed, err := d.readActivities(ctx, asg, status.Name, now)
 		if err != nil {
 			awscloud.Redact(credentials, &err)
 			klog.FromContext(ctx).Info("Could not read the scaling activities of the group", "group", status.Name, "err", err)
 			return status
 		}
-		look = launchFailure{taken: now, message: message}
-		d.mu.Lock()
-		d.failures[status.Name] = look
-		d.mu.Unlock()
+		look.failed = failed
 	}
-	status.Message = look.message
+	status.Message = failureMessage(status, look.failed)
 	return status
 }
 
-// lastFailedActivity is the group's latest scaling activity, when it failed
-// or was cancelled; "" otherwise (one in progress comes first).
-func lastFailedActivity(ctx context.Context, asg awscloud.AutoScaling, status drivers.GroupStatus) (string, error) {
-	a, err := latestFailedActivity(ctx, asg, status.Name)
-	if a == nil || err != nil {
-		return "", err
+// readActivities reads the group's latest failed or cancelled scaling
+// activity (nil when there is none) and keeps it as the group's look, taken
+// at now.
+func (d *Driver) readActivities(ctx context.Context, asg awscloud.AutoScaling, group string, now time.Time) (*asgtypes.Activity, error) {
+	failed, err := latestFailedActivity(ctx, asg, group)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	look := d.shortfalls[group]
+	look.read, look.failed = now, failed
+	d.shortfalls[group] = look
+	d.mu.Unlock()
+	return failed, nil
+}
+
+// failureMessage says why the group runs short, from its latest failed
+// or cancelled activity; "" for none.
+func failureMessage(status drivers.GroupStatus, a *asgtypes.Activity) string {
+	if a == nil {
+		return ""
 	}
 	said := aws.ToString(a.StatusMessage)
 	if said == "" {
 		said = aws.ToString(a.Description)
 	}
 	return fmt.Sprintf("%d of %d instances run; Auto Scaling's latest activity %s: %s", live(status), status.DesiredSize,
-		strings.ToLower(string(a.StatusCode)), said), nil
+		strings.ToLower(string(a.StatusCode)), said)
 }
 
 // latestFailedActivity is the group's latest scaling activity when it

@@ -90,11 +90,9 @@ type Driver struct {
 	// hooks are the heartbeat timeouts (seconds; 0 for none) of the
 	// termination hooks known to be on the groups, by group.
 	hooks map[string]int32
-	// failures are the last looks at why groups ran short, by group.
-	failures map[string]launchFailure
-	// lowerLooks are when over-asked groups were last looked at to lower
-	// their desired capacity (lowerUnlaunched), by group.
-	lowerLooks map[string]time.Time
+	// shortfalls are the last looks at groups that run short of their
+	// desired capacity, by group (activities.go).
+	shortfalls map[string]shortfall
 }
 
 var (
@@ -117,7 +115,7 @@ func New(opts Options) *Driver {
 		opts.VisibilityTimeout = 30 * time.Second
 	}
 	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}, hooks: map[string]int32{},
-		failures: map[string]launchFailure{}}
+		shortfalls: map[string]shortfall{}}
 }
 
 // Name is the value of spec.driver the driver serves.
@@ -213,6 +211,7 @@ func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err er
 	if len(images.Images) == 0 {
 		return drivers.InvalidConfiguration("spec.eksAutoscalingGroup.imageID", "%s does not exist in %s", s.ImageID, s.Region)
 	}
+	rememberImage(s.Region, images.Images[0]) // its root volume is the template node's ephemeral storage
 	if err := fitsImage(s.BlockDevices, images.Images[0]); err != nil {
 		return err
 	}
@@ -563,7 +562,7 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	d.mu.Lock()
 	delete(d.templates, name)
 	delete(d.hooks, name)
-	delete(d.failures, name)
+	delete(d.shortfalls, name)
 	d.mu.Unlock()
 	g, err := awscloud.FindGroup(ctx, asg, name)
 	switch {
@@ -737,7 +736,9 @@ func (d *Driver) TerminateStrayMachine(ctx context.Context, name, providerID str
 // Capacity is what one node of the class offers, from the instance type
 // (the first of a mixed-instances list, the smallest a scale-up may get),
 // with the labels of its architecture, type, region and zone
-// (awscloud.TopologyLabels).
+// (awscloud.TopologyLabels), and the ephemeral storage of its root volume:
+// the class's block device for the image's root device, else the image's
+// own (awscloud.WithEphemeralStorage; left out when neither says).
 func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.Capacity, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	s, err := section(class)
@@ -761,6 +762,13 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 		return drivers.Capacity{}, err
 	}
 	maps.Copy(capacity.Labels, topology)
+	size, err := rootVolume(ctx, ec2c, s)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	if size > 0 {
+		awscloud.WithEphemeralStorage(&capacity, size)
+	}
 	return capacity, nil
 }
 

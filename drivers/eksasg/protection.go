@@ -81,17 +81,3 @@ func unprotectForDeletion(ctx context.Context, asg awscloud.AutoScaling, g *asgt
 	}
 	return nil
 }
-
-// counted is how many of the group's instances its desired capacity
-// counts: all but those on standby, on their way out, or in a warm pool.
-func counted(g *asgtypes.AutoScalingGroup) int32 {
-	n := int32(0)
-	for _, i := range g.Instances {
-		s := string(i.LifecycleState)
-		if strings.HasPrefix(s, "Terminat") || strings.HasPrefix(s, "Detach") || strings.HasPrefix(s, "Warmed") || strings.HasSuffix(s, "Standby") {
-			continue
-		}
-		n++
-	}
-	return n
-}

@@ -26,7 +26,8 @@ import (
 // (in any state but standby) when that is more. A group whose
 // latest activity is still running (a launch on its way) is left as it is.
 // The group and its activities are read afresh first, at most once per
-// PollInterval for a group that stays over-asked.
+// PollInterval for a group that stays over-asked; the activities read
+// serves the group's status message too.
 func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, region string, credentials map[string][]byte, replicas int32,
 	status drivers.GroupStatus, standby int32) (drivers.GroupStatus, error) {
 	if status.State != "ACTIVE" || status.DesiredSize <= max(0, replicas-standby) || int32(len(status.Machines))-standby >= status.DesiredSize {
@@ -34,15 +35,13 @@ func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, 
 	}
 	now := d.opts.Now()
 	d.mu.Lock()
-	if d.lowerLooks == nil {
-		d.lowerLooks = map[string]time.Time{}
-	}
-	last, looked := d.lowerLooks[status.Name]
-	if looked && now.Sub(last) < d.opts.PollInterval {
+	look := d.shortfalls[status.Name]
+	if !look.lowerLook.IsZero() && now.Sub(look.lowerLook) < d.opts.PollInterval {
 		d.mu.Unlock()
 		return status, nil
 	}
-	d.lowerLooks[status.Name] = now
+	look.lowerLook = now
+	d.shortfalls[status.Name] = look
 	d.mu.Unlock()
 
 	g, err := awscloud.FindGroup(ctx, asg, status.Name)
@@ -54,7 +53,8 @@ func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, 
 	if g.Status != nil || target >= desired || !protectedFromScaleIn(g) {
 		return status, nil // or a scale-in could pick an unprotected instance
 	}
-	failed, err := latestFailedActivity(ctx, asg, status.Name)
+	// The read serves the group's status message too (withLaunchFailure).
+	failed, err := d.readActivities(ctx, asg, status.Name, now)
 	if failed == nil || err != nil {
 		return status, err // launching, or not short for want of capacity
 	}
@@ -71,16 +71,19 @@ func (d *Driver) lowerUnlaunched(ctx context.Context, asg awscloud.AutoScaling, 
 	if g, err = awscloud.FindGroup(ctx, asg, status.Name); err != nil {
 		return status, err
 	}
-	if runs := counted(g); runs > target {
+	if runs := awscloud.Counted(g); runs > target {
 		if _, err := asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
 			AutoScalingGroupName: aws.String(status.Name), DesiredCapacity: aws.Int32(runs), HonorCooldown: aws.Bool(false)}); err != nil {
 			return status, awscloud.Classify("raising the desired capacity of "+status.Name+" back to the instances it runs", err)
 		}
 		target = runs
 	}
+	// Lowered: the next call may look again at once. The activity read
+	// stays the group's look; its message counts the new desired capacity.
 	d.mu.Lock()
-	delete(d.lowerLooks, status.Name)
-	delete(d.failures, status.Name) // read again for the new desired capacity
+	look = d.shortfalls[status.Name]
+	look.lowerLook = time.Time{}
+	d.shortfalls[status.Name] = look
 	d.mu.Unlock()
 	status.DesiredSize = target
 	return status, nil

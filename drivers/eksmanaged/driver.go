@@ -231,7 +231,9 @@ func amiArchitecture(amiType string) string {
 
 // Capacity is what a node of the first instance type offers, with the
 // labels of its architecture, type, region and zone
-// (awscloud.TopologyLabels), the class's labels and taints.
+// (awscloud.TopologyLabels), the class's labels and taints, and the
+// ephemeral storage of its root volume where nodeset knows it
+// (rootVolume).
 func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.Capacity, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	s, err := section(class)
@@ -266,6 +268,13 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 	}
 	if s.CapacityType != "" {
 		capacity.Labels["eks.amazonaws.com/capacityType"] = s.CapacityType
+	}
+	size, known, err := rootVolume(ctx, api.EC2, class.Credentials, s)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	if known {
+		awscloud.WithEphemeralStorage(&capacity, size)
 	}
 	return capacity, nil
 }
