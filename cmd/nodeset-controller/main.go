@@ -79,7 +79,7 @@ func main() {
 			// cluster-autoscaler's writes are its own requests, made with
 			// optimistic concurrency: any replica may make them.
 			server := autoscaler.NewServer(clients.Unfenced.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
-				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister(), c.ClassUsage)
+				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister(), c.ClassCount)
 			kubeFactory.Start(ctx.Done())
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()

@@ -8,10 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/plan"
 )
 
@@ -20,26 +18,23 @@ import (
 // class (room), but never less than it has asked for already or than
 // minReplicas. cluster-autoscaler cannot see the limits: it caps a
 // scale-up at a group's max size and skips a group that is at it. binding
-// names the limit when it lowers the answer. growth holds, by class name,
-// the growth of the class's NodeSets among sets (see growth), counted
-// once for all the sets of one NodeGroups answer.
-func (s *Server) maxSize(set *nodesetv1alpha1.NodeSet, sets []*nodesetv1alpha1.NodeSet, growth map[string]map[string]int64) (size int32, binding string) {
+// names the limit when it lowers the answer. views holds, by class name,
+// each class's count (classView), made once for all the sets of one
+// NodeGroups answer.
+func (s *Server) maxSize(set *nodesetv1alpha1.NodeSet, sets []*nodesetv1alpha1.NodeSet, views map[string]classView) (size int32, binding string) {
 	size = set.Spec.Autoscaling.MaxReplicas
 	class, err := s.classes.Get(set.Spec.NodeClassName)
 	if err != nil || !plan.Limited(class) {
 		return size, ""
 	}
-	coming, ok := growth[class.Name]
+	view, ok := views[class.Name]
 	if !ok {
-		if coming, err = s.growth(class, sets); err != nil {
+		if view, err = s.view(class, sets); err != nil {
 			return size, ""
 		}
-		growth[class.Name] = coming
+		views[class.Name] = view
 	}
-	room, limit, err := s.room(class, set, coming)
-	if err != nil {
-		return size, ""
-	}
+	room, limit := view.room(class, set)
 	room = max(room, int64(plan.Replicas(set)), int64(set.Spec.Autoscaling.MinReplicas))
 	if limit == nil || room >= int64(size) {
 		return size, ""
@@ -66,14 +61,11 @@ func (s *Server) withinLimits(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	for i := range list.Items {
 		sets = append(sets, &list.Items[i])
 	}
-	coming, err := s.growth(class, sets)
+	view, err := s.view(class, sets)
 	if err != nil {
 		return 0, status.Errorf(codes.Unavailable, "counting the nodes of NodeClass %s: %v", class.Name, err)
 	}
-	room, limit, err := s.room(class, set, coming)
-	if err != nil {
-		return 0, status.Errorf(codes.Unavailable, "counting the nodes of NodeClass %s: %v", class.Name, err)
-	}
+	room, limit := view.room(class, set)
 	if target <= room || limit == nil {
 		return target, nil
 	}
@@ -83,67 +75,47 @@ func (s *Server) withinLimits(ctx context.Context, set *nodesetv1alpha1.NodeSet,
 	return room, nil
 }
 
-// growth is, by NodeSet key, how many nodes each NodeSet of class among
-// sets was told to grow to and has no machine for yet: a scale-up written
-// a moment ago has no Node yet, and the controller makes the Nodes of
-// whichever NodeSet it syncs first. Only the NodeSets the controller makes
-// Nodes for count so (Accepted, or not judged yet): one over the limits
-// (LimitExceeded) counts with its machines, or a set asking for more than
-// the limits allow would hold back every other set's scale-up.
-//
-// A set's machines are its Nodes and the creations and cloud instances
-// the usage count has that the cache has no Node of yet: the class's
-// count less the count without the set. Only the sets with more replicas
-// than Nodes can have growth, so the class's Nodes are counted once more
-// for each of those, not for every set of the class.
-func (s *Server) growth(class *nodesetv1alpha1.NodeClass, sets []*nodesetv1alpha1.NodeSet) (map[string]int64, error) {
-	classNodes, err := s.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
+// classView is a class's machines, counted once (the nodeset controller's
+// count, plan.ClassCount), and the growth of its NodeSets: by NodeSet key,
+// how many nodes each was told to grow to and has no machine for yet. A
+// scale-up written a moment ago has no Node yet, and the controller makes
+// the Nodes of whichever NodeSet it syncs first, so each set's room leaves
+// out the others' growth as well as their machines.
+type classView struct {
+	count  plan.ClassCount
+	coming map[string]int64
+}
+
+// view counts the class once, with the growth of its NodeSets among sets.
+// Only the NodeSets the controller makes Nodes for grow so (Accepted, or
+// not judged yet): one over the limits (LimitExceeded) counts with its
+// machines, or a set asking for more than the limits allow would hold
+// back every other set's scale-up.
+func (s *Server) view(class *nodesetv1alpha1.NodeClass, sets []*nodesetv1alpha1.NodeSet) (classView, error) {
+	count, err := s.count(class)
 	if err != nil {
-		return nil, err
+		return classView{}, err
 	}
-	seen := map[string]int64{}
-	for _, n := range classNodes {
-		if namespace, name, ok := nodeutil.NodeSetOf(n.Labels); ok {
-			seen[namespace+"/"+name]++
-		}
-	}
-	coming := map[string]int64{}
-	var all *plan.Usage
+	view := classView{count: count, coming: map[string]int64{}}
 	for _, other := range sets {
-		id := GroupID(other)
-		if other.Spec.NodeClassName != class.Name || other.DeletionTimestamp != nil ||
-			int64(plan.Replicas(other)) <= seen[id] || !managed(other) {
+		if other.Spec.NodeClassName != class.Name || other.DeletionTimestamp != nil || !managed(other) {
 			continue
 		}
-		if all == nil {
-			u, err := s.usage(class, "", "")
-			if err != nil {
-				return nil, err
-			}
-			all = &u
-		}
-		without, err := s.usage(class, "", id)
-		if err != nil {
-			return nil, err
-		}
-		if c := int64(plan.Replicas(other)) - (all.Class - without.Class); c > 0 {
-			coming[id] = c
+		id := GroupID(other)
+		if c := int64(plan.Replicas(other)) - count.Machines(id); c > 0 {
+			view.coming[id] = c
 		}
 	}
-	return coming, nil
+	return view, nil
 }
 
 // room is how many nodes set may have beside everything else of its
 // class, and the limit that binds (nil for none): the machines of the
-// class but set's own (usage), and the growth of the class's other
-// NodeSets (coming, from growth).
-func (s *Server) room(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, coming map[string]int64) (int64, *plan.Limit, error) {
+// class but set's own, and the growth of the class's other NodeSets.
+func (v classView) room(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (int64, *plan.Limit) {
 	key := GroupID(set)
-	used, err := s.usage(class, set.Namespace, key)
-	if err != nil {
-		return 0, nil, err
-	}
-	for id, c := range coming {
+	used := v.count.Usage(set.Namespace, key)
+	for id, c := range v.coming {
 		if id == key {
 			continue
 		}
@@ -152,8 +124,7 @@ func (s *Server) room(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.Nod
 			used.Namespace += c
 		}
 	}
-	room, limit := plan.Room(class, set.Namespace, used)
-	return room, limit, nil
+	return plan.Room(class, set.Namespace, used)
 }
 
 // managed reports whether the NodeSetController makes the set's Nodes up

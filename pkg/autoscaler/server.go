@@ -129,7 +129,7 @@ type Server struct {
 	sets    listers.NodeSetLister
 	classes listers.NodeClassLister
 	nodes   corelisters.NodeLister
-	usage   UsageCounter
+	count   ClassCounter
 
 	// writing holds, by group id, the turn to write that NodeSet (see
 	// update); growing, by NodeClass name, the turn to scale up one of
@@ -137,16 +137,15 @@ type Server struct {
 	writing, growing turns
 }
 
-// UsageCounter counts what is in use of a NodeClass's limits in namespace,
-// leaving out the NodeSet with key except: plan.CountUsage over the nodeset
-// controller's view, so that a scale-up passes here exactly when the
-// controller would make its Nodes.
-type UsageCounter func(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error)
+// ClassCounter counts the machines of a NodeClass, what its limits weigh:
+// plan.CountClass over the nodeset controller's view, so that a scale-up
+// passes here exactly when the controller would make its Nodes.
+type ClassCounter func(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error)
 
-// NewServer returns a Server that reads from the listers, counts class
-// usage with usage and writes NodeSets through client.
-func NewServer(client versioned.Interface, sets listers.NodeSetLister, classes listers.NodeClassLister, nodes corelisters.NodeLister, usage UsageCounter) *Server {
-	return &Server{client: client, sets: sets, classes: classes, nodes: nodes, usage: usage}
+// NewServer returns a Server that reads from the listers, counts classes'
+// machines with count and writes NodeSets through client.
+func NewServer(client versioned.Interface, sets listers.NodeSetLister, classes listers.NodeClassLister, nodes corelisters.NodeLister, count ClassCounter) *Server {
+	return &Server{client: client, sets: sets, classes: classes, nodes: nodes, count: count}
 }
 
 // GroupID is a NodeSet's node-group id.
@@ -288,11 +287,11 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 	}
 	sort.Slice(sets, func(i, j int) bool { return GroupID(sets[i]) < GroupID(sets[j]) })
 	resp := &protos.NodeGroupsResponse{}
-	growth := map[string]map[string]int64{}
+	views := map[string]classView{}
 	for _, set := range sets {
 		if isGroup(set) {
 			group := protoGroup(set)
-			if size, binding := s.maxSize(set, sets, growth); size < group.MaxSize {
+			if size, binding := s.maxSize(set, sets, views); size < group.MaxSize {
 				group.MaxSize = size
 				group.Debug += fmt.Sprintf("; max size %d: %s", size, binding)
 			}

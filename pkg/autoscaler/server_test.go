@@ -104,12 +104,12 @@ func newClassFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, objects []r
 	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(class))
 	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer().Add(set))
 	nodeLister := kubeFactory.Core().V1().Nodes().Lister()
-	usage := func(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error) {
+	count := func(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error) {
 		classNodes, err := nodeLister.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
-		return plan.CountUsage(classNodes, nil, namespace, except), err
+		return plan.CountClass(classNodes, nil), err
 	}
 	return &fixture{nodesets: nodesets, sets: nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer(), server: NewServer(nodesets, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
-		nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), nodeLister, usage)}
+		nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), nodeLister, count)}
 }
 
 func (f *fixture) set(t *testing.T) *nodesetv1alpha1.NodeSet {

@@ -32,27 +32,69 @@ type Pending map[string]int64
 // none) are left out, so that its own demand can be weighed against the
 // rest. A Node of no NodeSet (a static node) counts for the class only.
 func CountUsage(classNodes []*corev1.Node, pending Pending, namespace, except string) Usage {
-	var used Usage
+	return CountClass(classNodes, pending).Usage(namespace, except)
+}
+
+// ClassCount is a class's machines counted once (CountClass): the whole
+// class's, each namespace's and each NodeSet's, from which the Usage seen
+// from any namespace without any one NodeSet follows at no further cost.
+// A NodeGroups answer weighs every NodeSet of a class against the rest;
+// counting the class's Nodes again for each would cost sets × Nodes.
+type ClassCount struct {
+	// Class counts the machines of the whole class.
+	Class      int64
+	namespaces map[string]int64
+	sets       map[string]int64
+}
+
+// CountClass counts, in one pass, the class's Nodes and pending machines
+// as CountUsage counts them.
+func CountClass(classNodes []*corev1.Node, pending Pending) ClassCount {
+	c := ClassCount{namespaces: map[string]int64{}, sets: map[string]int64{}}
 	for _, n := range classNodes {
-		ns, name, ok := nodeutil.NodeSetOf(n.Labels)
-		if ok && ns+"/"+name == except {
-			continue
-		}
-		used.Class++
-		if ok && ns == namespace {
-			used.Namespace++
+		c.Class++
+		if ns, name, ok := nodeutil.NodeSetOf(n.Labels); ok {
+			c.namespaces[ns]++
+			c.sets[ns+"/"+name]++
 		}
 	}
 	for key, count := range pending {
-		if key == except || count <= 0 {
+		if count <= 0 {
 			continue
 		}
-		used.Class = saturatingAdd(used.Class, count)
-		if ns, _, _ := strings.Cut(key, "/"); ns == namespace {
-			used.Namespace = saturatingAdd(used.Namespace, count)
+		ns, _, _ := strings.Cut(key, "/")
+		c.Class = saturatingAdd(c.Class, count)
+		c.namespaces[ns] = saturatingAdd(c.namespaces[ns], count)
+		c.sets[key] = saturatingAdd(c.sets[key], count)
+	}
+	return c
+}
+
+// Machines are the machines of the NodeSet with key: its Nodes and its
+// pending machines.
+func (c ClassCount) Machines(key string) int64 { return c.sets[key] }
+
+// Usage is what counts against the class's limits seen from namespace,
+// leaving out the NodeSet with key except ("" for none), as CountUsage
+// says. A count that reached math.MaxInt64 stays there.
+func (c ClassCount) Usage(namespace, except string) Usage {
+	used := Usage{Class: c.Class, Namespace: c.namespaces[namespace]}
+	if own := c.sets[except]; except != "" && own > 0 {
+		used.Class = saturatingSub(used.Class, own)
+		if ns, _, _ := strings.Cut(except, "/"); ns == namespace {
+			used.Namespace = saturatingSub(used.Namespace, own)
 		}
 	}
 	return used
+}
+
+// saturatingSub is a-b for counts made with saturatingAdd: a count that
+// saturated does not come down, since what it held is not known.
+func saturatingSub(a, b int64) int64 {
+	if a == math.MaxInt64 {
+		return a
+	}
+	return a - b
 }
 
 // Limit is a class limit that binds: the field, its value and what is in use.

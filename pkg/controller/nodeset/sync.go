@@ -284,24 +284,30 @@ func (c *Controller) creationLimit(res *resolution, set *nodesetv1alpha1.NodeSet
 	return int(room), binding.String()
 }
 
-// ClassUsage is plan.CountUsage over this controller's view of a class:
+// ClassUsage is plan.CountUsage over this controller's view of a class
+// (ClassCount), leaving out the NodeSet with key except ("" for none).
+func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error) {
+	count, err := c.ClassCount(class)
+	return count.Usage(namespace, except), err
+}
+
+// ClassCount is plan.CountClass over this controller's view of a class:
 // its Nodes in the cache, the creations made and not yet observed, and the
-// instances of its cloud groups that have no Node yet, leaving out the
-// NodeSet with key except ("" for none).
+// instances of its cloud groups that have no Node yet.
 //
 // The unobserved creations are read before the cache: the informer adds a
 // Node to the cache before its handler lowers the expectations, so a Node
 // arriving between the two reads is counted twice (a limit holds back one
 // creation too many until the next sync) and never not at all.
-func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, except string) (plan.Usage, error) {
+func (c *Controller) ClassCount(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error) {
 	unobserved := c.expectations.pendingCreations(func(key string) bool { return c.classOf(key) == class.Name })
 	nodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, class.Name))
 	if err != nil {
-		return plan.Usage{}, err
+		return plan.ClassCount{}, err
 	}
 	objs, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
 	if err != nil {
-		return plan.Usage{}, err
+		return plan.ClassCount{}, err
 	}
 	sets := make([]*nodesetv1alpha1.NodeSet, 0, len(objs))
 	for _, obj := range objs {
@@ -311,7 +317,7 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 	for key, count := range unobserved {
 		pending[key] += count
 	}
-	return plan.CountUsage(nodes, pending, namespace, except), nil
+	return plan.CountClass(nodes, pending), nil
 }
 
 // deleteOrphanedNodes deletes the Nodes of a NodeSet that is gone. The
