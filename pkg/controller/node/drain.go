@@ -422,7 +422,7 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now time.
 		err := c.opts.Evict(ctx, pod)
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
-		case apierrors.IsTooManyRequests(err):
+		case refusedByBudget(err):
 			out.blocked++
 		default:
 			klog.FromContext(ctx).V(2).Info("Eviction failed; will retry", "pod", klog.KObj(pod), "err", err)
@@ -433,6 +433,15 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now time.
 		}
 	}
 	return out, nil
+}
+
+// refusedByBudget reports whether an eviction was refused for a
+// PodDisruptionBudget: a 429 whose answer names a budget as its cause, as
+// the Eviction API's every budget refusal does. A 429 without one is no
+// budget: the API server shedding load (priority and fairness) or a
+// webhook's limit, told with its answer as any other refusal.
+func refusedByBudget(err error) bool {
+	return apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
 
 // evictWithoutRetries posts one eviction. A budget that refuses answers 429

@@ -64,9 +64,9 @@ func registrationTimeout(class *nodesetv1alpha1.NodeClass) time.Duration {
 
 // unhealthyFor returns how long past its deadline a Node is unhealthy (>= 0),
 // or a negative duration until it would be: NotReady since its Ready
-// condition's last transition (or since this controller started, if later)
-// for a registered Node, not Ready since its machine was made for an
-// unregistered one.
+// condition's last transition for a registered Node, not Ready since its
+// machine was made for an unregistered one; either counted from this
+// controller's start instead, if later.
 func (c *Controller) unhealthyFor(node *corev1.Node, class *nodesetv1alpha1.NodeClass) (time.Duration, bool) {
 	now := c.opts.Now()
 	if node.DeletionTimestamp != nil || node.Spec.ProviderID == "" || nodeutil.IsReady(node) {
@@ -76,6 +76,14 @@ func (c *Controller) unhealthyFor(node *corev1.Node, class *nodesetv1alpha1.Node
 		created, ok := machineCreated(node)
 		if !ok {
 			created = node.CreationTimestamp.Time
+		}
+		// The outage that kept this controller away may have kept the
+		// machine's kubelet from registering (an API server it could not
+		// reach; simulated kubelets run in this controller): it gets the
+		// whole registration timeout from the start, as a NotReady Node
+		// gets the whole unhealthy timeout.
+		if c.started.After(created) {
+			created = c.started
 		}
 		return now.Sub(created.Add(registrationTimeout(class))), true
 	}

@@ -552,8 +552,9 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 	// same name, with the class's credentials (which the driver scrubs from
 	// its errors). The Node keeps its providerID, which the API server
 	// never lets change: a driver keyed by name gives the new machine the
-	// same one. A crash in between finds the Node overdue again, and
-	// Delete and Create are idempotent.
+	// same one. A crash in between finds the Node overdue again (once the
+	// restarted controller has given it the whole timeout, unhealthyFor),
+	// and Delete and Create are idempotent.
 	machineClass, err := c.terminationClass(ctx, node, class)
 	if err != nil {
 		return err
