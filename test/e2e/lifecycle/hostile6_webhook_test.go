@@ -52,7 +52,7 @@ func TestForgedReviewsOfUnknownNamespacesDoNotSpendTheControllersAPIBudget(t *te
 		namespace := fmt.Sprintf("hostile6-forged-%d", i)
 		set := tenantSet("forged", "hostile6-tiered", 1)
 		set.Namespace = namespace
-		set.APIVersion, set.Kind = nodesetv1alpha1.SchemeGroupVersion.String(), "NodeSet"
+		set.APIVersion, set.Kind = nodesetv1alpha1.GroupVersion.String(), "NodeSet"
 		raw, err := json.Marshal(set)
 		require.NoError(t, err)
 		body, err := json.Marshal(&admissionv1.AdmissionReview{
