@@ -137,8 +137,13 @@ func ClassHandler() http.Handler {
 		}
 		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 			old := &nodesetv1alpha1.NodeClass{}
-			if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && equality.Semantic.DeepEqual(old.Spec, class.Spec) {
-				return resp // metadata only: a class stored during an outage can still be deleted
+			if err := json.Unmarshal(req.OldObject.Raw, old); err == nil {
+				if equality.Semantic.DeepEqual(old.Spec, class.Spec) {
+					return resp // metadata only: a class stored during an outage can still be deleted
+				}
+				if err := nodeclass.DriverChangeError(&old.Spec, &class.Spec); err != nil {
+					return refuse(resp, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf("NodeClass %s: %v", class.Name, err))
+				}
 			}
 		}
 		err := nodeclass.SpecErrors(&class.Spec)

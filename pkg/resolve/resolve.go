@@ -166,9 +166,10 @@ func mergeOverrides(base, patch map[string]any, prefix string, allowed map[strin
 				continue
 			}
 			base[key] = mergeOverrides(baseMap, patchMap, path+".", allowed, restricted)
-		case reflect.DeepEqual(baseValue, value) || (baseValue == nil && reflect.DeepEqual(schemaDefaults[path], value)):
+		case reflect.DeepEqual(baseValue, value) || isSchemaDefault(path, value):
 			// The class's own value, or the value the schema defaulted in the
-			// tenant's section: no change, so nothing is overridden.
+			// tenant's section: no change, so nothing is overridden, and the
+			// class's value (or its absence) stays.
 		default:
 			restricted(path)
 		}
@@ -178,10 +179,26 @@ func mergeOverrides(base, patch map[string]any, prefix string, allowed map[strin
 
 // schemaDefaults are the values the CRD schema gives driver-section fields
 // a NodeSet leaves out (+kubebuilder:default), by path in the section: the
-// API server puts them in a tenant's section as in the class's.
+// API server puts them in a tenant's section as in the class's, in every
+// object the tenant sets a field of.
 var schemaDefaults = map[string]any{
 	"bootstrap.format":           string(nodesetv1alpha1.BootstrapNodeConfig),
 	"metadataOptions.httpTokens": "required",
+	"interruptions.rebalance":    string(nodesetv1alpha1.RebalanceTaint),
+}
+
+// isSchemaDefault reports whether a value of a NodeSet's driver section is
+// the schema's default of its field. The tenant cannot leave such a value
+// out (the API server writes it in), so it is no word of theirs on the
+// field, whatever the class sets there: counted as an override, it would
+// refuse every NodeSet that uses an entry of tenantOverrides beside it,
+// and a class edited to another value (BootstrapScript for NodeConfig)
+// would refuse its NodeSets instead of rolling them. A tenant who wants
+// the default where the class sets another value is not heard; any other
+// value is an override as usual.
+func isSchemaDefault(path string, value any) bool {
+	def, ok := schemaDefaults[path]
+	return ok && reflect.DeepEqual(def, value)
 }
 
 // mergeMap merges an overridable map: the tenant adds keys; a key the

@@ -225,6 +225,29 @@ func TestNodeClassNameImmutable(t *testing.T) {
 	assert.Contains(t, err.Error(), "spec.replicas must be within")
 }
 
+// TestNodeClassDriverImmutable: the schema, not only the webhook, keeps a
+// class's driver: its Nodes' machines are that driver's.
+func TestNodeClassDriverImmutable(t *testing.T) {
+	ctx := context.Background()
+	client := dynamicClient(t).Resource(nodeClassGVR)
+	created, err := client.Create(ctx, nodeClass("driver-immutable", simulatedClass(nil)), metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Delete(context.Background(), "driver-immutable", metav1.DeleteOptions{}) })
+	require.NoError(t, unstructured.SetNestedField(created.Object, "example.dev", "spec", "driver"))
+	unstructured.RemoveNestedField(created.Object, "spec", "simulated")
+	require.NoError(t, unstructured.SetNestedField(created.Object, object{"size": "large"}, "spec", "parameters"))
+	_, err = client.Update(ctx, created, metav1.UpdateOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.driver cannot change")
+
+	// The rest of the class may change.
+	current, err := client.Get(ctx, "driver-immutable", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, unstructured.SetNestedField(current.Object, "sim.large", "spec", "simulated", "instanceType"))
+	_, err = client.Update(ctx, current, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
 // TestTenantOverridesNameMapKeys: a key of a map, with the dots, slashes and
 // dashes label and tag keys have, is a tenantOverrides entry the API
 // server admits; a field name with a dash is still refused.

@@ -51,7 +51,10 @@ type NodeClassSpec struct {
 	// driver names the driver that provisions machines of this class: simulated,
 	// docker-machine, eks-asg, eks-managed, or the name an out-of-tree node
 	// controller serves. It must match the one driver section that is set.
+	// It cannot change: the machines of the class's Nodes are the driver's
+	// that made them, and only it can remove them.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.driver cannot change: the machines of the class's Nodes are the driver's that made them, and only it can remove them; create a NodeClass under another name"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`

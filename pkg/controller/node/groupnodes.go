@@ -270,7 +270,7 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 			// Without its class the cloud cannot be reached; the orphan
 			// collection of the class's region removes the group.
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonDeprovisionFailed,
-				"NodeClass %s is gone: machine %s cannot be terminated from here", node.Labels[nodesetv1alpha1.LabelNodeClass], node.Spec.ProviderID)
+				"NodeClass %s is gone, or of another driver now: machine %s cannot be terminated from here", node.Labels[nodesetv1alpha1.LabelNodeClass], node.Spec.ProviderID)
 			return nil
 		}
 		machineClass, err := c.terminationClass(ctx, node, class)

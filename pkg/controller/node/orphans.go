@@ -354,8 +354,8 @@ func (c *Controller) accountsFor(node *corev1.Node, driver string, m drivers.Mac
 	if m.NodeUID == "" || node.UID == m.NodeUID {
 		return true
 	}
-	nodeDriver := node.Annotations[nodesetv1alpha1.AnnotationDriver]
-	if class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]); err == nil {
+	nodeDriver := node.Annotations[nodesetv1alpha1.AnnotationDriver] // the driver that made its machine
+	if class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]); err == nil && nodeDriver == "" {
 		nodeDriver = class.Spec.Driver
 	}
 	return nodeDriver == driver

@@ -81,9 +81,15 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	} else if err != nil {
 		return err
 	}
+	// The driver that made the Node's machine is the one to remove it. A
+	// class of the Node's class name whose driver is another (made again
+	// under the name, or edited with the webhook away) is not the class of
+	// that machine: the Node goes as if its class were gone.
 	driverName := cached.Annotations[nodesetv1alpha1.AnnotationDriver]
-	if class != nil {
+	if class != nil && driverName == "" {
 		driverName = class.Spec.Driver
+	} else if class != nil && driverName != class.Spec.Driver {
+		class = nil
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", name, "driver", driverName)
 	ctx = klog.NewContext(ctx, logger)

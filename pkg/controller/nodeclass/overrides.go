@@ -46,6 +46,20 @@ func SpecErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 	return nil
 }
 
+// DriverChangeError refuses an edit of a class that changes its driver.
+// A Node's machine is its driver's (the nodeset.dev/driver annotation
+// says which), and only that driver can remove it: under a class whose
+// driver changed, the Nodes it already has would be handed to a driver
+// that does not know their machines. Another driver is another class, as
+// another provisioner is another StorageClass.
+func DriverChangeError(old, cur *nodesetv1alpha1.NodeClassSpec) error {
+	if old.Driver == cur.Driver {
+		return nil
+	}
+	return fmt.Errorf("spec.driver: cannot change from %s to %s: the machines of the class's Nodes are driver %s's, and only it can remove them; "+
+		"create a NodeClass under another name for driver %s, and move NodeSets to it", old.Driver, cur.Driver, old.Driver, cur.Driver)
+}
+
 // SectionErrors checks that a built-in driver section is set only with its
 // driver's name: an out-of-tree driver is configured through spec.parameters.
 // The schema says the same; the webhook checks it too, for its message.
@@ -77,6 +91,9 @@ func NodeTemplateErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
 	template := field.NewPath("spec", "nodeTemplate")
 	errs := metav1validation.ValidateLabels(spec.NodeTemplate.Labels, template.Child("labels"))
 	errs = append(errs, apimachineryvalidation.ValidateAnnotations(spec.NodeTemplate.Annotations, template.Child("annotations"))...)
+	if len(errs) == 0 {
+		errs = append(errs, annotationBudgetErrors(spec, template.Child("annotations"))...)
+	}
 	for i, taint := range spec.NodeTemplate.Taints {
 		errs = append(errs, taintErrors(taint.Key, taint.Value, template.Child("taints").Index(i))...)
 	}
@@ -92,6 +109,24 @@ func NodeTemplateErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// annotationBudgetErrors refuses class annotations that take more than
+// a NodeSet's Nodes may get of template annotations
+// (resolve.NodeAnnotationBudget, the rest of a Node's 256 KiB being left
+// for what nodeset and the node's agents record there): such a class
+// could serve no NodeSet, not even one without annotations of its own.
+func annotationBudgetErrors(spec *nodesetv1alpha1.NodeClassSpec, path *field.Path) field.ErrorList {
+	size := 0
+	for k, v := range spec.NodeTemplate.Annotations {
+		size += len(k) + len(v)
+	}
+	if size <= resolve.NodeAnnotationBudget {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("the class's annotations take %d bytes, and the Nodes of a NodeSet may get at most %d bytes of template annotations "+
+		"(a Node's annotations are at most %d bytes, and %d of them are left for what nodeset and the node's agents record there): no NodeSet of the class could have a Node",
+		size, resolve.NodeAnnotationBudget, apimachineryvalidation.TotalAnnotationSizeLimitB, resolve.NodeAnnotationReserve))}
 }
 
 // nodesetOwnLabels are the labels nodeset sets on every Node of a NodeSet,

@@ -21,6 +21,8 @@ type NodeClassSpecApplyConfiguration struct {
 	// driver names the driver that provisions machines of this class: simulated,
 	// docker-machine, eks-asg, eks-managed, or the name an out-of-tree node
 	// controller serves. It must match the one driver section that is set.
+	// It cannot change: the machines of the class's Nodes are the driver's
+	// that made them, and only it can remove them.
 	Driver                           *string `json:"driver,omitempty"`
 	DriverSectionsApplyConfiguration `json:""`
 	// parameters configures an out-of-tree driver. It is passed to that driver as is.
