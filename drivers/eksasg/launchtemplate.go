@@ -1,6 +1,7 @@
 package eksasg
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -100,8 +101,12 @@ func launchTemplateData(group drivers.Group, s *nodesetv1alpha1.EKSAutoscalingGr
 		})
 	}
 	if m := s.MetadataOptions; m != nil {
+		// The schema's default in every metadataOptions written; a class
+		// without the section merged with a NodeSet's hop limit has none,
+		// and EC2's own default would leave IMDSv1 open.
+		tokens := cmp.Or(m.HTTPTokens, string(ec2types.LaunchTemplateHttpTokensStateRequired))
 		data.MetadataOptions = &ec2types.LaunchTemplateInstanceMetadataOptionsRequest{
-			HttpTokens:              ec2types.LaunchTemplateHttpTokensState(m.HTTPTokens),
+			HttpTokens:              ec2types.LaunchTemplateHttpTokensState(tokens),
 			HttpPutResponseHopLimit: m.HTTPPutResponseHopLimit,
 			HttpEndpoint:            ec2types.LaunchTemplateInstanceMetadataEndpointState(m.HTTPEndpoint),
 		}
