@@ -131,13 +131,24 @@ func EffectiveCapacity(spec *nodesetv1alpha1.SimulatedMachine) drivers.Capacity 
 			instanceType = spec.InstanceType
 		}
 		for k, v := range spec.Labels {
-			labels[k] = v
+			if !nodeRestricted(k) {
+				labels[k] = v
+			}
 		}
 	}
 	labels[corev1.LabelInstanceTypeStable] = instanceType
 	labels[corev1.LabelOSStable] = "linux"
 	labels[corev1.LabelArchStable] = "amd64"
 	return drivers.Capacity{Resources: resources, Allocatable: resources.DeepCopy(), Labels: labels}
+}
+
+// nodeRestricted reports whether a label key is in the
+// node-restriction.kubernetes.io domain, which the NodeRestriction
+// admission plugin keeps from every kubelet: controllers alone set it, so
+// the simulated kubelet does not either.
+func nodeRestricted(key string) bool {
+	domain, _, found := strings.Cut(key, "/")
+	return found && (domain == corev1.LabelNamespaceNodeRestriction || strings.HasSuffix(domain, "."+corev1.LabelNamespaceNodeRestriction))
 }
 
 // fails decides, from the machine's name, whether it never registers: a

@@ -328,7 +328,10 @@ func Selector(set *nodesetv1alpha1.NodeSet) labels.Selector {
 }
 
 // NodeLabels are the labels of a Node of the set: the class's template, then
-// the set's, then the reserved nodeset labels, which always win.
+// the set's, then the reserved nodeset labels, which always win. A Node of a
+// Dedicated class carries its tenant twice: nodeset.dev/tenant, and
+// LabelTenantRestricted, which no kubelet can put on its own Node (a
+// kubelet may relabel its Node nodeset.dev/tenant=<another namespace>).
 func NodeLabels(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodesetv1alpha1.NodeSet, templateHash string) map[string]string {
 	out := map[string]string{}
 	for k, v := range effective.NodeTemplate.Labels {
@@ -344,6 +347,7 @@ func NodeLabels(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nod
 	out[nodesetv1alpha1.LabelTemplateHash] = templateHash
 	if effective.Tenancy == nodesetv1alpha1.TenancyDedicated {
 		out[nodesetv1alpha1.LabelTenant] = set.Namespace
+		out[nodesetv1alpha1.LabelTenantRestricted] = set.Namespace
 	}
 	return out
 }

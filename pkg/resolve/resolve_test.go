@@ -239,7 +239,7 @@ func TestNodeLabelsAndTaints(t *testing.T) {
 		"pool": "general", "tier": "web",
 		nodesetv1alpha1.LabelNodeSetNamespace: "team-a", nodesetv1alpha1.LabelNodeSet: "web",
 		nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: "abc",
-		nodesetv1alpha1.LabelTenant: "team-a",
+		nodesetv1alpha1.LabelTenant: "team-a", nodesetv1alpha1.LabelTenantRestricted: "team-a",
 	}, labels)
 	assert.True(t, Selector(set).Matches(labelsSet(labels)))
 	assert.Equal(t, []corev1.Taint{

@@ -58,6 +58,9 @@ type Options struct {
 	// ControllerManagerArgs are added to kube-controller-manager's flags
 	// (later flags win), for example a shorter --node-monitor-grace-period.
 	ControllerManagerArgs []string
+	// AdmissionPlugins are enabled in kube-apiserver besides its defaults,
+	// for example NodeRestriction.
+	AdmissionPlugins []string
 }
 
 // ControlPlane is a running etcd, kube-apiserver and kube-controller-manager
@@ -171,6 +174,9 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		// The loopback advertise address cannot back the kubernetes Service endpoints.
 		"--endpoint-reconciler-type=none",
 		"--v=1",
+	}
+	if len(opts.AdmissionPlugins) > 0 {
+		apiserverArgs = append(apiserverArgs, "--enable-admission-plugins="+strings.Join(opts.AdmissionPlugins, ","))
 	}
 	if opts.AuditLog {
 		policy := filepath.Join(opts.Dir, "audit-policy.yaml")

@@ -17,6 +17,13 @@ const (
 	LabelTemplateHash = "nodeset.dev/template-hash"
 	// LabelTenant marks and taints the Nodes of Dedicated classes with the tenant namespace.
 	LabelTenant = "nodeset.dev/tenant"
+	// LabelTenantRestricted is on the Nodes of Dedicated classes too, with
+	// the tenant namespace as its value. Its prefix is one the
+	// NodeRestriction admission plugin keeps from every kubelet, so unlike
+	// LabelTenant no Node's own credentials can put it on or change it:
+	// tenants' pods select this one. It never reaches a kubelet's
+	// --node-labels, which it would refuse.
+	LabelTenantRestricted = "node-restriction.kubernetes.io/nodeset-tenant"
 	// LabelAccelerator is on every Node whose machine has accelerators (a
 	// GPU resource in its capacity), with the resource's name ("/" as "-")
 	// as its value. cluster-autoscaler reads a Ready Node with this label

@@ -95,10 +95,11 @@ func (c *Controller) reconcileGroupNodes(ctx context.Context, set *nodesetv1alph
 
 // ensureMachineNode makes the Node of a group's machine: named as the cloud
 // named the machine, with its providerID, the set's labels, taints and the
-// startup taint. A Node the kubelet registered first (same providerID, or
-// same name without one) is adopted instead: it gets the same labels,
+// startup taint. A Node the kubelet registered first (the machine's name,
+// with its providerID or none) is adopted instead: it gets the same labels,
 // taints, annotations and finalizer. A Node of another set, or of another
-// machine, is left alone and reported.
+// machine, or of another name that claims the machine's providerID, is left
+// alone and reported.
 func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1.NodeSet, className string, spec *nodesetv1alpha1.NodeClassSpec,
 	hash, groupName, driverName string, m drivers.MachineStatus) error {
 	logger := klog.FromContext(ctx)
@@ -170,6 +171,17 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 			"Machine %s of cloud group %s registered as this Node, which belongs to another NodeSet or is being deleted; left alone", m.ProviderID, groupName)
 		return nil
 	}
+	if existing.Name != m.Name {
+		// A kubelet registers only under its own name, but with any
+		// providerID it likes: a Node of another name that claims the
+		// machine's is another machine's kubelet (one whose credentials a
+		// tenant holds, say). Adopted, it would get the set's labels and
+		// tenancy, and the set's pods would run where its kubelet runs.
+		c.recorder.Eventf(existing, corev1.EventTypeWarning, ReasonNodeConflict,
+			"Claims providerID %s of machine %s of cloud group %s, whose Node is named %s; not adopted, and no Node is made for the machine while this one claims it",
+			m.ProviderID, m.Name, groupName, m.Name)
+		return nil
+	}
 	// Adopt the kubelet's Node.
 	node := existing.DeepCopy()
 	if node.Labels == nil {
@@ -214,9 +226,10 @@ var cloudLabels = map[string]bool{
 }
 
 // machineKey reports whether a label (or taint) key a group driver reports
-// for a machine of set may go on its Node. Keys under nodeset.dev never
-// do: nodeset alone says those (a stale nodeset.dev/tenant of a node
-// group would tie a Shared Node to a namespace). A set that overrides its
+// for a machine of set may go on its Node. Keys under nodeset.dev and the
+// restricted tenant label never do: nodeset alone says those (a stale
+// nodeset.dev/tenant of a node group would tie a Shared Node to a
+// namespace). A set that overrides its
 // class's free-form spec.parameters may have given the driver the keys it
 // reports, and nodeset cannot read parameters to refuse them as it
 // refuses the tenant's labels and taints elsewhere: for such a set, keys
@@ -225,7 +238,7 @@ var cloudLabels = map[string]bool{
 // OS). The admin sets others in the class's nodeTemplate.
 func machineKey(set *nodesetv1alpha1.NodeSet, key string, label bool) bool {
 	switch {
-	case resolve.NodesetKey(key):
+	case resolve.NodesetKey(key), key == nodesetv1alpha1.LabelTenantRestricted:
 		return false
 	case set.Spec.Parameters == nil || resolve.ReservedForTenants(key) == "":
 		return true
