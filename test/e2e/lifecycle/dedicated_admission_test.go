@@ -111,6 +111,14 @@ func TestDedicatedNodesRunOnlyTheirNamespacesPods(t *testing.T) {
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 					{Key: "nodeset.dev/tenant", Operator: corev1.NodeSelectorOpIn, Values: []string{nsB, nsA}}}}}}}}
 		}, wantMsg: "node affinity term on nodeset.dev/tenant"},
+		{name: "selects A's nodes by the restricted label", spec: func(s *corev1.PodSpec) {
+			s.NodeSelector = map[string]string{nodesetv1alpha1.LabelTenantRestricted: nsA}
+		}, wantMsg: "selects node-restriction.kubernetes.io/nodeset-tenant=" + nsA},
+		{name: "prefers A's nodes by the restricted label", spec: func(s *corev1.PodSpec) {
+			s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+				Weight: 1, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: nodesetv1alpha1.LabelTenantRestricted, Operator: corev1.NodeSelectorOpNotIn, Values: []string{nsB}}}}}}}}
+		}, wantMsg: "node affinity term on node-restriction.kubernetes.io/nodeset-tenant"},
 		{name: "names A's node, skipping the scheduler", spec: func(s *corev1.PodSpec) { s.NodeName = dedicated },
 			wantMsg: "sets spec.nodeName (" + dedicated + ")"},
 	} {
@@ -139,8 +147,12 @@ func TestDedicatedNodesRunOnlyTheirNamespacesPods(t *testing.T) {
 		})
 	}
 
-	// A's own pod is admitted and scheduled onto A's node.
-	_, err = tenantA.CoreV1().Pods(nsA).Create(ctx, pod("own", intoA), metav1.CreateOptions{})
+	// A's own pod is admitted and scheduled onto A's node, selected by the
+	// label no kubelet can forge, as docs/tenancy.md says.
+	_, err = tenantA.CoreV1().Pods(nsA).Create(ctx, pod("own", func(s *corev1.PodSpec) {
+		s.Tolerations = []corev1.Toleration{tolerate(nsA)}
+		s.NodeSelector = map[string]string{nodesetv1alpha1.LabelTenantRestricted: nsA}
+	}), metav1.CreateOptions{})
 	require.NoError(t, err, "A's pod tolerating A's taint")
 	deletePod(nsA, "own")
 	eventually(t, time.Minute, "A's pod on A's Dedicated node", boundTo(tenantA, nsA, "own", dedicated))
