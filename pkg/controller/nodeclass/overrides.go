@@ -145,7 +145,8 @@ var nodesetOwnLabels = []string{
 // kubelet is Ready) and the annotations under nodeset.dev/, where nodeset
 // records a Node's state (when its machine was made, its drain, its
 // deletion) and would read the class's value on every Node of the class.
-// Other nodeset.dev keys (nodeset.dev/tenant on a Shared class,
+// The restricted tenant label is nodeset's on every class. Other
+// nodeset.dev keys (nodeset.dev/tenant on a Shared class,
 // nodeset.dev/accelerator) stay the admin's.
 func nodesetOwnKeyErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
 	template := field.NewPath("spec", "nodeTemplate")
@@ -159,6 +160,10 @@ func nodesetOwnKeyErrors(spec *nodesetv1alpha1.NodeClassSpec) field.ErrorList {
 		case key == nodesetv1alpha1.LabelTenant && dedicated:
 			errs = append(errs, field.Forbidden(template.Child("labels").Key(key),
 				"on the Nodes of a Dedicated class nodeset sets this label to the NodeSet's namespace; a class cannot set it"))
+		case key == nodesetv1alpha1.LabelTenantRestricted:
+			errs = append(errs, field.Forbidden(template.Child("labels").Key(key),
+				"nodeset sets this label on the Nodes of Dedicated classes to the NodeSet's namespace, and tenants' pods select it to land on their own Nodes "+
+					"only; a class cannot set it (on a Shared class's Nodes it would draw a namespace's Dedicated pods there)"))
 		}
 	}
 	for i, taint := range spec.NodeTemplate.Taints {
