@@ -206,10 +206,17 @@ func TestDedicatedNodesRunOnlyTheirNamespacesPods(t *testing.T) {
 	ns.Labels["nodeset.dev/tenancy-exempt"] = "true"
 	_, err = admin.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	_, err = admin.CoreV1().Pods(exempt).Create(ctx, pod("agent", func(s *corev1.PodSpec) {
+	agent := pod("agent", func(s *corev1.PodSpec) {
 		s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 		s.NodeSelector = map[string]string{"kubernetes.io/hostname": dedicated}
-	}), metav1.CreateOptions{})
+	})
+	// kube-apiserver matches the policy's namespaceSelector against its
+	// cache of Namespaces, which shows the label a moment after the update.
+	eventually(t, time.Minute, "a pod of the exempt namespace admitted", func(ctx context.Context) (bool, string) {
+		_, err := admin.CoreV1().Pods(exempt).Create(ctx, agent, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, fmt.Sprintf("dry-run create: %v", err)
+	})
+	_, err = admin.CoreV1().Pods(exempt).Create(ctx, agent, metav1.CreateOptions{})
 	require.NoError(t, err, "a pod of an exempt namespace")
 	deletePod(exempt, "agent")
 	eventually(t, time.Minute, "the exempt agent on A's node", boundTo(admin, exempt, "agent", dedicated))
