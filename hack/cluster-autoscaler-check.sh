@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the real cluster-autoscaler against the demo (make demo) and checks
 # that it scales a NodeSet exactly: up from zero, up from some, down when
-# nodes are empty, down by draining when their pods fit elsewhere. Prints
-# each step's nodes needed and nodes added, and fails on a mismatch.
+# nodes are empty, down by draining when their pods fit elsewhere, never by
+# draining a node of a NodeSet that is rolling out. Prints each step's nodes
+# needed and nodes added, and fails on a mismatch.
 #
 # cluster-autoscaler's Go module is not served by the module proxy, so this
 # is not part of make test: build the binary from its source first, e.g.
@@ -34,8 +35,8 @@ pool_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-pool --no-headers 2>/
 
 cleanup() {
   [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
-  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  kubectl delete nodeset -n "${ns}" ca-left ca-right --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -193,4 +194,97 @@ kubectl delete deployment -n "${ns}" ca-wide --wait=true >/dev/null
 for _ in $(seq 1 300); do (( $(wide_nodes) == 0 )) && break; sleep 1; done
 (( $(wide_nodes) == 0 )) || fail "balanced sets not scaled down to zero"
 say "balanced sets scaled down to zero"
+
+# A NodeSet rolling out keeps its nodes: nodeset refuses to delete them, so
+# cluster-autoscaler must not drain one it finds unneeded (it evicts the
+# pods first and gives the node back when the deletion is refused). Its
+# class is changed to machines that never register, so the rollout's surge
+# Node never comes up and the set stays mid-rollout with two old nodes whose
+# pods fit on one. While it rolls out, no pod of the set's nodes may be
+# evicted and no node tainted for deletion, and cluster-autoscaler must say
+# "node group min size reached" for them; once the class is changed back and
+# the rollout is done, it drains one of the two.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeClass
+metadata: {name: ca-roll}
+spec:
+  driver: simulated
+  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
+---
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: ca-roll, namespace: team-a}
+spec:
+  nodeClassName: ca-roll
+  replicas: 0
+  autoscaling: {minReplicas: 0, maxReplicas: 10}
+  template:
+    labels: {example.com/ca-check: roll}
+YAML
+roll_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-roll --no-headers 2>/dev/null | wc -l; }
+# roll_pods: the small pods as "uid node deleting?", one a line, sorted.
+roll_pods() {
+  kubectl get pods -n "${ns}" -l app=ca-roll-small --no-headers \
+    -o custom-columns='UID:.metadata.uid,NODE:.spec.nodeName,DELETING:.metadata.deletionTimestamp' 2>/dev/null | sort
+}
+# wait_for SECONDS WHAT COMMAND...: polls COMMAND every second until it succeeds.
+wait_for() {
+  local limit=$1 what=$2; shift 2
+  local deadline=$(( $(date +%s) + limit ))
+  until "$@"; do
+    (( $(date +%s) < deadline )) || fail "${what}: not within ${limit}s"
+    sleep 1
+  done
+}
+roll_bound() {
+  local want=$1 app=$2
+  (( $(kubectl get pods -n "${ns}" -l "app=${app}" --field-selector=spec.nodeName!= --no-headers 2>/dev/null | wc -l) == want ))
+}
+roll_status() { kubectl get nodeset -n "${ns}" ca-roll -o jsonpath='{.spec.replicas} {.status.replicas} {.status.updatedReplicas} {.status.readyReplicas}'; }
+rolling_out() { local r s u x; read -r r s u x <<<"$(roll_status)"; (( ${u:-0} >= 1 && ${s:-0} > ${u:-0} )); }
+rolled_out() { local r s u x; read -r r s u x <<<"$(roll_status)"; (( r == 2 && ${s:-0} == 2 && ${u:-0} == 2 && ${x:-0} == 2 && $(roll_nodes) == 2 )); }
+selector=roll deployment ca-roll-big 2 1500m
+wait_for 120 "scale-up of the rolling set to 2 nodes" eval '(( $(roll_nodes) == 2 )) && roll_bound 2 ca-roll-big'
+selector=roll deployment ca-roll-small 2 400m spread
+wait_for 60 "small pods bound, one on each node" eval 'roll_bound 2 ca-roll-small && (( $(roll_pods | awk "{print \$2}" | sort -u | wc -l) == 2 ))'
+old_nodes=$(kubectl get nodes -l nodeset.dev/nodeset=ca-roll -o jsonpath='{.items[*].metadata.name}')
+kubectl patch nodeclass ca-roll --type=merge -p '{"spec":{"simulated":{"failurePercent":100}}}' >/dev/null
+wait_for 60 "the set rolling out" rolling_out
+held_from=$(( $(wc -l <"${run}/cluster-autoscaler.log") + 1 ))
+pods_before=$(roll_pods)
+kubectl delete deployment -n "${ns}" ca-roll-big --wait=true >/dev/null
+say "rolling out ($(roll_status | awk '{print $3 " of " $2 " nodes updated"}')); both old nodes now 20 % used, their pods fit on one"
+# Long enough for cluster-autoscaler to drain one if it were a candidate:
+# --scale-down-unneeded-time=30s, a loop every 5 s.
+deadline=$(( $(date +%s) + 90 ))
+while (( $(date +%s) < deadline )); do
+  rolling_out || fail "held rollout: the set stopped rolling out ($(roll_status))"
+  [[ "$(roll_pods)" == "${pods_before}" ]] ||
+    fail "held rollout: cluster-autoscaler evicted pods of a set that is rolling out: before
+${pods_before}
+now
+$(roll_pods)"
+  if kubectl get nodes -l nodeset.dev/nodeset=ca-roll -o jsonpath='{.items[*].spec.taints[*].key}' | grep -qw ToBeDeletedByClusterAutoscaler; then
+    fail "held rollout: cluster-autoscaler marked a node of a set that is rolling out for deletion"
+  fi
+  sleep 1
+done
+held=$(tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -cE "Skipping ca-roll-[a-z0-9]+ - node group min size reached" || true)
+(( held > 0 )) || fail "held rollout: cluster-autoscaler never said 'node group min size reached' for the set's nodes"
+if tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -E "Scale-down: removing (empty )?node \"?ca-roll-|Failed to delete|failed to delete" | grep ca-roll >&2; then
+  fail "held rollout: cluster-autoscaler tried to remove a node of a set that is rolling out"
+fi
+say "held rollout: 90 s, no pod evicted, no node marked; ${held} 'node group min size reached' lines for ca-roll"
+# The class back as it was: the surge Node is outdated now, and goes; the
+# rollout is done, and cluster-autoscaler may drain one of the old nodes.
+kubectl patch nodeclass ca-roll --type=json -p '[{"op":"remove","path":"/spec/simulated/failurePercent"}]' >/dev/null
+wait_for 120 "rollout done" rolled_out
+say "rollout done ($(roll_status | awk '{print $3 " of " $2 " nodes updated"}')); nodes: ${old_nodes}"
+wait_for 180 "scale-down by draining after the rollout" eval '(( $(roll_nodes) == 1 )) && roll_bound 2 ca-roll-small'
+tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -qE "ca-roll-[a-z0-9]+.*removed with drain|Scale-down: removing node ca-roll-" ||
+  fail "after the rollout: no node of the set was removed by draining it"
+[[ "$(roll_pods)" != "${pods_before}" ]] || fail "after the rollout: no pod moved"
+say "after the rollout: one node drained and removed, its pod moved: $(roll_nodes) node"
+kubectl delete deployment -n "${ns}" ca-roll-small --wait=true >/dev/null
 say "cluster-autoscaler scaled the NodeSet exactly in every step"
