@@ -242,7 +242,8 @@ func TestDeploymentDrainedUnderBudget(t *testing.T) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"example.com/version": "1", nodesetv1alpha1.LabelNodeSet: "web"},
+					// The set's namespace and name: other tests' sets are named web too.
+					NodeSelector: map[string]string{"example.com/version": "1", nodesetv1alpha1.LabelNodeSetNamespace: ns, nodesetv1alpha1.LabelNodeSet: "web"},
 					Tolerations: []corev1.Toleration{{Key: "example.com/dedicated", Operator: corev1.TolerationOpEqual, Value: "web",
 						Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10"}},
