@@ -20,6 +20,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/awscloud"
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // HookName is the termination lifecycle hook the driver puts on every group
@@ -556,13 +557,9 @@ func groupName(s string) bool {
 }
 
 // shown is s as the reason for an unreadable message tells it: quoted, and
-// cut after 64 bytes.
+// cut to 64 bytes at a character boundary (redact.Cut).
 func shown(s string) string {
-	const most = 64
-	if len(s) > most {
-		return strconv.Quote(s[:most]) + "..."
-	}
-	return strconv.Quote(s)
+	return strconv.Quote(redact.Cut(s, 64))
 }
 
 // endingStates are the instance states that end a Node's machine.
