@@ -199,10 +199,11 @@ func Bounds(set *nodesetv1alpha1.NodeSet, replicas int) (surge, unavailable int)
 
 // GroupSize is the size the cloud group of a group-driver NodeSet should
 // have: spec.replicas, plus maxSurge while a rolling update replaces
-// outdated Nodes (never more than there are outdated Nodes left). The node
-// controller raises the group to it; the rollout then removes outdated
-// Nodes as the new ones become available, each removal lowering the group
-// by one.
+// outdated Nodes (never more than there are outdated Nodes left), and for a
+// RollingUpdate set never so much that the set's Nodes, terminating ones
+// included, would be more than replicas + maxSurge. The node controller
+// raises the group to it; the rollout then removes outdated Nodes as the
+// new ones become available, each removal lowering the group by one.
 func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev1.Node) int32 {
 	replicas := int(Replicas(set))
 	// A Node marked for replacement keeps its machine until the
@@ -210,18 +211,30 @@ func GroupSize(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*corev
 	// sees it: an outdated one is not rolled as well, or a second machine
 	// would come up for it, only to be removed as a surplus.
 	staying := Staying(nodes)
-	replacing := len(Active(nodes)) - len(staying)
-	if !Rolling(set, templateHash, staying) {
-		return clampInt32(int64(replicas) + int64(replacing))
-	}
-	outdated := 0
-	for _, n := range staying {
-		if n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash {
-			outdated++
-		}
+	active := len(Active(nodes))
+	replacing := active - len(staying)
+	size := int64(replicas) + int64(replacing)
+	if !RollingUpdate(set) {
+		return clampInt32(size)
 	}
 	surge, _ := Bounds(set, replicas)
-	return clampInt32(int64(replicas) + int64(replacing) + int64(min(surge, outdated)))
+	if Rolling(set, templateHash, staying) {
+		outdated := 0
+		for _, n := range staying {
+			if n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash {
+				outdated++
+			}
+		}
+		size += int64(min(surge, outdated))
+	}
+	// Terminating Nodes count against the surge, as in Decide: a machine
+	// terminated with its decrement leaves its Node behind until the Node
+	// is released, and a raise in that moment would put a new Node beside
+	// it. The raise waits for the Node to go. A size below the group's
+	// changes nothing (only terminations lower a group), so a terminating
+	// Node whose machine still counts in the group keeps its place.
+	room := max(0, int64(replicas)+int64(replacing)+int64(surge)-int64(len(nodes)))
+	return clampInt32(min(size, int64(active)+room))
 }
 
 // clampInt32 is n, or the most an int32 holds when n is more: a set of

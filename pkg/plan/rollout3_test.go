@@ -56,3 +56,27 @@ func TestAnOutdatedNodeMarkedForReplacementIsReplacedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestAGroupSurgesOnlyOnceATerminatingNodeIsGone: an outdated Node of a
+// group-driver set is deleted once the surge's new Node is Ready. Its machine
+// is terminated with the decrement, and its Node stays until it is released.
+// A raise of the group in that moment would put a fourth Node beside the
+// three that replicas 2 and maxSurge 1 allow; the raise waits for the Node
+// to go.
+func TestAGroupSurgesOnlyOnceATerminatingNodeIsGone(t *testing.T) {
+	set := newSet(2) // maxSurge 1, maxUnavailable 0
+	old := node("ip-a", "team-a", "web", "old", time.Hour, true)
+	current := node("ip-c", "team-a", "web", "new", time.Minute, true)
+	going := terminating(node("ip-b", "team-a", "web", "old", time.Hour, true))
+
+	assert.EqualValues(t, 3, GroupSize(set, "new", []*corev1.Node{old, old.DeepCopy()}), "the rollout's first step")
+	for _, nodes := range [][]*corev1.Node{
+		{going, old, current},
+		{going, going.DeepCopy(), current},
+	} {
+		size := GroupSize(set, "new", nodes)
+		assert.LessOrEqual(t, int(size)+len(nodes)-len(Active(nodes)), 3,
+			"the group's Nodes with the terminating ones stay within replicas + maxSurge")
+	}
+	assert.EqualValues(t, 3, GroupSize(set, "new", []*corev1.Node{old, current}), "the next step once the Node is gone")
+}
