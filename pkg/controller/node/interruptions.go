@@ -102,8 +102,11 @@ func (rec interruptionRecord) capped(policy drainPolicy, started time.Time) drai
 }
 
 // runInterruptions runs one consumer per interruption queue the served
-// classes name, until ctx is done. Only a leader runs it.
+// classes name, until ctx is done, and acts on the notices kept for
+// machines whose Nodes had not appeared yet. Only a leader runs it.
 func (c *Controller) runInterruptions(ctx context.Context) {
+	early := newEarlyWarnings(maxEarlyWarnings)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { c.actOnEarlyWarnings(ctx, early) }, earlyWarningPoll)
 	running := map[string]context.CancelFunc{}
 	defer func() {
 		for _, stop := range running {
@@ -124,7 +127,7 @@ func (c *Controller) runInterruptions(ctx context.Context) {
 			}
 			queueCtx, stop := context.WithCancel(ctx)
 			running[key] = stop
-			go c.consumeInterruptions(queueCtx, key, className)
+			go c.consumeInterruptions(queueCtx, key, className, early)
 		}
 	}, 5*time.Second, ctx.Done())
 }
@@ -199,15 +202,15 @@ func cmpString(a, b string) int {
 }
 
 // consumeInterruptions receives the notices of one queue, acts on each and
-// acknowledges it once its action is recorded (at least once: a notice
-// whose action failed comes again).
-func (c *Controller) consumeInterruptions(ctx context.Context, key, className string) {
+// acknowledges it once its action is recorded, or kept in early for a Node
+// not there yet (at least once: a notice whose action failed comes again).
+func (c *Controller) consumeInterruptions(ctx context.Context, key, className string, early *earlyWarnings) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "queue", key)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Consuming interruption notices")
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: time.Minute}
 	for ctx.Err() == nil {
-		switch c.consumeOnce(ctx, className) {
+		switch c.consumeOnce(ctx, className, early) {
 		case consumeStop:
 			return // the queue list goes on without it
 		case consumeFailed:
@@ -230,9 +233,10 @@ const (
 )
 
 // consumeOnce receives one batch of notices from the queue of the named
-// class, acts on each and acknowledges those acted on. A driver's panic is
-// a failed round, retried with backoff, not the end of the process.
-func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome consumeOutcome) {
+// class, acts on each (or keeps it in early) and acknowledges those acted
+// on. A driver's panic is a failed round, retried with backoff, not the
+// end of the process.
+func (c *Controller) consumeOnce(ctx context.Context, className string, early *earlyWarnings) (outcome consumeOutcome) {
 	logger := klog.FromContext(ctx)
 	defer func() {
 		if r := recover(); r != nil {
@@ -268,7 +272,7 @@ func (c *Controller) consumeOnce(ctx context.Context, className string) (outcome
 	}
 	var handled []string
 	for _, n := range notices {
-		err := c.handleInterruption(ctx, class.Spec.Driver, n)
+		err := c.handleInterruption(ctx, class.Spec.Driver, n, early)
 		if errors.Is(err, errUntilReleased) {
 			logger.V(2).Info("Interruption notice kept until its Node is released", "id", n.ID, "kind", n.Kind)
 			continue
@@ -310,8 +314,9 @@ var errUntilReleased = errors.New("lifecycle action recorded on a Node being del
 // again. Only the driver's own Nodes are acted on: an EKS managed node
 // group's instance in a shared queue is EKS's to drain, and another Node
 // with the same machine id (a kubelet's own, another driver's) is passed
-// over.
-func (c *Controller) handleInterruption(ctx context.Context, driver string, n drivers.Interruption) error {
+// over. A machine with no Node of the driver yet has the notice kept in
+// early (when not nil) until its Node appears or the notice expires.
+func (c *Controller) handleInterruption(ctx context.Context, driver string, n drivers.Interruption, early *earlyWarnings) error {
 	logger := klog.FromContext(ctx)
 	if n.Kind == drivers.InterruptionUnparseable {
 		c.metrics.interruptionUnparseable()
@@ -324,7 +329,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 	for _, id := range n.MachineIDs {
 		node := c.nodeOfMachine(driver, id)
 		if node == nil {
-			errs = append(errs, c.machineWithoutNode(ctx, n, id))
+			errs = append(errs, c.machineWithoutNode(ctx, early, driver, n, id))
 			continue
 		}
 		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", id, "kind", n.Kind)
@@ -367,10 +372,16 @@ func (c *Controller) byOwnClass(driver string, node *corev1.Node, n drivers.Inte
 
 // machineWithoutNode handles a notice for a machine no NodeSet's Node has:
 // a lifecycle action of one of our groups (its Node already drained and
-// gone, or never made) is completed at once; anything else is not ours.
-func (c *Controller) machineWithoutNode(ctx context.Context, n drivers.Interruption, id string) error {
-	if n.Lifecycle != nil && c.ownGroup(n.Lifecycle.Group) {
-		return c.interruptedNodeGone(ctx, n)
+// gone, or never made) is completed at once; a warning that still means
+// something is kept in early for a Node that may yet appear; anything else
+// is not ours.
+func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver string, n drivers.Interruption, id string) error {
+	if n.Lifecycle != nil {
+		if c.ownGroup(n.Lifecycle.Group) {
+			return c.interruptedNodeGone(ctx, n)
+		}
+	} else if c.keepEarly(ctx, early, driver, id, n) {
+		return nil
 	}
 	c.metrics.interruptionUnknown()
 	klog.FromContext(ctx).V(2).Info("Interruption notice for a machine of no NodeSet; ignored", "machine", id, "kind", n.Kind)

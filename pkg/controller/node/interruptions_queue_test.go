@@ -102,7 +102,7 @@ func TestAFailingInterruptionQueueIsToldOnItsClasses(t *testing.T) {
 			f.controller.recorder = events
 			require.Len(t, f.controller.interruptionQueues(), 2, "two queues: gone (spot-a, spot-b) and fine (spot-c)")
 
-			f.controller.consumeOnce(context.Background(), "spot-a")
+			f.controller.consumeOnce(context.Background(), "spot-a", nil)
 			for _, name := range []string{"spot-a", "spot-b"} {
 				told := events.of(name)
 				require.Len(t, told, 1, "class %s names the failing queue", name)

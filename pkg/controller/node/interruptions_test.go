@@ -60,15 +60,19 @@ func TestInterruptionNoticesActOnlyOnTheirDriversNodes(t *testing.T) {
 		return drivers.Interruption{Kind: drivers.InterruptionSpot, MachineIDs: []string{instance}, Notice: testNow, Deadline: testNow.Add(2 * time.Minute)}
 	}
 
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0bbb")))
+	early := newEarlyWarnings(maxEarlyWarnings)
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0bbb"), early))
 	assert.Empty(t, f.get("managed").Annotations[nodesetv1alpha1.AnnotationInterruption], "an EKS managed node group's instance is EKS's to drain")
 
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0aaa")))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0aaa"), early))
 	_, err := f.kube.CoreV1().Nodes().Get(ctx, "mine", metav1.GetOptions{})
 	assert.Error(t, err, "the fake deletes at once: the Node went through deletion")
 	writes := len(f.kube.Actions())
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc")))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc"), early))
 	assert.Equal(t, writes, len(f.kube.Actions()), "a machine of no Node costs no write")
+	f.controller.actOnEarlyWarnings(ctx, early)
+	assert.Equal(t, writes, len(f.kube.Actions()), "nor while it is kept for a Node of the driver that may yet appear")
+	assert.Empty(t, f.get("managed").Annotations[nodesetv1alpha1.AnnotationInterruption], "another driver's Node is never that Node")
 }
 
 // recordingSource records the lifecycle calls of an InterruptionSource.
@@ -112,7 +116,7 @@ func TestLifecycleDeadlineIsTheMachinesClass(t *testing.T) {
 	notice := drivers.Interruption{Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-0aaa"}, Notice: testNow,
 		Deadline:  testNow.Add(time.Minute), // as the queue's first class, of 1 minute, read it
 		Lifecycle: &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-0aaa", HeartbeatTimeout: time.Minute}}
-	require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, notice))
+	require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, notice, nil))
 	var recorded *interruptionRecord
 	for _, action := range f.kube.Actions() {
 		if patch, ok := action.(core.PatchAction); ok && action.GetResource().Resource == "nodes" {
@@ -171,7 +175,7 @@ func TestAPanickingQueueReadIsAFailedRound(t *testing.T) {
 		panickingSource
 	}{newRecordingDriver(nodesetv1alpha1.DriverEKSASG), panickingSource{&recordingSource{}}}
 	var outcome consumeOutcome
-	require.NotPanics(t, func() { outcome = f.controller.consumeOnce(context.Background(), "spot") })
+	require.NotPanics(t, func() { outcome = f.controller.consumeOnce(context.Background(), "spot", nil) })
 	assert.Equal(t, consumeFailed, outcome)
 }
 
@@ -194,7 +198,7 @@ func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
 	f := newFixture(t, nil, objects...)
 	ctx := context.Background()
 	notice := drivers.Interruption{Kind: drivers.InterruptionSpot, MachineIDs: ids, Notice: testNow, Deadline: testNow.Add(2 * time.Minute)}
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, nil))
 	for i := range 12 {
 		_, err := f.kube.CoreV1().Nodes().Get(ctx, fmt.Sprintf("mine-%02d", i), metav1.GetOptions{})
 		assert.True(t, apierrors.IsNotFound(err), "mine-%02d is interrupted (the fake deletes at once)", i)
@@ -236,7 +240,7 @@ func TestALifecycleActionRecordedWhileTheNodeIsReleasedIsCompleted(t *testing.T)
 	notice := drivers.Interruption{Receipt: "r-1", ID: "m-1", Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-100"}, Notice: testNow,
 		Lifecycle: &drivers.LifecycleAction{Group: groupName, Hook: "drain", Token: "t-1", MachineID: "i-100", HeartbeatTimeout: time.Hour}}
 	acked := false
-	deliver := func() { acked = g.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice) == nil }
+	deliver := func() { acked = g.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, nil) == nil }
 	g.controller.registry = drivers.Registry{nodesetv1alpha1.DriverEKSASG: terminationHook{g.group, source, deliver}}
 
 	node := g.get("ip-100")

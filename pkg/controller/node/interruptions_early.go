@@ -1,0 +1,192 @@
+package node
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"nodeset.dev/nodeset/drivers"
+)
+
+// A warning may come before its machine has a Node: a group's instance
+// gets its Node at the group's next sync after it has a name, and a
+// kubelet's own Node is adopted then too. Such a warning is kept, in the
+// leading replica's memory, and acted on once a Node of the driver has the
+// machine's id in its providerID.
+const (
+	// earlyWarningHold is the longest a warning waits for its Node. A
+	// group's instance gets its Node within a group sync or two of being
+	// named (seconds, 30s when the group is steady); a warning whose Node
+	// has not come in this time is taken to be for a machine of no
+	// NodeSet. It also bounds warnings with no deadline (a rebalance
+	// recommendation) or a late one (a scheduled change days ahead, an
+	// event time set by whoever sent the message).
+	earlyWarningHold = 10 * time.Minute
+	// maxEarlyWarnings caps the warnings kept: anyone who may send to the
+	// queue may name instances that do not exist. Past it, the oldest is
+	// dropped first.
+	maxEarlyWarnings = 1000
+	// earlyWarningPoll is how often the kept warnings look for their Nodes.
+	earlyWarningPoll = time.Second
+)
+
+// earlyKey is a kept warning's key: one per machine, kind and driver.
+type earlyKey struct {
+	driver  string
+	machine string
+	kind    drivers.InterruptionKind
+}
+
+// earlyWarning is a warning kept for a machine that has no Node yet.
+type earlyWarning struct {
+	key earlyKey
+	// notice is the warning, for this machine only.
+	notice drivers.Interruption
+	// until is when it stops meaning anything: its deadline, or
+	// earlyWarningHold after it came.
+	until time.Time
+}
+
+// earlyWarnings are the warnings kept for machines without a Node, at most
+// limit of them, oldest first.
+type earlyWarnings struct {
+	mu    sync.Mutex
+	limit int
+	order *list.List // of *earlyWarning, in the order they came
+	byKey map[earlyKey]*list.Element
+}
+
+func newEarlyWarnings(limit int) *earlyWarnings {
+	return &earlyWarnings{limit: max(limit, 1), order: list.New(), byKey: map[earlyKey]*list.Element{}}
+}
+
+// earlyWarningUntil is when warning n, received at received, stops
+// meaning anything for a Node that is not there yet: its deadline, and no
+// later than earlyWarningHold after it came. A rebalance recommendation
+// has no deadline: it holds for earlyWarningHold. A warning whose deadline
+// is not after received (a hibernation, a stop happening now) is not kept.
+func earlyWarningUntil(n drivers.Interruption, received time.Time) time.Time {
+	until := received.Add(earlyWarningHold)
+	if n.Kind != drivers.InterruptionRebalance && !n.Deadline.IsZero() && n.Deadline.Before(until) {
+		until = n.Deadline
+	}
+	return until
+}
+
+// hold keeps warning w. A warning of the same key already kept stays as it
+// is (a notice given again changes nothing). When the store is full, the
+// oldest warning is dropped and returned.
+func (s *earlyWarnings) hold(w earlyWarning) (dropped *earlyWarning) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byKey[w.key]; ok {
+		return nil
+	}
+	if s.order.Len() >= s.limit {
+		oldest := s.order.Front()
+		dropped = s.order.Remove(oldest).(*earlyWarning)
+		delete(s.byKey, dropped.key)
+	}
+	s.byKey[w.key] = s.order.PushBack(&w)
+	return dropped
+}
+
+// kept are the warnings still meaningful at now, oldest first; those that
+// are not any more are forgotten and returned as expired.
+func (s *earlyWarnings) kept(now time.Time) (live, expired []earlyWarning) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for e := s.order.Front(); e != nil; {
+		next := e.Next()
+		w := e.Value.(*earlyWarning)
+		if now.Before(w.until) {
+			live = append(live, *w)
+		} else {
+			s.order.Remove(e)
+			delete(s.byKey, w.key)
+			expired = append(expired, *w)
+		}
+		e = next
+	}
+	return live, expired
+}
+
+// forget drops the warning of key, acted on.
+func (s *earlyWarnings) forget(key earlyKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.byKey[key]; ok {
+		s.order.Remove(e)
+		delete(s.byKey, key)
+	}
+}
+
+// len is how many warnings are kept.
+func (s *earlyWarnings) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.order.Len()
+}
+
+// keepEarly keeps warning n for machine id of driver, which has no Node
+// yet, when it still means something; it reports whether it did. An Auto
+// Scaling termination is not kept: the group's sync makes no Node for an
+// instance it terminates.
+func (c *Controller) keepEarly(ctx context.Context, early *earlyWarnings, driver, id string, n drivers.Interruption) bool {
+	now := c.opts.Now()
+	until := earlyWarningUntil(n, now)
+	if early == nil || n.Kind == drivers.InterruptionTermination || !now.Before(until) {
+		return false
+	}
+	one := n
+	one.MachineIDs = []string{id}
+	logger := klog.FromContext(ctx)
+	if dropped := early.hold(earlyWarning{key: earlyKey{driver: driver, machine: id, kind: n.Kind}, notice: one, until: until}); dropped != nil {
+		c.metrics.interruptionUnknown()
+		logger.V(2).Info("Too many interruption notices kept for machines without a Node; dropped the oldest",
+			"limit", early.limit, "machine", dropped.key.machine, "kind", dropped.key.kind)
+	}
+	logger.V(2).Info("Interruption notice for a machine without a Node yet; kept until its Node appears", "machine", id, "kind", n.Kind, "until", until.UTC().Format(time.RFC3339))
+	return true
+}
+
+// actOnEarlyWarnings acts on each kept warning whose Node has appeared, as
+// it would have on receipt, and forgets those that no longer mean
+// anything. One that fails is tried again on the next round, until it
+// expires.
+func (c *Controller) actOnEarlyWarnings(ctx context.Context, early *earlyWarnings) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = c.panicked(ctx, r, "acting on interruption notices kept for their Nodes") // logged; tried again next round
+		}
+	}()
+	logger := klog.FromContext(ctx)
+	live, expired := early.kept(c.opts.Now())
+	for _, w := range expired {
+		c.metrics.interruptionUnknown()
+		logger.V(2).Info("Interruption notice for a machine of no NodeSet; no Node appeared before it expired", "machine", w.key.machine, "kind", w.key.kind)
+	}
+	for _, w := range live {
+		node := c.nodeOfMachine(w.key.driver, w.key.machine)
+		if node == nil {
+			continue
+		}
+		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", w.key.machine, "kind", w.key.kind)
+		ctx := klog.NewContext(ctx, logger)
+		var err error
+		if w.notice.Kind == drivers.InterruptionRebalance {
+			err = c.rebalance(ctx, node, w.notice)
+		} else {
+			err = c.interrupt(ctx, node.Name, c.byOwnClass(w.key.driver, node, w.notice))
+		}
+		if err != nil {
+			logger.Error(nil, "Acting on an interruption notice that came before its Node failed; tried again", "err", c.scrub(err.Error()))
+			continue
+		}
+		early.forget(w.key)
+		logger.V(2).Info("Acted on an interruption notice that came before its Node")
+	}
+}

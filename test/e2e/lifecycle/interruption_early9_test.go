@@ -1,0 +1,76 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears: a spot
+// instance of a group may be warned before it has a Node (its Node is made
+// at the group's next look, or its kubelet's Node is adopted later). The
+// warning is kept until its deadline and acted on once the Node appears:
+// a spot interruption drains the Node, a rebalance recommendation taints
+// it. A Node of another driver with the same machine id is left alone.
+func TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears(t *testing.T) {
+	const name = "notice-early9"
+	kube, _ := clients(t)
+	ns := createNamespace(t, name)
+	createNoticeClass(t, name, nil)
+	createGroupSet(t, ns, "web", name)
+	driver := newNoticeDriver(name)
+	ctrl := startNodeController(t, drivers.Registry{name: driver}, true)
+	eventually(t, 30*time.Second, "the controller's caches have the class and the group", func(context.Context) (bool, string) {
+		set, err := ctrl.sets.NodeSets(ns).Get("web")
+		if err != nil || set.Status.Group == nil {
+			return false, fmt.Sprintf("NodeSet: %v", err)
+		}
+		_, err = ctrl.classes.Get(name)
+		return err == nil, fmt.Sprintf("NodeClass: %v", err)
+	})
+
+	now := time.Now()
+	driver.put(drivers.Interruption{Receipt: "r-spot", ID: "m-spot", Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0early1"},
+		Notice: now, Deadline: now.Add(2 * time.Minute), Detail: "terminate"})
+	driver.put(drivers.Interruption{Receipt: "r-rebalance", ID: "m-rebalance", Kind: drivers.InterruptionRebalance, MachineIDs: []string{"i-0early2"},
+		Notice: now})
+	eventually(t, 30*time.Second, "both warnings received and acknowledged", func(context.Context) (bool, string) {
+		return driver.wasAcked("r-spot") && driver.wasAcked("r-rebalance"), "not yet"
+	})
+
+	// The Nodes appear after their warnings, as the group's sync makes them.
+	createMachineNode(t, name+"-other", name, ns, "web", nodesetv1alpha1.DriverEKSManaged, "i-0early1")
+	createMachineNode(t, name+"-spot", name, ns, "web", name, "i-0early1", nodesetv1alpha1.FinalizerTermination, testHold)
+	createMachineNode(t, name+"-rebalance", name, ns, "web", name, "i-0early2", nodesetv1alpha1.FinalizerTermination, testHold)
+
+	eventually(t, 30*time.Second, "the spot warning recorded on its Node, and the Node drained", func(ctx context.Context) (bool, string) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name+"-spot", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return n.Annotations[nodesetv1alpha1.AnnotationInterruption] != "" && n.DeletionTimestamp != nil,
+			fmt.Sprintf("record %q, deletion %v", n.Annotations[nodesetv1alpha1.AnnotationInterruption], n.DeletionTimestamp)
+	})
+	eventually(t, 30*time.Second, "the rebalance recommendation tainted its Node", func(ctx context.Context) (bool, string) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name+"-rebalance", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended }),
+			fmt.Sprintf("taints %v", n.Spec.Taints)
+	})
+	other, err := kube.CoreV1().Nodes().Get(context.Background(), name+"-other", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, other.Annotations[nodesetv1alpha1.AnnotationInterruption], "another driver's Node with the machine id is not this driver's to drain")
+	assert.Nil(t, other.DeletionTimestamp)
+}
