@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -160,9 +161,13 @@ func objectKey(obj map[string]any) string {
 	return key
 }
 
+// certsJobName is the name of the chart's nodeset-certs Job, which ends in a
+// hash of the Job's spec and the release revision (nodeset.certsJobName in
+// the chart's _helpers.tpl).
+var certsJobName = regexp.MustCompile(`^(nodeset-certs)-[0-9a-f]{10}$`)
+
 // normalize takes away what Helm adds to an object of the chart: its labels,
-// its helm.sh/ annotations, and the release revision the Job's name ends in
-// (revision 1 when rendered here).
+// its helm.sh/ annotations, and the hash the certificate Job's name ends in.
 func normalize(obj map[string]any) {
 	meta, _ := obj["metadata"].(map[string]any)
 	if meta == nil {
@@ -187,7 +192,7 @@ func normalize(obj map[string]any) {
 		}
 	}
 	if obj["kind"] == "Job" {
-		meta["name"] = strings.TrimSuffix(meta["name"].(string), "-1")
+		meta["name"] = certsJobName.ReplaceAllString(meta["name"].(string), "$1")
 	}
 }
 

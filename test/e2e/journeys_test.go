@@ -114,8 +114,18 @@ func TestJourneyHelm(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(prev, file), drop.ReplaceAll(raw, nil), 0o644))
 	}
 
+	// The certificate Job, as the release's notes name it: its name is a
+	// hash of its spec and the release revision.
+	certsJob := func() string {
+		t.Helper()
+		m := regexp.MustCompile(`job/(nodeset-certs-[0-9a-f]+)`).FindStringSubmatch(mustSh("helm get notes nodeset -n nodeset-system"))
+		require.NotNil(t, m, "the notes name the certificate Job")
+		mustSh("kubectl -n nodeset-system get job/" + m[1])
+		return m[1]
+	}
+
 	mustSh("helm install nodeset " + prev + " -n nodeset-system --create-namespace")
-	mustSh("kubectl -n nodeset-system get job/nodeset-certs-1")
+	installed := certsJob()
 	mustSh("kubectl wait --for=condition=Established crd/nodesets.nodeset.dev crd/nodeclasses.nodeset.dev --timeout=60s")
 	replicasDoc := func() string {
 		return mustSh(`kubectl get crd nodesets.nodeset.dev -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.replicas.description}'`)
@@ -141,14 +151,14 @@ func TestJourneyHelm(t *testing.T) {
 	out, err := sh(upgrade)
 	require.NoError(t, err, "docs/install.md's upgrade, verbatim:\n%s\n%s", upgrade, out)
 	assert.Contains(t, replicasDoc(), newText, "the new CRDs are in place")
-	mustSh("kubectl -n nodeset-system get job/nodeset-certs-2")
+	upgraded := certsJob()
+	assert.NotEqual(t, installed, upgraded, "an upgrade runs the certificate Job again")
 	// The new release's defaults apply to what was not set: its FlowSchemas
 	// are installed.
 	out, err = sh("kubectl get flowschema nodeset-controllers nodeset-leader-election")
 	assert.NoError(t, err, "the upgrade installs what the new chart installs by default:\n%s", out)
 	assert.Equal(t, caBundle+" "+caBundle, caBundles(), "an upgrade does not clear the injected caBundle")
 	notes := mustSh("helm get notes nodeset -n nodeset-system")
-	assert.Contains(t, notes, "job/nodeset-certs-2")
 	assert.Contains(t, notes, "kubectl apply --server-side --force-conflicts -f", "the notes' CRD step works as the docs' does")
 
 	// Changed values: the docker-machine driver, then back.
@@ -157,7 +167,8 @@ func TestJourneyHelm(t *testing.T) {
 		`--set drivers.dockerMachine.plugins.image=registry.example.com/docker-machine-plugins:v1`)
 	assert.Contains(t, mustSh(`kubectl -n nodeset-system get deployment node-controller -o jsonpath='{.spec.template.spec.containers[0].args}'`),
 		"--drivers=simulated,docker-machine")
-	mustSh("kubectl -n nodeset-system get pvc/docker-machine-store job/nodeset-certs-3")
+	mustSh("kubectl -n nodeset-system get pvc/docker-machine-store")
+	assert.NotEqual(t, upgraded, certsJob(), "each upgrade runs the certificate Job again")
 	assert.Equal(t, caBundle+" "+caBundle, caBundles())
 	mustSh("helm rollback nodeset 2 -n nodeset-system")
 	args := mustSh(`kubectl -n nodeset-system get deployment node-controller -o jsonpath='{.spec.template.spec.containers[0].args}'`)
@@ -184,7 +195,8 @@ func TestJourneyHelm(t *testing.T) {
 	mustSh(`helm install nodeset deploy/charts/nodeset -n nodeset-system --create-namespace ` +
 		`--set 'drivers.enabled={simulated,docker-machine}' ` +
 		`--set drivers.dockerMachine.plugins.image=registry.example.com/docker-machine-plugins:v1`)
-	mustSh("kubectl -n nodeset-system get job/nodeset-certs-1 deployment/nodeset-controller pvc/docker-machine-store")
+	mustSh("kubectl -n nodeset-system get deployment/nodeset-controller pvc/docker-machine-store")
+	certsJob()
 
 	// And the uninstall of docs/install.md, as written (no controller runs
 	// here, so the NodeSets hold no finalizer).

@@ -80,8 +80,11 @@ type NodeClassSpec struct {
 
 	// tenancy is Shared (the default: any allowed namespace's pods may run on the
 	// nodes) or Dedicated (each NodeSet's nodes carry the label and taint
-	// nodeset.dev/tenant=<namespace>:NoSchedule, so only that namespace's pods,
-	// which tolerate it, run there).
+	// nodeset.dev/tenant=<namespace>:NoSchedule and the label
+	// node-restriction.kubernetes.io/nodeset-tenant=<namespace>, so only that
+	// namespace's pods run there: they tolerate the taint and select the
+	// node-restriction.kubernetes.io label, which no kubelet can add, change or
+	// remove when kube-apiserver runs the NodeRestriction admission plugin).
 	// +optional
 	// +kubebuilder:default=Shared
 	Tenancy Tenancy `json:"tenancy,omitempty"`
@@ -166,7 +169,8 @@ type Tenancy string
 const (
 	// TenancyShared nodes run any allowed namespace's pods.
 	TenancyShared Tenancy = "Shared"
-	// TenancyDedicated nodes are labelled and tainted for one namespace.
+	// TenancyDedicated nodes are labelled and tainted for one namespace, and
+	// labelled node-restriction.kubernetes.io/nodeset-tenant, which its pods select.
 	TenancyDedicated Tenancy = "Dedicated"
 )
 

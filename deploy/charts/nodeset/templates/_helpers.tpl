@@ -82,6 +82,26 @@ spec:
         drop: ["ALL"]
 {{- end }}
 
+{{/* The spec of the nodeset-certs Job. */}}
+{{- define "nodeset.certsJobSpec" -}}
+backoffLimit: 6
+ttlSecondsAfterFinished: 3600
+template:
+  {{- include "nodeset.certsPod" . | nindent 2 }}
+{{- end }}
+
+{{/*
+The name of the nodeset-certs Job: a hash of its spec and the release
+revision. A Job's pod template cannot change, so the name changes whenever the
+template does: helm template (Argo CD, kubectl apply) renders revision 1 every
+time, and a new image there is a new Job rather than a refused change to the
+old one; the same values name the same Job. helm install, upgrade and
+rollback name a new Job at each revision, which runs again.
+*/}}
+{{- define "nodeset.certsJobName" -}}
+nodeset-certs-{{ printf "%s\nrevision: %d" (include "nodeset.certsJobSpec" .) (int .Release.Revision) | sha256sum | trunc 10 }}
+{{- end }}
+
 {{/* nodeSelector, tolerations and affinity of a controller's pods, when set. */}}
 {{- define "nodeset.placement" -}}
 {{- with .nodeSelector }}

@@ -35,8 +35,11 @@ type NodeClassSpecApplyConfiguration struct {
 	NodeTemplate *NodeTemplateApplyConfiguration `json:"nodeTemplate,omitempty"`
 	// tenancy is Shared (the default: any allowed namespace's pods may run on the
 	// nodes) or Dedicated (each NodeSet's nodes carry the label and taint
-	// nodeset.dev/tenant=<namespace>:NoSchedule, so only that namespace's pods,
-	// which tolerate it, run there).
+	// nodeset.dev/tenant=<namespace>:NoSchedule and the label
+	// node-restriction.kubernetes.io/nodeset-tenant=<namespace>, so only that
+	// namespace's pods run there: they tolerate the taint and select the
+	// node-restriction.kubernetes.io label, which no kubelet can add, change or
+	// remove when kube-apiserver runs the NodeRestriction admission plugin).
 	Tenancy *nodesetv1alpha1.Tenancy `json:"tenancy,omitempty"`
 	// allowedNamespaces says which namespaces may create NodeSets of this class.
 	// Absent means all namespaces.
