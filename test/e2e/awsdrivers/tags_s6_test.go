@@ -39,6 +39,9 @@ func TestATenantsTagsNeverHandItsGroupToAnotherProgram(t *testing.T) {
 	class.Spec.TenantOverrides = []string{"tags"}
 	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// A set's first verdict comes at once; before the class is validated it
+	// is Accepted=False for that alone.
+	e.waitValid(t, "tags-s6", metav1.ConditionTrue)
 	ns := "team-tags"
 	_, err = e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -74,7 +77,8 @@ func TestATenantsTagsNeverHandItsGroupToAnotherProgram(t *testing.T) {
 	assert.Contains(t, refused.Message, `spec.eksAutoscalingGroup.tags key "k8s.io/cluster-autoscaler/prod"`)
 
 	own := eksasg.GroupName(cluster, ns, "own")
-	require.Equal(t, metav1.ConditionTrue, accepted("own").Status)
+	ownVerdict := accepted("own")
+	require.Equal(t, metav1.ConditionTrue, ownVerdict.Status, "%s: %s", ownVerdict.Reason, ownVerdict.Message)
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		out, err := e.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{own}})
 		return err == nil && len(out.AutoScalingGroups) == 1, err
