@@ -490,7 +490,9 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 	t.Log("a message nobody can read, and a notice for an instance of no NodeSet: dropped and counted")
 	badBefore, unknownBefore := e.metric("nodeset_interruption_messages_unparseable_total"), e.metric("nodeset_interruption_messages_unknown_machine_total")
 	e.queue.Send(t, `{"Type":"Notification","Message":"hello"}`)
-	e.queue.Put(t, framework.SpotInterruptionWarning(region, "i-0123456789abcdef0", time.Now()))
+	// A spot warning would be kept for a Node that may yet appear, and
+	// counted only once it expires; a state change is not kept.
+	e.queue.Put(t, framework.InstanceStateChange(region, "i-0123456789abcdef0", "stopping", time.Now()))
 	e.waitFor("both counted", time.Minute, func() (bool, string) {
 		bad, unknown := e.metric("nodeset_interruption_messages_unparseable_total")-badBefore, e.metric("nodeset_interruption_messages_unknown_machine_total")-unknownBefore
 		return bad == 1 && unknown == 1, fmt.Sprintf("unparseable %v, unknown %v", bad, unknown)
