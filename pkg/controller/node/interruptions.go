@@ -334,11 +334,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 		}
 		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", id, "kind", n.Kind)
 		ctx := klog.NewContext(ctx, logger)
-		if n.Kind == drivers.InterruptionRebalance {
-			errs = append(errs, c.rebalance(ctx, node, n))
-			continue
-		}
-		err := c.interrupt(ctx, node.Name, c.byOwnClass(driver, node, n))
+		err := c.actOn(ctx, driver, node, n)
 		if errors.Is(err, errUntilReleased) {
 			kept = true
 			continue
@@ -349,6 +345,16 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 		return err
 	}
 	return errUntilReleased
+}
+
+// actOn does what notice n asks of the Node of its machine: a rebalance
+// recommendation taints the Node (or has it replaced first), any other
+// notice drains it.
+func (c *Controller) actOn(ctx context.Context, driver string, node *corev1.Node, n drivers.Interruption) error {
+	if n.Kind == drivers.InterruptionRebalance {
+		return c.rebalance(ctx, node, n)
+	}
+	return c.interrupt(ctx, node.Name, c.byOwnClass(driver, node, n))
 }
 
 // byOwnClass is notice n with a lifecycle action's deadline set by the

@@ -176,13 +176,7 @@ func (c *Controller) actOnEarlyWarnings(ctx context.Context, early *earlyWarning
 		}
 		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", w.key.machine, "kind", w.key.kind)
 		ctx := klog.NewContext(ctx, logger)
-		var err error
-		if w.notice.Kind == drivers.InterruptionRebalance {
-			err = c.rebalance(ctx, node, w.notice)
-		} else {
-			err = c.interrupt(ctx, node.Name, c.byOwnClass(w.key.driver, node, w.notice))
-		}
-		if err != nil {
+		if err := c.actOn(ctx, w.key.driver, node, w.notice); err != nil {
 			logger.Error(nil, "Acting on an interruption notice that came before its Node failed; tried again", "err", c.scrub(err.Error()))
 			continue
 		}
