@@ -31,10 +31,11 @@ const (
 )
 
 // NodeSetOf is the namespace and name of the NodeSet whose Node labels
-// these are; ok is false for a Node of no NodeSet (a lone or foreign Node).
+// these are; ok is false for a Node of no NodeSet (a lone or foreign Node)
+// and for one whose labels were tampered with (Tampered).
 func NodeSetOf(labels map[string]string) (namespace, name string, ok bool) {
 	namespace, name = labels[nodesetv1alpha1.LabelNodeSetNamespace], labels[nodesetv1alpha1.LabelNodeSet]
-	return namespace, name, namespace != "" && name != ""
+	return namespace, name, namespace != "" && name != "" && !Tampered(labels)
 }
 
 // Phase returns the Node's phase.

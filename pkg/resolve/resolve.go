@@ -322,9 +322,10 @@ func SelectorLabels(set *nodesetv1alpha1.NodeSet) map[string]string {
 	}
 }
 
-// Selector selects a NodeSet's Nodes.
+// Selector selects a NodeSet's Nodes: those labelled with it, less those
+// whose labels were tampered with (nodeutil.Members).
 func Selector(set *nodesetv1alpha1.NodeSet) labels.Selector {
-	return labels.SelectorFromSet(SelectorLabels(set))
+	return nodeutil.Members(labels.SelectorFromSet(SelectorLabels(set)))
 }
 
 // NodeLabels are the labels of a Node of the set: the class's template, then
@@ -332,6 +333,8 @@ func Selector(set *nodesetv1alpha1.NodeSet) labels.Selector {
 // Dedicated class carries its tenant twice: nodeset.dev/tenant, and
 // LabelTenantRestricted, which no kubelet can put on its own Node (a
 // kubelet may relabel its Node nodeset.dev/tenant=<another namespace>).
+// Every Node carries the seal of its namespace, set and class
+// (nodeutil.Seal), which no kubelet can change either.
 func NodeLabels(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodesetv1alpha1.NodeSet, templateHash string) map[string]string {
 	out := map[string]string{}
 	for k, v := range effective.NodeTemplate.Labels {
@@ -345,6 +348,7 @@ func NodeLabels(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nod
 	}
 	out[nodesetv1alpha1.LabelNodeClass] = class
 	out[nodesetv1alpha1.LabelTemplateHash] = templateHash
+	out[nodesetv1alpha1.LabelSeal] = nodeutil.Seal(set.Namespace, set.Name, class)
 	if effective.Tenancy == nodesetv1alpha1.TenancyDedicated {
 		out[nodesetv1alpha1.LabelTenant] = set.Namespace
 		out[nodesetv1alpha1.LabelTenantRestricted] = set.Namespace

@@ -238,6 +238,7 @@ func TestNodeLabelsAndTaints(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"pool": "general", "tier": "web",
 		nodesetv1alpha1.LabelNodeSetNamespace: "team-a", nodesetv1alpha1.LabelNodeSet: "web",
+		nodesetv1alpha1.LabelSeal:      nodeutil.Seal("team-a", "web", "sim"),
 		nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: "abc",
 		nodesetv1alpha1.LabelTenant: "team-a", nodesetv1alpha1.LabelTenantRestricted: "team-a",
 	}, labels)

@@ -24,6 +24,14 @@ const (
 	// tenants' pods select this one. It never reaches a kubelet's
 	// --node-labels, which it would refuse.
 	LabelTenantRestricted = "node-restriction.kubernetes.io/nodeset-tenant"
+	// LabelSeal is on every Node nodeset makes or adopts: a hash of the
+	// namespace, NodeSet and NodeClass it made the Node for (the labels
+	// above). No kubelet can add, change or remove it (its prefix is one
+	// the NodeRestriction admission plugin keeps from kubelets), so a Node
+	// whose nodeset labels no longer match its seal was relabelled by its
+	// kubelet: it is no Node of any NodeSet or class until nodeset has put
+	// its labels back. It never reaches a kubelet's --node-labels.
+	LabelSeal = "node-restriction.kubernetes.io/nodeset-owner"
 	// LabelAccelerator is on every Node whose machine has accelerators (a
 	// GPU resource in its capacity), with the resource's name ("/" as "-")
 	// as its value. cluster-autoscaler reads a Ready Node with this label

@@ -117,6 +117,8 @@ type Controller struct {
 	// cloud group is to be synced.
 	groups      workqueue.TypedRateLimitingInterface[string]
 	nodeIndexer cache.Indexer
+	// setIndexer indexes the NodeSets by the seal of their Nodes.
+	setIndexer cache.Indexer
 
 	credentialsMu    sync.Mutex
 	credentialsCache map[string]credentialsRead
@@ -143,6 +145,9 @@ type Controller struct {
 	// heartbeats are when the lifecycle action of a draining interrupted
 	// Node was last kept waiting.
 	heartbeats *nodeMemory[time.Time]
+	// tamperedReported are the relabelled Nodes told about, with the
+	// resourceVersion told about: once per change of the Node.
+	tamperedReported *nodeMemory[string]
 
 	routine *routineEvents
 	pods    *PodLists
@@ -194,21 +199,26 @@ func NewController(
 		groups: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
-		nodeIndexer:     nodeInformer.Informer().GetIndexer(),
-		terminated:      map[string]time.Time{},
-		made:            newNodeMemory[madeMachine](),
-		released:        newNodeMemory[struct{}](),
-		recorded:        newNodeMemory[recordedMachine](),
-		drainConditions: newNodeMemory[corev1.NodeCondition](),
-		heartbeats:      newNodeMemory[time.Time](),
-		routine:         newRoutineEvents(recorder, nodeSetInformer.Lister()),
-		pods:            NewPodLists(opts.Drain),
+		nodeIndexer:      nodeInformer.Informer().GetIndexer(),
+		terminated:       map[string]time.Time{},
+		made:             newNodeMemory[madeMachine](),
+		released:         newNodeMemory[struct{}](),
+		recorded:         newNodeMemory[recordedMachine](),
+		drainConditions:  newNodeMemory[corev1.NodeCondition](),
+		heartbeats:       newNodeMemory[time.Time](),
+		tamperedReported: newNodeMemory[string](),
+		setIndexer:       nodeSetInformer.Informer().GetIndexer(),
+		routine:          newRoutineEvents(recorder, nodeSetInformer.Lister()),
+		pods:             NewPodLists(opts.Drain),
 
 		credentialsCache: map[string]credentialsRead{},
 	}
 	c.recorder = scrubbingRecorder{EventRecorder: recorder, scrub: c.scrub}
 	c.routine.recorder = c.recorder
-	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID, machineIDIndex: indexByMachineID}); err != nil {
+	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID, machineIDIndex: indexByMachineID, sealIndex: indexBySeal}); err != nil {
+		return nil, err
+	}
+	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{setSealIndex: indexSetBySeal}); err != nil {
 		return nil, err
 	}
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -283,6 +293,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	component.StartWorkers(ctx, c.groups, workers, "nodeset", c.syncGroup)
 	go wait.Until(c.routine.flush, c.opts.EventPeriod, ctx.Done())
 	go c.runInterruptions(ctx)
+	go wait.UntilWithContext(ctx, c.sealUnsealed, sealPeriod)
 	<-ctx.Done()
 	c.routine.flush()
 	logger.Info("Shutting down NodeController")

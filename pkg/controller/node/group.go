@@ -132,6 +132,13 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if c.strayed(namespace, name, set.Spec.NodeClassName) {
+		// A Node of the set relabelled by its kubelet: the group waits for
+		// its labels to be put back (restoreLabels).
+		logger.V(2).Info("A Node of the set is relabelled; its cloud group waits for its labels to be back")
+		c.groups.AddAfter(key, 2*time.Second)
+		return nil
+	}
 	owner := drivers.Owner{Cluster: c.opts.Cluster, Namespace: namespace, Name: name, UID: set.UID}
 	groupName := drivers.KeepGroupName(driver, owner, madeGroupName(set))
 	credentials, err := c.credentials(ctx, class)
@@ -243,7 +250,7 @@ func (c *Controller) cappedGroupSize(class *nodesetv1alpha1.NodeClass, set *node
 	if !plan.Limited(class) {
 		return size, nil
 	}
-	classNodes, err := c.nodes.List(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class.Name}))
+	classNodes, err := c.nodes.List(nodeutil.ClassSelector(class.Name))
 	if err != nil {
 		return 0, err
 	}

@@ -159,7 +159,7 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 		logger.V(2).Info("Created Node for a machine of the group", "node", m.Name, "providerID", m.ProviderID)
 		return nil
 	}
-	ours := existing.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == set.Namespace && existing.Labels[nodesetv1alpha1.LabelNodeSet] == set.Name
+	ours := ownedBy(existing, set.Namespace, set.Name, className)
 	if ours && (existing.DeletionTimestamp != nil || slices.Contains(existing.Finalizers, nodesetv1alpha1.FinalizerTermination)) {
 		return nil // ours already
 	}
@@ -226,8 +226,8 @@ var cloudLabels = map[string]bool{
 }
 
 // machineKey reports whether a label (or taint) key a group driver reports
-// for a machine of set may go on its Node. Keys under nodeset.dev and the
-// restricted tenant label never do: nodeset alone says those (a stale
+// for a machine of set may go on its Node. Keys under nodeset.dev, the
+// restricted tenant label and the seal never do: nodeset alone says those (a stale
 // nodeset.dev/tenant of a node group would tie a Shared Node to a
 // namespace). A set that overrides its
 // class's free-form spec.parameters may have given the driver the keys it
@@ -238,7 +238,7 @@ var cloudLabels = map[string]bool{
 // OS). The admin sets others in the class's nodeTemplate.
 func machineKey(set *nodesetv1alpha1.NodeSet, key string, label bool) bool {
 	switch {
-	case resolve.NodesetKey(key), key == nodesetv1alpha1.LabelTenantRestricted:
+	case resolve.NodesetKey(key), key == nodesetv1alpha1.LabelTenantRestricted, key == nodesetv1alpha1.LabelSeal:
 		return false
 	case set.Spec.Parameters == nil || resolve.ReservedForTenants(key) == "":
 		return true

@@ -208,7 +208,7 @@ func (p *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	selector, _ := labels.Parse(nodesetv1alpha1.LabelNodeClass)
-	nodes, err := lister.List(selector)
+	nodes, err := lister.List(nodeutil.Members(selector))
 	if err != nil {
 		return
 	}

@@ -61,10 +61,17 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 		c.recorded.forget(name)
 		c.drainConditions.forget(name)
 		c.heartbeats.forget(name)
+		c.tamperedReported.forget(name)
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if nodeutil.Tampered(cached.Labels) {
+		// Relabelled by its kubelet: nothing is done to its machine on the
+		// word of those labels, its deletion included; its labels are put
+		// back first.
+		return c.restoreLabels(ctx, cached)
 	}
 	className := cached.Labels[nodesetv1alpha1.LabelNodeClass]
 	var class *nodesetv1alpha1.NodeClass
@@ -295,6 +302,13 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 		// and keep pods off it until the machine registers, which also
 		// times its registration (registrationTimeout), as for a NodeSet's.
 		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+		if _, _, ofSet := nodeutil.NodeSetOf(node.Labels); !ofSet {
+			// Sealed for its class alone: its kubelet cannot make it a
+			// Node of a NodeSet (or of another class) by its labels.
+			if _, ok := node.Labels[nodesetv1alpha1.LabelSeal]; !ok {
+				node.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SealOf(node.Labels)
+			}
+		}
 		if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
 			node.Spec.Taints = append(node.Spec.Taints, resolve.StartupTaints()...)
 		}
@@ -514,6 +528,10 @@ func (c *Controller) recordProvisioningError(ctx context.Context, node *corev1.N
 func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass, driver drivers.Driver) error {
 	if nodeutil.IsReady(node) {
 		if !nodeutil.HasStartupTaint(node) {
+			if want, ok := sealed(node, class); ok {
+				// Made before the seal existed: sealed as labelled now.
+				return c.patchLabels(ctx, node, want, "sealing")
+			}
 			return nil
 		}
 		read := node.DeepCopy()

@@ -131,10 +131,11 @@ func annotationBudgetErrors(spec *nodesetv1alpha1.NodeClassSpec, path *field.Pat
 
 // nodesetOwnLabels are the labels nodeset sets on every Node of a NodeSet,
 // whatever the class says: they tie the Node to its NodeSet, its class and
-// its template.
+// its template, and seal the tie (LabelSeal).
 var nodesetOwnLabels = []string{
 	nodesetv1alpha1.LabelNodeSetNamespace, nodesetv1alpha1.LabelNodeSet,
 	nodesetv1alpha1.LabelNodeClass, nodesetv1alpha1.LabelTemplateHash,
+	nodesetv1alpha1.LabelSeal,
 }
 
 // nodesetOwnKeyErrors refuses what a class's nodeTemplate cannot do because

@@ -164,7 +164,7 @@ func NewController(
 			return nil, nil
 		}
 		return []string{set.Spec.NodeClassName}, nil
-	}}); err != nil {
+	}, bySealIndex: setSealIndex}); err != nil {
 		return nil, err
 	}
 	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{byNodeSetIndex: func(obj any) ([]string, error) {
@@ -174,7 +174,7 @@ func NewController(
 			}
 		}
 		return nil, nil
-	}}); err != nil {
+	}, bySealIndex: nodeSealIndex}); err != nil {
 		return nil, err
 	}
 	handlers := []struct {
@@ -385,6 +385,7 @@ func nodeSetKey(node *corev1.Node) (string, bool) {
 
 func (c *Controller) nodeAdded(obj any) {
 	node := obj.(*corev1.Node)
+	c.enqueueSealOwner(node)
 	key, ok := nodeSetKey(node)
 	if !ok {
 		return
@@ -449,6 +450,7 @@ func (c *Controller) nodeUpdated(oldObj, newObj any) {
 	if oldNode.ResourceVersion == newNode.ResourceVersion {
 		return
 	}
+	c.enqueueSealOwner(newNode)
 	newKey, ok := nodeSetKey(newNode)
 	if ok {
 		waiting := !c.expectations.satisfied(newKey)

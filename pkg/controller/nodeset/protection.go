@@ -76,31 +76,55 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 	// And every Node of the class, static ones too: a Node's drain and
 	// deprovisioning need its class (drain settings, credentials) for as
 	// long as its machine may exist. Asked of the API server too.
-	nodes, err := c.kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: name}).String()})
+	nodes, err := c.classNodes(ctx, name)
 	if err != nil {
 		return err
 	}
 	var lone []string
-	for i := range nodes.Items {
-		if _, _, ok := nodeutil.NodeSetOf(nodes.Items[i].Labels); !ok {
-			lone = append(lone, "Node "+nodes.Items[i].Name)
+	for i := range nodes {
+		if _, _, ok := nodeutil.NodeSetOf(nodes[i].Labels); !ok {
+			lone = append(lone, "Node "+nodes[i].Name)
 		}
 	}
 	slices.Sort(lone)
 	users = append(users, lone...)
-	if len(users) > 0 || len(nodes.Items) > 0 {
+	if len(users) > 0 || len(nodes) > 0 {
 		if len(users) == 0 {
-			users = append(users, "Node "+nodes.Items[0].Name)
+			users = append(users, "Node "+nodes[0].Name)
 		}
 		shown := users[:min(len(users), 5)]
 		c.recorder.Eventf(class, corev1.EventTypeNormal, ReasonClassInUse,
 			"NodeClass is deleted once no NodeSet and no Node uses it; %d NodeSet(s) and %d Node(s) do: %s",
-			holdingSets, len(nodes.Items), strings.Join(shown, ", "))
-		klog.FromContext(ctx).V(2).Info("NodeClass deletion waits for its NodeSets and Nodes", "nodeclass", name, "users", len(users), "nodes", len(nodes.Items))
+			holdingSets, len(nodes), strings.Join(shown, ", "))
+		klog.FromContext(ctx).V(2).Info("NodeClass deletion waits for its NodeSets and Nodes", "nodeclass", name, "users", len(users), "nodes", len(nodes))
 		return nil
 	}
 	return c.patchClassFinalizers(ctx, class, nodeutil.WithoutString(class.Finalizers, nodesetv1alpha1.FinalizerInUse))
+}
+
+// classNodes lists from the API server the Nodes labelled with the class,
+// and the static Nodes sealed for it whose kubelet relabelled them to
+// another class or none (nodeutil.Seal): such a Node's machine is still the
+// class's to deprovision once its labels are put back. A NodeSet's Node
+// relabelled away holds the class through its NodeSet, which waits for it.
+func (c *Controller) classNodes(ctx context.Context, name string) ([]corev1.Node, error) {
+	labelled, err := c.kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: name}).String()})
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := c.kubeClient.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelSeal: nodeutil.Seal("", "", name)}).String()})
+	if err != nil {
+		return nil, err
+	}
+	nodes := labelled.Items
+	for i := range sealed.Items {
+		if sealed.Items[i].Labels[nodesetv1alpha1.LabelNodeClass] != name {
+			nodes = append(nodes, sealed.Items[i])
+		}
+	}
+	return nodes, nil
 }
 
 // patchClassFinalizers writes a class's finalizers, if the class has not

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
@@ -262,10 +261,6 @@ func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
 		}
 	}
 	return true
-}
-
-func labelsFor(key, value string) labels.Selector {
-	return labels.SelectorFromSet(labels.Set{key: value})
 }
 
 func groupProgress(g *nodesetv1alpha1.GroupStatus) string {

@@ -83,6 +83,20 @@ func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	// A Node of the set that its kubelet relabelled is no Node of the set
+	// until the node controller has put its labels back: the set waits
+	// for that, deleted or not, and neither makes nor deletes a Node
+	// meanwhile (counted without it, it would make a replacement that is
+	// one too many once the labels are back). The Node's update brings
+	// the set back here.
+	strayed, err := c.strayedNodes(set)
+	if err != nil {
+		return err
+	}
+	if len(strayed) > 0 {
+		logger.Info("A Node of the set is relabelled by its kubelet; the set waits for its labels to be put back", "node", klog.KObj(strayed[0]))
+		return nil
+	}
 
 	if set.DeletionTimestamp != nil {
 		return c.finalize(ctx, set, nodes)
@@ -301,7 +315,7 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 // creation too many until the next sync) and never not at all.
 func (c *Controller) ClassCount(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error) {
 	unobserved := c.expectations.pendingCreations(func(key string) bool { return c.classOf(key) == class.Name })
-	nodes, err := c.nodeLister.List(labelsFor(nodesetv1alpha1.LabelNodeClass, class.Name))
+	nodes, err := c.nodeLister.List(nodeutil.ClassSelector(class.Name))
 	if err != nil {
 		return plan.ClassCount{}, err
 	}
@@ -316,6 +330,18 @@ func (c *Controller) ClassCount(class *nodesetv1alpha1.NodeClass) (plan.ClassCou
 	pending := plan.UnseenGroupMachines(sets, class.Name, nodes)
 	for key, count := range unobserved {
 		pending[key] += count
+	}
+	// The set's Nodes that their kubelets relabelled (to another class, or
+	// another set) are still its machines: they count as the set's until
+	// their labels are back.
+	for _, set := range sets {
+		strayed, err := c.strayedNodes(set)
+		if err != nil {
+			return plan.ClassCount{}, err
+		}
+		if len(strayed) > 0 && (set.Status.Group == nil || set.Status.Group.DesiredSize == nil) {
+			pending[set.Namespace+"/"+set.Name] += int64(len(strayed))
+		}
 	}
 	return plan.CountClass(nodes, pending), nil
 }

@@ -1,0 +1,229 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+)
+
+// sealIndex indexes Nodes by their seal (nodesetv1alpha1.LabelSeal).
+const sealIndex = "seal"
+
+func indexBySeal(obj any) ([]string, error) {
+	if node, ok := obj.(*corev1.Node); ok {
+		if seal, ok := node.Labels[nodesetv1alpha1.LabelSeal]; ok {
+			return []string{seal}, nil
+		}
+	}
+	return nil, nil
+}
+
+// strayed reports whether a Node sealed for the NodeSet namespace/name of
+// class was relabelled by its kubelet: the nodeset controller puts its
+// labels back, and until then the set's group is neither resized nor
+// deleted (counted without it, the group would be raised for a
+// replacement that is one too many once the labels are back).
+func (c *Controller) strayed(namespace, name, class string) bool {
+	objs, err := c.nodeIndexer.ByIndex(sealIndex, nodeutil.Seal(namespace, name, class))
+	if err != nil {
+		return true // not known: as if so, which holds the group a moment
+	}
+	for _, obj := range objs {
+		if node, ok := obj.(*corev1.Node); ok && nodeutil.Tampered(node.Labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedBy reports whether a Node is one of the NodeSet namespace/name of
+// class: by its seal when it has one, else by its labels.
+func ownedBy(node *corev1.Node, namespace, name, class string) bool {
+	if seal, ok := node.Labels[nodesetv1alpha1.LabelSeal]; ok {
+		return seal == nodeutil.Seal(namespace, name, class)
+	}
+	return node.Labels[nodesetv1alpha1.LabelNodeSetNamespace] == namespace && node.Labels[nodesetv1alpha1.LabelNodeSet] == name
+}
+
+// ReasonNodeLabelsTampered is the Warning Event of a Node whose NodeSet or
+// NodeClass labels do not match its seal: its kubelet relabelled it.
+const ReasonNodeLabelsTampered = "NodeLabelsTampered"
+
+// setSealIndex indexes NodeSets by the seal of their Nodes: a map from a
+// seal to the NodeSet it was made for.
+const setSealIndex = "seal"
+
+func indexSetBySeal(obj any) ([]string, error) {
+	if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok {
+		return []string{nodeutil.Seal(set.Namespace, set.Name, set.Spec.NodeClassName)}, nil
+	}
+	return nil, nil
+}
+
+// sealOwner is what a seal was made for: a NodeSet this controller knows
+// (namespace, name and class), or a static Node of a NodeClass (namespace
+// and name empty). ok is false for a seal of neither.
+func (c *Controller) sealOwner(seal string) (namespace, name, class string, ok bool) {
+	objs, err := c.setIndexer.ByIndex(setSealIndex, seal)
+	if err == nil {
+		for _, obj := range objs {
+			if set, isSet := obj.(*nodesetv1alpha1.NodeSet); isSet {
+				return set.Namespace, set.Name, set.Spec.NodeClassName, true
+			}
+		}
+	}
+	classes, err := c.classes.List(labels.Everything())
+	if err != nil {
+		return "", "", "", false
+	}
+	for _, cl := range classes {
+		if nodeutil.Seal("", "", cl.Name) == seal {
+			return "", "", cl.Name, true
+		}
+	}
+	return "", "", "", false
+}
+
+// restoreLabels puts back the NodeSet and NodeClass labels of a Node its
+// kubelet relabelled, as its seal says they were, and tells on the Node
+// once per change of it. This is done by the node controller that serves
+// the driver of the Node's class; a Node whose seal is of no NodeSet or
+// class this controller knows keeps its labels, and nothing is done to its
+// machine until they are put back by hand.
+func (c *Controller) restoreLabels(ctx context.Context, node *corev1.Node) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", node.Name)
+	namespace, name, class, known := c.sealOwner(node.Labels[nodesetv1alpha1.LabelSeal])
+	driverName := node.Annotations[nodesetv1alpha1.AnnotationDriver]
+	if cl, err := c.classes.Get(class); known && err == nil {
+		driverName = cl.Spec.Driver
+	}
+	if _, served := c.registry[driverName]; !served {
+		return nil // another node controller's, or none's
+	}
+	claims := fmt.Sprintf("The Node claims %s=%q, %s=%q, %s=%q, which do not match the labels nodeset gave it (%s)",
+		nodesetv1alpha1.LabelNodeSetNamespace, node.Labels[nodesetv1alpha1.LabelNodeSetNamespace],
+		nodesetv1alpha1.LabelNodeSet, node.Labels[nodesetv1alpha1.LabelNodeSet],
+		nodesetv1alpha1.LabelNodeClass, node.Labels[nodesetv1alpha1.LabelNodeClass], nodesetv1alpha1.LabelSeal)
+	if !known {
+		c.reportTampered(node, claims+": it is no Node of any NodeSet or class, and no NodeSet or NodeClass nodeset knows has its seal; "+
+			"nothing is done to its machine until its labels are put back")
+		logger.Info("Node relabelled by its kubelet, of no NodeSet or class known: left alone")
+		return nil
+	}
+	want := maps.Clone(node.Labels)
+	owner := "a static Node of NodeClass " + class
+	if name == "" {
+		delete(want, nodesetv1alpha1.LabelNodeSetNamespace)
+		delete(want, nodesetv1alpha1.LabelNodeSet)
+	} else {
+		want[nodesetv1alpha1.LabelNodeSetNamespace], want[nodesetv1alpha1.LabelNodeSet] = namespace, name
+		owner = fmt.Sprintf("NodeSet %s/%s of NodeClass %s", namespace, name, class)
+	}
+	want[nodesetv1alpha1.LabelNodeClass] = class
+	c.reportTampered(node, claims+": it is no Node of that NodeSet or class; its labels are put back to those of "+owner)
+	return c.patchLabels(ctx, node, want, "putting back the labels of")
+}
+
+// reportTampered records the Warning Event of a relabelled Node, once per
+// version of the Node: a sync of the same copy again (the cache has not
+// caught up with the labels put back) says nothing new.
+func (c *Controller) reportTampered(node *corev1.Node, message string) {
+	if rv, ok := c.tamperedReported.get(node); ok && rv == node.ResourceVersion {
+		return
+	}
+	c.tamperedReported.set(node, node.ResourceVersion)
+	// The values quoted are label values: at most 63 characters of a
+	// small alphabet, as the API server validates them.
+	c.recorder.Event(node, corev1.EventTypeWarning, ReasonNodeLabelsTampered, message)
+}
+
+// sealed are the labels of a Node nodeset holds (its termination finalizer)
+// that lacks the seal, sealed as labelled now, and on a Dedicated class
+// with the restricted tenant label it lacks (a Node made before either
+// existed); ok is false when it lacks neither.
+func sealed(node *corev1.Node, class *nodesetv1alpha1.NodeClass) (want map[string]string, ok bool) {
+	if node.DeletionTimestamp != nil || node.Labels[nodesetv1alpha1.LabelNodeClass] == "" ||
+		!slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		return nil, false
+	}
+	want = maps.Clone(node.Labels)
+	if _, ok := want[nodesetv1alpha1.LabelSeal]; !ok {
+		want[nodesetv1alpha1.LabelSeal] = nodeutil.SealOf(node.Labels)
+	}
+	if namespace, _, ok := nodeutil.NodeSetOf(node.Labels); ok && class.Spec.Tenancy == nodesetv1alpha1.TenancyDedicated {
+		if _, ok := want[nodesetv1alpha1.LabelTenantRestricted]; !ok {
+			want[nodesetv1alpha1.LabelTenantRestricted] = namespace
+		}
+	}
+	return want, len(want) != len(node.Labels)
+}
+
+// sealPeriod is how often the node controller looks for Nodes it holds
+// that lack their seal, beside the sync of a registered Node, which seals
+// it: at its start (an upgrade), and after, for the Nodes an earlier
+// nodeset controller still makes during a rolling upgrade.
+const sealPeriod = 5 * time.Minute
+
+// sealUnsealed seals the Nodes of the classes this controller serves that
+// nodeset holds and that have no seal, as they are labelled now (sealed),
+// one write each, paced by the client's rate limit.
+func (c *Controller) sealUnsealed(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, node := range nodes {
+		class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+		if err != nil || nodeutil.Tampered(node.Labels) {
+			continue
+		}
+		if _, served := c.registry[class.Spec.Driver]; !served {
+			continue
+		}
+		if driver := node.Annotations[nodesetv1alpha1.AnnotationDriver]; driver != "" && driver != class.Spec.Driver {
+			continue
+		}
+		want, ok := sealed(node, class)
+		if !ok {
+			continue
+		}
+		if err := c.patchLabels(ctx, node, want, "sealing"); err != nil {
+			logger.Info("Could not seal a Node; tried again later", "node", node.Name, "err", err)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// patchLabels makes the Node's labels want, as read (nodeutil.ChangePatch).
+func (c *Controller) patchLabels(ctx context.Context, node *corev1.Node, want map[string]string, what string) error {
+	changed := node.DeepCopy()
+	changed.Labels = want
+	patch, ok := nodeutil.ChangePatch(node, changed)
+	if !ok {
+		return nil
+	}
+	_, err := c.kube.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s Node %s: %w", what, node.Name, err)
+	}
+	klog.FromContext(ctx).Info("Wrote the labels of a Node", "node", node.Name, "what", what)
+	return nil
+}

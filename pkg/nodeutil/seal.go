@@ -1,0 +1,82 @@
+package nodeutil
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// sealLength is how many hex digits of the SHA-256 a seal keeps (160 bits):
+// a label value, at most 63 characters.
+const sealLength = 40
+
+// Seal is the value of the label nodesetv1alpha1.LabelSeal on a Node made
+// for the NodeSet namespace/name of class: a hex prefix of the SHA-256 of
+// the three joined by "/", which none of them can contain (a static Node,
+// of no NodeSet, has an empty namespace and name).
+func Seal(namespace, name, class string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name + "/" + class))
+	return hex.EncodeToString(sum[:])[:sealLength]
+}
+
+// SealOf is the seal that Node labels claim: the Seal of the namespace,
+// NodeSet and NodeClass they name.
+func SealOf(nodeLabels map[string]string) string {
+	return Seal(nodeLabels[nodesetv1alpha1.LabelNodeSetNamespace], nodeLabels[nodesetv1alpha1.LabelNodeSet],
+		nodeLabels[nodesetv1alpha1.LabelNodeClass])
+}
+
+// Tampered reports whether Node labels carry a seal that does not match
+// their NodeSet and NodeClass labels: the Node's kubelet, which may change
+// those and not the seal, relabelled it. Such a Node is no Node of any
+// NodeSet or class. A Node with no seal (made by an earlier release, not
+// sealed yet) is taken at its labels' word.
+func Tampered(nodeLabels map[string]string) bool {
+	return tampered(labels.Set(nodeLabels))
+}
+
+func tampered(l labels.Labels) bool {
+	if !l.Has(nodesetv1alpha1.LabelSeal) {
+		return false
+	}
+	return l.Get(nodesetv1alpha1.LabelSeal) != Seal(l.Get(nodesetv1alpha1.LabelNodeSetNamespace), l.Get(nodesetv1alpha1.LabelNodeSet),
+		l.Get(nodesetv1alpha1.LabelNodeClass))
+}
+
+// ClassOf is the NodeClass whose Node labels these are, "" for a Node of
+// no class or one whose labels were tampered with.
+func ClassOf(nodeLabels map[string]string) string {
+	if Tampered(nodeLabels) {
+		return ""
+	}
+	return nodeLabels[nodesetv1alpha1.LabelNodeClass]
+}
+
+// Members selects what selector selects, less the Nodes whose labels were
+// tampered with: a lister's List with it never returns a Node that is no
+// member of the NodeSet or class its labels name. Its String is selector's,
+// so a List on the API server with it is not filtered: filter the answer
+// with Tampered.
+func Members(selector labels.Selector) labels.Selector {
+	return members{selector}
+}
+
+// ClassSelector selects the Nodes of a NodeClass (Members).
+func ClassSelector(class string) labels.Selector {
+	return Members(labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeClass: class}))
+}
+
+type members struct{ labels.Selector }
+
+func (s members) Matches(l labels.Labels) bool { return s.Selector.Matches(l) && !tampered(l) }
+
+// Empty is false: a lister lists everything, unfiltered, for an empty
+// selector.
+func (s members) Empty() bool { return false }
+
+func (s members) Add(r ...labels.Requirement) labels.Selector { return members{s.Selector.Add(r...)} }
+
+func (s members) DeepCopySelector() labels.Selector { return members{s.Selector.DeepCopySelector()} }
