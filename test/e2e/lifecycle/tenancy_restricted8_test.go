@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,14 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // TestAKubeletCannotForgeTheRestrictedTenantLabel runs both controllers
@@ -31,29 +24,8 @@ import (
 // tenants' pods must select the restricted label instead: that one the
 // kubelet can neither add, change nor remove, nor register a Node with.
 func TestAKubeletCannotForgeTheRestrictedTenantLabel(t *testing.T) {
-	shared := framework.Shared(t)
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cp, err := framework.Start(ctx, framework.Options{Dir: t.TempDir(), BinDir: shared.BinDir, Users: framework.TestUsers,
-		AdmissionPlugins: []string{"NodeRestriction"}})
-	require.NoError(t, err)
-	t.Cleanup(cp.Stop)
-	require.NoError(t, framework.InstallCRDs(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "crds")))
-	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
-	require.NoError(t, err)
-	framework.FailOnCrash(t, c.NodeSet, c.Node)
-	require.NoError(t, c.Start())
-	t.Cleanup(c.Stop)
-	require.NoError(t, c.WaitReady(ctx))
-
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
-	for _, ns := range []string{"victim", "attacker"} {
-		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	p := startRestricted(t, 8*time.Minute, "victim", "attacker")
+	ctx, kube, cs := p.ctx, p.kube, p.cs
 	for name, tenancy := range map[string]nodesetv1alpha1.Tenancy{"dedicated": nodesetv1alpha1.TenancyDedicated, "shared": nodesetv1alpha1.TenancyShared} {
 		_, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated, Tenancy: tenancy,
@@ -92,21 +64,12 @@ func TestAKubeletCannotForgeTheRestrictedTenantLabel(t *testing.T) {
 	assert.NotContains(t, attackers.Labels, nodesetv1alpha1.LabelTenantRestricted)
 
 	// The kubelet's own credentials: user system:node:<name> in group system:nodes.
-	asKubelet := func(node string) kubernetes.Interface {
-		cfg := rest.CopyConfig(cp.AdminConfig())
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
-		return kubernetes.NewForConfigOrDie(cfg)
-	}
-	relabel := func(node string, labels map[string]any) error {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
-		require.NoError(t, err)
-		_, err = asKubelet(node).CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	}
+	asKubelet := p.asKubelet
+	relabel := func(node string, labels map[string]any) error { return p.relabel(t, node, labels) }
 	attacker := attackers.Name
 	assert.NoError(t, relabel(attacker, map[string]any{nodesetv1alpha1.LabelTenant: "victim"}),
 		"a kubelet may relabel its Node nodeset.dev/tenant: the weaker label, kept for compatibility")
-	err = relabel(attacker, map[string]any{nodesetv1alpha1.LabelTenantRestricted: "victim"})
+	err := relabel(attacker, map[string]any{nodesetv1alpha1.LabelTenantRestricted: "victim"})
 	assert.True(t, apierrors.IsForbidden(err), "a kubelet adds no restricted label: %v", err)
 	err = relabel(victims.Name, map[string]any{nodesetv1alpha1.LabelTenantRestricted: "attacker"})
 	assert.True(t, apierrors.IsForbidden(err), "nor changes one: %v", err)

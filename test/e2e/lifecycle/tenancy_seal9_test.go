@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,13 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/pkg/nodeutil"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // nodeHistory records, from a watch on every Node, which Nodes were added
@@ -82,29 +79,8 @@ func (h *nodeHistory) seen() (added, deleted []string) {
 // seal existed is sealed (and, on a Dedicated class, given the restricted
 // tenant label) as it is labelled.
 func TestAKubeletCannotMoveItsNodeIntoAnotherSetOrClass(t *testing.T) {
-	shared := framework.Shared(t)
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cp, err := framework.Start(ctx, framework.Options{Dir: t.TempDir(), BinDir: shared.BinDir, Users: framework.TestUsers,
-		AdmissionPlugins: []string{"NodeRestriction"}})
-	require.NoError(t, err)
-	t.Cleanup(cp.Stop)
-	require.NoError(t, framework.InstallCRDs(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "crds")))
-	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
-	require.NoError(t, err)
-	framework.FailOnCrash(t, c.NodeSet, c.Node)
-	require.NoError(t, c.Start())
-	t.Cleanup(c.Stop)
-	require.NoError(t, c.WaitReady(ctx))
-
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
-	for _, ns := range []string{"seal-victim", "seal-attacker", "seal-legacy"} {
-		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	p := startRestricted(t, 10*time.Minute, "seal-victim", "seal-attacker", "seal-legacy")
+	ctx, kube, cs := p.ctx, p.kube, p.cs
 	newClass := func(name string, tenancy nodesetv1alpha1.Tenancy, maxNodes *int32) {
 		spec := nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated, Tenancy: tenancy,
 			DriverSections:      nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
@@ -158,17 +134,8 @@ func TestAKubeletCannotMoveItsNodeIntoAnotherSetOrClass(t *testing.T) {
 	victimNodes := readyNodes("seal-victim", "web", 2)
 	assert.Equal(t, nodeutil.Seal("seal-attacker", "web", "seal-shared"), attackerNode.Labels[nodesetv1alpha1.LabelSeal], "nodeset sealed the Node")
 
-	asKubelet := func(node string) kubernetes.Interface {
-		cfg := rest.CopyConfig(cp.AdminConfig())
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
-		return kubernetes.NewForConfigOrDie(cfg)
-	}
-	relabel := func(node string, labels map[string]any) error {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
-		require.NoError(t, err)
-		_, err = asKubelet(node).CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	}
+	asKubelet := p.asKubelet
+	relabel := func(node string, labels map[string]any) error { return p.relabel(t, node, labels) }
 
 	t.Run("the seal is out of a kubelet's reach", func(t *testing.T) {
 		err := relabel(attackerNode.Name, map[string]any{nodesetv1alpha1.LabelSeal: nodeutil.Seal("seal-victim", "web", "seal-shared")})
