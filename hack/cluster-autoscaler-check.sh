@@ -69,7 +69,8 @@ printf 'address: "127.0.0.1:18086"\n' >"${run}/cluster-autoscaler-cloud.yaml"
   --scan-interval=5s --scale-down-unneeded-time=30s --scale-down-delay-after-add=30s \
   --scale-down-delay-after-delete=10s --balance-similar-node-groups \
   --balancing-ignore-label=nodeset.dev/nodeset --balancing-ignore-label=nodeset.dev/nodeset-namespace \
-  --balancing-ignore-label=nodeset.dev/template-hash --v=4 >"${run}/cluster-autoscaler.log" 2>&1 &
+  --balancing-ignore-label=nodeset.dev/template-hash \
+  --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner --v=4 >"${run}/cluster-autoscaler.log" 2>&1 &
 ca_pid=$!
 say "${ca} started (log: ${run}/cluster-autoscaler.log)"
 
