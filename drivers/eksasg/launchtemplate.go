@@ -17,6 +17,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/awscloud"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // ensureLaunchTemplate creates the template, or a new default version of it
@@ -246,13 +247,11 @@ var kubeletLabelDomains = []string{"kubelet.kubernetes.io", "node.kubernetes.io"
 // --node-labels. The others (node-role.kubernetes.io/worker, ...) nodeset
 // puts on the Node itself.
 func kubeletMaySet(key string) bool {
-	domain, _, found := strings.Cut(key, "/")
-	inDomain := func(d string) bool { return domain == d || strings.HasSuffix(domain, "."+d) }
-	if !found || kubeletLabels[key] || (!inDomain("kubernetes.io") && !inDomain("k8s.io")) {
+	if !strings.Contains(key, "/") || kubeletLabels[key] || (!nodeutil.InDomain(key, "kubernetes.io") && !nodeutil.InDomain(key, "k8s.io")) {
 		return true
 	}
 	for _, d := range kubeletLabelDomains {
-		if inDomain(d) {
+		if nodeutil.InDomain(key, d) {
 			return true
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // ProviderIDPrefix starts the spec.providerID of every simulated machine.
@@ -147,8 +148,7 @@ func EffectiveCapacity(spec *nodesetv1alpha1.SimulatedMachine) drivers.Capacity 
 // admission plugin keeps from every kubelet: controllers alone set it, so
 // the simulated kubelet does not either.
 func nodeRestricted(key string) bool {
-	domain, _, found := strings.Cut(key, "/")
-	return found && (domain == corev1.LabelNamespaceNodeRestriction || strings.HasSuffix(domain, "."+corev1.LabelNamespaceNodeRestriction))
+	return nodeutil.InDomain(key, corev1.LabelNamespaceNodeRestriction)
 }
 
 // fails decides, from the machine's name, whether it never registers: a

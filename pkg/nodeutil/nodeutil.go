@@ -296,3 +296,11 @@ func ChangePatch(read, want *corev1.Node) (patch []byte, changed bool) {
 func taintsEqual(a, b corev1.Taint) bool {
 	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect && a.TimeAdded.Equal(b.TimeAdded)
 }
+
+// InDomain reports whether a label, taint or annotation key's prefix is
+// domain or one of its subdomains ("node.kubernetes.io/x" is in
+// kubernetes.io; "kubernetes.io.example.com/x" is not).
+func InDomain(key, domain string) bool {
+	prefix, _, found := strings.Cut(key, "/")
+	return found && (prefix == domain || strings.HasSuffix(prefix, "."+domain))
+}

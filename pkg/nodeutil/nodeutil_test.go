@@ -93,3 +93,16 @@ func TestNameList(t *testing.T) {
 		t.Errorf("NameList(25 names) = %d, %q; want 25, %q", n, listed, want)
 	}
 }
+
+func TestInDomain(t *testing.T) {
+	for key, want := range map[string]bool{
+		"kubernetes.io/hostname":           true,
+		"node.kubernetes.io/instance-type": true,
+		"kubernetes.io.example.com/x":      false,
+		"examplekubernetes.io/x":           false,
+		"kubernetes.io":                    false, // no prefix
+		"x/kubernetes.io":                  false,
+	} {
+		assert.Equal(t, want, InDomain(key, "kubernetes.io"), key)
+	}
+}

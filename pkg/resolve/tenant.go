@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // ReservedForTenants says why a tenant may not set a Node label or taint
@@ -28,11 +29,11 @@ import (
 // node group, or a volume's zone.
 func ReservedForTenants(key string) string {
 	switch {
-	case inDomain(key, "nodeset.dev"):
+	case nodeutil.InDomain(key, "nodeset.dev"):
 		return reservedForNodeset
-	case inDomain(key, "kubernetes.io"), inDomain(key, "k8s.io"):
+	case nodeutil.InDomain(key, "kubernetes.io"), nodeutil.InDomain(key, "k8s.io"):
 		return "keys in the kubernetes.io and k8s.io domains are reserved for the cluster admin (set them in the NodeClass)"
-	case inDomain(key, "amazonaws.com"), inDomain(key, "aws.com"):
+	case nodeutil.InDomain(key, "amazonaws.com"), nodeutil.InDomain(key, "aws.com"):
 		return "keys in the amazonaws.com and aws.com domains state what the cloud made and are reserved for the cluster admin (set them in the NodeClass)"
 	}
 	return ""
@@ -52,11 +53,11 @@ const reservedForNodeset = "keys under nodeset.dev/ are reserved for nodeset"
 // volumes. cluster-autoscaler's (scale-down-disabled) are the tenant's.
 func reservedAnnotation(key string) string {
 	switch {
-	case inDomain(key, "nodeset.dev"):
+	case nodeutil.InDomain(key, "nodeset.dev"):
 		return reservedForNodeset
 	case strings.HasPrefix(key, "cluster-autoscaler.kubernetes.io/"):
 		return ""
-	case inDomain(key, "kubernetes.io"), inDomain(key, "k8s.io"):
+	case nodeutil.InDomain(key, "kubernetes.io"), nodeutil.InDomain(key, "k8s.io"):
 		return "annotations in the kubernetes.io and k8s.io domains are what Kubernetes's own components write and read on a Node " +
 			"(the kubelet's CSI driver registry in csi.volume.kubernetes.io/nodeid, which a value that does not parse breaks for every pod of the Node, " +
 			"its object cache's TTL, who attaches volumes) and are reserved for the cluster admin (set them in the NodeClass); " +
@@ -86,9 +87,9 @@ func reservedAnnotation(key string) string {
 func reservedTag(key string) string {
 	lower := strings.ToLower(key)
 	switch {
-	case inDomain(lower, "nodeset.dev"):
+	case nodeutil.InDomain(lower, "nodeset.dev"):
 		return reservedForNodeset
-	case inDomain(lower, "kubernetes.io"), inDomain(lower, "k8s.io"), lower == "kubernetescluster":
+	case nodeutil.InDomain(lower, "kubernetes.io"), nodeutil.InDomain(lower, "k8s.io"), lower == "kubernetescluster":
 		return "tag keys in the kubernetes.io and k8s.io domains, and KubernetesCluster, decide which cluster and which cluster-autoscaler, " +
 			"cloud controller manager and load balancer controller act on a group, its instances and everyone's load balancers; " +
 			"they are reserved for the cluster admin (set them in the NodeClass)"
@@ -101,13 +102,7 @@ func reservedTag(key string) string {
 // NodesetKey reports whether a label, taint or annotation key is under
 // nodeset.dev or one of its subdomains: nodeset's own words on a Node.
 func NodesetKey(key string) bool {
-	return inDomain(key, "nodeset.dev")
-}
-
-// inDomain reports whether key's prefix is domain or one of its subdomains.
-func inDomain(key, domain string) bool {
-	prefix, _, found := strings.Cut(key, "/")
-	return found && (prefix == domain || strings.HasSuffix(prefix, "."+domain))
+	return nodeutil.InDomain(key, "nodeset.dev")
 }
 
 // kubeletFlagsOfNodes are kubelet flags that give a Node labels or taints.
