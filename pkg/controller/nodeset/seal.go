@@ -8,15 +8,15 @@ import (
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
-// bySealIndex indexes Nodes by their seal, and NodeSets by the seal of
-// their Nodes: together they map a seal to the NodeSet a Node was made for.
+// bySealIndex indexes the relabelled Nodes (nodeutil.Tampered) by their
+// seal, and NodeSets by the seal of their Nodes: together they map a
+// relabelled Node to the NodeSet it was made for. The Nodes whose labels
+// match their seal need no index entry.
 const bySealIndex = "bySeal"
 
 func nodeSealIndex(obj any) ([]string, error) {
-	if node, ok := obj.(*corev1.Node); ok {
-		if seal, ok := node.Labels[nodesetv1alpha1.LabelSeal]; ok {
-			return []string{seal}, nil
-		}
+	if node, ok := obj.(*corev1.Node); ok && nodeutil.Tampered(node.Labels) {
+		return []string{node.Labels[nodesetv1alpha1.LabelSeal]}, nil
 	}
 	return nil, nil
 }
