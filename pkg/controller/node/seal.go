@@ -158,16 +158,21 @@ func sealed(node *corev1.Node, class *nodesetv1alpha1.NodeClass) (want map[strin
 		!slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return nil, false
 	}
+	_, hasSeal := node.Labels[nodesetv1alpha1.LabelSeal]
+	_, hasTenant := node.Labels[nodesetv1alpha1.LabelTenantRestricted]
+	namespace, _, ofSet := nodeutil.NodeSetOf(node.Labels)
+	lacksTenant := ofSet && class.Spec.Tenancy == nodesetv1alpha1.TenancyDedicated && !hasTenant
+	if hasSeal && !lacksTenant {
+		return nil, false // as every Node once sealed: nothing copied
+	}
 	want = maps.Clone(node.Labels)
-	if _, ok := want[nodesetv1alpha1.LabelSeal]; !ok {
+	if !hasSeal {
 		want[nodesetv1alpha1.LabelSeal] = nodeutil.SealOf(node.Labels)
 	}
-	if namespace, _, ok := nodeutil.NodeSetOf(node.Labels); ok && class.Spec.Tenancy == nodesetv1alpha1.TenancyDedicated {
-		if _, ok := want[nodesetv1alpha1.LabelTenantRestricted]; !ok {
-			want[nodesetv1alpha1.LabelTenantRestricted] = namespace
-		}
+	if lacksTenant {
+		want[nodesetv1alpha1.LabelTenantRestricted] = namespace
 	}
-	return want, len(want) != len(node.Labels)
+	return want, true
 }
 
 // sealPeriod is how often the node controller looks for Nodes it holds
