@@ -148,6 +148,8 @@ type Controller struct {
 	// tamperedReported are the relabelled Nodes told about, with the
 	// resourceVersion told about: once per change of the Node.
 	tamperedReported *nodeMemory[string]
+	// restored are the relabelled Nodes whose labels were put back lately.
+	restored *nodeMemory[restoreRecord]
 
 	routine *routineEvents
 	pods    *PodLists
@@ -207,6 +209,7 @@ func NewController(
 		drainConditions:  newNodeMemory[corev1.NodeCondition](),
 		heartbeats:       newNodeMemory[time.Time](),
 		tamperedReported: newNodeMemory[string](),
+		restored:         newNodeMemory[restoreRecord](),
 		setIndexer:       nodeSetInformer.Informer().GetIndexer(),
 		routine:          newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:             NewPodLists(opts.Drain),

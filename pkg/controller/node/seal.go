@@ -133,7 +133,52 @@ func (c *Controller) restoreLabels(ctx context.Context, node *corev1.Node) error
 	}
 	want[nodesetv1alpha1.LabelNodeClass] = class
 	c.reportTampered(node, claims+": it is no Node of that NodeSet or class; its labels are put back to those of "+owner)
-	return c.patchLabels(ctx, node, want, "putting back the labels of")
+	now := c.opts.Now()
+	restored, _ := c.restored.get(node)
+	if now.Sub(restored.last) > restoresForgotten {
+		restored = restoreRecord{}
+	}
+	if wait := restored.last.Add(restoreBackoff(restored.count)).Sub(now); wait > 0 {
+		// A kubelet that relabels its Node again and again spends this
+		// controller's writes, which every tenant's Nodes share: past the
+		// first few, each restore waits longer. Until then the Node is of
+		// no set or class, and only its own set waits for it.
+		logger.V(2).Info("Node relabelled again by its kubelet; its labels are put back later", "restored", restored.count, "after", wait)
+		c.queue.AddAfter(node.Name, wait)
+		return nil
+	}
+	if err := c.patchLabels(ctx, node, want, "putting back the labels of"); err != nil {
+		return err
+	}
+	c.restored.set(node, restoreRecord{count: restored.count + 1, last: now})
+	return nil
+}
+
+// restoreRecord is how often a Node's labels were put back lately, and
+// when last.
+type restoreRecord struct {
+	count int
+	last  time.Time
+}
+
+const (
+	// freeRestores are the restores of a Node's labels made at once; each
+	// one after waits twice as long as the one before, from a second up to
+	// maxRestoreWait.
+	freeRestores   = 3
+	maxRestoreWait = 5 * time.Minute
+	// restoresForgotten is how long a Node's kubelet must leave its labels
+	// alone for its restores to be made at once again.
+	restoresForgotten = 10 * time.Minute
+)
+
+// restoreBackoff is how long after the last restore of a Node's labels,
+// restored times lately, the next one may be made.
+func restoreBackoff(restored int) time.Duration {
+	if restored < freeRestores {
+		return 0
+	}
+	return min(time.Second<<min(restored-freeRestores, 16), maxRestoreWait)
 }
 
 // reportTampered records the Warning Event of a relabelled Node, once per

@@ -172,3 +172,48 @@ func TestARegisteredNodeIsSealedOnItsSync(t *testing.T) {
 	require.NoError(t, f.sync("web-old"))
 	assert.Equal(t, 1, f.nodeWrites(), "once")
 }
+
+// TestAKubeletThatKeepsRelabellingItsNodeWaitsLonger: each restore of a
+// Node's labels is a write of this controller, whose writes every tenant's
+// Nodes share. The first few are made at once; after them a kubelet that
+// relabels its Node again waits twice as long each time, and a Node left
+// alone for a while starts over.
+func TestAKubeletThatKeepsRelabellingItsNodeWaitsLonger(t *testing.T) {
+	node := sealedSetNode("web-a", "sim")
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, node)
+	require.NoError(t, f.setIndexer.Add(&nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim"}}))
+	f.driver.machines["web-a"] = "test:///web-a"
+	relabel := func() {
+		current := f.get("web-a")
+		current.Labels[nodesetv1alpha1.LabelNodeSetNamespace] = "victim"
+		updated, err := f.kube.CoreV1().Nodes().Update(t.Context(), current, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		f.updateCache(updated)
+	}
+	restoredNow := func() bool {
+		t.Helper()
+		relabel()
+		before := f.nodeWrites()
+		require.NoError(t, f.sync("web-a"))
+		return f.nodeWrites() > before
+	}
+	for i := range freeRestores {
+		assert.True(t, restoredNow(), "restore %d is made at once", i+1)
+		f.now = f.now.Add(100 * time.Millisecond)
+	}
+	assert.False(t, restoredNow(), "the next waits")
+	assert.Equal(t, "victim", f.get("web-a").Labels[nodesetv1alpha1.LabelNodeSetNamespace])
+	f.now = f.now.Add(time.Second)
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, "team-a", f.get("web-a").Labels[nodesetv1alpha1.LabelNodeSetNamespace], "put back once its wait is over")
+	f.now = f.now.Add(time.Second)
+	assert.False(t, restoredNow(), "the one after waits twice as long")
+	f.now = f.now.Add(time.Second)
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, "team-a", f.get("web-a").Labels[nodesetv1alpha1.LabelNodeSetNamespace])
+
+	f.now = f.now.Add(restoresForgotten + time.Second)
+	assert.True(t, restoredNow(), "left alone for a while, the Node starts over")
+	assert.Empty(t, f.driver.deletes)
+}

@@ -62,6 +62,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 		c.drainConditions.forget(name)
 		c.heartbeats.forget(name)
 		c.tamperedReported.forget(name)
+		c.restored.forget(name)
 		return nil
 	}
 	if err != nil {
