@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -80,3 +81,29 @@ func (s members) Empty() bool { return false }
 func (s members) Add(r ...labels.Requirement) labels.Selector { return members{s.Selector.Add(r...)} }
 
 func (s members) DeepCopySelector() labels.Selector { return members{s.Selector.DeepCopySelector()} }
+
+// IndexRelabelledBySeal is an informer index function of Nodes: a Node
+// whose labels were tampered with (Tampered) under its seal, and no entry
+// for the others, which need none (one each would cost memory at 10,000
+// Nodes for nothing). The informer indexes a Node again on each update, so
+// one put back leaves the index.
+func IndexRelabelledBySeal(obj any) ([]string, error) {
+	if node, ok := obj.(*corev1.Node); ok && Tampered(node.Labels) {
+		return []string{node.Labels[nodesetv1alpha1.LabelSeal]}, nil
+	}
+	return nil, nil
+}
+
+// IndexSetBySeal is an informer index function of NodeSets: a NodeSet
+// under the seal of its Nodes (SetSeal).
+func IndexSetBySeal(obj any) ([]string, error) {
+	if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok {
+		return []string{SetSeal(set)}, nil
+	}
+	return nil, nil
+}
+
+// SetSeal is the seal of a NodeSet's Nodes.
+func SetSeal(set *nodesetv1alpha1.NodeSet) string {
+	return Seal(set.Namespace, set.Name, set.Spec.NodeClassName)
+}

@@ -30,6 +30,7 @@ import (
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // Event reasons on Nodes.
@@ -218,10 +219,10 @@ func NewController(
 	}
 	c.recorder = scrubbingRecorder{EventRecorder: recorder, scrub: c.scrub}
 	c.routine.recorder = c.recorder
-	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID, machineIDIndex: indexByMachineID, sealIndex: indexBySeal}); err != nil {
+	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{providerIDIndex: indexByProviderID, machineIDIndex: indexByMachineID, sealIndex: nodeutil.IndexRelabelledBySeal}); err != nil {
 		return nil, err
 	}
-	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{setSealIndex: indexSetBySeal}); err != nil {
+	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{setSealIndex: nodeutil.IndexSetBySeal}); err != nil {
 		return nil, err
 	}
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -18,17 +18,9 @@ import (
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
-// sealIndex indexes the relabelled Nodes (nodeutil.Tampered) by their seal
-// (nodesetv1alpha1.LabelSeal): the others need no index entry, and at
-// 10,000 Nodes one each would cost memory for nothing.
+// sealIndex indexes the relabelled Nodes by their seal
+// (nodeutil.IndexRelabelledBySeal).
 const sealIndex = "seal"
-
-func indexBySeal(obj any) ([]string, error) {
-	if node, ok := obj.(*corev1.Node); ok && nodeutil.Tampered(node.Labels) {
-		return []string{node.Labels[nodesetv1alpha1.LabelSeal]}, nil
-	}
-	return nil, nil
-}
 
 // strayed reports whether a Node sealed for the NodeSet namespace/name of
 // class was relabelled by its kubelet: the nodeset controller puts its
@@ -37,15 +29,7 @@ func indexBySeal(obj any) ([]string, error) {
 // replacement that is one too many once the labels are back).
 func (c *Controller) strayed(namespace, name, class string) bool {
 	objs, err := c.nodeIndexer.ByIndex(sealIndex, nodeutil.Seal(namespace, name, class))
-	if err != nil {
-		return true // not known: as if so, which holds the group a moment
-	}
-	for _, obj := range objs {
-		if node, ok := obj.(*corev1.Node); ok && nodeutil.Tampered(node.Labels) {
-			return true
-		}
-	}
-	return false
+	return err != nil || len(objs) > 0 // not known: as if so, which holds the group a moment
 }
 
 // ownedBy reports whether a Node is one of the NodeSet namespace/name of
@@ -61,16 +45,9 @@ func ownedBy(node *corev1.Node, namespace, name, class string) bool {
 // NodeClass labels do not match its seal: its kubelet relabelled it.
 const ReasonNodeLabelsTampered = "NodeLabelsTampered"
 
-// setSealIndex indexes NodeSets by the seal of their Nodes: a map from a
-// seal to the NodeSet it was made for.
+// setSealIndex indexes NodeSets by the seal of their Nodes
+// (nodeutil.IndexSetBySeal).
 const setSealIndex = "seal"
-
-func indexSetBySeal(obj any) ([]string, error) {
-	if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok {
-		return []string{nodeutil.Seal(set.Namespace, set.Name, set.Spec.NodeClassName)}, nil
-	}
-	return nil, nil
-}
 
 // sealOwner is what a seal was made for: a NodeSet this controller knows
 // (namespace, name and class), or a static Node of a NodeClass (namespace

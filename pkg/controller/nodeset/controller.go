@@ -164,7 +164,7 @@ func NewController(
 			return nil, nil
 		}
 		return []string{set.Spec.NodeClassName}, nil
-	}, bySealIndex: setSealIndex}); err != nil {
+	}, bySealIndex: nodeutil.IndexSetBySeal}); err != nil {
 		return nil, err
 	}
 	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{byNodeSetIndex: func(obj any) ([]string, error) {
@@ -174,7 +174,7 @@ func NewController(
 			}
 		}
 		return nil, nil
-	}, bySealIndex: nodeSealIndex}); err != nil {
+	}, bySealIndex: nodeutil.IndexRelabelledBySeal}); err != nil {
 		return nil, err
 	}
 	handlers := []struct {

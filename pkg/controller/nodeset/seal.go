@@ -8,30 +8,11 @@ import (
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
-// bySealIndex indexes the relabelled Nodes (nodeutil.Tampered) by their
-// seal, and NodeSets by the seal of their Nodes: together they map a
-// relabelled Node to the NodeSet it was made for. The Nodes whose labels
-// match their seal need no index entry.
+// bySealIndex indexes the relabelled Nodes by their seal
+// (nodeutil.IndexRelabelledBySeal), and NodeSets by the seal of their
+// Nodes (nodeutil.IndexSetBySeal): together they map a relabelled Node to
+// the NodeSet it was made for.
 const bySealIndex = "bySeal"
-
-func nodeSealIndex(obj any) ([]string, error) {
-	if node, ok := obj.(*corev1.Node); ok && nodeutil.Tampered(node.Labels) {
-		return []string{node.Labels[nodesetv1alpha1.LabelSeal]}, nil
-	}
-	return nil, nil
-}
-
-func setSealIndex(obj any) ([]string, error) {
-	if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok {
-		return []string{setSeal(set)}, nil
-	}
-	return nil, nil
-}
-
-// setSeal is the seal of the set's Nodes.
-func setSeal(set *nodesetv1alpha1.NodeSet) string {
-	return nodeutil.Seal(set.Namespace, set.Name, set.Spec.NodeClassName)
-}
 
 // enqueueSealOwner syncs the NodeSet a relabelled Node was made for: it
 // waits while the Node is relabelled (strayedNodes), and goes on once the
@@ -53,13 +34,13 @@ func (c *Controller) enqueueSealOwner(node *corev1.Node) {
 // strayedNodes are the set's Nodes that its kubelet relabelled: sealed for
 // the set, labelled with another set or class.
 func (c *Controller) strayedNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) {
-	objs, err := c.nodeIndexer.ByIndex(bySealIndex, setSeal(set))
+	objs, err := c.nodeIndexer.ByIndex(bySealIndex, nodeutil.SetSeal(set))
 	if err != nil {
 		return nil, err
 	}
-	var strayed []*corev1.Node
+	strayed := make([]*corev1.Node, 0, len(objs))
 	for _, obj := range objs {
-		if node, ok := obj.(*corev1.Node); ok && nodeutil.Tampered(node.Labels) {
+		if node, ok := obj.(*corev1.Node); ok {
 			strayed = append(strayed, node)
 		}
 	}

@@ -26,7 +26,7 @@ func TestARelabelledNodeIsNoReplicaOfTheSetItClaims(t *testing.T) {
 	set := newSet(1)
 	own := setNode(t, set, class, "web-own", 2*time.Hour, true)
 	intruder := setNode(t, set, class, "web-intruder", time.Hour, true)
-	intruder.Labels[nodesetv1alpha1.LabelSeal] = setSeal(&nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Namespace: "attacker", Name: "web"},
+	intruder.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SetSeal(&nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Namespace: "attacker", Name: "web"},
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim"}})
 	f := newFixture(t, class, set, own, intruder)
 	require.NoError(t, f.sync())
