@@ -3,6 +3,7 @@ package nodeutil
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,6 +46,29 @@ func tampered(l labels.Labels) bool {
 	}
 	return l.Get(nodesetv1alpha1.LabelSeal) != Seal(l.Get(nodesetv1alpha1.LabelNodeSetNamespace), l.Get(nodesetv1alpha1.LabelNodeSet),
 		l.Get(nodesetv1alpha1.LabelNodeClass))
+}
+
+// Stranger reports whether a Node that holds nodeset's finalizer and claims
+// class by its labels is none of nodeset's: it has no seal and was made
+// after the class's status.sealedSince, since when nodeset seals every
+// Node of the class it makes or adopts. A kubelet may register its own
+// Node with any nodeset.dev/ label and with the finalizer (the
+// NodeRestriction admission plugin checks neither), but never with a
+// seal. A class with no sealedSince yet (not served since the seal came)
+// takes an unsealed Node at its labels' word, as one of an earlier
+// release.
+func Stranger(node *corev1.Node, class *nodesetv1alpha1.NodeClass) bool {
+	if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; sealed || !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		return false
+	}
+	return MadeSealed(node, class)
+}
+
+// MadeSealed reports whether a Node was made at or after its class's
+// status.sealedSince: since then, nodeset seals every Node of the class
+// it makes or holds in its first write of it.
+func MadeSealed(node *corev1.Node, class *nodesetv1alpha1.NodeClass) bool {
+	return class != nil && class.Status.SealedSince != nil && !node.CreationTimestamp.Before(class.Status.SealedSince)
 }
 
 // ClassOf is the NodeClass whose Node labels these are, "" for a Node of

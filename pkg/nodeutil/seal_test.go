@@ -3,6 +3,7 @@ package nodeutil
 import (
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -125,4 +126,31 @@ func TestAListerLeavesOutTamperedNodes(t *testing.T) {
 		}
 		assert.Equal(t, []string{"own"}, names, "selector %s", selector)
 	}
+}
+
+// TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals: only a Node
+// that holds nodeset's finalizer, has no seal and was made at or after its
+// class's status.sealedSince is none of nodeset's.
+func TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	class := &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "sim"},
+		Status: nodesetv1alpha1.NodeClassStatus{SealedSince: &metav1.Time{Time: since}}}
+	node := func(created time.Time, held bool, seal string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", CreationTimestamp: metav1.NewTime(created),
+			Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: "sim"}}}
+		if held {
+			n.Finalizers = []string{nodesetv1alpha1.FinalizerTermination}
+		}
+		if seal != "" {
+			n.Labels[nodesetv1alpha1.LabelSeal] = seal
+		}
+		return n
+	}
+	assert.True(t, Stranger(node(since, true, ""), class), "made at sealedSince")
+	assert.True(t, Stranger(node(since.Add(time.Hour), true, ""), class))
+	assert.False(t, Stranger(node(since.Add(-time.Second), true, ""), class), "an earlier release's")
+	assert.False(t, Stranger(node(since.Add(time.Hour), true, Seal("", "", "sim")), class), "sealed")
+	assert.False(t, Stranger(node(since.Add(time.Hour), false, ""), class), "not held: no Node of any set or class anyway")
+	assert.False(t, Stranger(node(since.Add(time.Hour), true, ""), nil), "no class")
+	assert.False(t, Stranger(node(since.Add(time.Hour), true, ""), &nodesetv1alpha1.NodeClass{}), "a class not served since the seal")
 }

@@ -286,6 +286,19 @@ type NodeClassStatus struct {
 	// size). Written with the Valid condition.
 	// +optional
 	DriverKind DriverKind `json:"driverKind,omitempty"`
+	// sealedSince is when nodeset began to seal every Node of the class it
+	// makes or adopts (the node-restriction.kubernetes.io/nodeset-owner
+	// label): the class's creation for a class made since, or, for a class
+	// an earlier release served, ten minutes after the node controller
+	// first served it, so that Nodes an earlier release still makes during
+	// an upgrade are sealed as they are labelled. A Node of the class that
+	// holds nodeset's finalizer, made after this time without a seal, is
+	// none of nodeset's (a kubelet may register its own Node with any
+	// nodeset.dev/ label and finalizer): it belongs to no NodeSet or
+	// class, and the node controller marks it with the seal "none". Set
+	// once, by the node controller serving the class.
+	// +optional
+	SealedSince *metav1.Time `json:"sealedSince,omitempty"`
 }
 
 // DriverKind is the kind of a driver.

@@ -32,6 +32,13 @@ const (
 	// kubelet: it is no Node of any NodeSet or class until nodeset has put
 	// its labels back. It never reaches a kubelet's --node-labels.
 	LabelSeal = "node-restriction.kubernetes.io/nodeset-owner"
+	// SealNone is the seal the node controller gives a Node that holds
+	// nodeset's finalizer and claims a NodeClass by its labels, but that
+	// nodeset never sealed and that was made after the class's
+	// status.sealedSince: a kubelet registered it. It matches no labels,
+	// so the Node belongs to no NodeSet or class, and its kubelet cannot
+	// take it off.
+	SealNone = "none"
 	// LabelAccelerator is on every Node whose machine has accelerators (a
 	// GPU resource in its capacity), with the resource's name ("/" as "-")
 	// as its value. cluster-autoscaler reads a Ready Node with this label

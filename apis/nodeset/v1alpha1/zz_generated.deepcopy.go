@@ -727,6 +727,10 @@ func (in *NodeClassStatus) DeepCopyInto(out *NodeClassStatus) {
 		*out = new(NodeCapacity)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.SealedSince != nil {
+		in, out := &in.SealedSince, &out.SealedSince
+		*out = (*in).DeepCopy()
+	}
 	return
 }
 

@@ -132,6 +132,9 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	// A Node a kubelet registered with the set's labels and nodeset's
+	// finalizer is none of the group's, before it is marked so too.
+	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return nodeutil.Stranger(n, class) })
 	if c.strayed(namespace, name, set.Spec.NodeClassName) {
 		// A Node of the set relabelled by its kubelet: the group waits for
 		// its labels to be put back (restoreLabels).

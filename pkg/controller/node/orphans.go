@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // ReasonOrphanMachineDeleted is the Event reason of a collected orphan.
@@ -351,6 +353,9 @@ func (c *Controller) unaccounted(ctx context.Context, owned map[string]*corev1.N
 // Node whose name a Node of another driver, or of none, has now is its
 // deleted Node's: nothing else would ever remove it.
 func (c *Controller) accountsFor(node *corev1.Node, driver string, m drivers.MachineStatus) bool {
+	if _, ofMachines := c.registry.Machine(driver); ofMachines && !c.maySpeakForMachine(node) {
+		return false
+	}
 	if m.NodeUID == "" || node.UID == m.NodeUID {
 		return true
 	}
@@ -359,6 +364,25 @@ func (c *Controller) accountsFor(node *corev1.Node, driver string, m drivers.Mac
 		nodeDriver = class.Spec.Driver
 	}
 	return nodeDriver == driver
+}
+
+// maySpeakForMachine reports whether a Node with the name or providerID of
+// a machine driver's machine may be its Node: one nodeset made or holds
+// (sealed, or held and made before its class's status.sealedSince), or
+// one it is about to hold (a lone Node no kubelet has reported on yet).
+// A Node its kubelet registered on its own is not: a kubelet that took
+// nodeset's finalizer off its Node, deleted it and registered it again
+// would otherwise keep its machine out of every NodeSet, class limit and
+// collection for good.
+func (c *Controller) maySpeakForMachine(node *corev1.Node) bool {
+	if seal, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; sealed {
+		return seal != nodesetv1alpha1.SealNone
+	}
+	if slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+		return err != nil || !nodeutil.Stranger(node, class)
+	}
+	return !kubeletReported(node)
 }
 
 // nodeSetGone asks the API server whether the owner's NodeSet (namespace,

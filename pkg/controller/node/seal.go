@@ -45,6 +45,40 @@ func ownedBy(node *corev1.Node, namespace, name, class string) bool {
 // NodeClass labels do not match its seal: its kubelet relabelled it.
 const ReasonNodeLabelsTampered = "NodeLabelsTampered"
 
+// ReasonNodeNotSealed is the Warning Event of a Node that holds nodeset's
+// finalizer and claims a NodeClass, made after the class's
+// status.sealedSince without a seal: nodeset did not make it
+// (nodeutil.Stranger), and marks it with the seal "none".
+const ReasonNodeNotSealed = "NodeNotSealed"
+
+// markStranger gives a Node that is none of nodeset's (nodeutil.Stranger)
+// the seal "none", which no labels match: every listing then leaves it out
+// of every NodeSet and class, as a relabelled Node, and its kubelet cannot
+// take the seal off to be taken for nodeset's again (not even once the
+// class's status.sealedSince is lost). Nothing is done to any machine for
+// it, its deletion included: its finalizer is taken off by hand. This is
+// done by the node controller serving the class's driver, once per Node.
+func (c *Controller) markStranger(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) error {
+	if _, served := c.registry[class.Spec.Driver]; !served {
+		return nil
+	}
+	claim := "NodeClass " + class.Name
+	if namespace, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
+		claim = fmt.Sprintf("NodeSet %s/%s of NodeClass %s", namespace, name, class.Name)
+	}
+	// The names quoted are label values: at most 63 characters of a small
+	// alphabet, as the API server validates them.
+	c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonNodeNotSealed,
+		"The Node claims %s and holds finalizer %s, but nodeset did not make it: it has no %s label and was registered after the class's status.sealedSince (%s). "+
+			"It belongs to no NodeSet or class, and no machine is made or removed for it; it is marked %s=%s. To delete it, remove the finalizer by hand",
+		claim, nodesetv1alpha1.FinalizerTermination, nodesetv1alpha1.LabelSeal, class.Status.SealedSince.UTC().Format(time.RFC3339),
+		nodesetv1alpha1.LabelSeal, nodesetv1alpha1.SealNone)
+	klog.FromContext(ctx).Info("A Node nodeset did not make claims a class; marked as none of nodeset's", "node", node.Name, "nodeclass", class.Name)
+	want := maps.Clone(node.Labels)
+	want[nodesetv1alpha1.LabelSeal] = nodesetv1alpha1.SealNone
+	return c.patchLabels(ctx, node, want, "marking")
+}
+
 // setSealIndex indexes NodeSets by the seal of their Nodes
 // (nodeutil.IndexSetBySeal).
 const setSealIndex = "seal"
@@ -80,6 +114,9 @@ func (c *Controller) sealOwner(seal string) (namespace, name, class string, ok b
 // class this controller knows keeps its labels, and nothing is done to its
 // machine until they are put back by hand.
 func (c *Controller) restoreLabels(ctx context.Context, node *corev1.Node) error {
+	if node.Labels[nodesetv1alpha1.LabelSeal] == nodesetv1alpha1.SealNone {
+		return nil // none of nodeset's, and told so when marked (markStranger)
+	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", node.Name)
 	namespace, name, class, known := c.sealOwner(node.Labels[nodesetv1alpha1.LabelSeal])
 	driverName := node.Annotations[nodesetv1alpha1.AnnotationDriver]
@@ -205,7 +242,8 @@ const sealPeriod = 5 * time.Minute
 
 // sealUnsealed seals the Nodes of the classes this controller serves that
 // nodeset holds and that have no seal, as they are labelled now (sealed),
-// one write each, paced by the client's rate limit.
+// and marks those nodeset did not make (markStranger), one write each,
+// paced by the client's rate limit.
 func (c *Controller) sealUnsealed(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	nodes, err := c.nodes.List(labels.Everything())
@@ -218,6 +256,12 @@ func (c *Controller) sealUnsealed(ctx context.Context) {
 			continue
 		}
 		if _, served := c.registry[class.Spec.Driver]; !served {
+			continue
+		}
+		if nodeutil.Stranger(node, class) {
+			if err := c.markStranger(ctx, node, class); err != nil {
+				logger.Info("Could not mark a Node nodeset did not make; tried again later", "node", node.Name, "err", err)
+			}
 			continue
 		}
 		if driver := node.Annotations[nodesetv1alpha1.AnnotationDriver]; driver != "" && driver != class.Spec.Driver {

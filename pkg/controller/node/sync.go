@@ -89,6 +89,11 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	} else if err != nil {
 		return err
 	}
+	if nodeutil.Stranger(cached, class) {
+		// Registered by a kubelet with nodeset's labels and finalizer:
+		// none of nodeset's, whatever its labels claim.
+		return c.markStranger(ctx, cached, class)
+	}
 	// The driver that made the Node's machine is the one to remove it. A
 	// class of the Node's class name whose driver is another (made again
 	// under the name, or edited with the webhook away) is not the class of
@@ -388,6 +393,19 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) (bool, error) {
 	if node.Spec.ProviderID == "" && !kubeletReported(node) {
 		return false, nil
+	}
+	_, sealed := node.Labels[nodesetv1alpha1.LabelSeal]
+	if nodeClass, err := c.classes.Get(class.Name); err == nil && !sealed && nodeutil.MadeSealed(node, nodeClass) {
+		// Since the class's Nodes are sealed, nodeset seals a lone Node
+		// before its machine is made: an unsealed Node whose host came
+		// first was registered by that host's kubelet, with the labels
+		// it chose (a Node deleted by hand, and registered again by its
+		// kubelet with the class label, would otherwise have its
+		// machine taken for a lone Node's, of no NodeSet).
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonForeignNode,
+			"Not provisioned: a kubelet reports on it, and it was registered after NodeClass %s began sealing its Nodes (status.sealedSince); remove the %s label, or delete the Node and create it again without a host",
+			class.Name, nodesetv1alpha1.LabelNodeClass)
+		return true, nil
 	}
 	machine, err := driver.Get(ctx, class, node.Name)
 	switch {

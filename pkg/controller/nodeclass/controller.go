@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -220,6 +221,7 @@ func (c *Controller) validate(ctx context.Context, name string, read *map[string
 	meta.SetStatusCondition(&status.Conditions, condition)
 	status.Capacity = nil
 	status.DriverKind = KindOf(driver)
+	status.SealedSince = SealedSince(class, time.Now())
 	if problem == nil {
 		capacity, err := driver.Capacity(ctx, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: creds})
 		err = redact.Error(creds, err)
@@ -265,6 +267,7 @@ func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeC
 	status := *class.Status.DeepCopy()
 	status.ObservedGeneration = class.Generation
 	status.DriverKind = KindOf(driver)
+	status.SealedSince = SealedSince(class, time.Now())
 	status.Capacity = nil
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionUnknown,
 		ObservedGeneration: class.Generation, Reason: reason, Message: err.Error()})
@@ -277,6 +280,29 @@ func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeC
 	}
 	c.enqueueSetsOf(class.Name)
 	return err
+}
+
+// UpgradeGrace is how long after a node controller of this release first
+// serves a class that an earlier release served, Nodes made without a seal
+// are still taken as nodeset's (nodeutil.Stranger): those an earlier
+// nodeset controller makes while both controllers are upgraded.
+const UpgradeGrace = 10 * time.Minute
+
+// SealedSince is the class's status.sealedSince: kept once written; else
+// the class's creation, when no node controller has served it yet (every
+// Node of it is made sealed), or UpgradeGrace from now, when an earlier
+// release served it (its status has a verdict or a driver kind but no
+// sealedSince).
+func SealedSince(class *nodesetv1alpha1.NodeClass, now time.Time) *metav1.Time {
+	switch {
+	case class.Status.SealedSince != nil:
+		return class.Status.SealedSince
+	case len(class.Status.Conditions) == 0 && class.Status.DriverKind == "":
+		return class.CreationTimestamp.DeepCopy()
+	default:
+		since := metav1.NewTime(now.Add(UpgradeGrace)).Rfc3339Copy()
+		return &since
+	}
 }
 
 // EnqueueClassesOfSecret validates again the classes whose

@@ -3,6 +3,7 @@ package nodeclass
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,4 +140,38 @@ func TestNoCapacityBeforeTheClassIsValid(t *testing.T) {
 	for _, a := range f.client.Actions() {
 		assert.NotEqual(t, "patch", a.GetVerb(), "a class not validated yet publishes nothing")
 	}
+}
+
+// TestAClassSaysSinceWhenItsNodesAreSealed: a class no node controller has
+// served yet seals its Nodes since its creation; one an earlier release
+// served (a verdict, no sealedSince) gets UpgradeGrace from now, for the
+// Nodes that release still makes during the upgrade; either is kept once
+// written, through a new generation.
+func TestAClassSaysSinceWhenItsNodesAreSealed(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	sealedSince := func(class *nodesetv1alpha1.NodeClass) time.Time {
+		t.Helper()
+		f := newFixture(t, class)
+		require.NoError(t, f.controller.sync(context.Background(), "sim"))
+		got, err := f.client.NodesetV1alpha1().NodeClasses().Get(context.Background(), "sim", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotNil(t, got.Status.SealedSince)
+		return got.Status.SealedSince.Time
+	}
+
+	fresh := simClass(nodesetv1alpha1.DriverSimulated)
+	fresh.CreationTimestamp = metav1.NewTime(created)
+	assert.Equal(t, created, sealedSince(fresh).UTC(), "a new class: since its creation")
+
+	earlier := validated(simClass(nodesetv1alpha1.DriverSimulated))
+	earlier.CreationTimestamp = metav1.NewTime(created)
+	before := time.Now()
+	got := sealedSince(earlier)
+	assert.False(t, got.Before(before.Add(UpgradeGrace).Truncate(time.Second)), "an earlier release's class: %s", got)
+	assert.False(t, got.After(time.Now().Add(UpgradeGrace)), "an earlier release's class: %s", got)
+
+	kept := validated(simClass(nodesetv1alpha1.DriverSimulated))
+	kept.Generation = 2
+	kept.Status.SealedSince = &metav1.Time{Time: created.Add(time.Hour)}
+	assert.Equal(t, created.Add(time.Hour), sealedSince(kept).UTC(), "kept")
 }

@@ -426,8 +426,9 @@ func (c *Controller) batchFor(key string) time.Duration {
 	return max(c.nodeEventBatch, time.Duration(c.sizes[key])*batchPerNode)
 }
 
-// setNodes returns the cached Nodes of the NodeSet with key, and remembers
-// how many there are for the set's NodeEventBatch.
+// setNodes returns the cached Nodes of the NodeSet with key, less those
+// none of nodeset's (stranger), and remembers how many there are for the
+// set's NodeEventBatch.
 func (c *Controller) setNodes(key string) ([]*corev1.Node, error) {
 	objs, err := c.nodeIndexer.ByIndex(byNodeSetIndex, key)
 	if err != nil {
@@ -435,7 +436,7 @@ func (c *Controller) setNodes(key string) ([]*corev1.Node, error) {
 	}
 	nodes := make([]*corev1.Node, 0, len(objs))
 	for _, obj := range objs {
-		if node, ok := obj.(*corev1.Node); ok {
+		if node, ok := obj.(*corev1.Node); ok && !c.stranger(node) {
 			nodes = append(nodes, node)
 		}
 	}
@@ -443,6 +444,20 @@ func (c *Controller) setNodes(key string) ([]*corev1.Node, error) {
 	c.sizes[key] = len(nodes)
 	c.statusMu.Unlock()
 	return nodes, nil
+}
+
+// stranger reports whether a Node that claims a NodeSet by its labels and
+// holds nodeset's finalizer is none of nodeset's (nodeutil.Stranger): a
+// kubelet registered it so. Such a Node is no replica, from the moment it
+// appears: the node controller marks it with the seal "none" soon after,
+// and no listing counts it from then on, but a scale-down in between
+// would take it for one of the set's and remove one of the set's own.
+func (c *Controller) stranger(node *corev1.Node) bool {
+	if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; sealed {
+		return false
+	}
+	class, err := c.nodeClassLister.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+	return err == nil && nodeutil.Stranger(node, class)
 }
 
 func (c *Controller) nodeUpdated(oldObj, newObj any) {

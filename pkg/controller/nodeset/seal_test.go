@@ -108,3 +108,40 @@ func TestADeletedClassIsHeldByItsRelabelledStaticNode(t *testing.T) {
 	require.Len(t, f.recorder.Events, 1)
 	assert.Contains(t, <-f.recorder.Events, "Node static-1")
 }
+
+// TestANodeAKubeletRegisteredIsNoReplica: a kubelet may register its own
+// Node with a set's labels and nodeset's finalizer, but not with a seal.
+// Made after its class began sealing its Nodes (status.sealedSince), such
+// a Node is no replica from the moment it appears: the set neither scales
+// down for it nor counts it, and makes the Node it lacks. Made before, it
+// is an earlier release's, and a replica.
+func TestANodeAKubeletRegisteredIsNoReplica(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		replicas int32
+		made     time.Duration // how long before the Node was registered the class began sealing
+		creates  int
+		deletes  int
+		counted  int32
+	}{
+		{name: "one too many for the set", replicas: 1, made: 2 * time.Hour, counted: 1},
+		{name: "one too few", replicas: 2, made: 2 * time.Hour, creates: 1, counted: 1},
+		{name: "made before sealedSince", replicas: 1, made: -time.Minute, deletes: 1, counted: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			class := validClass("sim")
+			since := testNow.Add(-time.Hour - tt.made)
+			class.Status.SealedSince = &metav1.Time{Time: since}
+			set := newSet(tt.replicas)
+			own := setNode(t, set, class, "web-own", 4*time.Hour, true)
+			own.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SetSeal(set)
+			registered := setNode(t, set, class, "web-registered", time.Hour, true)
+			delete(registered.Labels, nodesetv1alpha1.LabelSeal)
+			f := newFixture(t, class, set, own, registered)
+			require.NoError(t, f.sync())
+			assert.Len(t, f.nodeCreates(), tt.creates)
+			assert.Len(t, f.nodeDeletes(), tt.deletes)
+			assert.Equal(t, tt.counted, f.status().Replicas)
+		})
+	}
+}

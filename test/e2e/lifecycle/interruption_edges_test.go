@@ -31,6 +31,7 @@ import (
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
 	"nodeset.dev/nodeset/pkg/generated/informers/externalversions"
 	nodesetlisters "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // noticeVisibility is how long a received notice stays hidden on the fake
@@ -252,8 +253,11 @@ func createMachineNode(t *testing.T, name, class, namespace, set, driver, instan
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: finalizers},
 		Spec: corev1.NodeSpec{ProviderID: "aws:///zone-a/" + instance}}
 	if driver != "" {
+		// Sealed, as nodeset makes its Nodes: held and unsealed, a Node
+		// made after its class began sealing is none of nodeset's.
 		node.Labels = map[string]string{nodesetv1alpha1.LabelNodeClass: class,
-			nodesetv1alpha1.LabelNodeSetNamespace: namespace, nodesetv1alpha1.LabelNodeSet: set}
+			nodesetv1alpha1.LabelNodeSetNamespace: namespace, nodesetv1alpha1.LabelNodeSet: set,
+			nodesetv1alpha1.LabelSeal: nodeutil.Seal(namespace, set, class)}
 		node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDriver: driver, nodesetv1alpha1.AnnotationGroup: "g-" + set}
 	}
 	_, err := kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})

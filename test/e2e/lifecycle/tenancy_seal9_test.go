@@ -210,6 +210,19 @@ func TestAKubeletCannotMoveItsNodeIntoAnotherSetOrClass(t *testing.T) {
 		made := readyNodes("seal-legacy", "old", 1)[0]
 		require.Equal(t, "seal-legacy", made.Labels[nodesetv1alpha1.LabelTenantRestricted])
 		history := watchNodeHistory(ctx, t, kube)
+		// The class as an earlier release served it: no sealedSince. The
+		// node controller gives it one ten minutes on, so the Node below,
+		// made before that, is an earlier release's.
+		_, err := cs.NodesetV1alpha1().NodeClasses().Patch(ctx, "seal-dedicated", types.MergePatchType,
+			[]byte(`{"status":{"sealedSince":null}}`), metav1.PatchOptions{}, "status")
+		require.NoError(t, err)
+		eventually(t, time.Minute, "a sealedSince after the Node was made", func(ctx context.Context) (bool, string) {
+			class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "seal-dedicated", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return class.Status.SealedSince != nil && class.Status.SealedSince.After(made.CreationTimestamp.Time), fmt.Sprint(class.Status.SealedSince)
+		})
 		// Written back as an earlier release made it: nodeset's labels and
 		// no seal, and (before the restricted tenant label) no
 		// node-restriction.kubernetes.io/nodeset-tenant. The admin's
@@ -234,24 +247,149 @@ func TestAKubeletCannotMoveItsNodeIntoAnotherSetOrClass(t *testing.T) {
 	})
 }
 
-// eventuallyTampered waits for the NodeLabelsTampered Event of node whose
-// message names claimed.
-func eventuallyTampered(t *testing.T, kube kubernetes.Interface, node, claimed string) {
+// TestAKubeletCannotRegisterItsOwnNodeIntoASetOrClass: NodeRestriction
+// lets a kubelet register its own Node with any nodeset.dev/ label and
+// nodeset's finalizer, and take that finalizer off its Node and delete it;
+// only the seal is out of its reach. A Node registered so, after its class
+// began sealing its Nodes, is none of nodeset's: no replica of the set it
+// claims (whose Nodes stay), marked with the seal "none" and told about;
+// and a Node registered again with its class's label, to keep its machine
+// out of its set, is not taken for a lone Node of the class, while its set
+// makes the Node it lost.
+func TestAKubeletCannotRegisterItsOwnNodeIntoASetOrClass(t *testing.T) {
+	p := startRestricted(t, 10*time.Minute, "register-victim", "register-attacker")
+	ctx, kube, cs := p.ctx, p.kube, p.cs
+	_, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "register-shared"},
+		Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
+			DriverSections:      nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
+			RegistrationTimeout: &metav1.Duration{Duration: 5 * time.Minute}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for ns, replicas := range map[string]int32{"register-victim": 2, "register-attacker": 1} {
+		_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "register-shared", Replicas: ptr.To(replicas),
+				Strategy: nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	sealSettled(t, cs, "register-victim", "web", 2)
+	sealSettled(t, cs, "register-attacker", "web", 1)
+	sealedNodes := func(t *testing.T, ns string) []string {
+		t.Helper()
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+			LabelSelector: nodesetv1alpha1.LabelSeal + "=" + nodeutil.Seal(ns, "web", "register-shared")})
+		require.NoError(t, err)
+		return sealNodeNames(nodes.Items)
+	}
+	victims := sealedNodes(t, "register-victim")
+	require.Len(t, victims, 2)
+	class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "register-shared", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, class.Status.SealedSince, "the node controller says since when the class's Nodes are sealed")
+	assert.False(t, class.Status.SealedSince.After(class.CreationTimestamp.Time), "a new class: since its creation")
+	removeByHand := func(name string) {
+		t.Cleanup(func() {
+			ctx := context.Background()
+			_, _ = kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			_ = kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		})
+	}
+	// reportReady reports on the named Node as its kubelet does: a patch
+	// of its status.
+	reportReady := func(t *testing.T, name string) {
+		t.Helper()
+		now := metav1.Now().UTC().Format(time.RFC3339)
+		patch := fmt.Sprintf(`{"status":{"nodeInfo":{"kubeletVersion":"v1.35.0"},"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, now, now)
+		_, err := p.asKubelet(name).CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		require.NoError(t, err, "a kubelet reports on its own Node")
+	}
+
+	t.Run("registered with another namespace's set's labels and nodeset's finalizer", func(t *testing.T) {
+		history := watchNodeHistory(ctx, t, kube)
+		_, err := p.asKubelet("register-rogue").CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "register-rogue",
+			Labels: map[string]string{nodesetv1alpha1.LabelNodeSetNamespace: "register-victim", nodesetv1alpha1.LabelNodeSet: "web",
+				nodesetv1alpha1.LabelNodeClass: "register-shared"},
+			Finalizers: []string{nodesetv1alpha1.FinalizerTermination}}}, metav1.CreateOptions{})
+		require.NoError(t, err, "NodeRestriction checks neither nodeset.dev/ labels nor finalizers")
+		removeByHand("register-rogue")
+		reportReady(t, "register-rogue")
+		eventually(t, time.Minute, "the Node marked none of nodeset's", func(ctx context.Context) (bool, string) {
+			n, err := kube.CoreV1().Nodes().Get(ctx, "register-rogue", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return n.Labels[nodesetv1alpha1.LabelSeal] == nodesetv1alpha1.SealNone, fmt.Sprint(n.Labels)
+		})
+		eventuallyEventOn(t, kube, "register-rogue", "NodeNotSealed", "claims NodeSet register-victim/web of NodeClass register-shared")
+		// A sync of the victim's set that sees the registered Node: scaled
+		// to 3, it makes a third Node of its own, the registered one
+		// counting for nothing.
+		_, err = cs.NodesetV1alpha1().NodeSets("register-victim").Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		sealSettled(t, cs, "register-victim", "web", 3)
+		own := sealedNodes(t, "register-victim")
+		assert.Len(t, own, 3)
+		assert.Subset(t, own, victims, "the victim's Nodes stay")
+		added, deleted := history.seen()
+		assert.ElementsMatch(t, append([]string{"register-rogue"}, slices.DeleteFunc(own, func(n string) bool { return slices.Contains(victims, n) })...), added,
+			"no Node made but the victim's third")
+		assert.Empty(t, deleted, "none deleted: not the victim's, not the one registered (which the set would have taken for its newest)")
+		err = p.relabel(t, "register-rogue", map[string]any{nodesetv1alpha1.LabelSeal: nil})
+		assert.True(t, apierrors.IsForbidden(err), "the kubelet cannot take the mark off: %v", err)
+	})
+
+	t.Run("its finalizer taken off", func(t *testing.T) {
+		mine := sealedNodes(t, "register-attacker")
+		require.Len(t, mine, 1)
+		name := mine[0]
+		kubelet := p.asKubelet(name)
+		err := kubelet.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		require.True(t, apierrors.IsForbidden(err), "a kubelet may not delete its Node: %v", err)
+		_, err = kubelet.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		require.NoError(t, err, "but may take a finalizer off it")
+		// Sealed, the Node is nodeset's still: held again, its machine
+		// its own; the set ends with one Node, every one of them held.
+		eventually(t, 2*time.Minute, "one Node of the set, held", func(ctx context.Context) (bool, string) {
+			nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+				LabelSelector: nodesetv1alpha1.LabelSeal + "=" + nodeutil.Seal("register-attacker", "web", "register-shared")})
+			if err != nil {
+				return false, err.Error()
+			}
+			var held []string
+			for _, n := range nodes.Items {
+				if slices.Contains(n.Finalizers, nodesetv1alpha1.FinalizerTermination) && n.DeletionTimestamp == nil {
+					held = append(held, n.Name)
+				}
+			}
+			return len(nodes.Items) == 1 && len(held) == 1, fmt.Sprintf("%d Nodes, held %v", len(nodes.Items), held)
+		})
+		sealSettled(t, cs, "register-attacker", "web", 1)
+	})
+}
+
+// eventuallyEventOn waits for an Event of reason on node, from the API
+// server of kube, whose message contains text.
+func eventuallyEventOn(t *testing.T, kube kubernetes.Interface, node, reason, text string) {
 	t.Helper()
-	eventually(t, time.Minute, "a NodeLabelsTampered Event on "+node, func(ctx context.Context) (bool, string) {
+	eventually(t, time.Minute, "a "+reason+" Event on "+node, func(ctx context.Context) (bool, string) {
 		events, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node})
 		if err != nil {
 			return false, err.Error()
 		}
 		var seen []string
 		for _, e := range events.Items {
-			if e.Reason == "NodeLabelsTampered" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `"`+claimed+`"`) {
+			if e.Reason == reason && strings.Contains(e.Message, text) {
 				return true, ""
 			}
 			seen = append(seen, e.Reason+": "+e.Message)
 		}
 		return false, fmt.Sprint(seen)
 	})
+}
+
+// eventuallyTampered waits for the NodeLabelsTampered Event of node whose
+// message names claimed.
+func eventuallyTampered(t *testing.T, kube kubernetes.Interface, node, claimed string) {
+	t.Helper()
+	eventuallyEventOn(t, kube, node, "NodeLabelsTampered", `"`+claimed+`"`)
 }
 
 // sealSettled waits for the set's status to show replicas Nodes for its

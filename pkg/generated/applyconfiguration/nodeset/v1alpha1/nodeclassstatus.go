@@ -8,6 +8,7 @@ SPDX-License-Identifier: Apache-2.0
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
@@ -31,6 +32,18 @@ type NodeClassStatusApplyConfiguration struct {
 	// machines; the node controller creates their Nodes and keeps the group's
 	// size). Written with the Valid condition.
 	DriverKind *nodesetv1alpha1.DriverKind `json:"driverKind,omitempty"`
+	// sealedSince is when nodeset began to seal every Node of the class it
+	// makes or adopts (the node-restriction.kubernetes.io/nodeset-owner
+	// label): the class's creation for a class made since, or, for a class
+	// an earlier release served, ten minutes after the node controller
+	// first served it, so that Nodes an earlier release still makes during
+	// an upgrade are sealed as they are labelled. A Node of the class that
+	// holds nodeset's finalizer, made after this time without a seal, is
+	// none of nodeset's (a kubelet may register its own Node with any
+	// nodeset.dev/ label and finalizer): it belongs to no NodeSet or
+	// class, and the node controller marks it with the seal "none". Set
+	// once, by the node controller serving the class.
+	SealedSince *metav1.Time `json:"sealedSince,omitempty"`
 }
 
 // NodeClassStatusApplyConfiguration constructs a declarative configuration of the NodeClassStatus type for use with
@@ -73,5 +86,13 @@ func (b *NodeClassStatusApplyConfiguration) WithCapacity(value *NodeCapacityAppl
 // If called multiple times, the DriverKind field is set to the value of the last call.
 func (b *NodeClassStatusApplyConfiguration) WithDriverKind(value nodesetv1alpha1.DriverKind) *NodeClassStatusApplyConfiguration {
 	b.DriverKind = &value
+	return b
+}
+
+// WithSealedSince sets the SealedSince field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SealedSince field is set to the value of the last call.
+func (b *NodeClassStatusApplyConfiguration) WithSealedSince(value metav1.Time) *NodeClassStatusApplyConfiguration {
+	b.SealedSince = &value
 	return b
 }
