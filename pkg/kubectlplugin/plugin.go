@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -279,7 +280,14 @@ func (o *options) status(ctx context.Context, c *clients, name string, events in
 		fmt.Fprintln(out, line)
 	}
 	fmt.Fprintln(out)
-	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: resolve.Selector(set).String()})
+	selector := resolve.Selector(set)
+	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err == nil {
+		// The API server selects by the labels alone: a Node relabelled by
+		// its kubelet, or one it registered so (marked none of nodeset's),
+		// is none of the set's.
+		nodes.Items = slices.DeleteFunc(nodes.Items, func(n corev1.Node) bool { return !selector.Matches(labels.Set(n.Labels)) })
+	}
 	switch {
 	case apierrors.IsForbidden(err):
 		fmt.Fprintf(out, "Nodes: not visible to you (%s)\n", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
@@ -125,12 +126,19 @@ func TestKubectlPlugin(t *testing.T) {
 	_, err = tenantClient.NodesetV1alpha1().NodeSets(ns).Create(ctx, &printed, metav1.CreateOptions{FieldValidation: "Strict"})
 	require.NoError(t, err, "the printed NodeSet is accepted as it is:\n%s", out)
 
-	// Status: each node's phase, and the events.
+	// Status: each node's phase, and the events. A Node that claims the
+	// set by its labels, marked none of nodeset's, is not listed.
 	eventually(t, 2*time.Minute, "3 nodes", converged(c, t, ns, "cli", 3))
+	_, err = kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "plugin-claimant", Labels: map[string]string{
+		nodesetv1alpha1.LabelNodeSetNamespace: ns, nodesetv1alpha1.LabelNodeSet: "cli", nodesetv1alpha1.LabelNodeClass: "plugin-sim",
+		nodesetv1alpha1.LabelSeal: nodesetv1alpha1.SealNone}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
 	out, errText = plugin(t, framework.AdminName, "-n", ns, "status", "cli")
 	require.Empty(t, errText)
 	assert.Contains(t, out, "NodeSet "+ns+"/cli (class plugin-sim): 3 desired, 3 current, 3 ready")
 	assert.Equal(t, 3, strings.Count(out, " ready "), out)
+	assert.NotContains(t, out, "plugin-claimant")
+	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, "plugin-claimant", metav1.DeleteOptions{}))
 	assert.Contains(t, out, "SuccessfulCreate")
 	out, errText = plugin(t, "tenant-a", "-n", ns, "status", "cli")
 	require.Empty(t, errText)
