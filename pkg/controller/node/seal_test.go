@@ -24,15 +24,18 @@ func sealedSetNode(name, class string) *corev1.Node {
 	return node
 }
 
-func tamperedEvents(events []string) []string {
+// eventsOf are the events of reason among events.
+func eventsOf(events []string, reason string) []string {
 	var out []string
 	for _, e := range events {
-		if strings.Contains(e, ReasonNodeLabelsTampered) {
+		if strings.Contains(e, reason) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
+
+func tamperedEvents(events []string) []string { return eventsOf(events, ReasonNodeLabelsTampered) }
 
 // TestARelabelledNodeGetsItsLabelsBack: a Node whose kubelet relabelled it
 // into another namespace's set, or another class, is told about once per

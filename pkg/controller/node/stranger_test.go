@@ -35,15 +35,7 @@ func registeredByItsKubelet(name, class string, created time.Time) *corev1.Node 
 	return node
 }
 
-func notSealedEvents(events []string) []string {
-	var out []string
-	for _, e := range events {
-		if strings.Contains(e, ReasonNodeNotSealed) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func notSealedEvents(events []string) []string { return eventsOf(events, ReasonNodeNotSealed) }
 
 // TestANodeAKubeletRegisteredWithASetsLabelsIsMarkedNoneOfNodesets: a
 // Node that holds nodeset's finalizer and claims a NodeSet, made after its
