@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -49,26 +50,40 @@ func tampered(l labels.Labels) bool {
 }
 
 // Stranger reports whether a Node that holds nodeset's finalizer and claims
-// class by its labels is none of nodeset's: it has no seal and was made
-// after the class's status.sealedSince, since when nodeset seals every
-// Node of the class it makes or adopts. A kubelet may register its own
-// Node with any nodeset.dev/ label and with the finalizer (the
-// NodeRestriction admission plugin checks neither), but never with a
-// seal. A class with no sealedSince yet (not served since the seal came)
-// takes an unsealed Node at its labels' word, as one of an earlier
-// release.
-func Stranger(node *corev1.Node, class *nodesetv1alpha1.NodeClass) bool {
+// class by its labels is none of nodeset's, at now: it has no seal, and
+// nodeset seals every Node of the class it makes or holds since the
+// class's status.sealedSince. A kubelet may register its own Node, or
+// relabel it, with any nodeset.dev/ label and add the finalizer (the
+// NodeRestriction admission plugin checks neither), but never add a seal.
+// So such a Node made since sealedSince is a kubelet's; so is any such
+// Node once sealedSince is past, by which time the node controller has
+// sealed those of an earlier release (an older kubelet's Node could
+// otherwise claim a set by a label and a finalizer added after it, and be
+// sealed as one of that release's). Before then, and for a class with no
+// sealedSince yet (not served since the seal came), an unsealed Node is
+// taken at its labels' word, as an earlier release's.
+func Stranger(node *corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time) bool {
 	if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; sealed || !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return false
 	}
-	return MadeSealed(node, class)
+	return SealRequired(node, class, now)
 }
 
 // MadeSealed reports whether a Node was made at or after its class's
-// status.sealedSince: since then, nodeset seals every Node of the class
-// it makes or holds in its first write of it.
+// status.sealedSince: since then nodeset seals every Node of the class it
+// makes or holds in its first write of it, so an unsealed one was made by
+// someone else (its kubelet).
 func MadeSealed(node *corev1.Node, class *nodesetv1alpha1.NodeClass) bool {
 	return class != nil && class.Status.SealedSince != nil && !node.CreationTimestamp.Before(class.Status.SealedSince)
+}
+
+// SealRequired reports whether a Node of class must carry a seal at now to
+// be nodeset's: it was made at or after the class's status.sealedSince, or
+// that time is past. Since then nodeset seals every Node of the class it
+// makes or holds in its first write of it, and has sealed those an
+// earlier release made.
+func SealRequired(node *corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time) bool {
+	return MadeSealed(node, class) || (class != nil && class.Status.SealedSince != nil && !now.Before(class.Status.SealedSince.Time))
 }
 
 // ClassOf is the NodeClass whose Node labels these are, "" for a Node of

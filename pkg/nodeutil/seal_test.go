@@ -129,8 +129,9 @@ func TestAListerLeavesOutTamperedNodes(t *testing.T) {
 }
 
 // TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals: only a Node
-// that holds nodeset's finalizer, has no seal and was made at or after its
-// class's status.sealedSince is none of nodeset's.
+// that holds nodeset's finalizer and has no seal can be none of nodeset's:
+// one made at or after its class's status.sealedSince, or any such Node
+// once that time is past.
 func TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals(t *testing.T) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	class := &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "sim"},
@@ -146,11 +147,15 @@ func TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals(t *testing.T) {
 		}
 		return n
 	}
-	assert.True(t, Stranger(node(since, true, ""), class), "made at sealedSince")
-	assert.True(t, Stranger(node(since.Add(time.Hour), true, ""), class))
-	assert.False(t, Stranger(node(since.Add(-time.Second), true, ""), class), "an earlier release's")
-	assert.False(t, Stranger(node(since.Add(time.Hour), true, Seal("", "", "sim")), class), "sealed")
-	assert.False(t, Stranger(node(since.Add(time.Hour), false, ""), class), "not held: no Node of any set or class anyway")
-	assert.False(t, Stranger(node(since.Add(time.Hour), true, ""), nil), "no class")
-	assert.False(t, Stranger(node(since.Add(time.Hour), true, ""), &nodesetv1alpha1.NodeClass{}), "a class not served since the seal")
+	before, after := since.Add(-time.Second), since.Add(time.Hour)
+	assert.True(t, Stranger(node(since, true, ""), class, before), "made at sealedSince")
+	assert.True(t, Stranger(node(after, true, ""), class, after))
+	assert.False(t, Stranger(node(before, true, ""), class, before), "an earlier release's, before sealedSince is past")
+	assert.True(t, Stranger(node(before, true, ""), class, since), "any unsealed one once sealedSince is past")
+	assert.False(t, Stranger(node(after, true, Seal("", "", "sim")), class, after), "sealed")
+	assert.False(t, Stranger(node(after, false, ""), class, after), "not held: no Node of any set or class anyway")
+	assert.False(t, Stranger(node(after, true, ""), nil, after), "no class")
+	assert.False(t, Stranger(node(after, true, ""), &nodesetv1alpha1.NodeClass{}, after), "a class not served since the seal")
+	assert.False(t, MadeSealed(node(before, true, ""), class), "made before")
+	assert.True(t, MadeSealed(node(since, true, ""), class))
 }

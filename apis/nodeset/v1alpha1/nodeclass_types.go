@@ -292,11 +292,12 @@ type NodeClassStatus struct {
 	// an earlier release served, ten minutes after the node controller
 	// first served it, so that Nodes an earlier release still makes during
 	// an upgrade are sealed as they are labelled. A Node of the class that
-	// holds nodeset's finalizer, made after this time without a seal, is
-	// none of nodeset's (a kubelet may register its own Node with any
-	// nodeset.dev/ label and finalizer): it belongs to no NodeSet or
-	// class, and the node controller marks it with the seal "none". Set
-	// once, by the node controller serving the class.
+	// holds nodeset's finalizer without a seal, made after this time or
+	// found once it is past, is none of nodeset's (a kubelet may register
+	// or relabel its own Node with any nodeset.dev/ label and add the
+	// finalizer): it belongs to no NodeSet or class, and the node
+	// controller marks it with the seal "none". Set once, by the node
+	// controller serving the class.
 	// +optional
 	SealedSince *metav1.Time `json:"sealedSince,omitempty"`
 }

@@ -134,7 +134,8 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	// A Node a kubelet registered with the set's labels and nodeset's
 	// finalizer is none of the group's, before it is marked so too.
-	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return nodeutil.Stranger(n, class) })
+	now := c.opts.Now()
+	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return nodeutil.Stranger(n, class, now) })
 	if c.strayed(namespace, name, set.Spec.NodeClassName) {
 		// A Node of the set relabelled by its kubelet: the group waits for
 		// its labels to be put back (restoreLabels).

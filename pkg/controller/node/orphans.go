@@ -368,19 +368,23 @@ func (c *Controller) accountsFor(node *corev1.Node, driver string, m drivers.Mac
 
 // maySpeakForMachine reports whether a Node with the name or providerID of
 // a machine driver's machine may be its Node: one nodeset made or holds
-// (sealed, or held and made before its class's status.sealedSince), or
-// one it is about to hold (a lone Node no kubelet has reported on yet).
-// A Node its kubelet registered on its own is not: a kubelet that took
-// nodeset's finalizer off its Node, deleted it and registered it again
-// would otherwise keep its machine out of every NodeSet, class limit and
-// collection for good.
+// (sealed; held and made before its class's status.sealedSince; either
+// marked none of nodeset's only once sealedSince was past, which an
+// earlier release's Node left unsealed by then is too), or one it is
+// about to hold (a lone Node no kubelet has reported on yet). A Node its
+// kubelet registered on its own after sealedSince is not: a Node deleted
+// by hand and registered again by its kubelet would otherwise keep its
+// machine out of every NodeSet, class limit and collection for good.
 func (c *Controller) maySpeakForMachine(node *corev1.Node) bool {
+	class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+	if err != nil {
+		class = nil
+	}
 	if seal, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; sealed {
-		return seal != nodesetv1alpha1.SealNone
+		return seal != nodesetv1alpha1.SealNone || !nodeutil.MadeSealed(node, class)
 	}
 	if slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
-		class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
-		return err != nil || !nodeutil.Stranger(node, class)
+		return !nodeutil.MadeSealed(node, class)
 	}
 	return !kubeletReported(node)
 }

@@ -46,8 +46,8 @@ func ownedBy(node *corev1.Node, namespace, name, class string) bool {
 const ReasonNodeLabelsTampered = "NodeLabelsTampered"
 
 // ReasonNodeNotSealed is the Warning Event of a Node that holds nodeset's
-// finalizer and claims a NodeClass, made after the class's
-// status.sealedSince without a seal: nodeset did not make it
+// finalizer and claims a NodeClass without a seal, made after the class's
+// status.sealedSince or found once it is past: nodeset did not make it
 // (nodeutil.Stranger), and marks it with the seal "none".
 const ReasonNodeNotSealed = "NodeNotSealed"
 
@@ -69,7 +69,7 @@ func (c *Controller) markStranger(ctx context.Context, node *corev1.Node, class 
 	// The names quoted are label values: at most 63 characters of a small
 	// alphabet, as the API server validates them.
 	c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonNodeNotSealed,
-		"The Node claims %s and holds finalizer %s, but nodeset did not make it: it has no %s label and was registered after the class's status.sealedSince (%s). "+
+		"The Node claims %s and holds finalizer %s, but nodeset did not make it: it has no %s label, which nodeset gives every Node of the class it makes or holds since the class's status.sealedSince (%s). "+
 			"It belongs to no NodeSet or class, and no machine is made or removed for it; it is marked %s=%s. To delete it, remove the finalizer by hand",
 		claim, nodesetv1alpha1.FinalizerTermination, nodesetv1alpha1.LabelSeal, class.Status.SealedSince.UTC().Format(time.RFC3339),
 		nodesetv1alpha1.LabelSeal, nodesetv1alpha1.SealNone)
@@ -258,7 +258,7 @@ func (c *Controller) sealUnsealed(ctx context.Context) {
 		if _, served := c.registry[class.Spec.Driver]; !served {
 			continue
 		}
-		if nodeutil.Stranger(node, class) {
+		if nodeutil.Stranger(node, class, c.opts.Now()) {
 			if err := c.markStranger(ctx, node, class); err != nil {
 				logger.Info("Could not mark a Node nodeset did not make; tried again later", "node", node.Name, "err", err)
 			}

@@ -84,13 +84,26 @@ func TestANodeAKubeletRegisteredWithASetsLabelsIsMarkedNoneOfNodesets(t *testing
 		})
 	}
 
-	t.Run("made before sealedSince: an earlier release's, sealed as labelled", func(t *testing.T) {
-		old := registeredByItsKubelet("old", "sim", since.Add(-time.Second))
-		f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", since)}, old)
+	t.Run("made before sealedSince, not past yet: an earlier release's, sealed as labelled", func(t *testing.T) {
+		later := testNow.Add(time.Minute)
+		old := registeredByItsKubelet("old", "sim", testNow.Add(-time.Second))
+		f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", later)}, old)
 		f.driver.machines["old"] = "test:///old"
 		require.NoError(t, f.sync("old"))
 		assert.Equal(t, nodeutil.Seal("team-a", "web", "sim"), f.get("old").Labels[nodesetv1alpha1.LabelSeal])
 		assert.Empty(t, notSealedEvents(f.events()))
+	})
+
+	t.Run("made before sealedSince, claiming a set once it is past", func(t *testing.T) {
+		// A kubelet's Node older than the upgrade that adds a set's labels
+		// and the finalizer after it: no earlier release's Node is left
+		// unsealed by then.
+		older := registeredByItsKubelet("older", "sim", since.Add(-time.Hour))
+		f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", since)}, older)
+		require.NoError(t, f.sync("older"))
+		assert.Equal(t, nodesetv1alpha1.SealNone, f.get("older").Labels[nodesetv1alpha1.LabelSeal])
+		assert.Len(t, notSealedEvents(f.events()), 1)
+		assert.Zero(t, f.driver.creates)
 	})
 
 	t.Run("a class no node controller of this release served yet takes it at its labels' word", func(t *testing.T) {
@@ -105,15 +118,28 @@ func TestANodeAKubeletRegisteredWithASetsLabelsIsMarkedNoneOfNodesets(t *testing
 // earlier release's Nodes marks a Node made since sealedSince instead,
 // whatever driver its annotation names, and seals the one made before.
 func TestTheSealPassMarksNodesNodesetDidNotMake(t *testing.T) {
-	since := testNow.Add(-time.Hour)
+	since := testNow.Add(5 * time.Minute) // an upgrade's grace, not past yet
 	rogue := registeredByItsKubelet("rogue", "sim", since)
 	rogue.Annotations = map[string]string{nodesetv1alpha1.AnnotationDriver: "elsewhere"}
-	old := registeredByItsKubelet("old", "sim", since.Add(-time.Minute))
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", since)}, rogue, old)
+	old := registeredByItsKubelet("old", "sim", testNow.Add(-time.Minute))
+	late := registeredByItsKubelet("late", "sim", testNow.Add(-time.Minute))
+	late.Finalizers = nil
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", since)}, rogue, old, late)
 	f.controller.sealUnsealed(t.Context())
 	assert.Equal(t, nodesetv1alpha1.SealNone, f.get("rogue").Labels[nodesetv1alpha1.LabelSeal])
 	assert.Equal(t, nodeutil.Seal("team-a", "web", "sim"), f.get("old").Labels[nodesetv1alpha1.LabelSeal])
 	assert.Len(t, notSealedEvents(f.events()), 1)
+
+	// Past sealedSince, an unsealed Node that holds the finalizer now is
+	// a kubelet's, however old.
+	f.now = since
+	late = f.get("late")
+	late.Finalizers = []string{nodesetv1alpha1.FinalizerTermination}
+	late, err := f.kube.CoreV1().Nodes().Update(t.Context(), late, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.updateCache(late)
+	f.controller.sealUnsealed(t.Context())
+	assert.Equal(t, nodesetv1alpha1.SealNone, f.get("late").Labels[nodesetv1alpha1.LabelSeal])
 }
 
 // TestAKubeletsOwnNodeOfAClassIsNotTakenForALoneNode: since a class's
@@ -167,9 +193,9 @@ func TestAKubeletsOwnNodeOfAClassIsNotTakenForALoneNode(t *testing.T) {
 
 // TestAMachineIsAccountedForOnlyByANodeOfNodesets: orphan collection keeps
 // a machine whose Node nodeset made or holds (sealed, relabelled or not;
-// held and made before sealedSince; a lone Node no kubelet reported on
-// yet), and collects one whose Node of its name is marked none of
-// nodeset's.
+// held and made before sealedSince, marked none of nodeset's or not; a
+// lone Node no kubelet reported on yet), and collects one whose Node of
+// its name was made since sealedSince and marked none of nodeset's.
 func TestAMachineIsAccountedForOnlyByANodeOfNodesets(t *testing.T) {
 	since := testNow.Add(-time.Hour)
 	relabelled := sealedSetNode("relabelled", "sim")
@@ -177,12 +203,14 @@ func TestAMachineIsAccountedForOnlyByANodeOfNodesets(t *testing.T) {
 	marked := registeredByItsKubelet("marked", "sim", since)
 	marked.Labels[nodesetv1alpha1.LabelSeal] = nodesetv1alpha1.SealNone
 	earlier := registeredByItsKubelet("earlier", "sim", since.Add(-time.Minute))
+	markedLate := registeredByItsKubelet("marked-late", "sim", since.Add(-time.Minute))
+	markedLate.Labels[nodesetv1alpha1.LabelSeal] = nodesetv1alpha1.SealNone
 	waiting := loneNode("waiting", "sim", nil)
 	waiting.CreationTimestamp = metav1.NewTime(since.Add(time.Minute))
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", since)}, sealedSetNode("sealed", "sim"), relabelled, marked, earlier, waiting)
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{sealingClass("sim", since)}, sealedSetNode("sealed", "sim"), relabelled, marked, markedLate, earlier, waiting)
 	synced(f)
 	f.driver.createdAt = map[string]int64{}
-	for _, name := range []string{"sealed", "relabelled", "marked", "earlier", "waiting"} {
+	for _, name := range []string{"sealed", "relabelled", "marked", "marked-late", "earlier", "waiting"} {
 		f.driver.machines[name] = "test:///" + name
 		f.driver.createdAt[name] = f.now.Add(-time.Hour).Unix()
 	}

@@ -89,7 +89,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	} else if err != nil {
 		return err
 	}
-	if nodeutil.Stranger(cached, class) {
+	if nodeutil.Stranger(cached, class, c.opts.Now()) {
 		// Registered by a kubelet with nodeset's labels and finalizer:
 		// none of nodeset's, whatever its labels claim.
 		return c.markStranger(ctx, cached, class)

@@ -457,7 +457,7 @@ func (c *Controller) stranger(node *corev1.Node) bool {
 		return false
 	}
 	class, err := c.nodeClassLister.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
-	return err == nil && nodeutil.Stranger(node, class)
+	return err == nil && nodeutil.Stranger(node, class, c.now())
 }
 
 func (c *Controller) nodeUpdated(oldObj, newObj any) {

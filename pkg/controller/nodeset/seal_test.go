@@ -113,25 +113,26 @@ func TestADeletedClassIsHeldByItsRelabelledStaticNode(t *testing.T) {
 // Node with a set's labels and nodeset's finalizer, but not with a seal.
 // Made after its class began sealing its Nodes (status.sealedSince), such
 // a Node is no replica from the moment it appears: the set neither scales
-// down for it nor counts it, and makes the Node it lacks. Made before, it
-// is an earlier release's, and a replica.
+// down for it nor counts it, and makes the Node it lacks. Made before,
+// while sealedSince is not past, it is an earlier release's, and a
+// replica; once sealedSince is past, it is not.
 func TestANodeAKubeletRegisteredIsNoReplica(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		replicas int32
-		made     time.Duration // how long before the Node was registered the class began sealing
+		since    time.Duration // sealedSince, from now
 		creates  int
 		deletes  int
 		counted  int32
 	}{
-		{name: "one too many for the set", replicas: 1, made: 2 * time.Hour, counted: 1},
-		{name: "one too few", replicas: 2, made: 2 * time.Hour, creates: 1, counted: 1},
-		{name: "made before sealedSince", replicas: 1, made: -time.Minute, deletes: 1, counted: 2},
+		{name: "one too many for the set", replicas: 1, since: -3 * time.Hour, counted: 1},
+		{name: "one too few", replicas: 2, since: -3 * time.Hour, creates: 1, counted: 1},
+		{name: "made before sealedSince, not past yet", replicas: 1, since: time.Minute, deletes: 1, counted: 2},
+		{name: "made before sealedSince, past", replicas: 1, since: -time.Minute, counted: 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			class := validClass("sim")
-			since := testNow.Add(-time.Hour - tt.made)
-			class.Status.SealedSince = &metav1.Time{Time: since}
+			class.Status.SealedSince = &metav1.Time{Time: testNow.Add(tt.since)}
 			set := newSet(tt.replicas)
 			own := setNode(t, set, class, "web-own", 4*time.Hour, true)
 			own.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SetSeal(set)

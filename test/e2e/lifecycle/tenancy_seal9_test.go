@@ -249,13 +249,13 @@ func TestAKubeletCannotMoveItsNodeIntoAnotherSetOrClass(t *testing.T) {
 
 // TestAKubeletCannotRegisterItsOwnNodeIntoASetOrClass: NodeRestriction
 // lets a kubelet register its own Node with any nodeset.dev/ label and
-// nodeset's finalizer, and take that finalizer off its Node and delete it;
-// only the seal is out of its reach. A Node registered so, after its class
-// began sealing its Nodes, is none of nodeset's: no replica of the set it
-// claims (whose Nodes stay), marked with the seal "none" and told about;
-// and a Node registered again with its class's label, to keep its machine
-// out of its set, is not taken for a lone Node of the class, while its set
-// makes the Node it lost.
+// nodeset's finalizer, or add both to its Node later, and take that
+// finalizer off; only the seal is out of its reach, and so is deleting its
+// Node. A Node registered or relabelled so, once its class seals its Nodes
+// (status.sealedSince, past for a new class), is none of nodeset's: no
+// replica of the set it claims (whose Nodes stay), marked with the seal
+// "none" and told about. A sealed Node whose finalizer its kubelet took
+// off is held again, and its set ends with one Node.
 func TestAKubeletCannotRegisterItsOwnNodeIntoASetOrClass(t *testing.T) {
 	p := startRestricted(t, 10*time.Minute, "register-victim", "register-attacker")
 	ctx, kube, cs := p.ctx, p.kube, p.cs
@@ -334,6 +334,26 @@ func TestAKubeletCannotRegisterItsOwnNodeIntoASetOrClass(t *testing.T) {
 		assert.Empty(t, deleted, "none deleted: not the victim's, not the one registered (which the set would have taken for its newest)")
 		err = p.relabel(t, "register-rogue", map[string]any{nodesetv1alpha1.LabelSeal: nil})
 		assert.True(t, apierrors.IsForbidden(err), "the kubelet cannot take the mark off: %v", err)
+	})
+
+	t.Run("a kubelet's older Node given a set's labels and nodeset's finalizer", func(t *testing.T) {
+		_, err := p.asKubelet("register-plain").CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "register-plain"}},
+			metav1.CreateOptions{})
+		require.NoError(t, err)
+		removeByHand("register-plain")
+		patch := fmt.Sprintf(`{"metadata":{"finalizers":[%q],"labels":{%q:"register-victim",%q:"web",%q:"register-shared"}}}`,
+			nodesetv1alpha1.FinalizerTermination, nodesetv1alpha1.LabelNodeSetNamespace, nodesetv1alpha1.LabelNodeSet, nodesetv1alpha1.LabelNodeClass)
+		_, err = p.asKubelet("register-plain").CoreV1().Nodes().Patch(ctx, "register-plain", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		require.NoError(t, err, "NodeRestriction lets a kubelet add both to its own Node")
+		eventually(t, time.Minute, "the Node marked none of nodeset's", func(ctx context.Context) (bool, string) {
+			n, err := kube.CoreV1().Nodes().Get(ctx, "register-plain", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return n.Labels[nodesetv1alpha1.LabelSeal] == nodesetv1alpha1.SealNone, fmt.Sprint(n.Labels)
+		})
+		sealSettled(t, cs, "register-victim", "web", 3)
+		assert.Len(t, sealedNodes(t, "register-victim"), 3)
 	})
 
 	t.Run("its finalizer taken off", func(t *testing.T) {
