@@ -395,7 +395,7 @@ func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, cla
 		return false, nil
 	}
 	_, sealed := node.Labels[nodesetv1alpha1.LabelSeal]
-	if nodeClass, err := c.classes.Get(class.Name); err == nil && !sealed && nodeutil.MadeSealed(node, nodeClass) {
+	if nodeClass, err := c.classes.Get(class.Name); err == nil && !sealed && kubeletReported(node) && nodeutil.MadeSealed(node, nodeClass) {
 		// Since the class's Nodes are sealed, nodeset seals a lone Node
 		// before its machine is made: an unsealed Node whose host came
 		// first was registered by that host's kubelet, with the labels
