@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -274,10 +273,7 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 		return nil, status.Errorf(codes.Unavailable, "listing the Nodes of %s: %v", GroupID(set), err)
 	}
 	if class, err := s.classes.Get(set.Spec.NodeClassName); err == nil {
-		now := time.Now()
-		// A Node a kubelet registered with the set's labels and nodeset's
-		// finalizer is none of the set's, before it is marked so too.
-		nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return nodeutil.Stranger(n, class, now) })
+		nodes = nodeutil.WithoutStrangers(nodes, class, time.Now())
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes, nil

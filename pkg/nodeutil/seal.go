@@ -69,6 +69,14 @@ func Stranger(node *corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time
 	return SealRequired(node, class, now)
 }
 
+// WithoutStrangers drops from nodes, in place, those that are none of
+// nodeset's at now (Stranger): a kubelet's Node with a set's labels and
+// nodeset's finalizer counts for no set or group, even before the node
+// controller marks it.
+func WithoutStrangers(nodes []*corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time) []*corev1.Node {
+	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return Stranger(n, class, now) })
+}
+
 // MadeSealed reports whether a Node was made at or after its class's
 // status.sealedSince: since then nodeset seals every Node of the class it
 // makes or holds in its first write of it, so an unsealed one was made by

@@ -158,4 +158,9 @@ func TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals(t *testing.T) {
 	assert.False(t, Stranger(node(after, true, ""), &nodesetv1alpha1.NodeClass{}, after), "a class not served since the seal")
 	assert.False(t, MadeSealed(node(before, true, ""), class), "made before")
 	assert.True(t, MadeSealed(node(since, true, ""), class))
+
+	sealed, older, stranger := node(after, true, Seal("", "", "sim")), node(before, true, ""), node(after, true, "")
+	assert.Equal(t, []*corev1.Node{sealed, older}, WithoutStrangers([]*corev1.Node{sealed, stranger, older}, class, before),
+		"only the stranger is left out, the order kept")
+	assert.Equal(t, []*corev1.Node{sealed}, WithoutStrangers([]*corev1.Node{sealed, stranger, older}, class, after))
 }

@@ -134,8 +134,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	// A Node a kubelet registered with the set's labels and nodeset's
 	// finalizer is none of the group's, before it is marked so too.
-	now := c.opts.Now()
-	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return nodeutil.Stranger(n, class, now) })
+	nodes = nodeutil.WithoutStrangers(nodes, class, c.opts.Now())
 	if c.strayed(namespace, name, set.Spec.NodeClassName) {
 		// A Node of the set relabelled by its kubelet: the group waits for
 		// its labels to be put back (restoreLabels).

@@ -137,7 +137,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 			c.recorder.Event(node, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
 			return err
 		}
-		return c.provision(ctx, node, machineClass, driver)
+		return c.provision(ctx, node, class, machineClass, driver)
 	}
 	return c.register(ctx, node, class, driver)
 }
@@ -297,11 +297,11 @@ type madeMachine struct {
 // name) and records its providerID, the driver and the creation time. A
 // NodeSet's Node waits up to Options.ProviderIDWait for its kubelet, so
 // that one write records the machine and lifts the startup taint.
-func (c *Controller) provision(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) error {
+func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass *nodesetv1alpha1.NodeClass, class drivers.Class, driver drivers.MachineDriver) error {
 	read := node.DeepCopy()
 	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	if !held {
-		if foreign, err := c.hostedElsewhere(ctx, node, class, driver); foreign || err != nil {
+		if foreign, err := c.hostedElsewhere(ctx, node, nodeClass, class, driver); foreign || err != nil {
 			return err
 		}
 		// A static node made by an admin: hold it until its machine is gone,
@@ -390,12 +390,12 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, class dri
 // driven off by the startup taint, and it is never drained or deleted for
 // a machine it does not have. An Event says why. A machine the driver has
 // is the Node's own, made before a crash lost the write recording it.
-func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, class drivers.Class, driver drivers.MachineDriver) (bool, error) {
+func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, nodeClass *nodesetv1alpha1.NodeClass, class drivers.Class, driver drivers.MachineDriver) (bool, error) {
 	if node.Spec.ProviderID == "" && !kubeletReported(node) {
 		return false, nil
 	}
 	_, sealed := node.Labels[nodesetv1alpha1.LabelSeal]
-	if nodeClass, err := c.classes.Get(class.Name); err == nil && !sealed && kubeletReported(node) && nodeutil.MadeSealed(node, nodeClass) {
+	if !sealed && kubeletReported(node) && nodeutil.MadeSealed(node, nodeClass) {
 		// Since the class's Nodes are sealed, nodeset seals a lone Node
 		// before its machine is made: an unsealed Node whose host came
 		// first was registered by that host's kubelet, with the labels
