@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -41,7 +42,40 @@ type FaultProxy struct {
 	faults   Faults
 	injected map[string]int
 	failing  map[string]*actionFault
+	losing   []*pathFault
 	calls    []ProxiedCall
+}
+
+// pathFault loses the answers of the requests of one method and path.
+type pathFault struct {
+	method string
+	path   *regexp.Regexp
+	times  int
+}
+
+// LoseAnswers forwards the next times requests of a REST API (EKS) whose
+// method is method and whose URL path path matches, then closes the
+// connection instead of answering: the call took effect and the caller
+// does not know, as with Faults.LoseAnswer, but for the calls a test
+// names. Counted in Injected as "lose-answer <method> <path>".
+func (p *FaultProxy) LoseAnswers(method string, path *regexp.Regexp, times int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.losing = append(p.losing, &pathFault{method: method, path: path, times: times})
+}
+
+// loseAnswer reports whether the request is one LoseAnswers names.
+func (p *FaultProxy) loseAnswer(r *http.Request) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.losing {
+		if f.times > 0 && r.Method == f.method && f.path.MatchString(r.URL.Path) {
+			f.times--
+			p.injected["lose-answer "+f.method+" "+f.path.String()]++
+			return true
+		}
+	}
+	return false
 }
 
 // ProxiedCall is one request the proxy received.
@@ -128,6 +162,11 @@ func StartFaultProxy(t testing.TB, upstream string, seed uint64) *FaultProxy {
 			w.Header().Set("Content-Type", "text/xml")
 			w.WriteHeader(http.StatusInternalServerError)
 			fmt.Fprint(w, `<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>injected</Message></Error><RequestId>fault</RequestId></ErrorResponse>`)
+			return
+		}
+		if p.loseAnswer(r) {
+			forward.ServeHTTP(&discard{header: http.Header{}}, r)
+			hangUp(w)
 			return
 		}
 		switch p.draw() {

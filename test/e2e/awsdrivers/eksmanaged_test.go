@@ -23,12 +23,12 @@ import (
 	"nodeset.dev/nodeset/drivers/eksmanaged"
 )
 
-// TestManagedNodeGroupLifecycle: a NodeSet of an eks-managed class is one
-// node group in moto, created, scaled, relabelled, retainted and deleted with
-// it. (moto launches no instances for node groups: the instance side is
-// tested with a fake in drivers/eksmanaged.)
-func TestManagedNodeGroupLifecycle(t *testing.T) {
-	e := newEnv(t)
+// managedClass makes EKS cluster "prod" in moto and NodeClass "managed" of
+// eks-managed for it, and returns a client of moto's own (not through a
+// test's fault proxy).
+func (e *env) managedClass() eksmanaged.API {
+	t := e.t
+	t.Helper()
 	ctx := context.Background()
 	api, err := eksmanaged.SDKClients(awscloud.SDKConfig{Endpoint: e.endpoint})(ctx, region, awsCredentials)
 	require.NoError(t, err)
@@ -37,7 +37,9 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "managed-aws"}, Data: awsCredentials}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	if !apierrors.IsAlreadyExists(err) { // made by an earlier test, with the same credentials
+		require.NoError(t, err)
+	}
 	_, err = e.nodesets.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "managed"},
 		Spec: nodesetv1alpha1.NodeClassSpec{
@@ -50,17 +52,38 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	ns := "team-managed"
-	_, err = e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	return api
+}
+
+// managedSet makes namespace ns and in it NodeSet name of class "managed"
+// (managedClass), with Managed rollouts and label tier=<name>, and returns
+// the name of its node group.
+func (e *env) managedSet(ns, name string, replicas int32) string {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	_, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns},
-		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "managed", Replicas: ptr.To[int32](2),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "managed", Replicas: ptr.To(replicas),
 			Strategy: nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.ManagedStrategy},
-			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "api"}}},
+			Template: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": name}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	name := drivers.GroupNameWithin(drivers.Owner{Cluster: cluster, Namespace: ns, Name: "api"}, 63)
+	return drivers.GroupNameWithin(drivers.Owner{Cluster: cluster, Namespace: ns, Name: name}, 63)
+}
+
+// TestManagedNodeGroupLifecycle: a NodeSet of an eks-managed class is one
+// node group in moto, created, scaled, relabelled, retainted and deleted with
+// it. (moto launches no instances for node groups: the instance side is
+// tested with a fake in drivers/eksmanaged.)
+func TestManagedNodeGroupLifecycle(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	api := e.managedClass()
+	ns := "team-managed"
+	name := e.managedSet(ns, "api", 2)
 
 	nodegroupIs := func(what string, ok func(*ekstypes.Nodegroup) bool) {
 		t.Helper()
@@ -84,7 +107,8 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 	// The node controller records the group in the set's status after the
 	// cloud call that made it: on a busy machine, a moment later.
 	var set *nodesetv1alpha1.NodeSet
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
 		set, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
 		return err == nil && set.Status.Group != nil, nil
 	})

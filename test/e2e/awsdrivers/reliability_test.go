@@ -4,14 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -99,4 +104,88 @@ func metricSum(t *testing.T, port int, name string) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// TestManagedNodeGroupCloudFaults takes an eks-managed NodeSet through its
+// scale-ups and its deletion with the node controller's AWS calls going
+// through the fault proxy, and the answers of its node group's creation, of
+// a scaling and of its deletion lost (the call took effect, the driver does
+// not know): after each step the cluster has one node group, of the size
+// the set asks for and recorded in its status, and none once the set is
+// gone. (moto launches no instances for node groups, so there are no Nodes
+// to take a scale-down: nodeset lowers a node group only by terminating a
+// drained instance.)
+func TestManagedNodeGroupCloudFaults(t *testing.T) {
+	var proxy *framework.FaultProxy
+	e := newEnvWith(t, func(endpoint string) string {
+		proxy = framework.StartFaultProxy(t, endpoint, 20261127)
+		return proxy.URL
+	})
+	ctx := context.Background()
+	api := e.managedClass()
+	groups := regexp.MustCompile(`^/clusters/prod/node-groups$`)
+	scaling := regexp.MustCompile(`^/clusters/prod/node-groups/[^/]+/update-config$`)
+	group := regexp.MustCompile(`^/clusters/prod/node-groups/[^/]+$`)
+	proxy.LoseAnswers(http.MethodPost, groups, 1)
+	proxy.LoseAnswers(http.MethodPost, scaling, 1)
+	proxy.LoseAnswers(http.MethodDelete, group, 1)
+	proxy.SetFaults(framework.Faults{Throttle: 0.10, ServerError: 0.05, Slow: 0.05, SlowDelay: time.Second, Drop: 0.05, LoseAnswer: 0.03})
+	ns := "managed-faults"
+	name := e.managedSet(ns, "web", 2)
+
+	// nodegroups are the node groups of the cluster, each with its desired
+	// size.
+	nodegroups := func() (map[string]int32, error) {
+		out, err := api.EKS.ListNodegroups(ctx, &eks.ListNodegroupsInput{ClusterName: aws.String("prod")})
+		if err != nil {
+			return nil, err
+		}
+		sizes := map[string]int32{}
+		for _, ng := range out.Nodegroups {
+			d, err := api.EKS.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(ng)})
+			if err != nil {
+				return nil, err
+			}
+			sizes[ng] = aws.ToInt32(d.Nodegroup.ScalingConfig.DesiredSize)
+		}
+		return sizes, nil
+	}
+	for step, size := range []int32{2, 5, 7} {
+		e.update(ns, "web", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To(size) })
+		e.waitFor(fmt.Sprintf("step %d: one node group of %d, in the set's status", step, size), 3*time.Minute, func() (bool, string) {
+			sizes, err := nodegroups()
+			if err != nil {
+				return false, err.Error()
+			}
+			set, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			recorded := "no status.group"
+			if g := set.Status.Group; g != nil && g.DesiredSize != nil {
+				recorded = fmt.Sprintf("status.group %s of %d", g.Name, *g.DesiredSize)
+			}
+			return maps.Equal(sizes, map[string]int32{name: size}) && recorded == fmt.Sprintf("status.group %s of %d", name, size),
+				fmt.Sprintf("node groups %v, %s", sizes, recorded)
+		})
+	}
+	require.NoError(t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
+	e.waitFor("the set gone, with its node group", 3*time.Minute, func() (bool, string) {
+		_, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("the NodeSet: %v", err)
+		}
+		sizes, err := nodegroups()
+		return err == nil && len(sizes) == 0, fmt.Sprintf("node groups %v (%v)", sizes, err)
+	})
+
+	injected := proxy.Injected()
+	t.Logf("faults injected: %v", injected)
+	for _, kind := range []string{"throttle", "server-error", "slow", "drop"} {
+		assert.Positive(t, injected[kind], "some %s faults were injected", kind)
+	}
+	assert.Equal(t, 1, injected["lose-answer POST "+groups.String()], "the answer of the node group's creation was lost")
+	assert.Equal(t, 1, injected["lose-answer POST "+scaling.String()], "the answer of a scaling was lost")
+	assert.Equal(t, 1, injected["lose-answer DELETE "+group.String()], "the answer of the node group's deletion was lost")
+	assert.Positive(t, metricSum(t, e.ctrl.NodeMetricsPort, "nodeset_cloud_api_retries_total"), "the SDK retried, and the metric shows it")
 }
