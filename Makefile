@@ -64,10 +64,10 @@ test: kube-binaries test-deps
 RACE_PACKAGES ?= ./pkg/nodecontrollerapp/ ./pkg/plan/ ./pkg/component/ ./pkg/controller/... ./drivers/dockermachine/
 
 ## test-reliability: the long crash sequences (0 -> 50 -> 10 -> 40 -> 0, 24 SIGKILLs, a new seed each run;
-## replay one with NODESET_CRASH_SEED=...) for the simulated, docker-machine and eks-asg (moto) drivers, and the
-## cloud-fault run through the fault-injecting proxy: about 4-5 minutes
+## replay one with NODESET_CRASH_SEED=...) for the simulated, docker-machine and eks-asg (moto) drivers, eks-managed's
+## scale-ups (10 -> 20 -> 30, 18 SIGKILLs), and the cloud-fault runs through the fault-injecting proxy: about 5 minutes
 test-reliability: kube-binaries test-deps
-	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence|TestCloudFaults' ./test/e2e/lifecycle/ ./test/e2e/awsdrivers/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go|reliability_test.go|framework/crash.go'
+	set -o pipefail; NODESET_RELIABILITY=1 NODESET_KUBE_BIN="$$(hack/kube-binaries.sh)" $(GO) test -count=1 -timeout=60m -v -run 'TestCrashSequence|CloudFaults' ./test/e2e/lifecycle/ ./test/e2e/awsdrivers/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok )|crash_test.go|reliability_test.go|framework/crash.go'
 
 ## test-stress: make test three times in a row (NODESET_STRESS_RUNS) beside a CPU hog (stress-ng, installed from Debian,
 ## one busy worker per core), as on a busy CI host; logs in _output/test-stress/

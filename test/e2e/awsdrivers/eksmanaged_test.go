@@ -3,6 +3,7 @@ package awsdrivers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -135,4 +136,61 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 	}), "the NodeSet goes once its node group is gone")
 	_, err = api.EKS.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(name)})
 	assert.True(t, awscloud.IsCode(err, "ResourceNotFoundException"), "the node group is deleted: %v", err)
+}
+
+// nodegroups are the node groups of cluster "prod", each with its desired
+// size.
+func nodegroups(ctx context.Context, api eksmanaged.API) (map[string]int32, error) {
+	out, err := api.EKS.ListNodegroups(ctx, &eks.ListNodegroupsInput{ClusterName: aws.String("prod")})
+	if err != nil {
+		return nil, err
+	}
+	sizes := map[string]int32{}
+	for _, ng := range out.Nodegroups {
+		d, err := api.EKS.DescribeNodegroup(ctx, &eks.DescribeNodegroupInput{ClusterName: aws.String("prod"), NodegroupName: aws.String(ng)})
+		if err != nil {
+			return nil, err
+		}
+		sizes[ng] = aws.ToInt32(d.Nodegroup.ScalingConfig.DesiredSize)
+	}
+	return sizes, nil
+}
+
+// oneNodeGroup waits for cluster "prod" to have one node group, group, of
+// size, recorded so in the status of NodeSet ns/set.
+func (e *env) oneNodeGroup(api eksmanaged.API, ns, set, group string, size int32, what string) {
+	e.t.Helper()
+	ctx := context.Background()
+	want := fmt.Sprintf("status.group %s of %d", group, size)
+	e.waitFor(fmt.Sprintf("%s: one node group of %d, in the set's status", what, size), 3*time.Minute, func() (bool, string) {
+		sizes, err := nodegroups(ctx, api)
+		if err != nil {
+			return false, err.Error()
+		}
+		s, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, set, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		recorded := "no status.group"
+		if g := s.Status.Group; g != nil && g.DesiredSize != nil {
+			recorded = fmt.Sprintf("status.group %s of %d", g.Name, *g.DesiredSize)
+		}
+		return maps.Equal(sizes, map[string]int32{group: size}) && recorded == want, fmt.Sprintf("node groups %v, %s", sizes, recorded)
+	})
+}
+
+// deleteManagedSet deletes NodeSet ns/set and waits for it to be gone,
+// with every node group of cluster "prod".
+func (e *env) deleteManagedSet(api eksmanaged.API, ns, set string) {
+	e.t.Helper()
+	ctx := context.Background()
+	require.NoError(e.t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, set, metav1.DeleteOptions{}))
+	e.waitFor("the set gone, with its node group", 3*time.Minute, func() (bool, string) {
+		_, err := e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, set, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("the NodeSet: %v", err)
+		}
+		sizes, err := nodegroups(ctx, api)
+		return err == nil && len(sizes) == 0, fmt.Sprintf("node groups %v (%v)", sizes, err)
+	})
 }
