@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
@@ -204,7 +205,14 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, pro
 // ran over its desired capacity (an instance launched while it was
 // lowered, listed too late to raise it back). Otherwise the refusal
 // stands: terminating without the decrement would launch a replacement.
+//
+// Two such terminations of one group are made one after the other, each
+// reading the group after the one before it: made at once, each would
+// count the other's instance, and together they could leave the group
+// below its desired capacity, which Auto Scaling would fill with a launch.
 func terminateOverDesired(ctx context.Context, asg AutoScaling, group, id string, refused error) (bool, error) {
+	unlock := lockGroup(group)
+	defer unlock()
 	g, err := FindGroup(ctx, asg, group)
 	if err != nil {
 		return false, err
@@ -217,6 +225,20 @@ func terminateOverDesired(ctx context.Context, asg AutoScaling, group, id string
 	_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
 		InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(false)})
 	return false, Classify("terminating "+id+" in "+group+" (over its desired capacity)", err)
+}
+
+// groupLocks holds a mutex per Auto Scaling group name, for the
+// terminations over a group's desired capacity (terminateOverDesired).
+// One leading node controller makes them, so a lock in its memory orders
+// them. A name stays once used: a handful of bytes per group.
+var groupLocks sync.Map // of string to *sync.Mutex
+
+// lockGroup locks group's mutex and returns its unlock.
+func lockGroup(group string) func() {
+	v, _ := groupLocks.LoadOrStore(group, &sync.Mutex{})
+	m := v.(*sync.Mutex)
+	m.Lock()
+	return m.Unlock
 }
 
 // Counted is how many of the group's instances its desired capacity

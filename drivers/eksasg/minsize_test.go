@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
@@ -105,4 +107,87 @@ func TestTheLastTerminationBelowTheMinimumSizeGoesWithoutTheDecrement(t *testing
 			assert.EqualValues(t, tc.wantN, live, "instances left, none launched")
 		})
 	}
+}
+
+// meetingReads is Auto Scaling whose next two group reads, once armed,
+// wait for each other (or for a second, if the other never comes): two
+// terminations that read the group are made to do so at once.
+type meetingReads struct {
+	minSizeEnforced
+	mu      sync.Mutex
+	waiting int           // reads still to meet: 2 once armed
+	met     chan struct{} // closed when the second of them comes
+}
+
+// arm makes the next two group reads meet.
+func (m *meetingReads) arm() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.waiting, m.met = 2, make(chan struct{})
+}
+
+func (m *meetingReads) DescribeAutoScalingGroups(ctx context.Context, in *autoscaling.DescribeAutoScalingGroupsInput,
+	opts ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error) {
+	m.mu.Lock()
+	met, wait := m.met, false
+	if m.waiting > 0 {
+		m.waiting--
+		if m.waiting == 0 {
+			close(m.met)
+		} else {
+			wait = true
+		}
+	}
+	m.mu.Unlock()
+	if wait {
+		select {
+		case <-met:
+		case <-time.After(time.Second): // the other waits its turn
+		}
+	}
+	return m.minSizeEnforced.DescribeAutoScalingGroups(ctx, in, opts...)
+}
+
+// TestTwoTerminationsOverTheDesiredCapacityTakeTurns: a group runs one
+// instance over its desired capacity, which is at its minimum, and both
+// its instances are terminated at once. Only one may go without the
+// decrement: the other's refusal stands, or Auto Scaling would launch an
+// instance to bring the group back to its desired capacity.
+func TestTwoTerminationsOverTheDesiredCapacityTakeTurns(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	asg, ec2c, err := awscloud.SDKClients(w.endpoint)(ctx, region, testCredentials)
+	require.NoError(t, err)
+	reads := &meetingReads{minSizeEnforced: minSizeEnforced{asg}}
+	d := New(Options{Cluster: "prod", Clients: func(context.Context, string, map[string][]byte) (awscloud.AutoScaling, awscloud.EC2, error) {
+		return reads, ec2c, nil
+	}})
+	class := w.class()
+	group := drivers.Group{Name: GroupName("prod", "team-a", "pair"), Owner: drivers.Owner{Cluster: "prod", Namespace: "team-a", Name: "pair"},
+		Class: class, Replicas: 2, MinReplicas: 1, MaxReplicas: 3, TemplateHash: "h1"}
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	require.Len(t, status.Machines, 2)
+	_, err = w.asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{AutoScalingGroupName: aws.String(group.Name), DesiredCapacity: aws.Int32(1)})
+	require.NoError(t, err)
+	reads.arm() // the next two group reads are the terminations'
+
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, m := range status.Machines {
+		wg.Go(func() { errs[i] = d.TerminateMachine(ctx, class, group.Name, m.ProviderID) })
+	}
+	wg.Wait()
+	refused := 0
+	for _, err := range errs {
+		if err != nil {
+			assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+			refused++
+		}
+	}
+	assert.Equal(t, 1, refused, "one termination goes without the decrement, the other is refused: %v", errs)
+	g, err := awscloud.FindGroup(ctx, w.asg, group.Name)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, aws.ToInt32(g.DesiredCapacity), "the desired capacity")
+	assert.EqualValues(t, 1, awscloud.Counted(g), "one instance left, as the group wants: none to launch")
 }
