@@ -336,7 +336,7 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 		nodeLabels = node.Labels
 	}
 	namespace, name, ok := nodeutil.NodeSetOf(nodeLabels)
-	if !ok {
+	if !ok || s.stranger(req.GetNode(), nodeLabels) {
 		return none, nil
 	}
 	set, err := s.sets.NodeSets(namespace).Get(name)
@@ -398,6 +398,22 @@ func (s *Server) pendingGroup(id string, n int32) (*protos.NodeGroupForNodeRespo
 		return none, nil
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
+}
+
+// stranger reports whether the node cluster-autoscaler asks about, with no
+// seal among its labels, is a Node a kubelet registered or relabelled into
+// a set by itself (nodeutil.Stranger), before the node controller marks it:
+// it is in no node group, as NodeGroupNodes leaves it out too.
+func (s *Server) stranger(want *protos.ExternalGrpcNode, nodeLabels map[string]string) bool {
+	if _, sealed := nodeLabels[nodesetv1alpha1.LabelSeal]; sealed {
+		return false
+	}
+	node, err := s.nodes.Get(want.GetName())
+	if err != nil {
+		return false
+	}
+	class, err := s.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+	return err == nil && nodeutil.Stranger(node, class, time.Now())
 }
 
 // nodeFor is the Node cluster-autoscaler's node stands for: the Node of

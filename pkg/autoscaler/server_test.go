@@ -542,3 +542,40 @@ func TestOverridingSetGetsItsOwnTemplateNode(t *testing.T) {
 	require.NoError(t, err, "a set that overrides nothing uses the class's capacity")
 	assert.Equal(t, "4", ptr.To(node.Status.Capacity[corev1.ResourceCPU]).String())
 }
+
+// TestAKubeletsOwnNodeIsInNoNodeGroup: a Node its kubelet registered with a
+// set's labels and nodeset's finalizer, but no seal, since its class seals
+// its Nodes, is in no node group, even before the node controller marks
+// it: cluster-autoscaler never takes it for one of the set's nodes.
+func TestAKubeletsOwnNodeIsInNoNodeGroup(t *testing.T) {
+	set := testSet(2)
+	since := time.Now().Add(-time.Hour)
+	class := testClass()
+	class.Status.SealedSince = &metav1.Time{Time: since}
+	sealed := setNode(set, "web-a", "simulated:///web-a", true)
+	sealed.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.Seal("team-a", "web", "sim")
+	stranger := setNode(set, "kubelets-own", "", true)
+	stranger.Finalizers = []string{nodesetv1alpha1.FinalizerTermination}
+	stranger.CreationTimestamp = metav1.NewTime(since.Add(time.Minute))
+	f := newClassFixture(t, class, nil, set, sealed, stranger)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		node *corev1.Node
+		want string
+	}{{sealed, "team-a/web"}, {stranger, ""}} {
+		for _, labels := range []map[string]string{tc.node.Labels, nil} {
+			resp, err := f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{
+				Name: tc.node.Name, ProviderID: tc.node.Spec.ProviderID, Labels: labels}})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, resp.NodeGroup.Id, "node %s, with labels %v", tc.node.Name, labels)
+		}
+	}
+	nodes, err := f.server.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: "team-a/web"})
+	require.NoError(t, err)
+	var ids []string
+	for _, i := range nodes.Instances {
+		ids = append(ids, i.Id)
+	}
+	assert.Equal(t, []string{"simulated:///web-a", "nodeset-pending://team-a/web/1"}, ids,
+		"NodeGroupNodes leaves the stranger out too: the second replica is still to come")
+}
