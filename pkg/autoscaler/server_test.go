@@ -64,9 +64,10 @@ func testSet(replicas int32) *nodesetv1alpha1.NodeSet {
 	}
 }
 
+// setNode is a Node of set, of class sim, held by nodeset's finalizer.
 func setNode(set *nodesetv1alpha1.NodeSet, name, providerID string, ready bool) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: "h1"}},
+		nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: "h1"}, Finalizers: []string{nodesetv1alpha1.FinalizerTermination}},
 		Spec: corev1.NodeSpec{ProviderID: providerID}}
 	for k, v := range resolve.SelectorLabels(set) {
 		n.Labels[k] = v

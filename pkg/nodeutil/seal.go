@@ -69,6 +69,41 @@ func Stranger(node *corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time
 	return SealRequired(node, class, now)
 }
 
+// KubeletReported reports whether a kubelet has written the Node's status:
+// the node info it sends, or a Ready condition, whatever its status, that
+// is not the one kube-controller-manager gives a Node no kubelet ever
+// reported on. A Node an admin creates for a machine to come has neither.
+func KubeletReported(node *corev1.Node) bool {
+	if node.Status.NodeInfo.KubeletVersion != "" || node.Status.NodeInfo.MachineID != "" {
+		return true
+	}
+	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Reason != nodeStatusNeverUpdated
+	})
+}
+
+// nodeStatusNeverUpdated is the reason of the Ready condition (Unknown)
+// that kube-controller-manager's node lifecycle controller gives a Node
+// whose kubelet never posted its status.
+const nodeStatusNeverUpdated = "NodeStatusNeverUpdated"
+
+// Foreign reports whether a Node is one nodeset never took, whatever its
+// nodeset.dev/ labels claim: it has no seal and not nodeset's finalizer,
+// and already a host (a kubelet reports on it, or it has a providerID).
+// nodeset seals and holds every Node it makes or adopts, and makes no
+// machine for a Node that has a host of its own (a kubelet's own
+// registration, labelled by hand or by the kubelet). Such a Node counts
+// toward no class limit and holds no class. (A Node an admin creates for
+// a machine to come has no host yet; an instance whose kubelet registered
+// before its cloud group's Node was made counts as the group's instance
+// until it is adopted.)
+func Foreign(node *corev1.Node) bool {
+	if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; sealed || slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
+		return false
+	}
+	return node.Spec.ProviderID != "" || KubeletReported(node)
+}
+
 // WithoutStrangers drops from nodes, in place, those that are none of
 // nodeset's at now (Stranger): a kubelet's Node with a set's labels and
 // nodeset's finalizer counts for no set or group, even before the node

@@ -164,3 +164,26 @@ func TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals(t *testing.T) {
 		"only the stranger is left out, the order kept")
 	assert.Equal(t, []*corev1.Node{sealed}, WithoutStrangers([]*corev1.Node{sealed, stranger, older}, class, after))
 }
+
+func TestAForeignNodeHasAHostButNoSealOrHold(t *testing.T) {
+	classed := func(mutate func(*corev1.Node)) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: "sim"}}}
+		mutate(n)
+		return n
+	}
+	reported := func(n *corev1.Node) { n.Status.NodeInfo.KubeletVersion = "v1.37.2" }
+	assert.True(t, Foreign(classed(reported)), "a kubelet reports on it")
+	assert.True(t, Foreign(classed(func(n *corev1.Node) { n.Spec.ProviderID = "simulated:///elsewhere" })), "it has a providerID")
+	assert.False(t, Foreign(classed(func(*corev1.Node) {})), "an admin's Node for a machine to come")
+	assert.False(t, Foreign(classed(func(n *corev1.Node) {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusNeverUpdated"}}
+	})), "only kube-controller-manager's word on it, no kubelet's")
+	assert.False(t, Foreign(classed(func(n *corev1.Node) {
+		reported(n)
+		n.Finalizers = []string{nodesetv1alpha1.FinalizerTermination}
+	})), "held")
+	assert.False(t, Foreign(classed(func(n *corev1.Node) {
+		reported(n)
+		n.Labels[nodesetv1alpha1.LabelSeal] = Seal("", "", "sim")
+	})), "sealed, its finalizer taken off by its kubelet")
+}

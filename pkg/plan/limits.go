@@ -30,7 +30,9 @@ type Pending map[string]int64
 // their machines still exist, plus the pending machines of its NodeSets.
 // The Nodes and pending machines of the NodeSet with key except ("" for
 // none) are left out, so that its own demand can be weighed against the
-// rest. A Node of no NodeSet (a static node) counts for the class only.
+// rest. A Node of no NodeSet (a static node) counts for the class only. A
+// Node nodeset never took (nodeutil.Foreign: a kubelet's own, labelled
+// with the class or a set) counts for none.
 func CountUsage(classNodes []*corev1.Node, pending Pending, namespace, except string) Usage {
 	return CountClass(classNodes, pending).Usage(namespace, except)
 }
@@ -52,6 +54,9 @@ type ClassCount struct {
 func CountClass(classNodes []*corev1.Node, pending Pending) ClassCount {
 	c := ClassCount{namespaces: map[string]int64{}, sets: map[string]int64{}}
 	for _, n := range classNodes {
+		if nodeutil.Foreign(n) {
+			continue // no machine of nodeset's, whatever its labels say
+		}
 		c.Class++
 		if ns, name, ok := nodeutil.NodeSetOf(n.Labels); ok {
 			c.namespaces[ns]++
@@ -177,11 +182,13 @@ func saturatingAdd(a, b int64) int64 {
 // UnseenGroupMachines are, for each NodeSet of class whose cloud group
 // reports a desired size (status.group.desiredSize), the machines of that
 // size that have no Node among classNodes yet: instances booting, or
-// about to be launched.
+// about to be launched. A kubelet's own Node that claims the set
+// (nodeutil.Foreign) is not one of them: an instance whose kubelet
+// registered first counts as unseen until its Node is adopted.
 func UnseenGroupMachines(sets []*nodesetv1alpha1.NodeSet, class string, classNodes []*corev1.Node) Pending {
 	seen := map[string]int64{}
 	for _, n := range classNodes {
-		if ns, name, ok := nodeutil.NodeSetOf(n.Labels); ok {
+		if ns, name, ok := nodeutil.NodeSetOf(n.Labels); ok && !nodeutil.Foreign(n) {
 			seen[ns+"/"+name]++
 		}
 	}

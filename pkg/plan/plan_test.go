@@ -30,11 +30,11 @@ func newSet(replicas int32) *nodesetv1alpha1.NodeSet {
 }
 
 // node is a Node of NodeSet namespace/set of class sim with template hash,
-// created age ago.
+// created age ago, held by nodeset's finalizer.
 func node(name, namespace, set, hash string, age time.Duration, ready bool) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: name, UID: types.UID(name + "-uid"),
-		CreationTimestamp: metav1.NewTime(testNow.Add(-age)),
+		CreationTimestamp: metav1.NewTime(testNow.Add(-age)), Finalizers: []string{nodesetv1alpha1.FinalizerTermination},
 		Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: "sim", nodesetv1alpha1.LabelTemplateHash: hash,
 			nodesetv1alpha1.LabelNodeSetNamespace: namespace, nodesetv1alpha1.LabelNodeSet: set},
 	}}
@@ -220,4 +220,41 @@ func TestUnseenGroupMachines(t *testing.T) {
 		node("api-2", "team-a", "api", "h", time.Hour, true)}
 	assert.Equal(t, Pending{"team-a/web": 2}, UnseenGroupMachines(sets, "sim", nodes),
 		"2 of web's 3 instances have no Node; api has more Nodes than its size; sets without a group and other classes add nothing")
+	// A kubelet's own Node that claims web by its labels is none of its
+	// instances' Nodes: the instance it runs on, if web's, is still unseen.
+	nodes = append(nodes, foreign(node("kubelets-own", "team-a", "web", "h", time.Hour, true)))
+	assert.Equal(t, Pending{"team-a/web": 2}, UnseenGroupMachines(sets, "sim", nodes))
+}
+
+// foreign makes n a Node nodeset never took: a kubelet's own registration,
+// labelled as n is, with no seal and not nodeset's finalizer.
+func foreign(n *corev1.Node) *corev1.Node {
+	n.Finalizers = nil
+	n.Status.NodeInfo.KubeletVersion = "v1.37.2"
+	return n
+}
+
+// TestAForeignNodeCountsTowardNoLimit: a Node a kubelet registered or
+// relabelled with a class's and a NodeSet's labels, which nodeset never
+// sealed or held, counts toward neither the class nor the namespace it
+// names: root on a node of another kind must not use up another tenant's
+// share. A Node an admin made for a machine to come, with no host yet,
+// and one nodeset holds, count.
+func TestAForeignNodeCountsTowardNoLimit(t *testing.T) {
+	lone := node("lone", "", "", "h", 0, false)
+	lone.Labels = map[string]string{nodesetv1alpha1.LabelNodeClass: "sim"}
+	lone.Finalizers = nil
+	nodes := []*corev1.Node{
+		node("web-1", "team-a", "web", "h", time.Hour, true),
+		foreign(node("claims-web", "team-a", "web", "h", time.Hour, true)),
+		foreign(node("claims-the-class", "", "", "h", time.Hour, true)),
+		lone,
+	}
+	nodes[2].Labels = map[string]string{nodesetv1alpha1.LabelNodeClass: "sim"}
+	withProviderID := foreign(node("with-provider-id", "team-a", "web", "h", time.Hour, false))
+	withProviderID.Status.NodeInfo.KubeletVersion = ""
+	withProviderID.Spec.ProviderID = "simulated:///elsewhere"
+	nodes = append(nodes, withProviderID)
+	assert.Equal(t, Usage{Class: 2, Namespace: 1}, CountUsage(nodes, nil, "team-a", ""),
+		"web-1 and the lone Node to come; the three with a host of their own, none")
 }

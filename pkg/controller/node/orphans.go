@@ -386,7 +386,7 @@ func (c *Controller) maySpeakForMachine(node *corev1.Node) bool {
 	if slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) {
 		return !nodeutil.MadeSealed(node, class)
 	}
-	return !kubeletReported(node)
+	return !nodeutil.KubeletReported(node)
 }
 
 // nodeSetGone asks the API server whether the owner's NodeSet (namespace,

@@ -391,11 +391,11 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 // a machine it does not have. An Event says why. A machine the driver has
 // is the Node's own, made before a crash lost the write recording it.
 func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, nodeClass *nodesetv1alpha1.NodeClass, class drivers.Class, driver drivers.MachineDriver) (bool, error) {
-	if node.Spec.ProviderID == "" && !kubeletReported(node) {
+	if node.Spec.ProviderID == "" && !nodeutil.KubeletReported(node) {
 		return false, nil
 	}
 	_, sealed := node.Labels[nodesetv1alpha1.LabelSeal]
-	if !sealed && kubeletReported(node) && nodeutil.MadeSealed(node, nodeClass) {
+	if !sealed && nodeutil.KubeletReported(node) && nodeutil.MadeSealed(node, nodeClass) {
 		// Since the class's Nodes are sealed, nodeset seals a lone Node
 		// before its machine is made: an unsealed Node whose host came
 		// first was registered by that host's kubelet, with the labels
@@ -426,24 +426,6 @@ func (c *Controller) hostedElsewhere(ctx context.Context, node *corev1.Node, nod
 		host, driver.Name(), node.Name, nodesetv1alpha1.LabelNodeClass)
 	return true, nil
 }
-
-// kubeletReported reports whether a kubelet has written the Node's status:
-// the node info it sends, or a Ready condition, whatever its status, that
-// is not the one kube-controller-manager gives a Node no kubelet ever
-// reported on. A Node an admin creates for a machine to come has neither.
-func kubeletReported(node *corev1.Node) bool {
-	if node.Status.NodeInfo.KubeletVersion != "" || node.Status.NodeInfo.MachineID != "" {
-		return true
-	}
-	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
-		return c.Type == corev1.NodeReady && c.Reason != nodeStatusNeverUpdated
-	})
-}
-
-// nodeStatusNeverUpdated is the reason of the Ready condition (Unknown)
-// that kube-controller-manager's node lifecycle controller gives a Node
-// whose kubelet never posted its status.
-const nodeStatusNeverUpdated = "NodeStatusNeverUpdated"
 
 // writeNode writes, through client, what the sync changed of the Node
 // read: a JSON patch of the changed fields, so that the kubelet's writes

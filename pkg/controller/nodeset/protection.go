@@ -80,6 +80,9 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 	if err != nil {
 		return err
 	}
+	// A Node nodeset never took (a kubelet's own, labelled with the
+	// class) has no machine the class is needed for.
+	nodes = slices.DeleteFunc(nodes, func(n corev1.Node) bool { return nodeutil.Foreign(&n) })
 	var lone []string
 	for i := range nodes {
 		if _, _, ok := nodeutil.NodeSetOf(nodes[i].Labels); !ok {

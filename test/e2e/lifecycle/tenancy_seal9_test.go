@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -382,6 +383,51 @@ func TestAKubeletCannotRegisterItsOwnNodeIntoASetOrClass(t *testing.T) {
 			return len(nodes.Items) == 1 && len(held) == 1, fmt.Sprintf("%d Nodes, held %v", len(nodes.Items), held)
 		})
 		sealSettled(t, cs, "register-attacker", "web", 1)
+	})
+
+	t.Run("registered into a class with limits, without nodeset's finalizer", func(t *testing.T) {
+		// A class of 3 Nodes, 2 per namespace; the victim's set has 1.
+		_, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "register-limited"},
+			Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
+				DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
+				Limits:         &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](3), MaxNodesPerNamespace: ptr.To[int32](2)}}},
+			metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = cs.NodesetV1alpha1().NodeSets("register-victim").Create(ctx, &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "capped"},
+			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "register-limited", Replicas: ptr.To[int32](1)}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		sealSettled(t, cs, "register-victim", "capped", 1)
+		// Two kubelets register their own Nodes into the class, one of
+		// them into the victim's set too, without the finalizer, with the
+		// status a kubelet registers with: Nodes nodeset never took.
+		for name, labels := range map[string]map[string]string{
+			"register-squatter": {nodesetv1alpha1.LabelNodeClass: "register-limited", nodesetv1alpha1.LabelNodeSetNamespace: "register-victim",
+				nodesetv1alpha1.LabelNodeSet: "capped"},
+			"register-classmate": {nodesetv1alpha1.LabelNodeClass: "register-limited"},
+		} {
+			now := metav1.Now()
+			_, err := p.asKubelet(name).CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.0"}, Conditions: []corev1.NodeCondition{{
+					Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}}},
+				metav1.CreateOptions{})
+			require.NoError(t, err)
+			removeByHand(name)
+			eventuallyEventOn(t, kube, name, "ForeignNode", "register-limited")
+		}
+		// They take none of the class's room: the victim's set grows to
+		// its namespace's 2, and the class's 3 are not reached.
+		_, err = cs.NodesetV1alpha1().NodeSets("register-victim").Patch(ctx, "capped", types.MergePatchType, []byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		sealSettled(t, cs, "register-victim", "capped", 2)
+		set, err := cs.NodesetV1alpha1().NodeSets("register-victim").Get(ctx, "capped", metav1.GetOptions{})
+		require.NoError(t, err)
+		accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+		require.NotNil(t, accepted)
+		assert.Equal(t, metav1.ConditionTrue, accepted.Status, "%s: %s", accepted.Reason, accepted.Message)
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+			LabelSelector: nodesetv1alpha1.LabelSeal + "=" + nodeutil.Seal("register-victim", "capped", "register-limited")})
+		require.NoError(t, err)
+		assert.Len(t, nodes.Items, 2, "the set's own two Nodes")
 	})
 }
 
