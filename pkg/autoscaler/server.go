@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -272,6 +273,9 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "listing the Nodes of %s: %v", GroupID(set), err)
 	}
+	// A replica is held (nodeutil.Held), as for the nodeset controller: a
+	// Node its kubelet labelled with the set's labels is none of its nodes.
+	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !nodeutil.Held(n) })
 	if class, err := s.classes.Get(set.Spec.NodeClassName); err == nil {
 		nodes = nodeutil.WithoutStrangers(nodes, class, time.Now())
 	}
@@ -402,8 +406,9 @@ func (s *Server) pendingGroup(id string, n int32) (*protos.NodeGroupForNodeRespo
 
 // stranger reports whether the node cluster-autoscaler asks about, with no
 // seal among its labels, is a Node a kubelet registered or relabelled into
-// a set by itself (nodeutil.Stranger), before the node controller marks it:
-// it is in no node group, as NodeGroupNodes leaves it out too.
+// a set by itself: one nodeset does not hold (nodeutil.Held), or a
+// stranger (nodeutil.Stranger) before the node controller marks it. It is
+// in no node group, as NodeGroupNodes leaves it out too.
 func (s *Server) stranger(want *protos.ExternalGrpcNode, nodeLabels map[string]string) bool {
 	if _, sealed := nodeLabels[nodesetv1alpha1.LabelSeal]; sealed {
 		return false
@@ -411,6 +416,9 @@ func (s *Server) stranger(want *protos.ExternalGrpcNode, nodeLabels map[string]s
 	node, err := s.nodes.Get(want.GetName())
 	if err != nil {
 		return false
+	}
+	if !nodeutil.Held(node) {
+		return true
 	}
 	class, err := s.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
 	return err == nil && nodeutil.Stranger(node, class, time.Now())

@@ -547,7 +547,9 @@ func TestOverridingSetGetsItsOwnTemplateNode(t *testing.T) {
 // TestAKubeletsOwnNodeIsInNoNodeGroup: a Node its kubelet registered with a
 // set's labels and nodeset's finalizer, but no seal, since its class seals
 // its Nodes, is in no node group, even before the node controller marks
-// it: cluster-autoscaler never takes it for one of the set's nodes.
+// it; nor is one with the set's labels and no finalizer: cluster-autoscaler
+// never takes either for one of the set's nodes (and never deletes one,
+// lowering the set's replicas for it).
 func TestAKubeletsOwnNodeIsInNoNodeGroup(t *testing.T) {
 	set := testSet(2)
 	since := time.Now().Add(-time.Hour)
@@ -558,12 +560,16 @@ func TestAKubeletsOwnNodeIsInNoNodeGroup(t *testing.T) {
 	stranger := setNode(set, "kubelets-own", "", true)
 	stranger.Finalizers = []string{nodesetv1alpha1.FinalizerTermination}
 	stranger.CreationTimestamp = metav1.NewTime(since.Add(time.Minute))
-	f := newClassFixture(t, class, nil, set, sealed, stranger)
+	// Labelled so by its kubelet, without the finalizer.
+	unheld := setNode(set, "labelled-by-hand", "", true)
+	unheld.Finalizers = nil
+	unheld.Status.NodeInfo.KubeletVersion = "v1.37.2"
+	f := newClassFixture(t, class, nil, set, sealed, stranger, unheld)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		node *corev1.Node
 		want string
-	}{{sealed, "team-a/web"}, {stranger, ""}} {
+	}{{sealed, "team-a/web"}, {stranger, ""}, {unheld, ""}} {
 		for _, labels := range []map[string]string{tc.node.Labels, nil} {
 			resp, err := f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{
 				Name: tc.node.Name, ProviderID: tc.node.Spec.ProviderID, Labels: labels}})

@@ -104,6 +104,16 @@ func Foreign(node *corev1.Node) bool {
 	return node.Spec.ProviderID != "" || KubeletReported(node)
 }
 
+// Held reports whether nodeset holds the Node: it carries nodeset's
+// finalizer, or is being deleted (and released by it, or gone in a
+// moment). Only a held Node is one of a NodeSet's replicas: a NodeSet's
+// Nodes are made held, a cloud group's are held when made or adopted, and
+// labels alone prove nothing (a kubelet may label its own Node with a
+// set's labels).
+func Held(node *corev1.Node) bool {
+	return node.DeletionTimestamp != nil || slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+}
+
 // WithoutStrangers drops from nodes, in place, those that are none of
 // nodeset's at now (Stranger): a kubelet's Node with a set's labels and
 // nodeset's finalizer counts for no set or group, even before the node

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -377,7 +376,7 @@ func (c *Controller) namespaceUpdated(oldObj, newObj any) {
 // or a rollout and, holding no finalizer, go at once, undrained.
 func nodeSetKey(node *corev1.Node) (string, bool) {
 	namespace, name, ok := nodeutil.NodeSetOf(node.Labels)
-	if !ok || (node.DeletionTimestamp == nil && !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)) {
+	if !ok || !nodeutil.Held(node) {
 		return "", false
 	}
 	return namespace + "/" + name, true
