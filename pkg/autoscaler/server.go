@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -273,12 +272,13 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "listing the Nodes of %s: %v", GroupID(set), err)
 	}
-	// A replica is held (nodeutil.Held), as for the nodeset controller: a
-	// Node its kubelet labelled with the set's labels is none of its nodes.
-	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !nodeutil.Held(n) })
-	if class, err := s.classes.Get(set.Spec.NodeClassName); err == nil {
-		nodes = nodeutil.WithoutStrangers(nodes, class, time.Now())
+	// Its replicas, as the nodeset controller counts them: a Node its
+	// kubelet labelled with the set's labels is none of its nodes.
+	class, err := s.classes.Get(set.Spec.NodeClassName)
+	if err != nil {
+		class = nil
 	}
+	nodes = nodeutil.Replicas(nodes, class, time.Now())
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes, nil
 }

@@ -122,6 +122,13 @@ func WithoutStrangers(nodes []*corev1.Node, class *nodesetv1alpha1.NodeClass, no
 	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return Stranger(n, class, now) })
 }
 
+// Replicas drops from nodes, a NodeSet's Nodes by its labels, in place,
+// those that are none of its replicas at now: not held (Held), or
+// strangers (Stranger). class is the set's NodeClass (nil if unknown).
+func Replicas(nodes []*corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time) []*corev1.Node {
+	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !Held(n) || Stranger(n, class, now) })
+}
+
 // MadeSealed reports whether a Node was made at or after its class's
 // status.sealedSince: since then nodeset seals every Node of the class it
 // makes or holds in its first write of it, so an unsealed one was made by

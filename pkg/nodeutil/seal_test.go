@@ -163,6 +163,14 @@ func TestAStrangerIsAnUnsealedHeldNodeMadeSinceItsClassSeals(t *testing.T) {
 	assert.Equal(t, []*corev1.Node{sealed, older}, WithoutStrangers([]*corev1.Node{sealed, stranger, older}, class, before),
 		"only the stranger is left out, the order kept")
 	assert.Equal(t, []*corev1.Node{sealed}, WithoutStrangers([]*corev1.Node{sealed, stranger, older}, class, after))
+
+	unheld := node(before, false, "")
+	deleting := node(before, false, "")
+	deleting.DeletionTimestamp = &metav1.Time{Time: since}
+	assert.False(t, Held(unheld))
+	assert.True(t, Held(deleting), "being deleted: released, or gone in a moment")
+	assert.Equal(t, []*corev1.Node{sealed, older, deleting}, Replicas([]*corev1.Node{sealed, unheld, stranger, older, deleting}, class, before),
+		"a set's replicas: held, and no stranger")
 }
 
 func TestAForeignNodeHasAHostButNoSealOrHold(t *testing.T) {

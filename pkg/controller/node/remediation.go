@@ -122,6 +122,9 @@ func (c *Controller) mayReplace(ctx context.Context, node *corev1.Node, class *n
 	if err != nil {
 		return false, err
 	}
+	// Its replicas only: a Node its kubelet labelled with the set's labels
+	// must not hold back the set's repairs by being NotReady.
+	nodes = nodeutil.Replicas(nodes, class, c.opts.Now())
 	unhealthy := 0
 	for _, n := range nodes {
 		if n.DeletionTimestamp != nil {

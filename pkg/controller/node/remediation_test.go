@@ -113,3 +113,22 @@ func TestALoneNodeNamedLikeASetsIsNotRemediated(t *testing.T) {
 	require.NoError(t, f.sync("lone-a"))
 	assert.Nil(t, f.get("lone-a").DeletionTimestamp, "a lone Node is not remediated")
 }
+
+// A Node its kubelet labelled with the set's labels, without nodeset's
+// finalizer, is none of the set's replicas: NotReady, it does not count
+// toward the set's unhealthy Nodes, and the set's own overdue Node is
+// replaced within the cap.
+func TestAForeignNodeDoesNotHoldTheSetsRemediation(t *testing.T) {
+	foreign := registeredNode("kubelets-own", false, testNow.Add(-10*time.Minute))
+	foreign.Finalizers = nil
+	foreign.Spec.ProviderID = "test:///elsewhere"
+	f := remediationFixture(t, 10, registeredNode("web-a", false, testNow.Add(-10*time.Minute)),
+		registeredNode("web-b", true, testNow.Add(-time.Hour)), registeredNode("web-c", true, testNow.Add(-time.Hour)),
+		registeredNode("web-d", true, testNow.Add(-time.Hour)), registeredNode("web-e", true, testNow.Add(-time.Hour)), foreign)
+
+	require.NoError(t, f.sync("web-a"))
+	_, err := f.kube.CoreV1().Nodes().Get(context.Background(), "web-a", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "web-a is the set's one unhealthy Node, within the cap of 1: replaced: %v", err)
+	_, err = f.kube.CoreV1().Nodes().Get(context.Background(), "kubelets-own", metav1.GetOptions{})
+	assert.NoError(t, err, "the kubelet's own Node is not the set's to replace")
+}
