@@ -122,11 +122,17 @@ func WithoutStrangers(nodes []*corev1.Node, class *nodesetv1alpha1.NodeClass, no
 	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return Stranger(n, class, now) })
 }
 
+// Replica reports whether a Node its labels give to a NodeSet is one of
+// its replicas at now: held (Held), and no stranger (Stranger). class is
+// the Node's NodeClass (nil if unknown).
+func Replica(node *corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time) bool {
+	return Held(node) && !Stranger(node, class, now)
+}
+
 // Replicas drops from nodes, a NodeSet's Nodes by its labels, in place,
-// those that are none of its replicas at now: not held (Held), or
-// strangers (Stranger). class is the set's NodeClass (nil if unknown).
+// those that are none of its replicas at now (Replica).
 func Replicas(nodes []*corev1.Node, class *nodesetv1alpha1.NodeClass, now time.Time) []*corev1.Node {
-	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !Held(n) || Stranger(n, class, now) })
+	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !Replica(n, class, now) })
 }
 
 // MadeSealed reports whether a Node was made at or after its class's

@@ -713,17 +713,29 @@ func (c *Controller) lifecycleHeartbeat(ctx context.Context, node *corev1.Node, 
 // nodeOfMachine is the Node a NodeSet has for machine id of driver's
 // groups, nil when there is none. Every Node with the id is looked at:
 // another one may share it (a kubelet's own Node, another driver's), and
-// the index gives them in no set order.
+// the index gives them in no set order. Only one of a set's replicas
+// (nodeutil.Replica: held, no stranger), with labels that are not
+// tampered with, is the set's: a kubelet may register its own Node with
+// any providerID, a set's labels and the group's annotations, and a
+// notice taken to it would leave the set's own Node undrained.
 func (c *Controller) nodeOfMachine(driver, id string) *corev1.Node {
 	objs, err := c.nodeIndexer.ByIndex(machineIDIndex, id)
 	if err != nil {
 		return nil
 	}
 	var ours []*corev1.Node
+	now := c.opts.Now()
 	for _, obj := range objs {
 		node, ok := obj.(*corev1.Node)
-		if ok && node.Labels[nodesetv1alpha1.LabelNodeSet] != "" && node.Annotations[nodesetv1alpha1.AnnotationGroup] != "" &&
-			node.Annotations[nodesetv1alpha1.AnnotationDriver] == driver {
+		if !ok || node.Labels[nodesetv1alpha1.LabelNodeSet] == "" || node.Annotations[nodesetv1alpha1.AnnotationGroup] == "" ||
+			node.Annotations[nodesetv1alpha1.AnnotationDriver] != driver || nodeutil.Tampered(node.Labels) {
+			continue
+		}
+		class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+		if err != nil {
+			class = nil
+		}
+		if nodeutil.Replica(node, class, now) {
 			ours = append(ours, node)
 		}
 	}

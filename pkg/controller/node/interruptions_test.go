@@ -180,8 +180,8 @@ func TestAPanickingQueueReadIsAFailedRound(t *testing.T) {
 }
 
 // TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID: a kubelet's
-// own Node, or another driver's, may carry the machine id of a NodeSet's
-// Node. The notice drains the NodeSet's Node, whichever of them the index
+// own Node (even one labelled and annotated as the set's), or another
+// driver's, may carry the machine id of a NodeSet's Node. The notice drains the NodeSet's Node, whichever of them the index
 // gives first, and leaves the others alone.
 func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
 	var objects []runtime.Object
@@ -191,7 +191,12 @@ func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
 		ids = append(ids, id)
 		kubelets := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ip-10-0-0-%d.ec2.internal", i), UID: types.UID("uid-kubelet-" + id)},
 			Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + id}}
-		objects = append(objects, kubelets,
+		// A kubelet's own Node registered with the set's labels, the
+		// group's annotations and the instance's providerID, but not held;
+		// its name comes first.
+		forged := groupNode(fmt.Sprintf("a-forged-%02d", i), nodesetv1alpha1.DriverEKSASG, id)
+		forged.Finalizers = nil
+		objects = append(objects, kubelets, forged,
 			groupNode(fmt.Sprintf("managed-%02d", i), nodesetv1alpha1.DriverEKSManaged, id),
 			groupNode(fmt.Sprintf("mine-%02d", i), nodesetv1alpha1.DriverEKSASG, id))
 	}
@@ -204,6 +209,7 @@ func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
 		assert.True(t, apierrors.IsNotFound(err), "mine-%02d is interrupted (the fake deletes at once)", i)
 		assert.Empty(t, f.get(fmt.Sprintf("managed-%02d", i)).Annotations[nodesetv1alpha1.AnnotationInterruption], "another driver's Node")
 		assert.Empty(t, f.get(fmt.Sprintf("ip-10-0-0-%d.ec2.internal", i)).Annotations[nodesetv1alpha1.AnnotationInterruption], "the kubelet's own Node")
+		assert.Empty(t, f.get(fmt.Sprintf("a-forged-%02d", i)).Annotations[nodesetv1alpha1.AnnotationInterruption], "a kubelet's Node labelled as the set's")
 	}
 }
 
