@@ -86,3 +86,26 @@ func TestALoneNodeNoKubeletReportedOnIsProvisioned(t *testing.T) {
 		})
 	}
 }
+
+// TestANodeClaimingASetGetsNoMachineUnlessTheSetMadeIt: the nodeset
+// controller makes a set's Nodes itself, held and sealed. A Node with a
+// set's labels and no host, made by anyone else who may create a Node (a
+// kubelet's credentials for a name of its choosing included), is not a
+// lone Node's request: no machine is made on the set's account, and it is
+// not held. The same Node with only its class label is one.
+func TestANodeClaimingASetGetsNoMachineUnlessTheSetMadeIt(t *testing.T) {
+	claims := loneNode("claims-web", "sim", nil)
+	claims.Labels[nodesetv1alpha1.LabelNodeSetNamespace] = "team-a"
+	claims.Labels[nodesetv1alpha1.LabelNodeSet] = "web"
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, claims, loneNode("lone", "sim", nil))
+	require.NoError(t, f.sync("claims-web"))
+	got := f.get("claims-web")
+	assert.Empty(t, got.Spec.ProviderID)
+	assert.Empty(t, got.Finalizers, "not held")
+	assert.Zero(t, f.driver.creates, "no machine")
+	assert.Equal(t, []string{"Warning " + ReasonForeignNode + " Not provisioned: it claims NodeSet team-a/web, whose Nodes the nodeset controller makes itself; " +
+		"remove the nodeset.dev/nodeset-namespace and nodeset.dev/nodeset labels to ask for a machine of NodeClass sim"}, f.events())
+
+	require.NoError(t, f.sync("lone"))
+	assert.Equal(t, "test:///lone", f.get("lone").Spec.ProviderID, "a lone Node of the class is still provisioned")
+}

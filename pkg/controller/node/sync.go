@@ -304,6 +304,17 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 		if foreign, err := c.hostedElsewhere(ctx, node, nodeClass, class, driver); foreign || err != nil {
 			return err
 		}
+		if namespace, name, ofSet := nodeutil.NodeSetOf(node.Labels); ofSet && node.Labels[nodesetv1alpha1.LabelSeal] == "" && node.Spec.ProviderID == "" {
+			// Asks for a machine as a NodeSet's: the nodeset controller
+			// makes a set's Nodes itself, held and sealed, before their
+			// machines. Whoever made this one (anyone who may create a
+			// Node, a kubelet's credentials included) gets no machine on
+			// the set's account.
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonForeignNode,
+				"Not provisioned: it claims NodeSet %s/%s, whose Nodes the nodeset controller makes itself; remove the %s and %s labels to ask for a machine of NodeClass %s",
+				namespace, name, nodesetv1alpha1.LabelNodeSetNamespace, nodesetv1alpha1.LabelNodeSet, class.Name)
+			return nil
+		}
 		// A static node made by an admin: hold it until its machine is gone,
 		// and keep pods off it until the machine registers, which also
 		// times its registration (registrationTimeout), as for a NodeSet's.
