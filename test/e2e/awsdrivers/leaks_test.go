@@ -29,11 +29,7 @@ import (
 // controller asks EC2 and terminates the instances there before it lets the
 // NodeSet go.
 func TestFailedTerminationsLeakNothing(t *testing.T) {
-	var proxy *framework.FaultProxy
-	e := newEnvWith(t, func(endpoint string) string {
-		proxy = framework.StartFaultProxy(t, endpoint, 7)
-		return proxy.URL
-	})
+	e, proxy := newFaultyEnv(t, 7)
 	ctx := context.Background()
 	ns := "team-leak"
 	group := e.startSet("leak", ns, "web")

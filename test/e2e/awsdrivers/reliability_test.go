@@ -62,11 +62,7 @@ func TestCrashSequenceEKSASG(t *testing.T) {
 // going through a proxy that throttles, fails, slows, drops and loses the
 // answers of a share of them.
 func TestCloudFaults(t *testing.T) {
-	var proxy *framework.FaultProxy
-	e := newEnvWith(t, func(endpoint string) string {
-		proxy = framework.StartFaultProxy(t, endpoint, 20261123)
-		return proxy.URL
-	})
+	e, proxy := newFaultyEnv(t, 20261123)
 	ns := "faults"
 	group := e.startSet("faulty", ns, "web")
 	proxy.SetFaults(framework.Faults{Throttle: 0.10, ServerError: 0.05, Slow: 0.05, SlowDelay: time.Second, Drop: 0.05, LoseAnswer: 0.03})
@@ -82,6 +78,17 @@ func TestCloudFaults(t *testing.T) {
 	retries := metricSum(t, e.ctrl.NodeMetricsPort, "nodeset_cloud_api_retries_total")
 	t.Logf("retries the node controller made: %v", retries)
 	assert.Positive(t, retries, "the SDK retried, and the metric shows it")
+}
+
+// newFaultyEnv is newEnv with the node controller's AWS calls going through
+// a fault proxy of seed, which injects nothing until told.
+func newFaultyEnv(t *testing.T, seed uint64) (*env, *framework.FaultProxy) {
+	var proxy *framework.FaultProxy
+	e := newEnvWith(t, func(endpoint string) string {
+		proxy = framework.StartFaultProxy(t, endpoint, seed)
+		return proxy.URL
+	})
+	return e, proxy
 }
 
 // metricSum adds up every series of a counter on a controller's /metrics.
@@ -111,11 +118,7 @@ func metricSum(t *testing.T, port int, name string) float64 {
 // to take a scale-down: nodeset lowers a node group only by terminating a
 // drained instance.)
 func TestManagedNodeGroupCloudFaults(t *testing.T) {
-	var proxy *framework.FaultProxy
-	e := newEnvWith(t, func(endpoint string) string {
-		proxy = framework.StartFaultProxy(t, endpoint, 20261127)
-		return proxy.URL
-	})
+	e, proxy := newFaultyEnv(t, 20261127)
 	api := e.managedClass()
 	groups := regexp.MustCompile(`^/clusters/prod/node-groups$`)
 	scaling := regexp.MustCompile(`^/clusters/prod/node-groups/[^/]+/update-config$`)
