@@ -181,8 +181,9 @@ func TestAPanickingQueueReadIsAFailedRound(t *testing.T) {
 
 // TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID: a kubelet's
 // own Node (even one labelled and annotated as the set's), or another
-// driver's, may carry the machine id of a NodeSet's Node. The notice drains the NodeSet's Node, whichever of them the index
-// gives first, and leaves the others alone.
+// driver's, may carry the machine id of a NodeSet's Node. The notice drains
+// the NodeSet's Node, whichever of them the index gives first, and leaves
+// the others alone.
 func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
 	var objects []runtime.Object
 	var ids []string
