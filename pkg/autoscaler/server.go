@@ -274,10 +274,7 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 	}
 	// Its replicas, as the nodeset controller counts them: a Node its
 	// kubelet labelled with the set's labels is none of its nodes.
-	class, err := s.classes.Get(set.Spec.NodeClassName)
-	if err != nil {
-		class = nil
-	}
+	class, _ := s.classes.Get(set.Spec.NodeClassName) // nil when gone
 	nodes = nodeutil.Replicas(nodes, class, time.Now())
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes, nil
@@ -406,9 +403,9 @@ func (s *Server) pendingGroup(id string, n int32) (*protos.NodeGroupForNodeRespo
 
 // stranger reports whether the node cluster-autoscaler asks about, with no
 // seal among its labels, is a Node a kubelet registered or relabelled into
-// a set by itself: one nodeset does not hold (nodeutil.Held), or a
-// stranger (nodeutil.Stranger) before the node controller marks it. It is
-// in no node group, as NodeGroupNodes leaves it out too.
+// a set by itself, none of its replicas (nodeutil.Replica: one nodeset
+// does not hold, or a stranger before the node controller marks it). It
+// is in no node group, as NodeGroupNodes leaves it out too.
 func (s *Server) stranger(want *protos.ExternalGrpcNode, nodeLabels map[string]string) bool {
 	if _, sealed := nodeLabels[nodesetv1alpha1.LabelSeal]; sealed {
 		return false
@@ -417,11 +414,8 @@ func (s *Server) stranger(want *protos.ExternalGrpcNode, nodeLabels map[string]s
 	if err != nil {
 		return false
 	}
-	if !nodeutil.Held(node) {
-		return true
-	}
-	class, err := s.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
-	return err == nil && nodeutil.Stranger(node, class, time.Now())
+	class, _ := s.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]) // nil when gone
+	return !nodeutil.Replica(node, class, time.Now())
 }
 
 // nodeFor is the Node cluster-autoscaler's node stands for: the Node of

@@ -108,6 +108,24 @@ func RegisteredTaints(node *corev1.Node) []corev1.Taint {
 	})
 }
 
+// KubeletReported reports whether a kubelet has written the Node's status:
+// the node info it sends, or a Ready condition, whatever its status, that
+// is not the one kube-controller-manager gives a Node no kubelet ever
+// reported on. A Node an admin creates for a machine to come has neither.
+func KubeletReported(node *corev1.Node) bool {
+	if node.Status.NodeInfo.KubeletVersion != "" || node.Status.NodeInfo.MachineID != "" {
+		return true
+	}
+	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Reason != nodeStatusNeverUpdated
+	})
+}
+
+// nodeStatusNeverUpdated is the reason of the Ready condition (Unknown)
+// that kube-controller-manager's node lifecycle controller gives a Node
+// whose kubelet never posted its status.
+const nodeStatusNeverUpdated = "NodeStatusNeverUpdated"
+
 // IsReady reports whether the Node's Ready condition is True.
 func IsReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {

@@ -731,10 +731,7 @@ func (c *Controller) nodeOfMachine(driver, id string) *corev1.Node {
 			node.Annotations[nodesetv1alpha1.AnnotationDriver] != driver || nodeutil.Tampered(node.Labels) {
 			continue
 		}
-		class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
-		if err != nil {
-			class = nil
-		}
+		class, _ := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]) // nil when gone
 		if nodeutil.Replica(node, class, now) {
 			ours = append(ours, node)
 		}
