@@ -23,7 +23,7 @@ step() { printf '\n\033[1m[%3ss] %s\033[0m\n' "$(( $(date +%s) - t0 ))" "$*"; }
 
 step "starting the local control plane (first run builds it: several minutes)"
 # local-up also registers the nodeset webhooks (at 127.0.0.1:${webhook_port},
-# with a CA bundle) and the Dedicated-tenancy admission policy, as an install does.
+# with a CA bundle) and the admission policies of deploy/admission, as an install does.
 webhook_port="${NODESET_WEBHOOK_PORT:-19443}"
 hack/local-up.sh --webhook-port "${webhook_port}" >/dev/null
 bin="$(hack/kube-binaries.sh)"

@@ -6,7 +6,7 @@
 # installed, the nodeset webhooks registered as a real install has them
 # (failurePolicy Ignore; at https://127.0.0.1:19443, --webhook-port, with a CA
 # bundle: run nodeset-controller with the flags it prints) and the
-# Dedicated-tenancy admission policy of deploy/admission applied. Running it
+# admission policies of deploy/admission applied. Running it
 # again reuses the running control plane and issues a new webhook certificate.
 # State, logs and kubeconfig: ${NODESET_LOCAL_DIR:-~/.cache/nodeset/local-up}.
 set -euo pipefail

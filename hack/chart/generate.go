@@ -10,8 +10,12 @@ import (
 	"strings"
 )
 
+// admissionPolicies are the files of deploy/admission, in the order its
+// kustomization lists them, that the chart's admissionPolicy value installs.
+var admissionPolicies = []string{"dedicated-tenancy.yaml", "kubelet-node-claims.yaml"}
+
 // generate writes (or, with check, compares) every file of the chart that is
-// derived from another: the CRDs, the admission policy, Chart.yaml's version
+// derived from another: the CRDs, the admission policies, Chart.yaml's version
 // and appVersion, and README.md's values table.
 func generate(paths layout, version string, check bool) error {
 	if !regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(version) {
@@ -34,16 +38,21 @@ func generate(paths layout, version string, check bool) error {
 		want[filepath.Join(paths.chart, "crds", filepath.Base(crd))] = content
 	}
 
-	policy, err := os.ReadFile(filepath.Join(paths.deploy, "admission", "dedicated-tenancy.yaml"))
-	if err != nil {
-		return err
-	}
-	if bytes.Contains(policy, []byte("{{")) {
-		return errors.New("deploy/admission/dedicated-tenancy.yaml has {{, which Helm would read as a template action")
+	// The admission policies, in the order deploy/admission lists them.
+	var policies []string
+	for _, name := range admissionPolicies {
+		policy, err := os.ReadFile(filepath.Join(paths.deploy, "admission", name))
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(policy, []byte("{{")) {
+			return fmt.Errorf("deploy/admission/%s has {{, which Helm would read as a template action", name)
+		}
+		policies = append(policies, string(policy))
 	}
 	want[filepath.Join(paths.chart, "templates", "admission.yaml")] = []byte(
-		"{{- /* Generated from deploy/admission/dedicated-tenancy.yaml by hack/update-chart.sh. */}}\n" +
-			"{{- if .Values.admissionPolicy }}\n" + string(policy) + "{{- end }}\n")
+		"{{- /* Generated from deploy/admission/{" + strings.Join(admissionPolicies, ",") + "} by hack/update-chart.sh. */}}\n" +
+			"{{- if .Values.admissionPolicy }}\n" + strings.Join(policies, "---\n") + "{{- end }}\n")
 
 	chartFile := filepath.Join(paths.chart, "Chart.yaml")
 	chart, err := os.ReadFile(chartFile)

@@ -108,7 +108,8 @@ func run(down bool, dir, binDir string, webhookPort int) error {
 
 // admission wires admission as a real install does: the nodeset webhooks
 // (failurePolicy Ignore, aimed at a nodeset-controller on this machine, with a
-// fresh serving certificate) and the Dedicated-tenancy admission policy.
+// fresh serving certificate) and the admission policies (Dedicated tenancy,
+// kubelet Node claims).
 func admission(ctx context.Context, cp *framework.ControlPlane, webhookPort int) error {
 	webhookFlags, err := framework.InstallWebhook(ctx, cp, webhookPort)
 	if err != nil {
@@ -117,7 +118,7 @@ func admission(ctx context.Context, cp *framework.ControlPlane, webhookPort int)
 	if err := framework.InstallAdmissionPolicy(ctx, cp); err != nil {
 		return err
 	}
-	fmt.Printf("local-up: webhooks registered at https://127.0.0.1:%d; Dedicated-tenancy admission policy applied\n", webhookPort)
+	fmt.Printf("local-up: webhooks registered at https://127.0.0.1:%d; admission policies applied\n", webhookPort)
 	fmt.Printf(`
   export KUBECONFIG=%s
   export PATH=%s:$PATH    # the kubectl built with this control plane

@@ -273,12 +273,31 @@ func (c *Controllers) Machines(ctx context.Context) ([]Machine, bool) {
 	return out, true
 }
 
-// InstallAdmissionPolicy applies deploy/admission: the ValidatingAdmissionPolicy
-// that keeps other namespaces' pods off Dedicated nodes, and its binding.
+// InstallAdmissionPolicy applies deploy/admission: the ValidatingAdmissionPolicies
+// that keep other namespaces' pods off Dedicated nodes and kubelets from
+// claiming nodeset's keys, and their bindings.
 func InstallAdmissionPolicy(ctx context.Context, cp *ControlPlane) error {
-	root, err := RepoRoot()
+	files, err := admissionPolicies()
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "admission", "dedicated-tenancy.yaml"))
+	return Apply(ctx, cp.AdminConfig(), files...)
+}
+
+// UninstallAdmissionPolicy deletes what InstallAdmissionPolicy applied.
+func UninstallAdmissionPolicy(ctx context.Context, cp *ControlPlane) error {
+	files, err := admissionPolicies()
+	if err != nil {
+		return err
+	}
+	return Delete(ctx, cp.AdminConfig(), files...)
+}
+
+func admissionPolicies() ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, "deploy", "admission")
+	return []string{filepath.Join(dir, "dedicated-tenancy.yaml"), filepath.Join(dir, "kubelet-node-claims.yaml")}, nil
 }

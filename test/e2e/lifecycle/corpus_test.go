@@ -67,11 +67,7 @@ func TestBadInputCorpus(t *testing.T) {
 	victimNodes := nodeNames(t, victimNS, "victim")
 	cp := framework.Shared(t)
 	require.NoError(t, framework.InstallAdmissionPolicy(ctx, cp))
-	t.Cleanup(func() {
-		root, err := framework.RepoRoot()
-		require.NoError(t, err)
-		require.NoError(t, framework.Delete(context.Background(), cp.AdminConfig(), root+"/deploy/admission/dedicated-tenancy.yaml"))
-	})
+	t.Cleanup(func() { require.NoError(t, framework.UninstallAdmissionPolicy(context.Background(), cp)) })
 
 	corpus := append(append(badInputs(), driverInputs()...), classInputs()...)
 	scales, calls, pods := scaleInputs(), autoscalerInputs(), podInputs()
