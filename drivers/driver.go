@@ -434,6 +434,10 @@ type Interruption struct {
 	// Notice is when the cloud sent it; Deadline when the machine goes
 	// (zero: not announced).
 	Notice, Deadline time.Time
+	// Received is when the queue first delivered the notice, to any
+	// receiver (zero: not known). The queue sets it, not the sender, and it
+	// stays the same when the notice comes again.
+	Received time.Time
 	// Lifecycle is the action to complete once the machine is drained
 	// (InterruptionTermination).
 	Lifecycle *LifecycleAction

@@ -257,8 +257,9 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 	}
 	out, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(queueURL), MaxNumberOfMessages: 10,
-		WaitTimeSeconds:   int32(d.opts.ReceiveWait / time.Second),
-		VisibilityTimeout: int32(d.opts.VisibilityTimeout / time.Second),
+		WaitTimeSeconds:             int32(d.opts.ReceiveWait / time.Second),
+		VisibilityTimeout:           int32(d.opts.VisibilityTimeout / time.Second),
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateFirstReceiveTimestamp},
 	})
 	if err != nil {
 		return nil, awscloud.Classify("receiving from "+queueURL, err)
@@ -279,12 +280,24 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 			n.Deadline = d.LifecycleDeadline(class, n.Notice, heartbeat)
 		}
 		n.Receipt = aws.ToString(m.ReceiptHandle)
+		n.Received = firstReceived(m.Attributes)
 		if n.ID == "" {
 			n.ID = aws.ToString(m.MessageId)
 		}
 		notices = append(notices, n)
 	}
 	return notices, nil
+}
+
+// firstReceived is when SQS first delivered a message
+// (ApproximateFirstReceiveTimestamp, in milliseconds since the epoch), or
+// zero when it does not say.
+func firstReceived(attributes map[string]string) time.Time {
+	ms, err := strconv.ParseInt(attributes[string(sqstypes.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // maxDrainTime is how long the class lets an instance wait in its

@@ -367,3 +367,42 @@ func TestHealthTimesWithOneDigitDays(t *testing.T) {
 		assert.True(t, want.Equal(got), "%s: %s", text, got)
 	}
 }
+
+// TestANoticeComesAgainWithItsFirstDeliveryTime: a notice not acknowledged
+// comes again after the visibility timeout, possibly to another replica,
+// with the time SQS first delivered it (ApproximateFirstReceiveTimestamp):
+// a warning kept for a Node to come is kept from then, not from each
+// delivery.
+func TestANoticeComesAgainWithItsFirstDeliveryTime(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	q := framework.NewInterruptionQueue(t, w.endpoint, region, "nodeset-again")
+	d := New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second, VisibilityTimeout: time.Second,
+		Queues: func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return q.SQS, nil }})
+	class := w.class()
+	class.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL}
+	before := time.Now().Add(-time.Second) // SQS's clock, to the millisecond
+	q.Put(t, framework.SpotInterruptionWarning(region, "i-0123456789abcdef0", time.Now()))
+
+	receive := func() drivers.Interruption {
+		t.Helper()
+		for range 30 {
+			batch, err := d.ReceiveInterruptions(ctx, class)
+			require.NoError(t, err)
+			if len(batch) > 0 {
+				require.Len(t, batch, 1)
+				return batch[0]
+			}
+		}
+		require.FailNow(t, "the notice did not come")
+		return drivers.Interruption{}
+	}
+	first := receive()
+	assert.Equal(t, drivers.InterruptionSpot, first.Kind)
+	require.False(t, first.Received.IsZero(), "SQS says when it first delivered the message")
+	assert.True(t, first.Received.After(before) && first.Received.Before(time.Now().Add(time.Second)), "%s", first.Received)
+	again := receive()
+	assert.NotEqual(t, first.Receipt, again.Receipt, "delivered again")
+	assert.True(t, first.Received.Equal(again.Received), "first delivered at %s, then %s", first.Received, again.Received)
+	require.NoError(t, d.AckInterruptions(ctx, class, []string{again.Receipt}))
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -272,6 +273,21 @@ func (c *Controller) recentlyTerminated(providerID string) bool {
 	defer c.terminatedMu.Unlock()
 	at, ok := c.terminated[providerID]
 	return ok && c.opts.Now().Sub(at) < terminatedMemory
+}
+
+// recentlyTerminatedMachine reports whether this process terminated a
+// group machine with the machine id (the last element of its providerID)
+// within terminatedMemory.
+func (c *Controller) recentlyTerminatedMachine(id string) bool {
+	c.terminatedMu.Lock()
+	defer c.terminatedMu.Unlock()
+	now := c.opts.Now()
+	for providerID, at := range c.terminated {
+		if now.Sub(at) < terminatedMemory && strings.HasSuffix(providerID, "/"+id) {
+			return true
+		}
+	}
+	return false
 }
 
 // syncGroupNode runs a group machine's Node: the startup taint lifted once

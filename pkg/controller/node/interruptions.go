@@ -277,6 +277,9 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 			logger.V(2).Info("Interruption notice kept until its Node is released", "id", n.ID, "kind", n.Kind)
 			continue
 		}
+		if errors.Is(err, errKeptEarly) {
+			continue // it comes again, to whoever leads then
+		}
 		if err != nil {
 			logger.Error(nil, "Acting on an interruption notice failed; it comes again", "id", n.ID, "kind", n.Kind, "err", c.scrub(err.Error()))
 			continue
@@ -310,12 +313,13 @@ var errUntilReleased = errors.New("lifecycle action recorded on a Node being del
 
 // handleInterruption records what notice n, from a queue of driver, means
 // for each of its machines' Nodes: nil once every action is recorded (or
-// there is none to take), errUntilReleased when the notice is to come
-// again. Only the driver's own Nodes are acted on: an EKS managed node
-// group's instance in a shared queue is EKS's to drain, and another Node
-// with the same machine id (a kubelet's own, another driver's) is passed
-// over. A machine with no Node of the driver yet has the notice kept in
-// early (when not nil) until its Node appears or the notice expires.
+// there is none to take), errUntilReleased or errKeptEarly when the notice
+// is to come again. Only the driver's own Nodes are acted on: an EKS
+// managed node group's instance in a shared queue is EKS's to drain, and
+// another Node with the same machine id (a kubelet's own, another
+// driver's) is passed over. A machine with no Node of the driver yet has
+// the notice kept in early (when not nil) until its Node appears or the
+// notice expires; its message comes again meanwhile.
 func (c *Controller) handleInterruption(ctx context.Context, driver string, n drivers.Interruption, early *earlyWarnings) error {
 	logger := klog.FromContext(ctx)
 	if n.Kind == drivers.InterruptionUnparseable {
@@ -323,13 +327,20 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 		logger.Info("Dropped an interruption message that cannot be read", "id", n.ID, "reason", c.scrub(n.Detail))
 		return nil
 	}
-	c.metrics.interruptionReceived(n.Kind)
 	var errs []error
-	kept := false
+	kept, keptEarly, repeats := false, false, 0
 	for _, id := range n.MachineIDs {
 		node := c.nodeOfMachine(driver, id)
 		if node == nil {
-			errs = append(errs, c.machineWithoutNode(ctx, early, driver, n, id))
+			repeat, err := c.machineWithoutNode(ctx, early, driver, n, id)
+			if repeat {
+				repeats++
+			}
+			if errors.Is(err, errKeptEarly) {
+				keptEarly = true
+				continue
+			}
+			errs = append(errs, err)
 			continue
 		}
 		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", id, "kind", n.Kind)
@@ -341,10 +352,20 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 		}
 		errs = append(errs, err)
 	}
-	if err := errors.Join(errs...); err != nil || !kept {
-		return err
+	if len(n.MachineIDs) == 0 || repeats < len(n.MachineIDs) {
+		// Not counted again when its message comes again while it is
+		// kept for its Node, or after it was acted on.
+		c.metrics.interruptionReceived(n.Kind)
 	}
-	return errUntilReleased
+	switch err := errors.Join(errs...); {
+	case err != nil:
+		return err
+	case kept:
+		return errUntilReleased
+	case keptEarly:
+		return errKeptEarly
+	}
+	return nil
 }
 
 // actOn does what notice n asks of the Node of its machine: a rebalance
@@ -380,18 +401,26 @@ func (c *Controller) byOwnClass(driver string, node *corev1.Node, n drivers.Inte
 // a lifecycle action of one of our groups (its Node already drained and
 // gone, or never made) is completed at once; a warning that still means
 // something is kept in early for a Node that may yet appear; anything else
-// is not ours.
-func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver string, n drivers.Interruption, id string) error {
+// is not ours. It reports whether the notice is one kept or acted on
+// already, come again.
+func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver string, n drivers.Interruption, id string) (repeat bool, err error) {
 	if n.Lifecycle != nil {
 		if c.ownGroup(n.Lifecycle.Group) {
-			return c.interruptedNodeGone(ctx, n)
+			return false, c.interruptedNodeGone(ctx, n)
 		}
-	} else if c.keepEarly(ctx, early, driver, id, n) {
-		return nil
+	} else {
+		switch c.keepEarly(ctx, early, driver, id, n) {
+		case earlyKept:
+			return false, errKeptEarly
+		case earlyKeptAgain:
+			return true, errKeptEarly
+		case earlyActedOn:
+			return true, nil
+		}
 	}
 	c.metrics.interruptionUnknown()
 	klog.FromContext(ctx).V(2).Info("Interruption notice for a machine of no NodeSet; ignored", "machine", id, "kind", n.Kind)
-	return nil
+	return false, nil
 }
 
 // ownGroup reports whether a NodeSet this controller serves has the cloud

@@ -3,6 +3,7 @@ package node
 import (
 	"container/list"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -15,7 +16,11 @@ import (
 // gets its Node at the group's next sync after it has a name, and a
 // kubelet's own Node is adopted then too. Such a warning is kept, in the
 // leading replica's memory, and acted on once a Node of the driver has the
-// machine's id in its providerID.
+// machine's id in its providerID. Its message is not acknowledged while it
+// is kept: the queue delivers it again after its visibility timeout, to
+// whoever leads by then, so a change of leader does not forget it. Its
+// time runs from the queue's first delivery, whichever replica got it; the
+// delivery after it expired, or after it was acted on, acknowledges it.
 const (
 	// earlyWarningHold is the longest a warning waits for its Node. A
 	// group's instance gets its Node within a group sync or two of being
@@ -51,19 +56,21 @@ type earlyWarning struct {
 }
 
 // earlyWarnings are the warnings kept for machines without a Node, at most
-// limit of them, oldest first.
+// limit of them, oldest first, and those acted on since, until they expire
+// (their messages still come once more, to be acknowledged).
 type earlyWarnings struct {
 	mu    sync.Mutex
 	limit int
 	order *list.List // of *earlyWarning, in the order they came
 	byKey map[earlyKey]*list.Element
+	acted map[earlyKey]time.Time // until when
 }
 
 func newEarlyWarnings(limit int) *earlyWarnings {
-	return &earlyWarnings{limit: max(limit, 1), order: list.New(), byKey: map[earlyKey]*list.Element{}}
+	return &earlyWarnings{limit: max(limit, 1), order: list.New(), byKey: map[earlyKey]*list.Element{}, acted: map[earlyKey]time.Time{}}
 }
 
-// earlyWarningUntil is when warning n, received at received, stops
+// earlyWarningUntil is when warning n, first received at received, stops
 // meaning anything for a Node that is not there yet: its deadline, and no
 // later than earlyWarningHold after it came. A rebalance recommendation
 // has no deadline: it holds for earlyWarningHold. A warning whose deadline
@@ -76,14 +83,15 @@ func earlyWarningUntil(n drivers.Interruption, received time.Time) time.Time {
 	return until
 }
 
-// hold keeps warning w. A warning of the same key already kept stays as it
-// is (a notice given again changes nothing). When the store is full, the
-// oldest warning is dropped and returned.
-func (s *earlyWarnings) hold(w earlyWarning) (dropped *earlyWarning) {
+// hold keeps warning w, and reports whether it was not kept before. A
+// warning of the same key already kept stays as it is (a notice given
+// again changes nothing). When the store is full, the oldest warning is
+// dropped and returned.
+func (s *earlyWarnings) hold(w earlyWarning) (added bool, dropped *earlyWarning) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.byKey[w.key]; ok {
-		return nil
+		return false, nil
 	}
 	if s.order.Len() >= s.limit {
 		oldest := s.order.Front()
@@ -91,14 +99,20 @@ func (s *earlyWarnings) hold(w earlyWarning) (dropped *earlyWarning) {
 		delete(s.byKey, dropped.key)
 	}
 	s.byKey[w.key] = s.order.PushBack(&w)
-	return dropped
+	return true, dropped
 }
 
 // kept are the warnings still meaningful at now, oldest first; those that
-// are not any more are forgotten and returned as expired.
+// are not any more are forgotten and returned as expired, and those acted
+// on that expired are forgotten too.
 func (s *earlyWarnings) kept(now time.Time) (live, expired []earlyWarning) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for key, until := range s.acted {
+		if !now.Before(until) {
+			delete(s.acted, key)
+		}
+	}
 	for e := s.order.Front(); e != nil; {
 		next := e.Next()
 		w := e.Value.(*earlyWarning)
@@ -114,14 +128,24 @@ func (s *earlyWarnings) kept(now time.Time) (live, expired []earlyWarning) {
 	return live, expired
 }
 
-// forget drops the warning of key, acted on.
-func (s *earlyWarnings) forget(key earlyKey) {
+// done drops the warning w, acted on, and remembers it until it expires.
+func (s *earlyWarnings) done(w earlyWarning) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.byKey[key]; ok {
+	if e, ok := s.byKey[w.key]; ok {
 		s.order.Remove(e)
-		delete(s.byKey, key)
+		delete(s.byKey, w.key)
 	}
+	s.acted[w.key] = w.until
+}
+
+// actedOn reports whether the warning of key was acted on and has not
+// expired at now.
+func (s *earlyWarnings) actedOn(key earlyKey, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.acted[key]
+	return ok && now.Before(until)
 }
 
 // len is how many warnings are kept.
@@ -131,26 +155,62 @@ func (s *earlyWarnings) len() int {
 	return s.order.Len()
 }
 
+// earlyOutcome is what became of a warning for a machine without a Node.
+type earlyOutcome int
+
+const (
+	// earlyNotKept: it means nothing (expired, or nothing to drain
+	// ahead of), or there is no store.
+	earlyNotKept earlyOutcome = iota
+	// earlyKept: kept for its Node; its message is to come again.
+	earlyKept
+	// earlyKeptAgain: kept already, come again; kept still.
+	earlyKeptAgain
+	// earlyActedOn: kept before and acted on since; its message may go.
+	earlyActedOn
+)
+
+// errKeptEarly is the answer for a notice kept for a Node to come: it is
+// not acknowledged, so that it comes again, to whoever leads then.
+var errKeptEarly = errors.New("kept for a Node to come: the notice is to come again")
+
 // keepEarly keeps warning n for machine id of driver, which has no Node
-// yet, when it still means something; it reports whether it did. An Auto
-// Scaling termination is not kept: the group's sync makes no Node for an
-// instance it terminates.
-func (c *Controller) keepEarly(ctx context.Context, early *earlyWarnings, driver, id string, n drivers.Interruption) bool {
+// yet, when it still means something. Its time runs from the queue's first
+// delivery of n when the queue says (n.Received), from now otherwise. An
+// Auto Scaling termination is not kept: the group's sync makes no Node for
+// an instance it terminates; nor is a warning for a machine this process
+// terminated lately (a notice come again after its Node was drained and
+// released, or sent twice), which will have no Node again.
+func (c *Controller) keepEarly(ctx context.Context, early *earlyWarnings, driver, id string, n drivers.Interruption) earlyOutcome {
 	now := c.opts.Now()
-	until := earlyWarningUntil(n, now)
+	received := now
+	if !n.Received.IsZero() && n.Received.Before(now) {
+		received = n.Received
+	}
+	until := earlyWarningUntil(n, received)
 	if early == nil || n.Kind == drivers.InterruptionTermination || !now.Before(until) {
-		return false
+		return earlyNotKept
+	}
+	key := earlyKey{driver: driver, machine: id, kind: n.Kind}
+	if early.actedOn(key, now) {
+		return earlyActedOn
+	}
+	if c.recentlyTerminatedMachine(id) {
+		return earlyNotKept
 	}
 	one := n
 	one.MachineIDs = []string{id}
 	logger := klog.FromContext(ctx)
-	if dropped := early.hold(earlyWarning{key: earlyKey{driver: driver, machine: id, kind: n.Kind}, notice: one, until: until}); dropped != nil {
-		c.metrics.interruptionUnknown()
-		logger.V(2).Info("Too many interruption notices kept for machines without a Node; dropped the oldest",
+	added, dropped := early.hold(earlyWarning{key: key, notice: one, until: until})
+	if dropped != nil {
+		logger.V(2).Info("Too many interruption notices kept for machines without a Node; dropped the oldest, whose message comes again until it expires",
 			"limit", early.limit, "machine", dropped.key.machine, "kind", dropped.key.kind)
 	}
+	if !added {
+		return earlyKeptAgain
+	}
 	logger.V(2).Info("Interruption notice for a machine without a Node yet; kept until its Node appears", "machine", id, "kind", n.Kind, "until", until.UTC().Format(time.RFC3339))
-	return true
+	return earlyKept
 }
 
 // actOnEarlyWarnings acts on each kept warning whose Node has appeared, as
@@ -166,7 +226,8 @@ func (c *Controller) actOnEarlyWarnings(ctx context.Context, early *earlyWarning
 	logger := klog.FromContext(ctx)
 	live, expired := early.kept(c.opts.Now())
 	for _, w := range expired {
-		c.metrics.interruptionUnknown()
+		// Counted as for no NodeSet's machine when its message comes
+		// once more, and is acknowledged.
 		logger.V(2).Info("Interruption notice for a machine of no NodeSet; no Node appeared before it expired", "machine", w.key.machine, "kind", w.key.kind)
 	}
 	for _, w := range live {
@@ -180,7 +241,7 @@ func (c *Controller) actOnEarlyWarnings(ctx context.Context, early *earlyWarning
 			logger.Error(nil, "Acting on an interruption notice that came before its Node failed; tried again", "err", c.scrub(err.Error()))
 			continue
 		}
-		early.forget(w.key)
+		early.done(w)
 		logger.V(2).Info("Acted on an interruption notice that came before its Node")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,22 @@ func (f *fixture) interrupted(name string) bool {
 	f.t.Helper()
 	_, err := f.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err) // the fake deletes at once
+}
+
+// unknownNotices is nodeset_interruption_messages_unknown_machine_total.
+func (f *fixture) unknownNotices() float64 {
+	f.t.Helper()
+	var m dto.Metric
+	require.NoError(f.t, f.controller.metrics.interruptionsNotOurs.Write(&m))
+	return m.GetCounter().GetValue()
+}
+
+// receivedNotices is nodeset_interruptions_received_total of kind.
+func (f *fixture) receivedNotices(kind drivers.InterruptionKind) float64 {
+	f.t.Helper()
+	var m dto.Metric
+	require.NoError(f.t, f.controller.metrics.interruptions.WithLabelValues(string(kind)).Write(&m))
+	return m.GetCounter().GetValue()
 }
 
 func spotWarning(instance string, notice time.Time) drivers.Interruption {
@@ -68,7 +85,8 @@ func TestAWarningBeforeItsNodeIsActedOnWhenTheNodeAppears(t *testing.T) {
 			f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
 			ctx := context.Background()
 			early := newEarlyWarnings(maxEarlyWarnings)
-			require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, tc.notice, early))
+			require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, tc.notice, early), errKeptEarly,
+				"kept, and not to be acknowledged")
 			f.controller.actOnEarlyWarnings(ctx, early) // no Node yet: nothing to do
 			assert.Empty(t, f.kube.Actions(), "a warning kept for its Node costs no write")
 
@@ -108,10 +126,10 @@ func TestKeptWarningsAreCappedOldestFirst(t *testing.T) {
 	ctx := context.Background()
 	early := newEarlyWarnings(3)
 	for i := range 5 {
-		require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning(fmt.Sprintf("i-0flood%d", i), testNow), early))
+		require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning(fmt.Sprintf("i-0flood%d", i), testNow), early), errKeptEarly)
 		if i == 2 {
 			// Given again: it keeps its place, and is the first to go.
-			require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning("i-0flood2", testNow), early))
+			require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning("i-0flood2", testNow), early), errKeptEarly)
 		}
 	}
 	assert.Equal(t, 3, early.len(), "no more than the cap")
@@ -136,7 +154,7 @@ func TestAKeptWarningWhoseActionFailsIsTriedAgain(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
 	early := newEarlyWarnings(maxEarlyWarnings)
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning("i-0slow", testNow), early))
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning("i-0slow", testNow), early), errKeptEarly)
 	refuse := true
 	f.kube.PrependReactor("patch", "nodes", func(core.Action) (bool, runtime.Object, error) {
 		if refuse {
@@ -152,4 +170,85 @@ func TestAKeptWarningWhoseActionFailsIsTriedAgain(t *testing.T) {
 	f.controller.actOnEarlyWarnings(ctx, early)
 	assert.True(t, f.interrupted("slow"))
 	assert.Zero(t, early.len())
+}
+
+// TestAKeptWarningOutlivesAChangeOfLeader: a warning kept for its Node is
+// not acknowledged, so its message comes again after the visibility
+// timeout, to whoever leads then. The new leader keeps it from the queue's
+// first delivery, not from its own: a rebalance recommendation (kept for
+// earlyWarningHold) first delivered nine minutes ago has one minute left,
+// and its message is acknowledged, as for no NodeSet's machine, once that
+// minute is up.
+func TestAKeptWarningOutlivesAChangeOfLeader(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+	ctx := context.Background()
+	warning := spotWarning("i-0handover", testNow)
+	warning.Received = testNow
+	old := newEarlyWarnings(maxEarlyWarnings)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, old), errKeptEarly,
+		"kept, its message not acknowledged")
+
+	// The leader goes, and its memory with it; the message comes again
+	// to the next one, whose Node appears within the two minutes.
+	f.now = testNow.Add(40 * time.Second)
+	next := newEarlyWarnings(maxEarlyWarnings)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, next), errKeptEarly)
+	f.now = testNow.Add(90 * time.Second)
+	f.appear(groupNode("handover", nodesetv1alpha1.DriverEKSASG, "i-0handover"))
+	f.controller.actOnEarlyWarnings(ctx, next)
+	assert.True(t, f.interrupted("handover"), "the next leader drains the Node")
+
+	rebalance := drivers.Interruption{Kind: drivers.InterruptionRebalance, MachineIDs: []string{"i-0nobody"}, Notice: testNow, Received: testNow}
+	unknown := f.unknownNotices()
+	f.now = testNow.Add(9 * time.Minute)
+	later := newEarlyWarnings(maxEarlyWarnings)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, rebalance, later), errKeptEarly)
+	live, _ := later.kept(f.now)
+	require.Len(t, live, 1)
+	assert.Equal(t, testNow.Add(earlyWarningHold), live[0].until, "kept from the first delivery")
+	f.now = testNow.Add(earlyWarningHold)
+	f.controller.actOnEarlyWarnings(ctx, later)
+	assert.Zero(t, later.len(), "expired")
+	assert.Equal(t, unknown, f.unknownNotices(), "counted when its message goes")
+	assert.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, rebalance, later), "expired: acknowledged")
+	assert.Equal(t, unknown+1, f.unknownNotices(), "for no NodeSet's machine, once")
+}
+
+// TestAWarningActedOnIsAcknowledgedWhenItComesAgain: once the Node that
+// appeared is drained, the warning's message comes once more and is
+// acknowledged, even when the Node is gone by then and nothing tells it
+// from a warning that came first.
+func TestAWarningActedOnIsAcknowledgedWhenItComesAgain(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+	ctx := context.Background()
+	early := newEarlyWarnings(maxEarlyWarnings)
+	warning := spotWarning("i-0twice", testNow)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, early), errKeptEarly)
+	f.now = testNow.Add(30 * time.Second)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, early), errKeptEarly, "come again, kept still")
+	f.appear(groupNode("twice", nodesetv1alpha1.DriverEKSASG, "i-0twice"))
+	f.controller.actOnEarlyWarnings(ctx, early)
+	require.True(t, f.interrupted("twice"))
+	f.deleteCache("twice")
+	writes := len(f.kube.Actions())
+	f.now = testNow.Add(60 * time.Second)
+	assert.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, early), "acted on: acknowledged")
+	assert.Equal(t, writes, len(f.kube.Actions()), "and not acted on again")
+	assert.Zero(t, early.len())
+	assert.Equal(t, 1.0, f.receivedNotices(drivers.InterruptionSpot), "one notice, delivered three times")
+	assert.Zero(t, f.unknownNotices())
+}
+
+// TestAWarningForAMachineTerminatedLatelyIsNotKept: a notice that comes
+// again after its Node was drained and its machine terminated (or is sent
+// twice) waits for no Node: that machine will have none again.
+func TestAWarningForAMachineTerminatedLatelyIsNotKept(t *testing.T) {
+	f := newFixture(t, nil)
+	early := newEarlyWarnings(maxEarlyWarnings)
+	f.controller.rememberTerminated("aws:///us-west-2a/i-0gone")
+	assert.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, spotWarning("i-0gone", testNow), early))
+	assert.Zero(t, early.len())
+	assert.Equal(t, 1.0, f.unknownNotices(), "for no NodeSet's machine")
+	assert.ErrorIs(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, spotWarning("i-0gone2", testNow), early), errKeptEarly,
+		"another machine's is kept")
 }

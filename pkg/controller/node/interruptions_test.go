@@ -61,14 +61,15 @@ func TestInterruptionNoticesActOnlyOnTheirDriversNodes(t *testing.T) {
 	}
 
 	early := newEarlyWarnings(maxEarlyWarnings)
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0bbb"), early))
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0bbb"), early), errKeptEarly,
+		"kept for a Node of the driver that may yet appear")
 	assert.Empty(t, f.get("managed").Annotations[nodesetv1alpha1.AnnotationInterruption], "an EKS managed node group's instance is EKS's to drain")
 
 	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0aaa"), early))
 	_, err := f.kube.CoreV1().Nodes().Get(ctx, "mine", metav1.GetOptions{})
 	assert.Error(t, err, "the fake deletes at once: the Node went through deletion")
 	writes := len(f.kube.Actions())
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc"), early))
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc"), early), errKeptEarly)
 	assert.Equal(t, writes, len(f.kube.Actions()), "a machine of no Node costs no write")
 	f.controller.actOnEarlyWarnings(ctx, early)
 	assert.Equal(t, writes, len(f.kube.Actions()), "nor while it is kept for a Node of the driver that may yet appear")

@@ -476,7 +476,11 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 	for _, n := range nodes {
 		e.waitFor("Node "+n.Name+" gone", 2*time.Minute, func() (bool, string) { return e.nodeGone(n.Name), "still there" })
 	}
-	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
+	// A notice whose Node the killed process had released finds no Node
+	// when it comes again, and the new process, which did not terminate
+	// the instance, keeps it for a Node to come until its two minutes are
+	// up; the delivery after that deletes it.
+	e.waitFor("the queue empty", 3*time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
 	after := e.converged(ns, "web", group, 3, 3*time.Minute)
 	assert.EqualValues(t, 3, e.replicas(ns))
 	logs := e.ctrl.Node.Logs()

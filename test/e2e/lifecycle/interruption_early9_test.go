@@ -44,9 +44,11 @@ func TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears(t *testing.T)
 		Notice: now, Deadline: now.Add(2 * time.Minute), Detail: "terminate"})
 	driver.put(drivers.Interruption{Receipt: "r-rebalance", ID: "m-rebalance", Kind: drivers.InterruptionRebalance, MachineIDs: []string{"i-0early2"},
 		Notice: now})
-	eventually(t, 30*time.Second, "both warnings received and acknowledged", func(context.Context) (bool, string) {
-		return driver.wasAcked("r-spot") && driver.wasAcked("r-rebalance"), "not yet"
+	eventually(t, 30*time.Second, "both warnings kept: delivered again, not acknowledged", func(context.Context) (bool, string) {
+		return driver.deliveries("r-spot") >= 2 && driver.deliveries("r-rebalance") >= 2,
+			fmt.Sprintf("delivered %d and %d times", driver.deliveries("r-spot"), driver.deliveries("r-rebalance"))
 	})
+	assert.False(t, driver.wasAcked("r-spot") || driver.wasAcked("r-rebalance"), "kept warnings stay on the queue")
 
 	// The Nodes appear after their warnings, as the group's sync makes them.
 	createMachineNode(t, name+"-other", name, ns, "web", nodesetv1alpha1.DriverEKSManaged, "i-0early1")
@@ -69,8 +71,64 @@ func TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears(t *testing.T)
 		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended }),
 			fmt.Sprintf("taints %v", n.Spec.Taints)
 	})
+	eventually(t, 30*time.Second, "both acknowledged once acted on", func(context.Context) (bool, string) {
+		return driver.wasAcked("r-spot") && driver.wasAcked("r-rebalance"), "not yet"
+	})
 	other, err := kube.CoreV1().Nodes().Get(context.Background(), name+"-other", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, other.Annotations[nodesetv1alpha1.AnnotationInterruption], "another driver's Node with the machine id is not this driver's to drain")
 	assert.Nil(t, other.DeletionTimestamp)
+}
+
+// TestAWarningKeptForItsNodeOutlivesItsLeader: the leader that kept a
+// warning for a Node to come goes before the Node appears. The warning
+// was not acknowledged, so the queue gives it to the next leader, which
+// drains the Node once it appears and then acknowledges the warning.
+func TestAWarningKeptForItsNodeOutlivesItsLeader(t *testing.T) {
+	const name = "notice-handover9"
+	kube, _ := clients(t)
+	ns := createNamespace(t, name)
+	createNoticeClass(t, name, nil)
+	createGroupSet(t, ns, "web", name)
+	driver := newNoticeDriver(name)
+	served := func(ctrl *inProcess) {
+		t.Helper()
+		eventually(t, 30*time.Second, "the controller's caches have the class and the group", func(context.Context) (bool, string) {
+			set, err := ctrl.sets.NodeSets(ns).Get("web")
+			if err != nil || set.Status.Group == nil {
+				return false, fmt.Sprintf("NodeSet: %v", err)
+			}
+			_, err = ctrl.classes.Get(name)
+			return err == nil, fmt.Sprintf("NodeClass: %v", err)
+		})
+	}
+	first := startNodeController(t, drivers.Registry{name: driver}, true)
+	served(first)
+	now := time.Now()
+	driver.put(drivers.Interruption{Receipt: "r-handover", ID: "m-handover", Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0handover"},
+		Notice: now, Deadline: now.Add(2 * time.Minute), Detail: "terminate"})
+	eventually(t, 30*time.Second, "the warning received by the first leader", func(context.Context) (bool, string) {
+		return driver.deliveries("r-handover") >= 1, "not yet"
+	})
+	first.stop()
+	require.False(t, driver.wasAcked("r-handover"), "kept for its Node, not acknowledged")
+
+	next := startNodeController(t, drivers.Registry{name: driver}, true)
+	served(next)
+	delivered := driver.deliveries("r-handover")
+	eventually(t, 30*time.Second, "the warning given again to the next leader", func(context.Context) (bool, string) {
+		return driver.deliveries("r-handover") > delivered, "not yet"
+	})
+	createMachineNode(t, name+"-node", name, ns, "web", name, "i-0handover", nodesetv1alpha1.FinalizerTermination, testHold)
+	eventually(t, 30*time.Second, "the next leader drained the Node", func(ctx context.Context) (bool, string) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name+"-node", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return n.Annotations[nodesetv1alpha1.AnnotationInterruption] != "" && n.DeletionTimestamp != nil,
+			fmt.Sprintf("record %q, deletion %v", n.Annotations[nodesetv1alpha1.AnnotationInterruption], n.DeletionTimestamp)
+	})
+	eventually(t, 30*time.Second, "the warning acknowledged", func(context.Context) (bool, string) {
+		return driver.wasAcked("r-handover"), "not yet"
+	})
 }

@@ -50,6 +50,7 @@ type noticeDriver struct {
 	queue     map[string]drivers.Interruption // by receipt
 	visibleAt map[string]time.Time
 	acked     []string
+	delivered map[string]int // by receipt
 	completed []drivers.LifecycleAction
 	// gate, when set, holds TerminateMachine until closed; terminating is
 	// told the providerID of a machine that waits on it.
@@ -58,7 +59,7 @@ type noticeDriver struct {
 }
 
 func newNoticeDriver(name string) *noticeDriver {
-	return &noticeDriver{name: name, queue: map[string]drivers.Interruption{}, visibleAt: map[string]time.Time{}}
+	return &noticeDriver{name: name, queue: map[string]drivers.Interruption{}, visibleAt: map[string]time.Time{}, delivered: map[string]int{}}
 }
 
 func (d *noticeDriver) Name() string                                  { return d.name }
@@ -107,8 +108,13 @@ func (d *noticeDriver) ReceiveInterruptions(ctx context.Context, _ drivers.Class
 		now := time.Now()
 		for receipt, n := range d.queue {
 			if !now.Before(d.visibleAt[receipt]) {
+				if n.Received.IsZero() {
+					n.Received = now // as SQS's ApproximateFirstReceiveTimestamp
+					d.queue[receipt] = n
+				}
 				out = append(out, n)
 				d.visibleAt[receipt] = now.Add(noticeVisibility)
+				d.delivered[receipt]++
 			}
 		}
 		d.mu.Unlock()
@@ -158,6 +164,13 @@ func (d *noticeDriver) put(n drivers.Interruption) {
 	d.visibleAt[n.Receipt] = time.Now()
 }
 
+// deliveries is how many times the notice of receipt was delivered.
+func (d *noticeDriver) deliveries(receipt string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.delivered[receipt]
+}
+
 func (d *noticeDriver) wasAcked(receipt string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -182,6 +195,9 @@ type inProcess struct {
 	sets     nodesetlisters.NodeSetLister
 	classes  nodesetlisters.NodeClassLister
 	recorder *record.FakeRecorder
+	// stop stops it, as a leader that goes (once; the test's end stops
+	// it too).
+	stop func()
 }
 
 // startNodeController makes a NodeController for registry against the
@@ -201,8 +217,6 @@ func startNodeController(t *testing.T, registry drivers.Registry, run bool) *inP
 		nodecontroller.NewMetrics(prometheus.NewRegistry(), func() corelisters.NodeLister { return lister }),
 		nodecontroller.Options{Cluster: "nodeset", NodeSets: cs, DrainRecheck: 200 * time.Millisecond})
 	require.NoError(t, err)
-	p := &inProcess{Controller: c, nodes: lister, sets: nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
-		classes: nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), recorder: recorder}
 	ctx, cancel := context.WithCancel(context.Background())
 	kubeFactory.Start(ctx.Done())
 	nodesetFactory.Start(ctx.Done())
@@ -216,12 +230,15 @@ func startNodeController(t *testing.T, registry drivers.Registry, run bool) *inP
 		c.WaitForCacheSync(ctx)
 		<-ctx.Done()
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		kubeFactory.Shutdown()
-		nodesetFactory.Shutdown()
-	})
+	p := &inProcess{Controller: c, nodes: lister, sets: nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
+		classes: nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), recorder: recorder,
+		stop: sync.OnceFunc(func() {
+			cancel()
+			<-done
+			kubeFactory.Shutdown()
+			nodesetFactory.Shutdown()
+		})}
+	t.Cleanup(p.stop)
 	require.True(t, c.WaitForCacheSync(ctx), "caches synced")
 	return p
 }
