@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -30,14 +31,7 @@ func TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears(t *testing.T)
 	createGroupSet(t, ns, "web", name)
 	driver := newNoticeDriver(name)
 	ctrl := startNodeController(t, drivers.Registry{name: driver}, true)
-	eventually(t, 30*time.Second, "the controller's caches have the class and the group", func(context.Context) (bool, string) {
-		set, err := ctrl.sets.NodeSets(ns).Get("web")
-		if err != nil || set.Status.Group == nil {
-			return false, fmt.Sprintf("NodeSet: %v", err)
-		}
-		_, err = ctrl.classes.Get(name)
-		return err == nil, fmt.Sprintf("NodeClass: %v", err)
-	})
+	ctrl.waitForGroup(t, ns, "web", name)
 
 	now := time.Now()
 	driver.put(drivers.Interruption{Receipt: "r-spot", ID: "m-spot", Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0early1"},
@@ -55,14 +49,7 @@ func TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears(t *testing.T)
 	createMachineNode(t, name+"-spot", name, ns, "web", name, "i-0early1", nodesetv1alpha1.FinalizerTermination, testHold)
 	createMachineNode(t, name+"-rebalance", name, ns, "web", name, "i-0early2", nodesetv1alpha1.FinalizerTermination, testHold)
 
-	eventually(t, 30*time.Second, "the spot warning recorded on its Node, and the Node drained", func(ctx context.Context) (bool, string) {
-		n, err := kube.CoreV1().Nodes().Get(ctx, name+"-spot", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return n.Annotations[nodesetv1alpha1.AnnotationInterruption] != "" && n.DeletionTimestamp != nil,
-			fmt.Sprintf("record %q, deletion %v", n.Annotations[nodesetv1alpha1.AnnotationInterruption], n.DeletionTimestamp)
-	})
+	eventuallyInterrupted(t, kube, name+"-spot", "the spot warning recorded on its Node, and the Node drained")
 	eventually(t, 30*time.Second, "the rebalance recommendation tainted its Node", func(ctx context.Context) (bool, string) {
 		n, err := kube.CoreV1().Nodes().Get(ctx, name+"-rebalance", metav1.GetOptions{})
 		if err != nil {
@@ -91,19 +78,8 @@ func TestAWarningKeptForItsNodeOutlivesItsLeader(t *testing.T) {
 	createNoticeClass(t, name, nil)
 	createGroupSet(t, ns, "web", name)
 	driver := newNoticeDriver(name)
-	served := func(ctrl *inProcess) {
-		t.Helper()
-		eventually(t, 30*time.Second, "the controller's caches have the class and the group", func(context.Context) (bool, string) {
-			set, err := ctrl.sets.NodeSets(ns).Get("web")
-			if err != nil || set.Status.Group == nil {
-				return false, fmt.Sprintf("NodeSet: %v", err)
-			}
-			_, err = ctrl.classes.Get(name)
-			return err == nil, fmt.Sprintf("NodeClass: %v", err)
-		})
-	}
 	first := startNodeController(t, drivers.Registry{name: driver}, true)
-	served(first)
+	first.waitForGroup(t, ns, "web", name)
 	now := time.Now()
 	driver.put(drivers.Interruption{Receipt: "r-handover", ID: "m-handover", Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0handover"},
 		Notice: now, Deadline: now.Add(2 * time.Minute), Detail: "terminate"})
@@ -114,21 +90,28 @@ func TestAWarningKeptForItsNodeOutlivesItsLeader(t *testing.T) {
 	require.False(t, driver.wasAcked("r-handover"), "kept for its Node, not acknowledged")
 
 	next := startNodeController(t, drivers.Registry{name: driver}, true)
-	served(next)
+	next.waitForGroup(t, ns, "web", name)
 	delivered := driver.deliveries("r-handover")
 	eventually(t, 30*time.Second, "the warning given again to the next leader", func(context.Context) (bool, string) {
 		return driver.deliveries("r-handover") > delivered, "not yet"
 	})
 	createMachineNode(t, name+"-node", name, ns, "web", name, "i-0handover", nodesetv1alpha1.FinalizerTermination, testHold)
-	eventually(t, 30*time.Second, "the next leader drained the Node", func(ctx context.Context) (bool, string) {
-		n, err := kube.CoreV1().Nodes().Get(ctx, name+"-node", metav1.GetOptions{})
+	eventuallyInterrupted(t, kube, name+"-node", "the next leader drained the Node")
+	eventually(t, 30*time.Second, "the warning acknowledged", func(context.Context) (bool, string) {
+		return driver.wasAcked("r-handover"), "not yet"
+	})
+}
+
+// eventuallyInterrupted waits until the named Node has an interruption
+// recorded and is being deleted (drained).
+func eventuallyInterrupted(t *testing.T, kube kubernetes.Interface, node, what string) {
+	t.Helper()
+	eventually(t, 30*time.Second, what, func(ctx context.Context) (bool, string) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		return n.Annotations[nodesetv1alpha1.AnnotationInterruption] != "" && n.DeletionTimestamp != nil,
 			fmt.Sprintf("record %q, deletion %v", n.Annotations[nodesetv1alpha1.AnnotationInterruption], n.DeletionTimestamp)
-	})
-	eventually(t, 30*time.Second, "the warning acknowledged", func(context.Context) (bool, string) {
-		return driver.wasAcked("r-handover"), "not yet"
 	})
 }

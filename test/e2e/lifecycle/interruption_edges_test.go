@@ -243,6 +243,20 @@ func startNodeController(t *testing.T, registry drivers.Registry, run bool) *inP
 	return p
 }
 
+// waitForGroup waits until the controller's caches have the class and the
+// NodeSet with its group.
+func (p *inProcess) waitForGroup(t *testing.T, ns, set, class string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the controller's caches have the class and the group", func(context.Context) (bool, string) {
+		s, err := p.sets.NodeSets(ns).Get(set)
+		if err != nil || s.Status.Group == nil {
+			return false, fmt.Sprintf("NodeSet: %v", err)
+		}
+		_, err = p.classes.Get(class)
+		return err == nil, fmt.Sprintf("NodeClass: %v", err)
+	})
+}
+
 // createNoticeClass creates a class of the out-of-tree driver named like it.
 func createNoticeClass(t *testing.T, name string, mutate func(*nodesetv1alpha1.NodeClass)) {
 	t.Helper()
