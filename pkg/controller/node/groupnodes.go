@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -276,14 +276,14 @@ func (c *Controller) recentlyTerminated(providerID string) bool {
 }
 
 // recentlyTerminatedMachine reports whether this process terminated a
-// group machine with the machine id (the last element of its providerID)
-// within terminatedMemory.
+// group machine with the machine id (the last element of its providerID,
+// as machineIDIndex takes it) within terminatedMemory.
 func (c *Controller) recentlyTerminatedMachine(id string) bool {
 	c.terminatedMu.Lock()
 	defer c.terminatedMu.Unlock()
 	now := c.opts.Now()
 	for providerID, at := range c.terminated {
-		if now.Sub(at) < terminatedMemory && strings.HasSuffix(providerID, "/"+id) {
+		if now.Sub(at) < terminatedMemory && path.Base(providerID) == id {
 			return true
 		}
 	}
