@@ -141,6 +141,7 @@ func Main(name string, extra ...Driver) int {
 		awsConfig    awscloud.SDKConfig
 		idWait       time.Duration
 		eventPeriod  time.Duration
+		claimsPolicy bool
 	)
 	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
 	opts.AddFlags(fs, nodecontroller.DefaultWorkers)
@@ -164,6 +165,7 @@ func Main(name string, extra ...Driver) int {
 	fs.StringVar(&dm.apiServerURL, "docker-machine-api-server-url", "", "API server address new docker-machine machines join; the node controller's own by default.")
 	fs.DurationVar(&dm.tokenTTL, "bootstrap-token-ttl", time.Hour, "How long the bootstrap token made for each new machine is valid.")
 	fs.DurationVar(&idWait, "provider-id-wait", 10*time.Second, "How long after making a NodeSet's machine its providerID waits for the kubelet to report Ready, so that recording it and lifting the startup taint are one write of the Node; a slower machine gets its providerID on its own. 0 records it at once.")
+	fs.BoolVar(&claimsPolicy, "require-node-claims-policy", true, "Give a lone Node (of a class, of no NodeSet) a machine only if it was made after the ValidatingAdmissionPolicy "+nodecontroller.NodeClaimsPolicy+" and its binding (deploy/admission) were installed: without them any kubelet's credentials could ask for machines. false gives every lone Node a machine.")
 	fs.DurationVar(&eventPeriod, "routine-event-period", 5*time.Second, "How often the routine steps of a NodeSet's Nodes (Provisioned, Registered, Deprovisioned, NodeCreated) are told as one Event per step on the NodeSet, naming the Nodes.")
 	fs.DurationVar(&groupPoll, "group-poll-interval", 30*time.Second, "How often the cloud group of each NodeSet of a group driver (eks-asg) is looked at when nothing changes; all the groups of a region are looked at in one batch.")
 	fs.StringVar(&awsConfig.Endpoint, "aws-endpoint-url", "", "Send every AWS API call here instead of AWS (an emulator, a VPC endpoint proxy).")
@@ -252,7 +254,7 @@ func Main(name string, extra ...Driver) int {
 			c, err := nodecontroller.NewController(clients.Kube, clients.Recorder, nodes, classes,
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), registry, metrics, nodecontroller.Options{
 					Cluster: cluster, NodeSets: clients.Nodeset, Remediation: remediation, GroupPollInterval: groupPoll,
-					ProviderIDWait: idWait, EventPeriod: eventPeriod, MayAct: clients.MayAct, Drain: drainKube,
+					ProviderIDWait: idWait, EventPeriod: eventPeriod, RequireNodeClaimsPolicy: claimsPolicy, MayAct: clients.MayAct, Drain: drainKube,
 				})
 			if err != nil {
 				return err

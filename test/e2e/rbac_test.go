@@ -36,11 +36,12 @@ func TestShippedControllerRBACIsLeastPrivilege(t *testing.T) {
 	type access struct {
 		ns, group, resource, subresource, verb string
 		allowed                                bool
+		name                                   string // the object's, or any
 	}
 	may := func(ns, group, resource, subresource string, verbs ...string) []access {
 		var out []access
 		for _, v := range verbs {
-			out = append(out, access{ns, group, resource, subresource, v, true})
+			out = append(out, access{ns: ns, group: group, resource: resource, subresource: subresource, verb: v, allowed: true})
 		}
 		return out
 	}
@@ -51,6 +52,12 @@ func TestShippedControllerRBACIsLeastPrivilege(t *testing.T) {
 		}
 		return out
 	}
+	named := func(name string, list []access) []access {
+		for i := range list {
+			list[i].name = name
+		}
+		return list
+	}
 	join := func(lists ...[]access) []access {
 		var out []access
 		for _, l := range lists {
@@ -58,7 +65,7 @@ func TestShippedControllerRBACIsLeastPrivilege(t *testing.T) {
 		}
 		return out
 	}
-	const coordination, nodeset = "coordination.k8s.io", "nodeset.dev"
+	const coordination, nodeset, admission = "coordination.k8s.io", "nodeset.dev", "admissionregistration.k8s.io"
 	tests := []struct {
 		serviceAccount string
 		checks         []access
@@ -102,6 +109,13 @@ func TestShippedControllerRBACIsLeastPrivilege(t *testing.T) {
 			may("kube-system", "", "secrets", "", "create", "delete"),
 			mayNot("kube-system", "", "secrets", "", "get", "list"),
 			mayNot("team-a", "", "secrets", "", "get", "list"),
+			// Whether the kubelet-node-claims policy guarded a lone Node:
+			// that policy and its binding, by name, read only.
+			named("kubelet-node-claims.nodeset.dev", may("", admission, "validatingadmissionpolicies", "", "get")),
+			named("kubelet-node-claims.nodeset.dev", may("", admission, "validatingadmissionpolicybindings", "", "get")),
+			named("kubelet-node-claims.nodeset.dev", mayNot("", admission, "validatingadmissionpolicies", "", "update", "patch", "delete")),
+			named("dedicated-tenancy.nodeset.dev", mayNot("", admission, "validatingadmissionpolicies", "", "get")),
+			mayNot("", admission, "validatingadmissionpolicies", "", "list", "watch"),
 		)},
 		{serviceAccount: "nodeset-controller", checks: join(
 			may("nodeset-system", coordination, "leases", "", "get", "create", "update"),
@@ -141,12 +155,15 @@ func TestShippedControllerRBACIsLeastPrivilege(t *testing.T) {
 					review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 						Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups,
 							ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: c.ns, Verb: c.verb,
-								Group: c.group, Resource: c.resource, Subresource: c.subresource}}}, metav1.CreateOptions{})
+								Group: c.group, Resource: c.resource, Subresource: c.subresource, Name: c.name}}}, metav1.CreateOptions{})
 					if err != nil {
 						return false, err
 					}
 					if review.Status.Allowed != c.allowed {
 						what := strings.Trim(c.group+"/"+c.resource+"/"+c.subresource, "/")
+						if c.name != "" {
+							what += " " + c.name
+						}
 						differ = append(differ, fmt.Sprintf("%s %s in %q: allowed=%v, want %v", c.verb, what, c.ns, review.Status.Allowed, c.allowed))
 					}
 				}

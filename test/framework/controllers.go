@@ -100,6 +100,9 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		// taint before the replacement; at 3s the replacement sometimes
 		// came first.
 		"--orphan-collection-interval=2s", "--orphan-min-age=10s", "--unhealthy-timeout=15s",
+		// The tests' lone Nodes are the admin's, made on API servers without
+		// the kubelet-node-claims policy; tests of the guard turn it on.
+		"--require-node-claims-policy=false",
 		"--workers=8", "-v=2",
 	}, leaderElection...), opts.NodeArgs...),
 		Env: []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}}

@@ -93,6 +93,11 @@ type Options struct {
 	// EventPeriod is how often the routine steps of a NodeSet's Nodes are
 	// told, as one Event per step on the NodeSet. Default 5s.
 	EventPeriod time.Duration
+	// RequireNodeClaimsPolicy: a lone Node (of a class, of no NodeSet) gets
+	// a machine only if it was made after the ValidatingAdmissionPolicy
+	// NodeClaimsPolicy and its binding, which keep kubelets from making
+	// such a request, were in force. Off: any lone Node gets one.
+	RequireNodeClaimsPolicy bool
 	// MayAct says whether this replica may make a driver call with a side
 	// effect now (create, delete, resize or terminate a machine or group):
 	// nil while it surely leads. The API clients are fenced the same way;
@@ -135,6 +140,10 @@ type Controller struct {
 	// the cache sees them gone: a sync on the cache's older copy would
 	// otherwise deprovision and release them again.
 	released *nodeMemory[struct{}]
+	// deprovisioned are the Nodes whose machine the driver confirmed gone
+	// and whose release failed: the release is retried alone, without a
+	// second drain (its pod list, Event and duration) or delete.
+	deprovisioned *nodeMemory[struct{}]
 	// recorded are the Nodes whose machine (and registration) this
 	// controller wrote, until the cache shows the write: a sync on the
 	// cache's older copy would otherwise make the same write again, and
@@ -206,6 +215,7 @@ func NewController(
 		terminated:       map[string]time.Time{},
 		made:             newNodeMemory[madeMachine](),
 		released:         newNodeMemory[struct{}](),
+		deprovisioned:    newNodeMemory[struct{}](),
 		recorded:         newNodeMemory[recordedMachine](),
 		drainConditions:  newNodeMemory[corev1.NodeCondition](),
 		heartbeats:       newNodeMemory[time.Time](),

@@ -60,6 +60,9 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	if !slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination) || c.released.has(node) {
 		return nil
 	}
+	if c.deprovisioned.has(node) {
+		return c.releaseDeprovisioned(ctx, node)
+	}
 	node, started, err := c.cordon(ctx, node)
 	if err != nil {
 		return err
@@ -285,11 +288,21 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 		return err
 	}
 	c.routine.record(node, ReasonDeprovisioned, deprovision.driver, fmt.Sprintf("Driver %s deleted the machine", deprovision.driver))
+	c.deprovisioned.set(node, struct{}{})
+	if err := c.releaseDeprovisioned(ctx, node); err != nil {
+		return err
+	}
+	logger.V(2).Info("Machine deprovisioned; finalizer removed")
+	return nil
+}
+
+// releaseDeprovisioned releases a Node whose machine is gone.
+func (c *Controller) releaseDeprovisioned(ctx context.Context, node *corev1.Node) error {
 	if err := c.release(ctx, node); err != nil {
 		return err
 	}
+	c.deprovisioned.forget(node.Name)
 	c.released.set(node, struct{}{})
-	logger.V(2).Info("Machine deprovisioned; finalizer removed")
 	return nil
 }
 

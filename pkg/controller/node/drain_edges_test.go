@@ -1,17 +1,21 @@
 package node
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -259,4 +263,59 @@ func TestLongestRunningDrainIsOneNodes(t *testing.T) {
 	assert.InDelta(t, (40 * time.Minute).Seconds(), got["web"], 5)
 	assert.InDelta(t, (2 * time.Minute).Seconds(), got["api"], 5)
 	assert.Zero(t, got["db"], "released: no drain under way, a series at zero")
+}
+
+// TestAFailedReleaseIsRetriedAlone: once the driver has confirmed the
+// machine gone, a release the API server refused is retried by itself. The
+// drain is not run again (its pod list, its Drained Event, its duration
+// observed twice), nor the machine deleted again.
+func TestAFailedReleaseIsRetriedAlone(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	f := deletedNodeFixture(t, pod)
+	f.onEviction(func() error {
+		return f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "app")
+	})
+	require.NoError(t, f.sync("web-a"), "cordoned, the pod evicted")
+	refuse := true
+	f.kube.PrependReactor("patch", "nodes", func(action core.Action) (bool, runtime.Object, error) {
+		patch := action.(core.PatchAction)
+		if refuse && strings.Contains(string(patch.GetPatch()), "/metadata/finalizers") {
+			refuse = false
+			return true, nil, apierrors.NewServiceUnavailable("the API server is busy")
+		}
+		return false, nil, nil
+	})
+	require.Error(t, f.sync("web-a"), "drained and deprovisioned, the release refused")
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+	assert.Contains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+	podLists := func() (n int) {
+		for _, a := range f.kube.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "pods" {
+				n++
+			}
+		}
+		for _, c := range f.drainCalls {
+			if c == "list pods" {
+				n++
+			}
+		}
+		return n
+	}
+	lists := podLists()
+	require.NotZero(t, lists, "the drain listed the Node's pods")
+
+	require.NoError(t, f.sync("web-a"))
+	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination, "released")
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "the machine is not deleted again")
+	assert.Equal(t, lists, podLists(), "nor the Node drained again")
+	var observed dto.Metric
+	require.NoError(t, f.controller.metrics.drains.WithLabelValues(drainDrained).(prometheus.Histogram).Write(&observed))
+	assert.Equal(t, uint64(1), observed.GetHistogram().GetSampleCount(), "one drain observed")
+	var drained int
+	for _, e := range f.events() {
+		if strings.Contains(e, " "+ReasonDrained+" ") {
+			drained++
+		}
+	}
+	assert.Equal(t, 1, drained, "one Drained Event")
 }

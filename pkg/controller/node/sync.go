@@ -58,6 +58,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		c.made.forget(name)
 		c.released.forget(name)
+		c.deprovisioned.forget(name)
 		c.recorded.forget(name)
 		c.drainConditions.forget(name)
 		c.heartbeats.forget(name)
@@ -304,7 +305,8 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 		if foreign, err := c.hostedElsewhere(ctx, node, nodeClass, class, driver); foreign || err != nil {
 			return err
 		}
-		if namespace, name, ofSet := nodeutil.NodeSetOf(node.Labels); ofSet && node.Labels[nodesetv1alpha1.LabelSeal] == "" && node.Spec.ProviderID == "" {
+		namespace, name, ofSet := nodeutil.NodeSetOf(node.Labels)
+		if ofSet && node.Labels[nodesetv1alpha1.LabelSeal] == "" && node.Spec.ProviderID == "" {
 			// Asks for a machine as a NodeSet's: the nodeset controller
 			// makes a set's Nodes itself, held and sealed, before their
 			// machines. Whoever made this one (anyone who may create a
@@ -315,16 +317,21 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 				namespace, name, nodesetv1alpha1.LabelNodeSetNamespace, nodesetv1alpha1.LabelNodeSet, class.Name)
 			return nil
 		}
+		if !ofSet {
+			// A lone Node: made by an admin, unless the policy that keeps
+			// kubelets from asking for machines was away.
+			if guarded, err := c.claimGuarded(ctx, node); !guarded || err != nil {
+				return err
+			}
+		}
 		// A static node made by an admin: hold it until its machine is gone,
 		// and keep pods off it until the machine registers, which also
 		// times its registration (registrationTimeout), as for a NodeSet's.
 		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
-		if _, _, ofSet := nodeutil.NodeSetOf(node.Labels); !ofSet {
+		if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; !ofSet && !sealed {
 			// Sealed for its class alone: its kubelet cannot make it a
 			// Node of a NodeSet (or of another class) by its labels.
-			if _, ok := node.Labels[nodesetv1alpha1.LabelSeal]; !ok {
-				node.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SealOf(node.Labels)
-			}
+			node.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SealOf(node.Labels)
 		}
 		if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
 			node.Spec.Taints = append(node.Spec.Taints, resolve.StartupTaints()...)

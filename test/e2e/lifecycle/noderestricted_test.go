@@ -32,6 +32,13 @@ type restrictedPlane struct {
 // namespaces made.
 func startRestricted(t *testing.T, timeout time.Duration, namespaces ...string) *restrictedPlane {
 	t.Helper()
+	return startRestrictedWith(t, timeout, framework.ControllerOptions{}, namespaces...)
+}
+
+// startRestrictedWith is startRestricted with the controllers started with
+// opts.
+func startRestrictedWith(t *testing.T, timeout time.Duration, opts framework.ControllerOptions, namespaces ...string) *restrictedPlane {
+	t.Helper()
 	shared := framework.Shared(t)
 	root, err := framework.RepoRoot()
 	require.NoError(t, err)
@@ -42,7 +49,7 @@ func startRestricted(t *testing.T, timeout time.Duration, namespaces ...string) 
 	require.NoError(t, err)
 	t.Cleanup(cp.Stop)
 	require.NoError(t, framework.InstallCRDs(ctx, cp.AdminConfig(), filepath.Join(root, "deploy", "crds")))
-	c, err := framework.NewControllers(ctx, cp, framework.ControllerOptions{})
+	c, err := framework.NewControllers(ctx, cp, opts)
 	require.NoError(t, err)
 	framework.FailOnCrash(t, c.NodeSet, c.Node)
 	require.NoError(t, c.Start())
