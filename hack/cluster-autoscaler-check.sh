@@ -2,7 +2,8 @@
 # Runs the real cluster-autoscaler against the demo (make demo) and checks
 # that it scales a NodeSet exactly: up from zero, up from some, down when
 # nodes are empty, down by draining when their pods fit elsewhere, never by
-# draining a node of a NodeSet that is rolling out. Prints each step's nodes
+# draining a node of a NodeSet that is rolling out or not Accepted, and
+# past a not-Accepted NodeSet's refused scale-up to another set. Prints each step's nodes
 # needed and nodes added, and fails on a mismatch.
 #
 # cluster-autoscaler's Go module is not served by the module proxy, so this
@@ -35,8 +36,8 @@ pool_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-pool --no-headers 2>/
 
 cleanup() {
   [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
-  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small ca-fallback --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll ca-refused ca-fallback --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -288,4 +289,77 @@ tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -qE "ca-roll-[a-z
 [[ "$(roll_pods)" != "${pods_before}" ]] || fail "after the rollout: no pod moved"
 say "after the rollout: one node drained and removed, its pod moved: $(roll_nodes) node"
 kubectl delete deployment -n "${ns}" ca-roll-small --wait=true >/dev/null
+
+# A NodeSet that is not Accepted (its class no longer allows the namespace)
+# keeps its Nodes, and nodeset makes and removes none: cluster-autoscaler
+# must neither drain its empty node ("node group min size reached") nor
+# count on a scale-up of it. Its IncreaseSize is refused
+# (FailedPrecondition); cluster-autoscaler backs the set off and, once
+# another NodeSet can take the pods, grows that one instead.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeClass
+metadata: {name: ca-closed}
+spec:
+  driver: simulated
+  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
+---
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: ca-refused, namespace: team-a}
+spec:
+  nodeClassName: ca-closed
+  replicas: 1
+  autoscaling: {minReplicas: 0, maxReplicas: 10}
+  template:
+    labels: {example.com/ca-check: fallback}
+YAML
+refused_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-refused --no-headers 2>/dev/null | wc -l; }
+refused_ready() { kubectl get nodes -l nodeset.dev/nodeset=ca-refused --no-headers 2>/dev/null | grep -cw Ready; }
+accepted() { kubectl get nodeset -n "${ns}" "$1" -o jsonpath='{.status.conditions[?(@.type=="Accepted")].status}/{.status.conditions[?(@.type=="Accepted")].reason}'; }
+wait_for 120 "the set's node Ready" eval '(( $(refused_ready) == 1 ))'
+refused_node=$(kubectl get nodes -l nodeset.dev/nodeset=ca-refused -o jsonpath='{.items[0].metadata.name}')
+kubectl patch nodeclass ca-closed --type=merge -p '{"spec":{"allowedNamespaces":{"from":"List","namespaces":["ca-nobody"]}}}' >/dev/null
+wait_for 60 "the set not Accepted" eval '[[ "$(accepted ca-refused)" == False/NamespaceNotAllowed ]]'
+refused_from=$(( $(wc -l <"${run}/cluster-autoscaler.log") + 1 ))
+say "NodeSet ca-refused not Accepted ($(accepted ca-refused)), its node ${refused_node} empty"
+# Longer than --scale-down-unneeded-time=30s, a loop every 5 s.
+deadline=$(( $(date +%s) + 60 ))
+while (( $(date +%s) < deadline )); do
+  (( $(refused_nodes) == 1 )) || fail "not Accepted: the set's node was removed"
+  if kubectl get node "${refused_node}" -o jsonpath='{.spec.taints[*].key}' | grep -qw ToBeDeletedByClusterAutoscaler; then
+    fail "not Accepted: cluster-autoscaler marked the set's node for deletion"
+  fi
+  sleep 1
+done
+held=$(tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -cE "Skipping ${refused_node} - node group min size reached" || true)
+(( held > 0 )) || fail "not Accepted: cluster-autoscaler never said 'node group min size reached' for ${refused_node}"
+say "not Accepted: 60 s, its empty node kept and not marked; ${held} 'node group min size reached' lines"
+# Two pods of 1.5 CPU that only the fallback label takes: one fits on the
+# set's node, the other needs a node of a set that grows.
+selector=fallback deployment ca-fallback 2 1500m
+wait_for 120 "cluster-autoscaler refusing a scale-up of the set" eval \
+  'tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -E "ca-refused" | grep -qE "FailedPrecondition|not Accepted"'
+tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -E "ca-refused" | grep -E "FailedPrecondition|not Accepted" | head -n 3 >&2
+tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -q "Disabling scale-up for node group team-a/ca-refused" ||
+  fail "not Accepted: cluster-autoscaler did not back the set off after its refused scale-up"
+[[ "$(kubectl get nodeset -n "${ns}" ca-refused -o jsonpath='{.spec.replicas}')" == 1 ]] || fail "not Accepted: the set's replicas changed"
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: ca-fallback, namespace: team-a}
+spec:
+  nodeClassName: ca-check
+  replicas: 0
+  autoscaling: {minReplicas: 0, maxReplicas: 10}
+  template:
+    labels: {example.com/ca-check: fallback}
+YAML
+wait_for 180 "a scale-up of the other NodeSet" eval 'roll_bound 2 ca-fallback'
+fallback=$(set_nodes ca-fallback)
+(( fallback == 1 )) || fail "not Accepted: ${fallback} nodes of the other set, 1 needed"
+(( $(refused_nodes) == 1 )) || fail "not Accepted: the set has $(refused_nodes) nodes, 1 kept"
+[[ "$(kubectl get nodeset -n "${ns}" ca-refused -o jsonpath='{.spec.replicas}')" == 1 ]] || fail "not Accepted: the set's replicas changed"
+say "not Accepted: its scale-up refused; the other set grew by ${fallback}; both pods bound"
+kubectl delete deployment -n "${ns}" ca-fallback --wait=true >/dev/null
 say "cluster-autoscaler scaled the NodeSet exactly in every step"
