@@ -158,3 +158,44 @@ func TestAnUnreadableClaimsPolicyIsLookedAtAgain(t *testing.T) {
 	require.Error(t, err, "any other failure is retried with backoff")
 	assert.Contains(t, err.Error(), "cannot read ValidatingAdmissionPolicy "+NodeClaimsPolicy)
 }
+
+// TestAHeldUnsealedLoneNodeIsServedOnlyUnderTheClaimsPolicy: a lone Node
+// made with nodeset's finalizer already on (which nodeset never does: it
+// seals a lone Node in the write that holds it) is checked as one without.
+// Until its class's sealedSince, such a Node is no stranger, so without
+// the check a kubelet could have had a machine made by making its request
+// held.
+func TestAHeldUnsealedLoneNodeIsServedOnlyUnderTheClaimsPolicy(t *testing.T) {
+	installed := testNow.Add(-time.Hour)
+	for _, tc := range []struct {
+		name   string
+		policy bool
+		served bool
+	}{
+		{name: "no policy"},
+		{name: "made after the policy", policy: true, served: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := madeAt(loneNode("static-a", "sim", nil), installed.Add(time.Minute))
+			node.Finalizers = []string{nodesetv1alpha1.FinalizerTermination}
+			objects := []runtime.Object{node}
+			if tc.policy {
+				policy, binding := claimsGuard(installed)
+				objects = append(objects, policy, binding)
+			}
+			f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, objects...)
+			f.controller.opts.RequireNodeClaimsPolicy = true
+			require.NoError(t, f.sync("static-a"))
+			if tc.served {
+				assert.Equal(t, "test:///static-a", f.get("static-a").Spec.ProviderID)
+				return
+			}
+			assert.Empty(t, f.get("static-a").Spec.ProviderID, "no machine")
+			assert.Zero(t, f.driver.creates)
+			events := f.events()
+			require.Len(t, events, 1)
+			assert.Contains(t, events[0], "Warning "+ReasonUnguardedRequest+" ")
+			assert.Contains(t, events[0], "the policy is not installed")
+		})
+	}
+}

@@ -301,11 +301,22 @@ type madeMachine struct {
 func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass *nodesetv1alpha1.NodeClass, class drivers.Class, driver drivers.MachineDriver) error {
 	read := node.DeepCopy()
 	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	_, _, ofSet := nodeutil.NodeSetOf(node.Labels)
+	if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; held && !sealed && !ofSet {
+		// Holds nodeset's finalizer but not the seal nodeset gives a lone
+		// Node with it: an earlier release's, or one whoever made it
+		// (a kubelet's credentials included) made held, which until the
+		// class's sealedSince is taken at its word (nodeutil.Stranger).
+		// Either way, served only if no kubelet could have made it.
+		if guarded, err := c.claimGuarded(ctx, node); !guarded || err != nil {
+			return err
+		}
+	}
 	if !held {
 		if foreign, err := c.hostedElsewhere(ctx, node, nodeClass, class, driver); foreign || err != nil {
 			return err
 		}
-		namespace, name, ofSet := nodeutil.NodeSetOf(node.Labels)
+		namespace, name, _ := nodeutil.NodeSetOf(node.Labels)
 		if ofSet && node.Labels[nodesetv1alpha1.LabelSeal] == "" && node.Spec.ProviderID == "" {
 			// Asks for a machine as a NodeSet's: the nodeset controller
 			// makes a set's Nodes itself, held and sealed, before their
