@@ -51,7 +51,7 @@ func (c *Controller) claimGuarded(ctx context.Context, node *corev1.Node) (bool,
 		return false, err
 	}
 	if why == "" && node.CreationTimestamp.Time.Before(since.Add(claimGuardSettle)) {
-		why = fmt.Sprintf("the Node was made at %s, not after the policy and its binding were (%s)",
+		why = fmt.Sprintf("the Node was made at %s, not after the policy and its binding were made or last changed (%s)",
 			node.CreationTimestamp.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339))
 	}
 	if why == "" {
@@ -70,8 +70,9 @@ func (c *Controller) claimGuarded(ctx context.Context, node *corev1.Node) (bool,
 // controller may not read the policy or its binding.
 const claimGuardUnreadable = "the node controller may not read the policy or its binding (RBAC: get validatingadmissionpolicies and validatingadmissionpolicybindings)"
 
-// claimGuardSince is when NodeClaimsPolicy and its binding were both
-// made, or why they do not guard a Node's creation now ("" when they do).
+// claimGuardSince is since when NodeClaimsPolicy and its binding have
+// both been as they are (lastChanged), or why they do not guard a Node's
+// creation now ("" when they do).
 func (c *Controller) claimGuardSince(ctx context.Context) (time.Time, string, error) {
 	admission := c.kube.AdmissionregistrationV1()
 	policy, err := admission.ValidatingAdmissionPolicies().Get(ctx, NodeClaimsPolicy, metav1.GetOptions{})
@@ -92,11 +93,25 @@ func (c *Controller) claimGuardSince(ctx context.Context) (time.Time, string, er
 	case !slices.Contains(binding.Spec.ValidationActions, admissionregistrationv1.Deny):
 		return time.Time{}, "its binding's validationActions do not include Deny", nil
 	}
-	since := policy.CreationTimestamp.Time
-	if binding.CreationTimestamp.After(since) {
-		since = binding.CreationTimestamp.Time
+	since := lastChanged(policy.ObjectMeta)
+	if b := lastChanged(binding.ObjectMeta); b.After(since) {
+		since = b
 	}
 	return since, "", nil
+}
+
+// lastChanged is when an object was made or last written, but for its
+// status: the latest time among its creation and its managed fields'
+// writes. A policy edited into force (failurePolicy made Fail, Warn made
+// Deny, its rules changed) guards only the Nodes made after the edit.
+func lastChanged(meta metav1.ObjectMeta) time.Time {
+	last := meta.CreationTimestamp.Time
+	for _, f := range meta.ManagedFields {
+		if f.Subresource == "" && f.Time != nil && f.Time.After(last) {
+			last = f.Time.Time
+		}
+	}
+	return last
 }
 
 // claimGuardMissing turns the error of reading the policy or its binding

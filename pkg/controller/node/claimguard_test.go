@@ -64,6 +64,21 @@ func TestALoneNodeIsServedOnlyUnderTheClaimsPolicy(t *testing.T) {
 				b.CreationTimestamp = metav1.NewTime(installed.Add(2 * time.Minute))
 				return []runtime.Object{p, b}
 			}},
+		{name: "binding edited into force later", why: "not after the policy and its binding were made or last changed", made: installed.Add(time.Minute),
+			guard: func(p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) []runtime.Object {
+				// Warn made Deny two minutes on: the Node came under Warn.
+				edited := metav1.NewTime(installed.Add(2 * time.Minute))
+				b.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, Time: &edited}}
+				return []runtime.Object{p, b}
+			}},
+		{name: "a status written later", made: installed.Add(time.Minute),
+			guard: func(p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) []runtime.Object {
+				// The API server's type checking, not an edit of the rules.
+				checked := metav1.NewTime(installed.Add(2 * time.Minute))
+				p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-apiserver", Operation: metav1.ManagedFieldsOperationUpdate,
+					Time: &checked, Subresource: "status"}}
+				return []runtime.Object{p, b}
+			}},
 		{name: "failurePolicy Ignore", why: "the policy's failurePolicy is Ignore, not Fail", made: installed.Add(time.Minute),
 			guard: func(p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) []runtime.Object {
 				p.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)

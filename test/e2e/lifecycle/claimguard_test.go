@@ -75,9 +75,17 @@ func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
 	require.NoError(t, err)
 	binding, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, nodecontroller.NodeClaimsPolicy, metav1.GetOptions{})
 	require.NoError(t, err)
-	installed := policy.CreationTimestamp.Time
-	if binding.CreationTimestamp.After(installed) {
-		installed = binding.CreationTimestamp.Time
+	// When both were made or last written, but for their status.
+	var installed time.Time
+	for _, meta := range []metav1.ObjectMeta{policy.ObjectMeta, binding.ObjectMeta} {
+		if meta.CreationTimestamp.After(installed) {
+			installed = meta.CreationTimestamp.Time
+		}
+		for _, f := range meta.ManagedFields {
+			if f.Subresource == "" && f.Time != nil && f.Time.After(installed) {
+				installed = f.Time.Time
+			}
+		}
 	}
 	// A lone Node stamped less than two seconds after the policy may have
 	// been made before the API server applied it: wait for the server's
