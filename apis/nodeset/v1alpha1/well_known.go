@@ -35,7 +35,9 @@ const (
 	// SealNone is the seal the node controller gives a Node that holds
 	// nodeset's finalizer and claims a NodeClass by its labels, but that
 	// nodeset never sealed and that was made after the class's
-	// status.sealedSince: a kubelet registered it. It matches no labels,
+	// status.sealedSince: a kubelet registered it. It also gives it to a
+	// lone Node's request that the kubelet-node-claims admission policy did
+	// not guard (any kubelet could have made it). It matches no labels,
 	// so the Node belongs to no NodeSet or class, and its kubelet cannot
 	// take it off.
 	SealNone = "none"

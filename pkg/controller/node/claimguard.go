@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
 
 // NodeClaimsPolicy names the ValidatingAdmissionPolicy, and its binding,
@@ -39,9 +42,9 @@ const claimGuardRetry = time.Minute
 // force (failurePolicy Fail, validationActions with Deny). Nothing on the
 // Node says whether an admin or a kubelet made it, but a kubelet could
 // not have made it under the policy; one made before the policy, or while
-// it was away, could be a kubelet's, and stays unserved. An unguarded
-// request is told on the Node (ReasonUnguardedRequest); one whose guard
-// cannot be read is looked at again in claimGuardRetry.
+// it was away, could be a kubelet's, and is never served: it is told on
+// the Node (ReasonUnguardedRequest) and marked none of nodeset's. One whose
+// guard cannot be read is looked at again in claimGuardRetry.
 func (c *Controller) claimGuarded(ctx context.Context, node *corev1.Node) (bool, error) {
 	if !c.opts.RequireNodeClaimsPolicy {
 		return true, nil
@@ -59,11 +62,21 @@ func (c *Controller) claimGuarded(ctx context.Context, node *corev1.Node) (bool,
 	}
 	if why == claimGuardUnreadable {
 		c.queue.AddAfter(node.Name, claimGuardRetry)
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonUnguardedRequest,
+			"Not provisioned yet: a lone Node gets a machine only if it was made after ValidatingAdmissionPolicy %s and its binding (Deny) were installed, since without them any kubelet could have made it; %s. Looked at again in %s",
+			NodeClaimsPolicy, why, claimGuardRetry)
+		return false, nil
 	}
+	// Its creation can never have been guarded: marked none of nodeset's,
+	// as a Node a kubelet made held is (markStranger), it counts toward no
+	// class limit and is never looked at again.
 	c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonUnguardedRequest,
-		"Not provisioned: a lone Node gets a machine only if it was made after ValidatingAdmissionPolicy %s and its binding (Deny) were installed, since without them any kubelet could have made it; %s. Install deploy/admission (the chart's admissionPolicy) and create the Node again, or run the node controller with --require-node-claims-policy=false",
-		NodeClaimsPolicy, why)
-	return false, nil
+		"Not provisioned: a lone Node gets a machine only if it was made after ValidatingAdmissionPolicy %s and its binding (Deny) were installed, since without them any kubelet could have made it; %s. "+
+			"It is marked %s=%s: it belongs to no class, counts toward no limit and gets no machine. Install deploy/admission (the chart's admissionPolicy) and create the Node again, or run the node controller with --require-node-claims-policy=false",
+		NodeClaimsPolicy, why, nodesetv1alpha1.LabelSeal, nodesetv1alpha1.SealNone)
+	want := maps.Clone(node.Labels)
+	want[nodesetv1alpha1.LabelSeal] = nodesetv1alpha1.SealNone
+	return false, c.patchLabels(ctx, node, want, "marking")
 }
 
 // claimGuardUnreadable is claimGuardSince's reason when the node

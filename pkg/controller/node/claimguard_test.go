@@ -117,13 +117,21 @@ func TestALoneNodeIsServedOnlyUnderTheClaimsPolicy(t *testing.T) {
 			}
 			assert.Empty(t, got.Spec.ProviderID, "no machine")
 			assert.Empty(t, got.Finalizers, "not held")
-			assert.NotContains(t, got.Labels, nodesetv1alpha1.LabelSeal)
+			assert.Equal(t, nodesetv1alpha1.SealNone, got.Labels[nodesetv1alpha1.LabelSeal], "marked none of nodeset's")
 			assert.Zero(t, f.driver.creates)
 			events := f.events()
 			require.Len(t, events, 1)
 			assert.True(t, strings.HasPrefix(events[0], "Warning "+ReasonUnguardedRequest+" "), events[0])
 			assert.Contains(t, events[0], tc.why)
 			assert.Contains(t, events[0], "--require-node-claims-policy=false")
+			assert.Contains(t, events[0], "It is marked node-restriction.kubernetes.io/nodeset-owner=none")
+
+			// Marked, it is never served, whatever comes.
+			f.controller.opts.RequireNodeClaimsPolicy = false
+			require.NoError(t, f.sync("static-a"))
+			assert.Empty(t, f.get("static-a").Spec.ProviderID)
+			assert.Zero(t, f.driver.creates)
+			assert.Empty(t, f.events())
 		})
 	}
 }
@@ -158,9 +166,11 @@ func TestAnUnreadableClaimsPolicyIsLookedAtAgain(t *testing.T) {
 	})
 	require.NoError(t, f.sync("static-a"))
 	assert.Empty(t, f.get("static-a").Finalizers)
+	assert.NotContains(t, f.get("static-a").Labels, nodesetv1alpha1.LabelSeal, "not marked: served once the policy can be read")
 	events := f.events()
 	require.Len(t, events, 1)
 	assert.Contains(t, events[0], "the node controller may not read the policy or its binding")
+	assert.Contains(t, events[0], "Looked at again in 1m0s")
 	assert.Zero(t, f.controller.queue.Len())
 	clock.Step(claimGuardRetry)
 	assert.Eventually(t, func() bool { return f.controller.queue.Len() == 1 }, time.Minute, 10*time.Millisecond,
@@ -206,6 +216,7 @@ func TestAHeldUnsealedLoneNodeIsServedOnlyUnderTheClaimsPolicy(t *testing.T) {
 				return
 			}
 			assert.Empty(t, f.get("static-a").Spec.ProviderID, "no machine")
+			assert.Equal(t, nodesetv1alpha1.SealNone, f.get("static-a").Labels[nodesetv1alpha1.LabelSeal])
 			assert.Zero(t, f.driver.creates)
 			events := f.events()
 			require.Len(t, events, 1)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
@@ -27,12 +28,13 @@ import (
 // made then. Once the policy is installed, a lone Node made after it gets
 // its machine, and those made before still do not.
 func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
-	p := startRestrictedWith(t, 5*time.Minute, framework.ControllerOptions{NodeArgs: []string{"--require-node-claims-policy=true"}})
+	p := startRestrictedWith(t, 5*time.Minute, framework.ControllerOptions{NodeArgs: []string{"--require-node-claims-policy=true"}}, "guard-team")
 	ctx, kube, cs := p.ctx, p.kube, p.cs
 	const class = "guard-sim"
 	_, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: class},
 		Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
-			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}}}},
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
+			Limits:         &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](2)}}},
 		metav1.CreateOptions{})
 	require.NoError(t, err)
 	lone := func(name string) *corev1.Node {
@@ -44,7 +46,7 @@ func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, n.Spec.ProviderID, "no machine")
 		assert.NotContains(t, n.Finalizers, nodesetv1alpha1.FinalizerTermination, "not held")
-		assert.NotContains(t, n.Labels, nodesetv1alpha1.LabelSeal, "not sealed")
+		assert.Equal(t, nodesetv1alpha1.SealNone, n.Labels[nodesetv1alpha1.LabelSeal], "marked none of nodeset's")
 	}
 	t.Cleanup(func() {
 		for _, name := range []string{"guard-rogue", "guard-admin-early", "guard-admin"} {
@@ -61,8 +63,21 @@ func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{"guard-rogue", "guard-admin-early"} {
 		eventuallyEventOn(t, kube, name, nodecontroller.ReasonUnguardedRequest, "the policy is not installed")
+		eventually(t, time.Minute, name+" marked", func(ctx context.Context) (bool, string) {
+			n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return n.Labels[nodesetv1alpha1.LabelSeal] == nodesetv1alpha1.SealNone, fmt.Sprint(n.Labels)
+		})
 		unserved(t, name)
 	}
+	// Marked none of nodeset's, they take none of the class's room (two
+	// Nodes): a NodeSet of it gets its two.
+	_, err = cs.NodesetV1alpha1().NodeSets("guard-team").Create(ctx, &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: class, Replicas: ptr.To[int32](2)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	sealSettled(t, cs, "guard-team", "web", 2)
 
 	root, err := framework.RepoRoot()
 	require.NoError(t, err)
@@ -112,13 +127,9 @@ func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, n.Finalizers, nodesetv1alpha1.FinalizerTermination, "held for its machine")
 
-	// The Nodes made while the policy was away are looked at again (an
-	// admin's label brings each back), and still not served: either could
-	// be a kubelet's.
+	// The Nodes made while the policy was away stay unserved under it:
+	// either could be a kubelet's.
 	for _, name := range []string{"guard-rogue", "guard-admin-early"} {
-		_, err := kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"example.com/looked-at":"again"}}}`), metav1.PatchOptions{})
-		require.NoError(t, err)
-		eventuallyEventOn(t, kube, name, nodecontroller.ReasonUnguardedRequest, "not after the policy and its binding were")
 		unserved(t, name)
 	}
 }
