@@ -8,11 +8,29 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // admissionPolicies are the files of deploy/admission, in the order its
-// kustomization lists them, that the chart's admissionPolicy value installs.
-var admissionPolicies = []string{"dedicated-tenancy.yaml", "kubelet-node-claims.yaml"}
+// kustomization lists them (its resources), that the chart's
+// admissionPolicy value installs.
+func admissionPolicies(deploy string) ([]string, error) {
+	content, err := os.ReadFile(filepath.Join(deploy, "admission", "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var kustomization struct {
+		Resources []string `yaml:"resources"`
+	}
+	if err := yaml.Unmarshal(content, &kustomization); err != nil {
+		return nil, fmt.Errorf("deploy/admission/kustomization.yaml: %w", err)
+	}
+	if len(kustomization.Resources) == 0 {
+		return nil, errors.New("deploy/admission/kustomization.yaml lists no resources")
+	}
+	return kustomization.Resources, nil
+}
 
 // generate writes (or, with check, compares) every file of the chart that is
 // derived from another: the CRDs, the admission policies, Chart.yaml's version
@@ -39,8 +57,12 @@ func generate(paths layout, version string, check bool) error {
 	}
 
 	// The admission policies, in the order deploy/admission lists them.
+	files, err := admissionPolicies(paths.deploy)
+	if err != nil {
+		return err
+	}
 	var policies []string
-	for _, name := range admissionPolicies {
+	for _, name := range files {
 		policy, err := os.ReadFile(filepath.Join(paths.deploy, "admission", name))
 		if err != nil {
 			return err
@@ -51,7 +73,7 @@ func generate(paths layout, version string, check bool) error {
 		policies = append(policies, string(policy))
 	}
 	want[filepath.Join(paths.chart, "templates", "admission.yaml")] = []byte(
-		"{{- /* Generated from deploy/admission/{" + strings.Join(admissionPolicies, ",") + "} by hack/update-chart.sh. */}}\n" +
+		"{{- /* Generated from deploy/admission/{" + strings.Join(files, ",") + "} by hack/update-chart.sh. */}}\n" +
 			"{{- if .Values.admissionPolicy }}\n" + strings.Join(policies, "---\n") + "{{- end }}\n")
 
 	chartFile := filepath.Join(paths.chart, "Chart.yaml")

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 )
 
 // Controllers are nodeset-controller and node-controller (simulated and
@@ -301,6 +302,21 @@ func admissionPolicies() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The files its kustomization lists, as an install applies them.
 	dir := filepath.Join(root, "deploy", "admission")
-	return []string{filepath.Join(dir, "dedicated-tenancy.yaml"), filepath.Join(dir, "kubelet-node-claims.yaml")}, nil
+	content, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(content, &kustomization); err != nil {
+		return nil, fmt.Errorf("deploy/admission/kustomization.yaml: %w", err)
+	}
+	var files []string
+	for _, name := range kustomization.Resources {
+		files = append(files, filepath.Join(dir, name))
+	}
+	return files, nil
 }
