@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -60,23 +59,21 @@ func (c *Controller) claimGuarded(ctx context.Context, node *corev1.Node) (bool,
 	if why == "" {
 		return true, nil
 	}
+	rule := fmt.Sprintf("a lone Node gets a machine only if it was made after ValidatingAdmissionPolicy %s and its binding (Deny) were installed, since without them any kubelet could have made it; %s",
+		NodeClaimsPolicy, why)
 	if why == claimGuardUnreadable {
 		c.queue.AddAfter(node.Name, claimGuardRetry)
-		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonUnguardedRequest,
-			"Not provisioned yet: a lone Node gets a machine only if it was made after ValidatingAdmissionPolicy %s and its binding (Deny) were installed, since without them any kubelet could have made it; %s. Looked at again in %s",
-			NodeClaimsPolicy, why, claimGuardRetry)
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonUnguardedRequest, "Not provisioned yet: %s. Looked at again in %s", rule, claimGuardRetry)
 		return false, nil
 	}
 	// Its creation can never have been guarded: marked none of nodeset's,
 	// as a Node a kubelet made held is (markStranger), it counts toward no
 	// class limit and is never looked at again.
 	c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonUnguardedRequest,
-		"Not provisioned: a lone Node gets a machine only if it was made after ValidatingAdmissionPolicy %s and its binding (Deny) were installed, since without them any kubelet could have made it; %s. "+
-			"It is marked %s=%s: it belongs to no class, counts toward no limit and gets no machine. Install deploy/admission (the chart's admissionPolicy) and create the Node again, or run the node controller with --require-node-claims-policy=false",
-		NodeClaimsPolicy, why, nodesetv1alpha1.LabelSeal, nodesetv1alpha1.SealNone)
-	want := maps.Clone(node.Labels)
-	want[nodesetv1alpha1.LabelSeal] = nodesetv1alpha1.SealNone
-	return false, c.patchLabels(ctx, node, want, "marking")
+		"Not provisioned: %s. It is marked %s=%s: it belongs to no class, counts toward no limit and gets no machine. "+
+			"Install deploy/admission (the chart's admissionPolicy) and create the Node again, or run the node controller with --require-node-claims-policy=false",
+		rule, nodesetv1alpha1.LabelSeal, nodesetv1alpha1.SealNone)
+	return false, c.markNone(ctx, node)
 }
 
 // claimGuardUnreadable is claimGuardSince's reason when the node

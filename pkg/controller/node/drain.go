@@ -288,7 +288,6 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 		return err
 	}
 	c.routine.record(node, ReasonDeprovisioned, deprovision.driver, fmt.Sprintf("Driver %s deleted the machine", deprovision.driver))
-	c.deprovisioned.set(node, struct{}{})
 	if err := c.releaseDeprovisioned(ctx, node); err != nil {
 		return err
 	}
@@ -296,9 +295,11 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 	return nil
 }
 
-// releaseDeprovisioned releases a Node whose machine is gone.
+// releaseDeprovisioned releases a Node whose machine is gone. A release
+// refused is remembered (deprovisioned), so that its retry only releases.
 func (c *Controller) releaseDeprovisioned(ctx context.Context, node *corev1.Node) error {
 	if err := c.release(ctx, node); err != nil {
+		c.deprovisioned.set(node, struct{}{})
 		return err
 	}
 	c.deprovisioned.forget(node.Name)

@@ -74,6 +74,13 @@ func (c *Controller) markStranger(ctx context.Context, node *corev1.Node, class 
 		claim, nodesetv1alpha1.FinalizerTermination, nodesetv1alpha1.LabelSeal, class.Status.SealedSince.UTC().Format(time.RFC3339),
 		nodesetv1alpha1.LabelSeal, nodesetv1alpha1.SealNone)
 	klog.FromContext(ctx).Info("A Node nodeset did not make claims a class; marked as none of nodeset's", "node", node.Name, "nodeclass", class.Name)
+	return c.markNone(ctx, node)
+}
+
+// markNone gives the Node the seal "none" (nodesetv1alpha1.SealNone): it
+// belongs to no NodeSet or class from then on, and is left alone
+// (restoreLabels).
+func (c *Controller) markNone(ctx context.Context, node *corev1.Node) error {
 	want := maps.Clone(node.Labels)
 	want[nodesetv1alpha1.LabelSeal] = nodesetv1alpha1.SealNone
 	return c.patchLabels(ctx, node, want, "marking")

@@ -301,8 +301,9 @@ type madeMachine struct {
 func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass *nodesetv1alpha1.NodeClass, class drivers.Class, driver drivers.MachineDriver) error {
 	read := node.DeepCopy()
 	held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
-	_, _, ofSet := nodeutil.NodeSetOf(node.Labels)
-	if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; held && !sealed && !ofSet {
+	namespace, name, ofSet := nodeutil.NodeSetOf(node.Labels)
+	_, sealed := node.Labels[nodesetv1alpha1.LabelSeal]
+	if held && !sealed && !ofSet {
 		// Holds nodeset's finalizer but not the seal nodeset gives a lone
 		// Node with it: an earlier release's, or one whoever made it
 		// (a kubelet's credentials included) made held, which until the
@@ -316,7 +317,6 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 		if foreign, err := c.hostedElsewhere(ctx, node, nodeClass, class, driver); foreign || err != nil {
 			return err
 		}
-		namespace, name, _ := nodeutil.NodeSetOf(node.Labels)
 		if ofSet && node.Labels[nodesetv1alpha1.LabelSeal] == "" && node.Spec.ProviderID == "" {
 			// Asks for a machine as a NodeSet's: the nodeset controller
 			// makes a set's Nodes itself, held and sealed, before their
@@ -339,7 +339,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 		// and keep pods off it until the machine registers, which also
 		// times its registration (registrationTimeout), as for a NodeSet's.
 		node.Finalizers = append(node.Finalizers, nodesetv1alpha1.FinalizerTermination)
-		if _, sealed := node.Labels[nodesetv1alpha1.LabelSeal]; !ofSet && !sealed {
+		if !ofSet && !sealed {
 			// Sealed for its class alone: its kubelet cannot make it a
 			// Node of a NodeSet (or of another class) by its labels.
 			node.Labels[nodesetv1alpha1.LabelSeal] = nodeutil.SealOf(node.Labels)
