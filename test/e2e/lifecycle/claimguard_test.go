@@ -3,14 +3,12 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -37,9 +35,7 @@ func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
 			Limits:         &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](2)}}},
 		metav1.CreateOptions{})
 	require.NoError(t, err)
-	lone := func(name string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: class}}}
-	}
+	lone := func(name string) *corev1.Node { return loneRequest(name, class) }
 	unserved := func(t *testing.T, name string) {
 		t.Helper()
 		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -79,13 +75,7 @@ func TestALoneNodeTheClaimsPolicyDidNotGuardGetsNoMachine(t *testing.T) {
 	require.NoError(t, err)
 	sealSettled(t, cs, "guard-team", "web", 2)
 
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	require.NoError(t, framework.Apply(ctx, p.cp.AdminConfig(), filepath.Join(root, "deploy", "admission", "kubelet-node-claims.yaml")))
-	eventually(t, time.Minute, "the policy served", func(ctx context.Context) (bool, string) {
-		_, err := p.asKubelet("guard-probe").CoreV1().Nodes().Create(ctx, lone("guard-probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err), fmt.Sprint(err)
-	})
+	p.applyClaimsPolicy(t, class)
 	policy, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, nodecontroller.NodeClaimsPolicy, metav1.GetOptions{})
 	require.NoError(t, err)
 	binding, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, nodecontroller.NodeClaimsPolicy, metav1.GetOptions{})

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // TestTheNodeClaimsPolicyKeepsKubeletsFromClaimingNodes applies the shipped
@@ -32,12 +30,8 @@ import (
 func TestTheNodeClaimsPolicyKeepsKubeletsFromClaimingNodes(t *testing.T) {
 	p := startRestricted(t, 5*time.Minute, "claims-team")
 	ctx, kube, cs := p.ctx, p.kube, p.cs
-	root, err := framework.RepoRoot()
-	require.NoError(t, err)
-	require.NoError(t, framework.Apply(ctx, p.cp.AdminConfig(), filepath.Join(root, "deploy", "admission", "kubelet-node-claims.yaml")))
-
 	const class = "claims-sim"
-	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+	_, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: class},
 		Spec: nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
 			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}}}},
 		metav1.CreateOptions{})
@@ -46,21 +40,14 @@ func TestTheNodeClaimsPolicyKeepsKubeletsFromClaimingNodes(t *testing.T) {
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: class, Replicas: ptr.To[int32](1)}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	lone := func(name string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: class}}}
-	}
+	lone := func(name string) *corev1.Node { return loneRequest(name, class) }
 	withStatus := func(n *corev1.Node) *corev1.Node {
 		n.Status = corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.2"},
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
 				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
 		return n
 	}
-	// The policy is served once kube-apiserver's informer has it: until a
-	// dry run of the lone request is refused.
-	eventually(t, time.Minute, "the policy served", func(ctx context.Context) (bool, string) {
-		_, err := p.asKubelet("claims-probe").CoreV1().Nodes().Create(ctx, lone("claims-probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err), fmt.Sprint(err)
-	})
+	p.applyClaimsPolicy(t, class)
 	refused := func(t *testing.T, err error, rule string) {
 		t.Helper()
 		require.Error(t, err)

@@ -3,17 +3,20 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/generated/clientset/versioned"
 	"nodeset.dev/nodeset/test/framework"
 )
@@ -70,6 +73,26 @@ func (p *restrictedPlane) asKubelet(node string) kubernetes.Interface {
 	cfg := rest.CopyConfig(p.cp.AdminConfig())
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
 	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// loneRequest is a lone Node's request for a machine of class: the class
+// label, and nothing else of nodeset's.
+func loneRequest(name, class string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: class}}}
+}
+
+// applyClaimsPolicy applies the shipped kubelet-node-claims policy and
+// waits until the API server serves it (its informer has it): until a
+// kubelet's dry run of a lone request for a machine of class is refused.
+func (p *restrictedPlane) applyClaimsPolicy(t *testing.T, class string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	require.NoError(t, err)
+	require.NoError(t, framework.Apply(p.ctx, p.cp.AdminConfig(), filepath.Join(root, "deploy", "admission", "kubelet-node-claims.yaml")))
+	eventually(t, time.Minute, "the policy served", func(ctx context.Context) (bool, string) {
+		_, err := p.asKubelet("claims-probe").CoreV1().Nodes().Create(ctx, loneRequest("claims-probe", class), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), fmt.Sprint(err)
+	})
 }
 
 // relabel merges labels (a nil value removes the label) into the named
