@@ -32,7 +32,19 @@ ns=team-a
 t0=$(date +%s)
 say() { printf '[%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
 fail() { echo "cluster-autoscaler-check: FAILED: $*" >&2; exit 1; }
-pool_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-pool --no-headers 2>/dev/null | wc -l; }
+set_nodes() { kubectl get nodes -l "nodeset.dev/nodeset=$1" --no-headers 2>/dev/null | wc -l; }
+set_replicas() { kubectl get nodeset -n "${ns}" "$1" -o jsonpath='{.spec.replicas}'; }
+pool_nodes() { set_nodes ca-pool; }
+# marked_for_deletion SET: whether cluster-autoscaler tainted a node of the NodeSet to delete it.
+marked_for_deletion() {
+  kubectl get nodes -l "nodeset.dev/nodeset=$1" -o jsonpath='{.items[*].spec.taints[*].key}' | grep -qw ToBeDeletedByClusterAutoscaler
+}
+ca_log="${run}/cluster-autoscaler.log"
+# log_mark: the number of cluster-autoscaler's next log line; log_from LINE: its log from there.
+log_mark() { echo $(( $(wc -l <"${ca_log}") + 1 )); }
+log_from() { tail -n "+$1" "${ca_log}"; }
+# min_size_lines LINE NODE: how often since LINE cluster-autoscaler skipped NODE (a regular expression) for its group's min size.
+min_size_lines() { log_from "$1" | grep -cE "Skipping $2 - node group min size reached" || true; }
 
 cleanup() {
   [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
@@ -71,7 +83,7 @@ printf 'address: "127.0.0.1:18086"\n' >"${run}/cluster-autoscaler-cloud.yaml"
   --scale-down-delay-after-delete=10s --balance-similar-node-groups \
   --balancing-ignore-label=nodeset.dev/nodeset --balancing-ignore-label=nodeset.dev/nodeset-namespace \
   --balancing-ignore-label=nodeset.dev/template-hash \
-  --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner --v=4 >"${run}/cluster-autoscaler.log" 2>&1 &
+  --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner --v=4 >"${ca_log}" 2>&1 &
 ca_pid=$!
 say "${ca} started (log: ${run}/cluster-autoscaler.log)"
 
@@ -135,7 +147,7 @@ deployment ca-small 3 500m spread
 expect 3 60 "3 pods of 0.5 CPU, one on each node's half CPU left: no node added"
 kubectl delete deployment -n "${ns}" ca-load --wait=true >/dev/null
 expect 1 300 "scale-down by draining (the small pods fit on one node)"
-grep -qE "removed with drain" "${run}/cluster-autoscaler.log" || fail "no node was removed by draining it"
+grep -qE "removed with drain" "${ca_log}" || fail "no node was removed by draining it"
 kubectl delete deployment -n "${ns}" ca-small --wait=true >/dev/null
 expect 0 300 "scale-down to zero"
 
@@ -173,7 +185,6 @@ spec:
     labels: {example.com/ca-check: wide}
 YAML
 wide_nodes() { kubectl get nodes -l nodeset.dev/nodeclass=ca-limited --no-headers 2>/dev/null | wc -l; }
-set_nodes() { kubectl get nodes -l "nodeset.dev/nodeset=$1" --no-headers 2>/dev/null | wc -l; }
 selector=wide deployment ca-wide 6 1500m
 deadline=$(( $(date +%s) + 180 ))
 most=0
@@ -189,7 +200,7 @@ left=$(set_nodes ca-left) right=$(set_nodes ca-right)
 (( left + right == 4 )) || fail "balanced scale-up: ${left} + ${right} nodes, 4 wanted"
 (( left > 0 && right > 0 )) || fail "balanced scale-up grew one set only: ${left} + ${right}"
 say "balanced scale-up past the class's room: ${left} + ${right} nodes (limit 4), 4 of 6 pods bound"
-if grep -E "Failed to increase|failed to increase|Disabling scale-up for node group|backoff" "${run}/cluster-autoscaler.log" | grep -E "ca-left|ca-right" >&2; then
+if grep -E "Failed to increase|failed to increase|Disabling scale-up for node group|backoff" "${ca_log}" | grep -E "ca-left|ca-right" >&2; then
   fail "cluster-autoscaler failed or backed off a balanced scale-up"
 fi
 kubectl delete deployment -n "${ns}" ca-wide --wait=true >/dev/null
@@ -224,7 +235,7 @@ spec:
   template:
     labels: {example.com/ca-check: roll}
 YAML
-roll_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-roll --no-headers 2>/dev/null | wc -l; }
+roll_nodes() { set_nodes ca-roll; }
 # roll_pods: the small pods as "uid node deleting?", one a line, sorted.
 roll_pods() {
   kubectl get pods -n "${ns}" -l app=ca-roll-small --no-headers \
@@ -253,7 +264,7 @@ wait_for 60 "small pods bound, one on each node" eval 'roll_bound 2 ca-roll-smal
 old_nodes=$(kubectl get nodes -l nodeset.dev/nodeset=ca-roll -o jsonpath='{.items[*].metadata.name}')
 kubectl patch nodeclass ca-roll --type=merge -p '{"spec":{"simulated":{"failurePercent":100}}}' >/dev/null
 wait_for 60 "the set rolling out" rolling_out
-held_from=$(( $(wc -l <"${run}/cluster-autoscaler.log") + 1 ))
+held_from=$(log_mark)
 pods_before=$(roll_pods)
 kubectl delete deployment -n "${ns}" ca-roll-big --wait=true >/dev/null
 say "rolling out ($(roll_status | awk '{print $3 " of " $2 " nodes updated"}')); both old nodes now 20 % used, their pods fit on one"
@@ -267,14 +278,12 @@ while (( $(date +%s) < deadline )); do
 ${pods_before}
 now
 $(roll_pods)"
-  if kubectl get nodes -l nodeset.dev/nodeset=ca-roll -o jsonpath='{.items[*].spec.taints[*].key}' | grep -qw ToBeDeletedByClusterAutoscaler; then
-    fail "held rollout: cluster-autoscaler marked a node of a set that is rolling out for deletion"
-  fi
+  marked_for_deletion ca-roll && fail "held rollout: cluster-autoscaler marked a node of a set that is rolling out for deletion"
   sleep 1
 done
-held=$(tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -cE "Skipping ca-roll-[a-z0-9]+ - node group min size reached" || true)
+held=$(min_size_lines "${held_from}" "ca-roll-[a-z0-9]+")
 (( held > 0 )) || fail "held rollout: cluster-autoscaler never said 'node group min size reached' for the set's nodes"
-if tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -E "Scale-down: removing (empty )?node \"?ca-roll-|Failed to delete|failed to delete" | grep ca-roll >&2; then
+if log_from "${held_from}" | grep -E "Scale-down: removing (empty )?node \"?ca-roll-|Failed to delete|failed to delete" | grep ca-roll >&2; then
   fail "held rollout: cluster-autoscaler tried to remove a node of a set that is rolling out"
 fi
 say "held rollout: 90 s, no pod evicted, no node marked; ${held} 'node group min size reached' lines for ca-roll"
@@ -284,7 +293,7 @@ kubectl patch nodeclass ca-roll --type=json -p '[{"op":"remove","path":"/spec/si
 wait_for 120 "rollout done" rolled_out
 say "rollout done ($(roll_status | awk '{print $3 " of " $2 " nodes updated"}')); nodes: ${old_nodes}"
 wait_for 180 "scale-down by draining after the rollout" eval '(( $(roll_nodes) == 1 )) && roll_bound 2 ca-roll-small'
-tail -n "+${held_from}" "${run}/cluster-autoscaler.log" | grep -qE "ca-roll-[a-z0-9]+.*removed with drain|Scale-down: removing node ca-roll-" ||
+log_from "${held_from}" | grep -qE "ca-roll-[a-z0-9]+.*removed with drain|Scale-down: removing node ca-roll-" ||
   fail "after the rollout: no node of the set was removed by draining it"
 [[ "$(roll_pods)" != "${pods_before}" ]] || fail "after the rollout: no pod moved"
 say "after the rollout: one node drained and removed, its pod moved: $(roll_nodes) node"
@@ -314,36 +323,33 @@ spec:
   template:
     labels: {example.com/ca-check: fallback}
 YAML
-refused_nodes() { kubectl get nodes -l nodeset.dev/nodeset=ca-refused --no-headers 2>/dev/null | wc -l; }
 refused_ready() { kubectl get nodes -l nodeset.dev/nodeset=ca-refused --no-headers 2>/dev/null | grep -cw Ready; }
 accepted() { kubectl get nodeset -n "${ns}" "$1" -o jsonpath='{.status.conditions[?(@.type=="Accepted")].status}/{.status.conditions[?(@.type=="Accepted")].reason}'; }
 wait_for 120 "the set's node Ready" eval '(( $(refused_ready) == 1 ))'
 refused_node=$(kubectl get nodes -l nodeset.dev/nodeset=ca-refused -o jsonpath='{.items[0].metadata.name}')
 kubectl patch nodeclass ca-closed --type=merge -p '{"spec":{"allowedNamespaces":{"from":"List","namespaces":["ca-nobody"]}}}' >/dev/null
 wait_for 60 "the set not Accepted" eval '[[ "$(accepted ca-refused)" == False/NamespaceNotAllowed ]]'
-refused_from=$(( $(wc -l <"${run}/cluster-autoscaler.log") + 1 ))
+refused_from=$(log_mark)
 say "NodeSet ca-refused not Accepted ($(accepted ca-refused)), its node ${refused_node} empty"
 # Longer than --scale-down-unneeded-time=30s, a loop every 5 s.
 deadline=$(( $(date +%s) + 60 ))
 while (( $(date +%s) < deadline )); do
-  (( $(refused_nodes) == 1 )) || fail "not Accepted: the set's node was removed"
-  if kubectl get node "${refused_node}" -o jsonpath='{.spec.taints[*].key}' | grep -qw ToBeDeletedByClusterAutoscaler; then
-    fail "not Accepted: cluster-autoscaler marked the set's node for deletion"
-  fi
+  (( $(set_nodes ca-refused) == 1 )) || fail "not Accepted: the set's node was removed"
+  marked_for_deletion ca-refused && fail "not Accepted: cluster-autoscaler marked the set's node for deletion"
   sleep 1
 done
-held=$(tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -cE "Skipping ${refused_node} - node group min size reached" || true)
+held=$(min_size_lines "${refused_from}" "${refused_node}")
 (( held > 0 )) || fail "not Accepted: cluster-autoscaler never said 'node group min size reached' for ${refused_node}"
 say "not Accepted: 60 s, its empty node kept and not marked; ${held} 'node group min size reached' lines"
 # Two pods of 1.5 CPU that only the fallback label takes: one fits on the
 # set's node, the other needs a node of a set that grows.
 selector=fallback deployment ca-fallback 2 1500m
 wait_for 120 "cluster-autoscaler refusing a scale-up of the set" eval \
-  'tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -E "ca-refused" | grep -qE "FailedPrecondition|not Accepted"'
-tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -E "ca-refused" | grep -E "FailedPrecondition|not Accepted" | head -n 3 >&2
-tail -n "+${refused_from}" "${run}/cluster-autoscaler.log" | grep -q "Disabling scale-up for node group team-a/ca-refused" ||
+  'log_from "${refused_from}" | grep -E "ca-refused" | grep -qE "FailedPrecondition|not Accepted"'
+log_from "${refused_from}" | grep -E "ca-refused" | grep -E "FailedPrecondition|not Accepted" | head -n 3 >&2
+log_from "${refused_from}" | grep -q "Disabling scale-up for node group team-a/ca-refused" ||
   fail "not Accepted: cluster-autoscaler did not back the set off after its refused scale-up"
-[[ "$(kubectl get nodeset -n "${ns}" ca-refused -o jsonpath='{.spec.replicas}')" == 1 ]] || fail "not Accepted: the set's replicas changed"
+[[ "$(set_replicas ca-refused)" == 1 ]] || fail "not Accepted: the set's replicas changed"
 kubectl apply -f - >/dev/null <<'YAML'
 apiVersion: nodeset.dev/v1alpha1
 kind: NodeSet
@@ -358,8 +364,8 @@ YAML
 wait_for 180 "a scale-up of the other NodeSet" eval 'roll_bound 2 ca-fallback'
 fallback=$(set_nodes ca-fallback)
 (( fallback == 1 )) || fail "not Accepted: ${fallback} nodes of the other set, 1 needed"
-(( $(refused_nodes) == 1 )) || fail "not Accepted: the set has $(refused_nodes) nodes, 1 kept"
-[[ "$(kubectl get nodeset -n "${ns}" ca-refused -o jsonpath='{.spec.replicas}')" == 1 ]] || fail "not Accepted: the set's replicas changed"
+(( $(set_nodes ca-refused) == 1 )) || fail "not Accepted: the set has $(set_nodes ca-refused) nodes, 1 kept"
+[[ "$(set_replicas ca-refused)" == 1 ]] || fail "not Accepted: the set's replicas changed"
 say "not Accepted: its scale-up refused; the other set grew by ${fallback}; both pods bound"
 kubectl delete deployment -n "${ns}" ca-fallback --wait=true >/dev/null
 say "cluster-autoscaler scaled the NodeSet exactly in every step"
