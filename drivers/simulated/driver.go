@@ -44,6 +44,8 @@ type Machine struct {
 	CreatedAt time.Time
 	// Owner of the machine.
 	Owner drivers.Owner
+	// Class is the name of the machine's NodeClass.
+	Class string
 }
 
 // Driver keeps the simulated machines of one node controller.
@@ -54,6 +56,8 @@ type Driver struct {
 	changed  chan struct{}
 	// capacities are the machines' capacities by section (see capacityOf).
 	capacities map[string]drivers.Capacity
+	// perClass counts the machines of each class, for maxMachines.
+	perClass map[string]int32
 }
 
 var _ drivers.MachineDriver = (*Driver)(nil)
@@ -63,7 +67,8 @@ func New(now func() time.Time) *Driver {
 	if now == nil {
 		now = time.Now
 	}
-	return &Driver{now: now, machines: map[string]*Machine{}, changed: make(chan struct{}, 1), capacities: map[string]drivers.Capacity{}}
+	return &Driver{now: now, machines: map[string]*Machine{}, changed: make(chan struct{}, 1), capacities: map[string]drivers.Capacity{},
+		perClass: map[string]int32{}}
 }
 
 // capacityOf is EffectiveCapacity of spec, one value for every machine of
@@ -100,6 +105,9 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 	}
 	if p := spec.FailurePercent; p != nil && (*p < 0 || *p > 100) {
 		return drivers.InvalidConfiguration("spec.simulated.failurePercent", "must be between 0 and 100, got %d", *p)
+	}
+	if m := spec.MaxMachines; m != nil && *m < 0 {
+		return drivers.InvalidConfiguration("spec.simulated.maxMachines", "must not be negative, got %d", *m)
 	}
 	return nil
 }
@@ -162,7 +170,9 @@ func fails(name string, percent *int32) bool {
 	return int32(h.Sum32()%100) < *percent
 }
 
-// Create starts a simulated machine named after the Node; idempotent.
+// Create starts a simulated machine named after the Node; idempotent. A
+// machine past the class's maxMachines is not made: the error wraps
+// drivers.ErrOutOfCapacity.
 func (d *Driver) Create(_ context.Context, m drivers.Machine) (string, error) {
 	if m.Class.Spec.Simulated == nil {
 		return "", drivers.InvalidConfiguration("spec.simulated", "is required for driver simulated")
@@ -170,6 +180,10 @@ func (d *Driver) Create(_ context.Context, m drivers.Machine) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.machines[m.Name]; !ok {
+		if room := m.Class.Spec.Simulated.MaxMachines; room != nil && d.perClass[m.Class.Name] >= *room {
+			return "", fmt.Errorf("the simulated cloud has no room for another machine of class %s (maxMachines %d, machines %d): %w",
+				m.Class.Name, *room, d.perClass[m.Class.Name], drivers.ErrOutOfCapacity)
+		}
 		now := d.now()
 		var delay time.Duration
 		if bd := m.Class.Spec.Simulated.BootDelay; bd != nil {
@@ -182,7 +196,9 @@ func (d *Driver) Create(_ context.Context, m drivers.Machine) (string, error) {
 			Capacity:  d.capacityOf(m.Class.Spec.Simulated),
 			CreatedAt: now,
 			Owner:     m.Owner,
+			Class:     m.Class.Name,
 		}
+		d.perClass[m.Class.Name]++
 		d.notify()
 	}
 	return ProviderID(m.Name), nil
@@ -207,7 +223,9 @@ func (d *Driver) Adopt(name string, createdAt time.Time, class drivers.Class, ow
 		Capacity:  d.capacityOf(class.Spec.Simulated),
 		CreatedAt: createdAt,
 		Owner:     owner,
+		Class:     class.Name,
 	}
+	d.perClass[class.Name]++
 	d.notify()
 }
 
@@ -215,8 +233,11 @@ func (d *Driver) Adopt(name string, createdAt time.Time, class drivers.Class, ow
 func (d *Driver) Delete(_ context.Context, _ drivers.Class, name string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.machines[name]; ok {
+	if m, ok := d.machines[name]; ok {
 		delete(d.machines, name)
+		if d.perClass[m.Class]--; d.perClass[m.Class] <= 0 {
+			delete(d.perClass, m.Class)
+		}
 		d.notify()
 	}
 	return nil

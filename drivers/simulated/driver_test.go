@@ -160,3 +160,48 @@ func TestMachinesReportTheirSectionsCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxMachines: a create past the class's room fails as out of
+// capacity and makes nothing; the room is the class's, counted over its
+// machines whoever owns them, and a deleted or another class's machine
+// does not take it. An existing machine is still answered, and an
+// adopted one counts.
+func TestMaxMachines(t *testing.T) {
+	ctx := context.Background()
+	d := New(nil)
+	scarce := class(func(s *nodesetv1alpha1.SimulatedMachine) { s.MaxMachines = ptr.To[int32](2) })
+	other := class(nil)
+	other.Name = "other"
+	create := func(name string, c drivers.Class, owner string) error {
+		_, err := d.Create(ctx, drivers.Machine{Name: name, Class: c, Owner: drivers.Owner{Namespace: owner, Name: "set"}})
+		return err
+	}
+	require.NoError(t, create("a", scarce, "team-a"))
+	require.NoError(t, create("b", scarce, "team-b"))
+	require.NoError(t, create("x", other, "team-a"), "another class has its own room")
+	err := create("c", scarce, "team-a")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, drivers.ErrOutOfCapacity)
+	assert.Contains(t, err.Error(), "class sim (maxMachines 2, machines 2)")
+	_, made := d.Machine("c")
+	assert.False(t, made, "a refused create makes no machine")
+	require.NoError(t, create("a", scarce, "team-a"), "an existing machine is answered, room or not")
+
+	require.NoError(t, d.Delete(ctx, scarce, "b"))
+	require.NoError(t, d.Delete(ctx, scarce, "b"), "a second delete frees nothing more")
+	require.NoError(t, create("c", scarce, "team-a"), "a deleted machine's room is free again")
+	assert.ErrorIs(t, create("d", scarce, "team-a"), drivers.ErrOutOfCapacity)
+
+	require.NoError(t, d.Delete(ctx, scarce, "a"))
+	d.Adopt("a", time.Now(), scarce, drivers.Owner{})
+	assert.ErrorIs(t, create("d", scarce, "team-a"), drivers.ErrOutOfCapacity, "an adopted machine takes room")
+
+	none := class(func(s *nodesetv1alpha1.SimulatedMachine) { s.MaxMachines = ptr.To[int32](0) })
+	none.Name = "none"
+	assert.ErrorIs(t, create("n", none, "team-a"), drivers.ErrOutOfCapacity, "maxMachines 0 has room for none")
+
+	err = d.Validate(ctx, class(func(s *nodesetv1alpha1.SimulatedMachine) { s.MaxMachines = ptr.To[int32](-1) }))
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), "spec.simulated.maxMachines")
+	}
+}

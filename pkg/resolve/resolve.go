@@ -303,13 +303,18 @@ func TemplateHash(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1
 }
 
 // hashedSections are the driver sections without what configures the
-// controllers rather than the machines (eks-asg interruption handling), so
-// changing that rolls no Node.
+// controllers or the cloud rather than the machines (eks-asg interruption
+// handling, the simulated cloud's room), so changing that rolls no Node.
 func hashedSections(sections nodesetv1alpha1.DriverSections) nodesetv1alpha1.DriverSections {
 	if asg := sections.EKSAutoscalingGroup; asg != nil && asg.Interruptions != nil {
 		copied := *asg
 		copied.Interruptions = nil
 		sections.EKSAutoscalingGroup = &copied
+	}
+	if sim := sections.Simulated; sim != nil && sim.MaxMachines != nil {
+		copied := *sim
+		copied.MaxMachines = nil
+		sections.Simulated = &copied
 	}
 	return sections
 }

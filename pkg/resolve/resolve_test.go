@@ -216,6 +216,19 @@ func TestTemplateHash(t *testing.T) {
 	scaled := set.DeepCopy()
 	scaled.Spec.Replicas = ptr.To[int32](7)
 	assert.Equal(t, base, TemplateHash(&spec, scaled))
+
+	// The simulated cloud's room is no machine's shape: giving a class
+	// room, or setting none, rolls no Node; its capacity does.
+	sim := nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated,
+		DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}}}
+	unlimited := TemplateHash(&sim, set)
+	sim.Simulated.MaxMachines = ptr.To[int32](3)
+	assert.Equal(t, unlimited, TemplateHash(&sim, set), "maxMachines set")
+	sim.Simulated.MaxMachines = ptr.To[int32](5)
+	assert.Equal(t, unlimited, TemplateHash(&sim, set), "maxMachines raised")
+	assert.Equal(t, int32(5), *sim.Simulated.MaxMachines, "the caller's spec is not changed")
+	sim.Simulated.InstanceType = "sim.large"
+	assert.NotEqual(t, unlimited, TemplateHash(&sim, set), "instanceType")
 }
 
 func TestNodeLabelsAndTaints(t *testing.T) {

@@ -42,6 +42,15 @@ type SimulatedMachine struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	FailurePercent *int32 `json:"failurePercent,omitempty"`
+	// maxMachines is how many machines of this class the simulated cloud
+	// has room for: a create past it fails as out of capacity, as a cloud's
+	// does when it has none, so the paths of a cloud that ran out can be
+	// exercised. Absent means no limit. The class's value always holds: it
+	// cannot be listed in tenantOverrides.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	MaxMachines *int32 `json:"maxMachines,omitempty"`
 }
 
 // DockerMachine configures machines made by a docker-machine driver plugin.

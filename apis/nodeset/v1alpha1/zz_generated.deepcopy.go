@@ -1018,6 +1018,11 @@ func (in *SimulatedMachine) DeepCopyInto(out *SimulatedMachine) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.MaxMachines != nil {
+		in, out := &in.MaxMachines, &out.MaxMachines
+		*out = new(int32)
+		**out = **in
+	}
 	return
 }
 

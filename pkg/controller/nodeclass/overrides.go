@@ -234,6 +234,11 @@ func TenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec) error {
 				"%q cannot be listed: which plugin option gets which key of the class's credentials is the class's alone; "+
 					"a NodeSet could send any of them to an option its own machine shows it", path)
 		}
+		if spec.Simulated != nil && parts[0] == "maxMachines" {
+			return drivers.InvalidConfiguration(fmt.Sprintf("spec.tenantOverrides[%d]", i),
+				"%q cannot be listed: it is the simulated cloud's room for the whole class; "+
+					"a NodeSet that raised it would take room other NodeSets of the class count on", path)
+		}
 		exists, list := lookupField(section, parts)
 		if list > 0 {
 			whole := strings.Join(parts[:list], ".")

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
@@ -72,4 +73,17 @@ func TestTenantOverridesNeverRouteCredentials(t *testing.T) {
 			assert.Contains(t, err.Error(), `spec.tenantOverrides[1]: "`+entry+`" cannot be listed`)
 		}
 	}
+}
+
+// TestTenantOverridesNeverRaiseTheSimulatedRoom: maxMachines is the
+// simulated cloud's room for the whole class; a NodeSet may not set its own.
+func TestTenantOverridesNeverRaiseTheSimulatedRoom(t *testing.T) {
+	spec := &nodesetv1alpha1.NodeClassSpec{Driver: nodesetv1alpha1.DriverSimulated, TenantOverrides: []string{"capacity", "maxMachines"},
+		DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{MaxMachines: ptr.To[int32](2)}}}
+	err := TenantOverrideErrors(spec)
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), `spec.tenantOverrides[1]: "maxMachines" cannot be listed`)
+	}
+	spec.TenantOverrides = []string{"capacity", "failurePercent"}
+	assert.NoError(t, TenantOverrideErrors(spec), "the other fields of the section may be listed")
 }

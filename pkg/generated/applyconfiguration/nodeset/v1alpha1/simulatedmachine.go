@@ -35,6 +35,12 @@ type SimulatedMachineApplyConfiguration struct {
 	// failurePercent is the share of machines, from 0 to 100, that never
 	// register, so replacement paths can be exercised.
 	FailurePercent *int32 `json:"failurePercent,omitempty"`
+	// maxMachines is how many machines of this class the simulated cloud
+	// has room for: a create past it fails as out of capacity, as a cloud's
+	// does when it has none, so the paths of a cloud that ran out can be
+	// exercised. Absent means no limit. The class's value always holds: it
+	// cannot be listed in tenantOverrides.
+	MaxMachines *int32 `json:"maxMachines,omitempty"`
 }
 
 // SimulatedMachineApplyConfiguration constructs a declarative configuration of the SimulatedMachine type for use with
@@ -86,5 +92,13 @@ func (b *SimulatedMachineApplyConfiguration) WithBootDelay(value metav1.Duration
 // If called multiple times, the FailurePercent field is set to the value of the last call.
 func (b *SimulatedMachineApplyConfiguration) WithFailurePercent(value int32) *SimulatedMachineApplyConfiguration {
 	b.FailurePercent = &value
+	return b
+}
+
+// WithMaxMachines sets the MaxMachines field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxMachines field is set to the value of the last call.
+func (b *SimulatedMachineApplyConfiguration) WithMaxMachines(value int32) *SimulatedMachineApplyConfiguration {
+	b.MaxMachines = &value
 	return b
 }

@@ -1,0 +1,170 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	"nodeset.dev/nodeset/pkg/nodeutil"
+)
+
+// TestASimulatedCloudOutOfRoomTellsClusterAutoscaler: a simulated class
+// with room for one machine gives a NodeSet of two one machine; the other
+// Node records the create's OutOfCapacity error, which cluster-autoscaler
+// reads as an instance of class OutOfResources (so it backs the group
+// off). Its DeleteNodes of that instance, as it deletes a node that failed
+// to create, takes the Node and the replica and leaves the Ready node.
+// When the admin gives the class room, a new replica gets its machine.
+func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
+	c := startControllers(t)
+	ctx := context.Background()
+	kube, cs := clients(t)
+	ns := createNamespace(t, "outofroom")
+	createClass(t, "outofroom", func(cl *nodesetv1alpha1.NodeClass) {
+		cl.Spec.Simulated.MaxMachines = ptr.To[int32](1)
+	})
+	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "scarce", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "outofroom", Replicas: ptr.To[int32](2),
+			Autoscaling: &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 3}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "scarce", metav1.DeleteOptions{})
+	})
+	selector := labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeSetNamespace: ns, nodesetv1alpha1.LabelNodeSet: "scarce"}).String()
+	setNodes := func(ctx context.Context) ([]corev1.Node, error) {
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+
+	var ready, refused string
+	eventually(t, 2*time.Minute, "one Node Ready, the other refused as out of capacity", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready, refused = "", ""
+		var seen []string
+		for _, n := range nodes {
+			message := n.Annotations[nodesetv1alpha1.AnnotationProvisioningError]
+			seen = append(seen, fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(&n), message))
+			switch {
+			case n.Spec.ProviderID != "" && nodeutil.IsReady(&n):
+				ready = n.Name
+			case n.Spec.ProviderID == "" && strings.HasPrefix(message, "OutOfCapacity: "):
+				refused = n.Name
+			}
+		}
+		return len(nodes) == 2 && ready != "" && refused != "", strings.Join(seen, "; ")
+	})
+	node, err := kube.CoreV1().Nodes().Get(ctx, refused, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, node.Annotations[nodesetv1alpha1.AnnotationProvisioningError], "no room for another machine of class outofroom (maxMachines 1, machines 1)")
+	machines, ok := c.machines(ctx)
+	require.True(t, ok)
+	mine := 0
+	for _, m := range machines {
+		if m.Name == ready || m.Name == refused {
+			mine++
+			assert.Equal(t, ready, m.Name, "only the Ready Node has a machine")
+		}
+	}
+	assert.Equal(t, 1, mine)
+
+	// cluster-autoscaler's view: the refused Node is a creating instance
+	// with the error, of class OutOfResources; the Ready one has none.
+	ca := autoscalerClient(t, c)
+	id := ns + "/scarce"
+	refusedID := "nodeset-unregistered://" + refused
+	var instances []*protos.Instance
+	eventually(t, time.Minute, "the refused instance carries its error", func(ctx context.Context) (bool, string) {
+		if _, err := ca.Refresh(ctx, &protos.RefreshRequest{}); err != nil {
+			return false, err.Error()
+		}
+		resp, err := ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
+		if err != nil {
+			return false, err.Error()
+		}
+		instances = resp.GetInstances()
+		for _, i := range instances {
+			if i.GetId() == refusedID && i.GetStatus().GetErrorInfo() != nil {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(instances)
+	})
+	require.Len(t, instances, 2, "the set's two Nodes, and no pending replica")
+	for _, i := range instances {
+		info := i.GetStatus().GetErrorInfo()
+		if i.GetId() != refusedID {
+			assert.Nil(t, info, "the Ready instance %s has no error", i.GetId())
+			assert.Equal(t, protos.InstanceStatus_instanceRunning, i.GetStatus().GetInstanceState())
+			continue
+		}
+		assert.Equal(t, protos.InstanceStatus_instanceCreating, i.GetStatus().GetInstanceState())
+		assert.Equal(t, "OutOfCapacity", info.GetErrorCode())
+		assert.Equal(t, int32(1), info.GetInstanceErrorClass(), "cloudprovider.OutOfResourcesErrorClass")
+		assert.Contains(t, info.GetErrorMessage(), "maxMachines 1")
+	}
+
+	// cluster-autoscaler deletes a node that failed to create by its
+	// instance id, as a node named and identified by it.
+	_, err = ca.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: id,
+		Nodes: []*protos.ExternalGrpcNode{{Name: refusedID, ProviderID: refusedID}}})
+	require.NoError(t, err)
+	eventually(t, time.Minute, "the refused Node and its replica go; the Ready one stays", func(ctx context.Context) (bool, string) {
+		set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "scarce", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		_, err = kube.CoreV1().Nodes().Get(ctx, refused, metav1.GetOptions{})
+		gone := apierrors.IsNotFound(err)
+		n, err := kube.CoreV1().Nodes().Get(ctx, ready, metav1.GetOptions{})
+		kept := err == nil && n.DeletionTimestamp == nil && nodeutil.IsReady(n)
+		return *set.Spec.Replicas == 1 && gone && kept, fmt.Sprintf("replicas %d, refused gone %v, ready kept %v", *set.Spec.Replicas, gone, kept)
+	})
+
+	// The admin gives the class room for two, which rolls no Node (the
+	// room is the cloud's, not the machine's shape); a second replica gets
+	// its machine.
+	class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "outofroom", metav1.GetOptions{})
+	require.NoError(t, err)
+	class.Spec.Simulated.MaxMachines = ptr.To[int32](2)
+	_, err = cs.NodesetV1alpha1().NodeClasses().Update(ctx, class, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, "two Ready Nodes, with no error", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		good, kept := 0, false
+		var seen []string
+		for _, n := range nodes {
+			message := n.Annotations[nodesetv1alpha1.AnnotationProvisioningError]
+			seen = append(seen, fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(&n), message))
+			if n.Spec.ProviderID != "" && nodeutil.IsReady(&n) && message == "" {
+				good++
+			}
+			kept = kept || n.Name == ready
+		}
+		return len(nodes) == 2 && good == 2 && kept, strings.Join(seen, "; ")
+	})
+}
