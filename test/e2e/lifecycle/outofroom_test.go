@@ -52,6 +52,10 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		}
 		return list.Items, nil
 	}
+	describe := func(n *corev1.Node) string {
+		return fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(n),
+			n.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
+	}
 
 	var ready, refused string
 	eventually(t, 2*time.Minute, "one Node Ready, the other refused as out of capacity", func(ctx context.Context) (bool, string) {
@@ -63,7 +67,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		var seen []string
 		for _, n := range nodes {
 			message := n.Annotations[nodesetv1alpha1.AnnotationProvisioningError]
-			seen = append(seen, fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(&n), message))
+			seen = append(seen, describe(&n))
 			switch {
 			case n.Spec.ProviderID != "" && nodeutil.IsReady(&n):
 				ready = n.Name
@@ -159,7 +163,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		var seen []string
 		for _, n := range nodes {
 			message := n.Annotations[nodesetv1alpha1.AnnotationProvisioningError]
-			seen = append(seen, fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(&n), message))
+			seen = append(seen, describe(&n))
 			if n.Spec.ProviderID != "" && nodeutil.IsReady(&n) && message == "" {
 				good++
 			}
