@@ -323,6 +323,39 @@ func TestGroupFailureIsAReplicaFailure(t *testing.T) {
 	assert.Equal(t, "cloud group nodeset-web: out of capacity: InsufficientInstanceCapacity", failure.Message)
 }
 
+// TestAMachineNotMadeIsAReplicaFailure: Nodes whose machine the driver
+// could not make (the node controller's provisioning-error annotation, no
+// providerID) make ReplicaFailure True, ProvisioningFailed, with how many
+// and the first one's error; a Node being deleted, or one with its
+// machine, is not counted, and the condition goes once every Node has one.
+func TestAMachineNotMadeIsAReplicaFailure(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	made := setNode(t, set, class, "web-a", time.Hour, true)
+	made.Spec.ProviderID = "simulated:///web-a"
+	made.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: an earlier failure, since cleared"}
+	full := setNode(t, set, class, "web-c", time.Minute, false)
+	full.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "OutOfCapacity: no room"}
+	broken := setNode(t, set, class, "web-b", time.Minute, false)
+	broken.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: boom"}
+	going := setNode(t, set, class, "web-0", time.Minute, false)
+	going.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: going anyway"}
+	going.DeletionTimestamp = &metav1.Time{Time: testNow}
+	now := testNow
+	failure := findCondition(computeStatus(set, &resolution{accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue}},
+		[]*corev1.Node{made, full, broken, going}, nil, now).Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+	require.NotNil(t, failure)
+	assert.Equal(t, metav1.ConditionTrue, failure.Status)
+	assert.Equal(t, ReasonProvisioningFailed, failure.Reason)
+	assert.Equal(t, "the driver could not make the machine of 2 of 3 nodes; web-b: ProvisioningFailed: boom", failure.Message)
+
+	full.Spec.ProviderID, broken.Spec.ProviderID = "simulated:///web-c", "simulated:///web-b"
+	set.Status.Conditions = []metav1.Condition{*failure}
+	status := computeStatus(set, &resolution{accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue}},
+		[]*corev1.Node{made, full, broken, going}, nil, now)
+	assert.Nil(t, findCondition(status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure), "every Node has its machine")
+}
+
 func TestCreateFailureLowersExpectationsAndReports(t *testing.T) {
 	f := newFixture(t, validClass("sim"), newSet(4))
 	f.kube.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {

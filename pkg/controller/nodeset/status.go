@@ -30,6 +30,7 @@ const (
 	ReasonStalled                    = "Stalled"
 	ReasonReplicaFailure             = "ReplicaFailure"
 	ReasonGroupFailure               = "GroupFailure"
+	ReasonProvisioningFailed         = "ProvisioningFailed"
 	ReasonGroupUpdating              = "GroupUpdating"
 )
 
@@ -125,10 +126,38 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		// a degraded group).
 		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
 			Reason: ReasonGroupFailure, Message: fmt.Sprintf("cloud group %s: %s", group.Name, group.Message)})
+	case provisioningFailure(active) != "":
+		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
+			Reason: ReasonProvisioningFailed, Message: provisioningFailure(active)})
 	default:
 		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
 	}
 	return status
+}
+
+// provisioningFailure tells of the set's Nodes whose machine the driver
+// could not make, as the node controller recorded on them: how many, and
+// the error of the first by name (one, so the message does not change as
+// others fail alike). "" when there are none. The error was scrubbed and
+// cut where it was recorded; a Node's own kubelet could write it too, but
+// a Node with a kubelet has a machine and is not counted.
+func provisioningFailure(active []*corev1.Node) string {
+	var first *corev1.Node
+	failed := 0
+	for _, node := range active {
+		if node.Spec.ProviderID != "" || node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == "" {
+			continue
+		}
+		failed++
+		if first == nil || node.Name < first.Name {
+			first = node
+		}
+	}
+	if failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the driver could not make the machine of %d of %d nodes; %s: %s",
+		failed, len(active), first.Name, first.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
 }
 
 // heldForAHuman says why a rolling update cannot move, when it waits for a

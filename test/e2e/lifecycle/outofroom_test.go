@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -22,9 +23,9 @@ import (
 
 // TestASimulatedCloudOutOfRoomTellsClusterAutoscaler: a simulated class
 // with room for one machine gives a NodeSet of two one machine; the other
-// Node records the create's OutOfCapacity error, which cluster-autoscaler
-// reads as an instance of class OutOfResources (so it backs the group
-// off). Its DeleteNodes of that instance, as it deletes a node that failed
+// Node records the create's OutOfCapacity error, which the NodeSet tells
+// as ReplicaFailure and cluster-autoscaler reads as an instance of class
+// OutOfResources (so it backs the group off). Its DeleteNodes of that instance, as it deletes a node that failed
 // to create, takes the Node and the replica and leaves the Ready node.
 // When the admin gives the class room, a new replica gets its machine.
 func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
@@ -76,6 +77,22 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 			}
 		}
 		return len(nodes) == 2 && ready != "" && refused != "", strings.Join(seen, "; ")
+	})
+	// The tenant's view: the NodeSet tells why a node has no machine.
+	replicaFailure := func(ctx context.Context) (*metav1.Condition, error) {
+		set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "scarce", metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure), nil
+	}
+	eventually(t, time.Minute, "the NodeSet's ReplicaFailure", func(ctx context.Context) (bool, string) {
+		c, err := replicaFailure(ctx)
+		if err != nil || c == nil {
+			return false, fmt.Sprint("no ReplicaFailure yet ", err)
+		}
+		return c.Status == metav1.ConditionTrue && c.Reason == "ProvisioningFailed" &&
+			strings.Contains(c.Message, "machine of 1 of 2 nodes; "+refused+": OutOfCapacity: "), fmt.Sprintf("%+v", *c)
 	})
 	node, err := kube.CoreV1().Nodes().Get(ctx, refused, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -141,7 +158,9 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		gone := apierrors.IsNotFound(err)
 		n, err := kube.CoreV1().Nodes().Get(ctx, ready, metav1.GetOptions{})
 		kept := err == nil && n.DeletionTimestamp == nil && nodeutil.IsReady(n)
-		return *set.Spec.Replicas == 1 && gone && kept, fmt.Sprintf("replicas %d, refused gone %v, ready kept %v", *set.Spec.Replicas, gone, kept)
+		failure := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+		return *set.Spec.Replicas == 1 && gone && kept && failure == nil,
+			fmt.Sprintf("replicas %d, refused gone %v, ready kept %v, ReplicaFailure %v", *set.Spec.Replicas, gone, kept, failure)
 	})
 
 	// The admin gives the class room for two, which rolls no Node (the
