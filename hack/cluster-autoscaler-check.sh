@@ -3,7 +3,8 @@
 # that it scales a NodeSet exactly: up from zero, up from some, down when
 # nodes are empty, down by draining when their pods fit elsewhere, never by
 # draining a node of a NodeSet that is rolling out or not Accepted, and
-# past a not-Accepted NodeSet's refused scale-up to another set. Prints each step's nodes
+# past a not-Accepted NodeSet's refused scale-up, or a cloud out of
+# capacity, to another set. Prints each step's nodes
 # needed and nodes added, and fails on a mismatch.
 #
 # cluster-autoscaler's Go module is not served by the module proxy, so this
@@ -46,31 +47,49 @@ log_from() { tail -n "+$1" "${ca_log}"; }
 # min_size_lines LINE NODE: how often since LINE cluster-autoscaler skipped NODE (a regular expression) for its group's min size.
 min_size_lines() { log_from "$1" | grep -cE "Skipping $2 - node group min size reached" || true; }
 
-cleanup() {
-  [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
-  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small ca-fallback --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll ca-refused ca-fallback --ignore-not-found --wait=false >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-
-kubectl apply -f - >/dev/null <<'YAML'
+# class_yaml NAME [SIMULATED] [SPEC]: a NodeClass of 2-CPU simulated
+# machines; SIMULATED is added to its simulated section, SPEC is a line of
+# its spec.
+class_yaml() {
+  cat <<YAML
+---
 apiVersion: nodeset.dev/v1alpha1
 kind: NodeClass
-metadata: {name: ca-check}
+metadata: {name: $1}
 spec:
   driver: simulated
-  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
+  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}${2:+, $2}}
+${3:+  $3}
+YAML
+}
+# set_yaml NAME CLASS LABEL [REPLICAS]: an autoscaled NodeSet (0 to 10,
+# REPLICAS or 0 now) whose Nodes carry example.com/ca-check=LABEL.
+set_yaml() {
+  cat <<YAML
 ---
 apiVersion: nodeset.dev/v1alpha1
 kind: NodeSet
-metadata: {name: ca-pool, namespace: team-a}
+metadata: {name: $1, namespace: ${ns}}
 spec:
-  nodeClassName: ca-check
-  replicas: 0
+  nodeClassName: $2
+  replicas: ${4:-0}
   autoscaling: {minReplicas: 0, maxReplicas: 10}
   template:
-    labels: {example.com/ca-check: pool}
+    labels: {example.com/ca-check: $3}
 YAML
+}
+
+cleanup() {
+  [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
+  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small ca-fallback ca-scarce-load --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll ca-refused ca-fallback ca-scarce ca-plenty --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  # The classes the steps change, back as the steps make them, for the next run.
+  kubectl patch nodeclass ca-roll --type=json -p '[{"op":"remove","path":"/spec/simulated/failurePercent"}]' >/dev/null 2>&1 || true
+  kubectl patch nodeclass ca-closed --type=json -p '[{"op":"remove","path":"/spec/allowedNamespaces"}]' >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+{ class_yaml ca-check; set_yaml ca-pool ca-check pool; } | kubectl apply -f - >/dev/null
 for _ in $(seq 1 120); do
   [[ -n "$(kubectl get nodeclass ca-check -o jsonpath='{.status.capacity.resources.cpu}')" ]] && break
   sleep 0.5
@@ -155,35 +174,7 @@ expect 0 300 "scale-down to zero"
 # need 6: the balanced plan asks 3 of each; nodeset adds what fits, so the
 # class ends with exactly 4 nodes, both sets grow, no scale-up fails and
 # nothing is backed off.
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeClass
-metadata: {name: ca-limited}
-spec:
-  driver: simulated
-  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
-  limits: {maxNodes: 4}
----
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeSet
-metadata: {name: ca-left, namespace: team-a}
-spec:
-  nodeClassName: ca-limited
-  replicas: 0
-  autoscaling: {minReplicas: 0, maxReplicas: 10}
-  template:
-    labels: {example.com/ca-check: wide}
----
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeSet
-metadata: {name: ca-right, namespace: team-a}
-spec:
-  nodeClassName: ca-limited
-  replicas: 0
-  autoscaling: {minReplicas: 0, maxReplicas: 10}
-  template:
-    labels: {example.com/ca-check: wide}
-YAML
+{ class_yaml ca-limited '' 'limits: {maxNodes: 4}'; set_yaml ca-left ca-limited wide; set_yaml ca-right ca-limited wide; } | kubectl apply -f - >/dev/null
 wide_nodes() { kubectl get nodes -l nodeset.dev/nodeclass=ca-limited --no-headers 2>/dev/null | wc -l; }
 selector=wide deployment ca-wide 6 1500m
 deadline=$(( $(date +%s) + 180 ))
@@ -217,24 +208,7 @@ say "balanced sets scaled down to zero"
 # evicted and no node tainted for deletion, and cluster-autoscaler must say
 # "node group min size reached" for them; once the class is changed back and
 # the rollout is done, it drains one of the two.
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeClass
-metadata: {name: ca-roll}
-spec:
-  driver: simulated
-  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
----
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeSet
-metadata: {name: ca-roll, namespace: team-a}
-spec:
-  nodeClassName: ca-roll
-  replicas: 0
-  autoscaling: {minReplicas: 0, maxReplicas: 10}
-  template:
-    labels: {example.com/ca-check: roll}
-YAML
+{ class_yaml ca-roll; set_yaml ca-roll ca-roll roll; } | kubectl apply -f - >/dev/null
 roll_nodes() { set_nodes ca-roll; }
 # roll_pods: the small pods as "uid node deleting?", one a line, sorted.
 roll_pods() {
@@ -305,24 +279,7 @@ kubectl delete deployment -n "${ns}" ca-roll-small --wait=true >/dev/null
 # count on a scale-up of it. Its IncreaseSize is refused
 # (FailedPrecondition); cluster-autoscaler backs the set off and, once
 # another NodeSet can take the pods, grows that one instead.
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeClass
-metadata: {name: ca-closed}
-spec:
-  driver: simulated
-  simulated: {instanceType: sim.ca, capacity: {cpu: "2", memory: 8Gi, pods: "110"}}
----
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeSet
-metadata: {name: ca-refused, namespace: team-a}
-spec:
-  nodeClassName: ca-closed
-  replicas: 1
-  autoscaling: {minReplicas: 0, maxReplicas: 10}
-  template:
-    labels: {example.com/ca-check: fallback}
-YAML
+{ class_yaml ca-closed; set_yaml ca-refused ca-closed fallback 1; } | kubectl apply -f - >/dev/null
 refused_ready() { kubectl get nodes -l nodeset.dev/nodeset=ca-refused --no-headers 2>/dev/null | grep -cw Ready; }
 accepted() { kubectl get nodeset -n "${ns}" "$1" -o jsonpath='{.status.conditions[?(@.type=="Accepted")].status}/{.status.conditions[?(@.type=="Accepted")].reason}'; }
 wait_for 120 "the set's node Ready" eval '(( $(refused_ready) == 1 ))'
@@ -350,17 +307,7 @@ log_from "${refused_from}" | grep -E "ca-refused" | grep -E "FailedPrecondition|
 log_from "${refused_from}" | grep -q "Disabling scale-up for node group team-a/ca-refused" ||
   fail "not Accepted: cluster-autoscaler did not back the set off after its refused scale-up"
 [[ "$(set_replicas ca-refused)" == 1 ]] || fail "not Accepted: the set's replicas changed"
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: nodeset.dev/v1alpha1
-kind: NodeSet
-metadata: {name: ca-fallback, namespace: team-a}
-spec:
-  nodeClassName: ca-check
-  replicas: 0
-  autoscaling: {minReplicas: 0, maxReplicas: 10}
-  template:
-    labels: {example.com/ca-check: fallback}
-YAML
+set_yaml ca-fallback ca-check fallback | kubectl apply -f - >/dev/null
 wait_for 180 "a scale-up of the other NodeSet" eval 'roll_bound 2 ca-fallback'
 fallback=$(set_nodes ca-fallback)
 (( fallback == 1 )) || fail "not Accepted: ${fallback} nodes of the other set, 1 needed"
@@ -368,4 +315,46 @@ fallback=$(set_nodes ca-fallback)
 [[ "$(set_replicas ca-refused)" == 1 ]] || fail "not Accepted: the set's replicas changed"
 say "not Accepted: its scale-up refused; the other set grew by ${fallback}; both pods bound"
 kubectl delete deployment -n "${ns}" ca-fallback --wait=true >/dev/null
+
+# A cloud out of capacity: the class has room for one machine, the pods
+# need three nodes. cluster-autoscaler asks for three; one gets its machine,
+# the other two record the create's OutOfCapacity error, an instance of
+# class OutOfResources. cluster-autoscaler must count the scale-up failed,
+# back the set off, delete the two failed nodes (the set keeps its Ready
+# one), and grow another NodeSet for the two pods left.
+{ class_yaml ca-scarce 'maxMachines: 1'; set_yaml ca-scarce ca-scarce scarce; } | kubectl apply -f - >/dev/null
+for _ in $(seq 1 120); do
+  [[ -n "$(kubectl get nodeclass ca-scarce -o jsonpath='{.status.capacity.resources.cpu}')" ]] && break
+  sleep 0.5
+done
+scarce_from=$(log_mark)
+scarce_ready() { kubectl get nodes -l nodeset.dev/nodeset=ca-scarce --no-headers 2>/dev/null | grep -cw Ready; }
+out_of_capacity() { kubectl get nodes -l nodeset.dev/nodeset=ca-scarce -o jsonpath='{range .items[*]}{.metadata.annotations.nodeset\.dev/provisioning-error}{"\n"}{end}' | grep -c '^OutOfCapacity: ' || true; }
+selector=scarce deployment ca-scarce-load 3 1500m
+failed=0
+deadline=$(( $(date +%s) + 240 ))
+while :; do
+  n=$(set_nodes ca-scarce)
+  (( n > 3 )) && fail "out of capacity: ${n} nodes of the set, 3 needed at most"
+  (( $(set_replicas ca-scarce) > 3 )) && fail "out of capacity: replicas $(set_replicas ca-scarce), 3 needed at most"
+  f=$(out_of_capacity); (( f > failed )) && failed=$f
+  log_from "${scarce_from}" | grep -q "Disabling scale-up for node group team-a/ca-scarce" &&
+    (( n == 1 && $(scarce_ready) == 1 )) && [[ "$(set_replicas ca-scarce)" == 1 ]] && break
+  (( $(date +%s) < deadline )) || fail "out of capacity: not backed off and down to its one Ready node within 240s ($(set_nodes ca-scarce) nodes, replicas $(set_replicas ca-scarce), $(scarce_ready) Ready)"
+  sleep 1
+done
+log_from "${scarce_from}" | grep -E "ca-scarce" | grep -E "Failed adding|because of create errors|Disabling scale-up" | head -n 4 >&2
+log_from "${scarce_from}" | grep -E "Failed adding [0-9]+ nodes .*team-a/ca-scarce due to .*OutOfCapacity" >/dev/null ||
+  fail "out of capacity: cluster-autoscaler did not count the scale-up failed for OutOfCapacity"
+log_from "${scarce_from}" | grep -qE "Deleting [0-9]+ from team-a/ca-scarce node group because of create errors" ||
+  fail "out of capacity: cluster-autoscaler did not delete the nodes that failed to create"
+plan=$(log_from "${scarce_from}" | grep -oE "team-a/ca-scarce [0-9]+->[0-9]+" | head -n 1)
+say "out of capacity: planned ${plan}; ${failed} nodes seen with OutOfCapacity; counted failed, backed off, the failed deleted; 1 Ready node left"
+set_yaml ca-plenty ca-check scarce | kubectl apply -f - >/dev/null
+wait_for 180 "the pods left placed on another NodeSet" eval 'roll_bound 3 ca-scarce-load'
+plenty=$(set_nodes ca-plenty)
+(( plenty == 2 )) || fail "out of capacity: ${plenty} nodes of the other set, 2 needed"
+(( $(set_nodes ca-scarce) == 1 )) || fail "out of capacity: the set has $(set_nodes ca-scarce) nodes, 1 kept"
+say "out of capacity: the other set grew by ${plenty}; all 3 pods bound"
+kubectl delete deployment -n "${ns}" ca-scarce-load --wait=true >/dev/null
 say "cluster-autoscaler scaled the NodeSet exactly in every step"
