@@ -19,6 +19,9 @@ import (
 const (
 	// PhaseProvisioning: the Node exists, its machine does not yet (no providerID).
 	PhaseProvisioning = "provisioning"
+	// PhaseProvisioningFailed: no machine yet, and the driver's last create
+	// failed (the provisioning-error annotation); it is retried.
+	PhaseProvisioningFailed = "provisioning-failed"
 	// PhaseRegistering: the machine exists; its kubelet is not Ready yet or
 	// the startup taint is still on.
 	PhaseRegistering = "registering"
@@ -45,6 +48,8 @@ func Phase(node *corev1.Node) string {
 		return PhaseDeleting
 	case node.DeletionTimestamp != nil:
 		return PhaseDraining
+	case node.Spec.ProviderID == "" && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] != "":
+		return PhaseProvisioningFailed
 	case node.Spec.ProviderID == "":
 		return PhaseProvisioning
 	case !IsReady(node) || HasStartupTaint(node):

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
@@ -104,5 +105,29 @@ func TestInDomain(t *testing.T) {
 		"x/kubernetes.io":                  false,
 	} {
 		assert.Equal(t, want, InDomain(key, "kubernetes.io"), key)
+	}
+}
+
+func TestPhase(t *testing.T) {
+	ready := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	failed := map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "OutOfCapacity: no room"}
+	now := metav1.Now()
+	tests := []struct {
+		name string
+		node corev1.Node
+		want string
+	}{
+		{"no machine", corev1.Node{}, PhaseProvisioning},
+		{"no machine, its create failed", corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: failed}}, PhaseProvisioningFailed},
+		{"a machine, not Ready", corev1.Node{Spec: corev1.NodeSpec{ProviderID: "simulated:///a"}}, PhaseRegistering},
+		{"a machine, an earlier failure not yet cleared", corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: failed},
+			Spec: corev1.NodeSpec{ProviderID: "simulated:///a"}}, PhaseRegistering},
+		{"Ready", corev1.Node{Spec: corev1.NodeSpec{ProviderID: "simulated:///a"}, Status: corev1.NodeStatus{Conditions: ready}}, PhaseReady},
+		{"deleted, its create failed", corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: failed, DeletionTimestamp: &now}}, PhaseDraining},
+		{"deleted and drained", corev1.Node{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now,
+			Annotations: map[string]string{nodesetv1alpha1.AnnotationDrainFinished: "x"}}}, PhaseDeleting},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, Phase(&tt.node), tt.name)
 	}
 }

@@ -117,6 +117,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	}
 	setCondition(progressing)
 
+	notMade := provisioningFailure(active)
 	switch group := set.Status.Group; {
 	case manageErr != nil:
 		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
@@ -126,9 +127,9 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		// a degraded group).
 		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
 			Reason: ReasonGroupFailure, Message: fmt.Sprintf("cloud group %s: %s", group.Name, group.Message)})
-	case provisioningFailure(active) != "":
+	case notMade != "":
 		setCondition(metav1.Condition{Type: nodesetv1alpha1.NodeSetReplicaFailure, Status: metav1.ConditionTrue,
-			Reason: ReasonProvisioningFailed, Message: provisioningFailure(active)})
+			Reason: ReasonProvisioningFailed, Message: notMade})
 	default:
 		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
 	}

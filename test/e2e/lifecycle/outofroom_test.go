@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,16 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		}
 		return c.Status == metav1.ConditionTrue && c.Reason == "ProvisioningFailed" &&
 			strings.Contains(c.Message, "machine of 1 of 2 nodes; "+refused+": OutOfCapacity: "), fmt.Sprintf("%+v", *c)
+	})
+	// The SRE's view: the Node's phase in the node controller's metrics.
+	eventually(t, time.Minute, "a provisioning-failed Node in nodeset_nodes", func(context.Context) (bool, string) {
+		var seen []string
+		for _, s := range scrape(t, c.NodeMetricsPort) {
+			if s.name() == "nodeset_nodes" && s.labels["namespace"] == ns && s.labels["nodeset"] == "scarce" {
+				seen = append(seen, fmt.Sprintf("%s=%v", s.labels["phase"], s.value))
+			}
+		}
+		return slices.Contains(seen, "provisioning-failed=1") && slices.Contains(seen, "ready=1"), strings.Join(seen, " ")
 	})
 	node, err := kube.CoreV1().Nodes().Get(ctx, refused, metav1.GetOptions{})
 	require.NoError(t, err)
