@@ -81,6 +81,9 @@ type Driver struct {
 	UserDataFile string
 	Token        string
 	FailCreate   bool
+	// FailCreateWith is the error every Create fails with, as a cloud's
+	// words (fake-fail-create-with).
+	FailCreateWith string
 	// SSHKey is the key file given by fake-ssh-key; Create copies it to
 	// SSHKeyPath, in the machine's store directory.
 	SSHKey     string
@@ -162,6 +165,7 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.StringFlag{Name: "fake-ssh-user", Usage: "SSH user of every machine", Value: "root"},
 		mcnflag.StringFlag{Name: "fake-ssh-key", Usage: "SSH private key file of every machine"},
 		mcnflag.BoolFlag{Name: "fake-fail-create", Usage: "fail every Create"},
+		mcnflag.StringFlag{Name: "fake-fail-create-with", Usage: "fail every Create with this error text"},
 		mcnflag.BoolFlag{Name: "fake-echo", Usage: "quote every value given in output and errors"},
 		mcnflag.IntFlag{Name: "fake-chatter", Usage: "bytes of the one line Create prints to stdout and stderr"},
 		mcnflag.IntFlag{Name: "fake-error-bytes", Usage: "fail Create with an error of this many bytes, quoting the token"},
@@ -190,6 +194,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.SSHUser = opts.String("fake-ssh-user")
 	d.SSHKey = opts.String("fake-ssh-key")
 	d.FailCreate = opts.Bool("fake-fail-create")
+	d.FailCreateWith = opts.String("fake-fail-create-with")
 	d.Echo = opts.Bool("fake-echo")
 	d.Chatter = opts.Int("fake-chatter")
 	d.ErrorBytes = opts.Int("fake-error-bytes")
@@ -266,6 +271,9 @@ func (d *Driver) Create() error {
 	}
 	if err := d.keepSSHKey(); err != nil {
 		return err
+	}
+	if d.FailCreateWith != "" {
+		return errors.New(d.FailCreateWith)
 	}
 	if d.FailCreate {
 		if d.Echo {
