@@ -39,8 +39,7 @@ func TestACloudOutOfRoomIsOutOfCapacity(t *testing.T) {
 	ctx := context.Background()
 	d, _, _ := newDriver(t)
 	dir := t.TempDir()
-	full := fakeClass(dir, map[string]string{"fake-fail-create-with": "Error launching instance: InsufficientInstanceCapacity: " +
-		"We currently do not have sufficient m5.large capacity in the Availability Zone you requested (us-east-1a)."})
+	full := fakeClass(dir, map[string]string{"fake-fail-create-no-room": "true"})
 	_, err := d.Create(ctx, drivers.Machine{Name: "m1", Class: full})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, drivers.ErrOutOfCapacity)

@@ -81,9 +81,9 @@ type Driver struct {
 	UserDataFile string
 	Token        string
 	FailCreate   bool
-	// FailCreateWith is the error every Create fails with, as a cloud's
-	// words (fake-fail-create-with).
-	FailCreateWith string
+	// FailCreateNoRoom fails every Create as rancher/machine's amazonec2
+	// does when EC2 has no capacity (fake-fail-create-no-room).
+	FailCreateNoRoom bool
 	// SSHKey is the key file given by fake-ssh-key; Create copies it to
 	// SSHKeyPath, in the machine's store directory.
 	SSHKey     string
@@ -165,7 +165,7 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.StringFlag{Name: "fake-ssh-user", Usage: "SSH user of every machine", Value: "root"},
 		mcnflag.StringFlag{Name: "fake-ssh-key", Usage: "SSH private key file of every machine"},
 		mcnflag.BoolFlag{Name: "fake-fail-create", Usage: "fail every Create"},
-		mcnflag.StringFlag{Name: "fake-fail-create-with", Usage: "fail every Create with this error text"},
+		mcnflag.BoolFlag{Name: "fake-fail-create-no-room", Usage: "fail every Create as amazonec2 does when EC2 has no capacity"},
 		mcnflag.BoolFlag{Name: "fake-echo", Usage: "quote every value given in output and errors"},
 		mcnflag.IntFlag{Name: "fake-chatter", Usage: "bytes of the one line Create prints to stdout and stderr"},
 		mcnflag.IntFlag{Name: "fake-error-bytes", Usage: "fail Create with an error of this many bytes, quoting the token"},
@@ -177,6 +177,11 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.StringFlag{Name: "fake-outage", Usage: "a file while which exists every GetState and Remove fails"},
 	}
 }
+
+// NoRoomError is Create's error with fake-fail-create-no-room: amazonec2's
+// words for EC2's InsufficientInstanceCapacity, as the AWS SDK quotes it.
+const NoRoomError = "Error launching instance: InsufficientInstanceCapacity: We currently do not have sufficient m5.large capacity " +
+	"in the Availability Zone you requested (us-east-1a).\n\tstatus code: 500, request id: 6f1c0b5e-fake"
 
 // SetConfigFromFlags reads the flags.
 func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
@@ -194,7 +199,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.SSHUser = opts.String("fake-ssh-user")
 	d.SSHKey = opts.String("fake-ssh-key")
 	d.FailCreate = opts.Bool("fake-fail-create")
-	d.FailCreateWith = opts.String("fake-fail-create-with")
+	d.FailCreateNoRoom = opts.Bool("fake-fail-create-no-room")
 	d.Echo = opts.Bool("fake-echo")
 	d.Chatter = opts.Int("fake-chatter")
 	d.ErrorBytes = opts.Int("fake-error-bytes")
@@ -272,8 +277,8 @@ func (d *Driver) Create() error {
 	if err := d.keepSSHKey(); err != nil {
 		return err
 	}
-	if d.FailCreateWith != "" {
-		return errors.New(d.FailCreateWith)
+	if d.FailCreateNoRoom {
+		return errors.New(NoRoomError)
 	}
 	if d.FailCreate {
 		if d.Echo {

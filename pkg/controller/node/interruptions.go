@@ -352,7 +352,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 		}
 		errs = append(errs, err)
 	}
-	if len(n.MachineIDs) == 0 || repeats < len(n.MachineIDs) {
+	if (len(n.MachineIDs) == 0 || repeats < len(n.MachineIDs)) && (early == nil || early.counts(n, c.opts.Now())) {
 		// Not counted again when its message comes again while it is
 		// kept for its Node, or after it was acted on.
 		c.metrics.interruptionReceived(n.Kind)

@@ -64,10 +64,44 @@ type earlyWarnings struct {
 	order *list.List // of *earlyWarning, in the order they came
 	byKey map[earlyKey]*list.Element
 	acted map[earlyKey]time.Time // until when
+	// counted are the ids of the notices counted as received, until when
+	// they are remembered (see counts).
+	counted map[string]time.Time
 }
 
 func newEarlyWarnings(limit int) *earlyWarnings {
-	return &earlyWarnings{limit: max(limit, 1), order: list.New(), byKey: map[earlyKey]*list.Element{}, acted: map[earlyKey]time.Time{}}
+	return &earlyWarnings{limit: max(limit, 1), order: list.New(), byKey: map[earlyKey]*list.Element{}, acted: map[earlyKey]time.Time{},
+		counted: map[string]time.Time{}}
+}
+
+// counts reports whether notice n, received at now, is to be counted as
+// received: the first delivery of its id is, a delivery of it again within
+// earlyWarningHold is not. SQS delivers a message again when its
+// acknowledgement came late or was lost, and EventBridge may send an event
+// twice; the Node of a notice acted on may still be there, so what it
+// finds there does not tell a repeat. A notice without an id is always
+// counted; past limit ids, those whose time is up are forgotten, and if
+// none is, the notice is counted without being remembered.
+func (s *earlyWarnings) counts(n drivers.Interruption, now time.Time) bool {
+	if n.ID == "" {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until, ok := s.counted[n.ID]; ok && now.Before(until) {
+		return false
+	}
+	if len(s.counted) >= s.limit {
+		for id, until := range s.counted {
+			if !now.Before(until) {
+				delete(s.counted, id)
+			}
+		}
+	}
+	if len(s.counted) < s.limit {
+		s.counted[n.ID] = now.Add(earlyWarningHold)
+	}
+	return true
 }
 
 // earlyWarningUntil is when warning n, first received at received, stops
@@ -111,6 +145,11 @@ func (s *earlyWarnings) kept(now time.Time) (live, expired []earlyWarning) {
 	for key, until := range s.acted {
 		if !now.Before(until) {
 			delete(s.acted, key)
+		}
+	}
+	for id, until := range s.counted {
+		if !now.Before(until) {
+			delete(s.counted, id)
 		}
 	}
 	for e := s.order.Front(); e != nil; {

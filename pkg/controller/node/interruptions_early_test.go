@@ -252,3 +252,31 @@ func TestAWarningForAMachineTerminatedLatelyIsNotKept(t *testing.T) {
 	assert.ErrorIs(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, spotWarning("i-0gone2", testNow), early), errKeptEarly,
 		"another machine's is kept")
 }
+
+// TestANoticeComesAgainAndIsCountedOnce: a rebalance recommendation
+// (Taint: its Node stays) delivered again, its acknowledgement late, finds
+// its Node tainted already and is not counted again; another notice is,
+// and so is the same id once its time is up.
+func TestANoticeComesAgainAndIsCountedOnce(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+	ctx := context.Background()
+	early := newEarlyWarnings(maxEarlyWarnings)
+	f.appear(groupNode("stays", nodesetv1alpha1.DriverEKSASG, "i-0stays"))
+	notice := drivers.Interruption{ID: "event-1", Kind: drivers.InterruptionRebalance, MachineIDs: []string{"i-0stays"}, Notice: testNow}
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, early))
+	f.updateCache(f.get("stays"))
+	assert.True(t, slices.ContainsFunc(f.get("stays").Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended }))
+	f.now = testNow.Add(10 * time.Second)
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, early))
+	assert.Equal(t, 1.0, f.receivedNotices(drivers.InterruptionRebalance), "one notice, delivered twice")
+
+	other := notice
+	other.ID = "event-2"
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, other, early))
+	assert.Equal(t, 2.0, f.receivedNotices(drivers.InterruptionRebalance), "another notice")
+
+	f.now = testNow.Add(earlyWarningHold + time.Second)
+	early.kept(f.now)
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, early))
+	assert.Equal(t, 3.0, f.receivedNotices(drivers.InterruptionRebalance), "its time up, the id counts again")
+}
