@@ -278,6 +278,7 @@ func (d *Driver) Create() error {
 		return err
 	}
 	if d.FailCreateNoRoom {
+		//lint:ignore ST1005 amazonec2's own words, capital and all
 		return errors.New(NoRoomError)
 	}
 	if d.FailCreate {
