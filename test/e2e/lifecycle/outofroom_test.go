@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -46,14 +45,6 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "scarce", metav1.DeleteOptions{})
 	})
-	selector := labels.SelectorFromSet(labels.Set{nodesetv1alpha1.LabelNodeSetNamespace: ns, nodesetv1alpha1.LabelNodeSet: "scarce"}).String()
-	setNodes := func(ctx context.Context) ([]corev1.Node, error) {
-		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return nil, err
-		}
-		return list.Items, nil
-	}
 	describe := func(n *corev1.Node) string {
 		return fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(n),
 			n.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
@@ -61,7 +52,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 
 	var ready, refused string
 	eventually(t, 2*time.Minute, "one Node Ready, the other refused as out of capacity", func(ctx context.Context) (bool, string) {
-		nodes, err := setNodes(ctx)
+		nodes, err := setNodes(ctx, t, ns, "scarce")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -185,7 +176,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
 	require.NoError(t, err)
 	eventually(t, 2*time.Minute, "two Ready Nodes, with no error", func(ctx context.Context) (bool, string) {
-		nodes, err := setNodes(ctx)
+		nodes, err := setNodes(ctx, t, ns, "scarce")
 		if err != nil {
 			return false, err.Error()
 		}
