@@ -588,10 +588,10 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 		}
 		klog.FromContext(ctx).V(2).Info("Creating machine through plugin", "machine", machine.Name, "plugin", BinaryName(dm.DriverName))
 		if err := p.Create(); err != nil {
-			createErr := fmt.Errorf("plugin %s creating machine %s: %w", BinaryName(dm.DriverName), machine.Name, err)
 			if outOfCapacity(err.Error()) {
-				createErr = fmt.Errorf("plugin %s creating machine %s: %w: %w", BinaryName(dm.DriverName), machine.Name, drivers.ErrOutOfCapacity, err)
+				err = fmt.Errorf("%w: %w", drivers.ErrOutOfCapacity, err)
 			}
+			createErr := fmt.Errorf("plugin %s creating machine %s: %w", BinaryName(dm.DriverName), machine.Name, err)
 			// A plugin that failed after making the machine knows it now
 			// by what its configuration holds since (a cloud's instance
 			// id), which the one saved before Create lacks: saved, an undo

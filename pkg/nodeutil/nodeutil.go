@@ -41,6 +41,15 @@ func NodeSetOf(labels map[string]string) (namespace, name string, ok bool) {
 	return namespace, name, namespace != "" && name != "" && !Tampered(labels)
 }
 
+// ProvisioningFailed reports whether the Node has no machine and the
+// driver's last create of it failed: the node controller recorded the
+// error in the provisioning-error annotation. A Node with a providerID
+// has its machine (and may have a kubelet, which could write the
+// annotation), whatever the annotation says.
+func ProvisioningFailed(node *corev1.Node) bool {
+	return node.Spec.ProviderID == "" && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] != ""
+}
+
 // Phase returns the Node's phase.
 func Phase(node *corev1.Node) string {
 	switch {
@@ -48,7 +57,7 @@ func Phase(node *corev1.Node) string {
 		return PhaseDeleting
 	case node.DeletionTimestamp != nil:
 		return PhaseDraining
-	case node.Spec.ProviderID == "" && node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] != "":
+	case ProvisioningFailed(node):
 		return PhaseProvisioningFailed
 	case node.Spec.ProviderID == "":
 		return PhaseProvisioning

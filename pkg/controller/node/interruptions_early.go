@@ -92,11 +92,7 @@ func (s *earlyWarnings) counts(n drivers.Interruption, now time.Time) bool {
 		return false
 	}
 	if len(s.counted) >= s.limit {
-		for id, until := range s.counted {
-			if !now.Before(until) {
-				delete(s.counted, id)
-			}
-		}
+		forgetExpired(s.counted, now)
 	}
 	if len(s.counted) < s.limit {
 		s.counted[n.ID] = now.Add(earlyWarningHold)
@@ -142,16 +138,8 @@ func (s *earlyWarnings) hold(w earlyWarning) (added bool, dropped *earlyWarning)
 func (s *earlyWarnings) kept(now time.Time) (live, expired []earlyWarning) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for key, until := range s.acted {
-		if !now.Before(until) {
-			delete(s.acted, key)
-		}
-	}
-	for id, until := range s.counted {
-		if !now.Before(until) {
-			delete(s.counted, id)
-		}
-	}
+	forgetExpired(s.acted, now)
+	forgetExpired(s.counted, now)
 	for e := s.order.Front(); e != nil; {
 		next := e.Next()
 		w := e.Value.(*earlyWarning)
@@ -165,6 +153,15 @@ func (s *earlyWarnings) kept(now time.Time) (live, expired []earlyWarning) {
 		e = next
 	}
 	return live, expired
+}
+
+// forgetExpired deletes from until the keys whose time is up at now.
+func forgetExpired[K comparable](until map[K]time.Time, now time.Time) {
+	for key, t := range until {
+		if !now.Before(t) {
+			delete(until, key)
+		}
+	}
 }
 
 // done drops the warning w, acted on, and remembers it until it expires.

@@ -140,13 +140,12 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 // could not make, as the node controller recorded on them: how many, and
 // the error of the first by name (one, so the message does not change as
 // others fail alike). "" when there are none. The error was scrubbed and
-// cut where it was recorded; a Node's own kubelet could write it too, but
-// a Node with a kubelet has a machine and is not counted.
+// cut where it was recorded (nodeutil.ProvisioningFailed).
 func provisioningFailure(active []*corev1.Node) string {
 	var first *corev1.Node
 	failed := 0
 	for _, node := range active {
-		if node.Spec.ProviderID != "" || node.Annotations[nodesetv1alpha1.AnnotationProvisioningError] == "" {
+		if !nodeutil.ProvisioningFailed(node) {
 			continue
 		}
 		failed++
