@@ -501,7 +501,9 @@ func TestInterruptionsSurviveANodeControllerKill(t *testing.T) {
 		bad, unknown := e.metric("nodeset_interruption_messages_unparseable_total")-badBefore, e.metric("nodeset_interruption_messages_unknown_machine_total")-unknownBefore
 		return bad == 1 && unknown == 1, fmt.Sprintf("unparseable %v, unknown %v", bad, unknown)
 	})
-	e.waitFor("the queue empty", time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
+	// A notice the new process keeps for its Node (above) may still be on
+	// the queue until its two minutes are up.
+	e.waitFor("the queue empty", 3*time.Minute, func() (bool, string) { d := e.queue.Depth(t); return d == 0, fmt.Sprintf("%d messages", d) })
 }
 
 func TestScheduledChangeAndStoppingInstanceAreDrainedAndReplaced(t *testing.T) {
