@@ -793,8 +793,11 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 			state = protos.InstanceStatus_instanceCreating
 		}
 		instance := &protos.Instance{Id: InstanceID(node), Status: &protos.InstanceStatus{InstanceState: state}}
-		if msg := redact.Cut(node.Annotations[nodesetv1alpha1.AnnotationProvisioningError], nodeutil.ProvisioningErrorLimit); msg != "" &&
-			state == protos.InstanceStatus_instanceCreating {
+		// Only a Node with no machine has an error: cluster-autoscaler
+		// deletes an instance that failed to create, and a kubelet can
+		// write its own Node's annotations.
+		if state == protos.InstanceStatus_instanceCreating && nodeutil.ProvisioningFailed(node) {
+			msg := redact.Cut(node.Annotations[nodesetv1alpha1.AnnotationProvisioningError], nodeutil.ProvisioningErrorLimit)
 			code, _, _ := strings.Cut(msg, ":")
 			class := int32(errorClassOther)
 			if code == "OutOfCapacity" {

@@ -344,7 +344,12 @@ func TestNodeGroupNodesStatesAndErrors(t *testing.T) {
 	failing.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "ProvisioningFailed: quota" + strings.Repeat(" é", 100_000)}
 	deleting := setNode(set, "web-d", "simulated:///web-d", true)
 	deleting.DeletionTimestamp = ptr.To(metav1.Now())
-	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", false),
+	// A Node with a machine is no failed creation, whatever its
+	// annotations say: its kubelet may have written them, and
+	// cluster-autoscaler would delete it.
+	booting := setNode(set, "web-b", "simulated:///web-b", false)
+	booting.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "OutOfCapacity: written by the kubelet"}
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), booting,
 		creating, deleting, failing)
 	resp, err := f.server.NodeGroupNodes(context.Background(), &protos.NodeGroupNodesRequest{Id: "team-a/web"})
 	require.NoError(t, err)
@@ -355,6 +360,7 @@ func TestNodeGroupNodesStatesAndErrors(t *testing.T) {
 	require.Len(t, got, 5)
 	assert.Equal(t, protos.InstanceStatus_instanceRunning, got["simulated:///web-a"].Status.InstanceState)
 	assert.Equal(t, protos.InstanceStatus_instanceCreating, got["simulated:///web-b"].Status.InstanceState, "not Ready yet")
+	assert.Nil(t, got["simulated:///web-b"].Status.ErrorInfo, "the Node has its machine")
 	assert.Equal(t, protos.InstanceStatus_instanceDeleting, got["simulated:///web-d"].Status.InstanceState)
 	c := got[unregisteredPrefix+"web-c"]
 	require.NotNil(t, c.Status.ErrorInfo)
