@@ -160,6 +160,9 @@ type Controller struct {
 	tamperedReported *nodeMemory[string]
 	// restored are the relabelled Nodes whose labels were put back lately.
 	restored *nodeMemory[restoreRecord]
+	// waiting are the Nodes whose machine the cloud had no room for
+	// (retryWaiting).
+	waiting *nodeMemory[waitingForRoom]
 
 	routine *routineEvents
 	pods    *PodLists
@@ -221,6 +224,7 @@ func NewController(
 		heartbeats:       newNodeMemory[time.Time](),
 		tamperedReported: newNodeMemory[string](),
 		restored:         newNodeMemory[restoreRecord](),
+		waiting:          newNodeMemory[waitingForRoom](),
 		setIndexer:       nodeSetInformer.Informer().GetIndexer(),
 		routine:          newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:             NewPodLists(opts.Drain),

@@ -288,6 +288,7 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 		return err
 	}
 	c.routine.record(node, ReasonDeprovisioned, deprovision.driver, fmt.Sprintf("Driver %s deleted the machine", deprovision.driver))
+	c.retryWaiting(node.Labels[nodesetv1alpha1.LabelNodeClass])
 	if err := c.releaseDeprovisioned(ctx, node); err != nil {
 		return err
 	}

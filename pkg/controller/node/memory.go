@@ -49,6 +49,21 @@ func (m *nodeMemory[V]) has(node *corev1.Node) bool {
 	return ok
 }
 
+// oldest is the name of the entry that match accepts and that orders
+// first by before, "" when none is accepted.
+func (m *nodeMemory[V]) oldest(match func(V) bool, before func(a, b V) bool) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var name string
+	var first V
+	for n, e := range m.entries {
+		if match(e.value) && (name == "" || before(e.value, first) || !before(first, e.value) && n < name) {
+			name, first = n, e.value
+		}
+	}
+	return name
+}
+
 // forget forgets the Node name.
 func (m *nodeMemory[V]) forget(name string) {
 	m.mu.Lock()

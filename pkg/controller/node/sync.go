@@ -64,6 +64,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 		c.heartbeats.forget(name)
 		c.tamperedReported.forget(name)
 		c.restored.forget(name)
+		c.waiting.forget(name)
 		return nil
 	}
 	if err != nil {
@@ -117,6 +118,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 	}
 	if node.DeletionTimestamp != nil {
 		c.made.forget(name)
+		c.waiting.forget(name)
 		classOf := func(context.Context) (drivers.Class, error) {
 			return drivers.Class{Name: node.Labels[nodesetv1alpha1.LabelNodeClass]}, nil
 		}
@@ -511,12 +513,14 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 		code := "ProvisioningFailed"
 		if errors.Is(err, drivers.ErrOutOfCapacity) {
 			code = "OutOfCapacity"
+			c.waitForRoom(node, class.Name)
 		}
 		if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
 			logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
 		}
 		return madeMachine{}, err
 	}
+	c.waiting.forget(node.Name)
 	made := madeMachine{providerID: providerID, created: c.opts.Now()}
 	c.metrics.provisioning.WithLabelValues(driver.Name()).Observe(made.created.Sub(node.CreationTimestamp.Time).Seconds())
 	c.routine.record(node, ReasonProvisioned, driver.Name(), fmt.Sprintf("Driver %s created machine %s", driver.Name(), providerID))
@@ -705,3 +709,34 @@ type redactedError struct {
 
 func (e *redactedError) Error() string { return e.text }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// waitingForRoom is a Node whose machine its class's cloud had no room for,
+// since its first refused create.
+type waitingForRoom struct {
+	class string
+	since time.Time
+}
+
+// waitForRoom remembers node as waiting for room in class's cloud.
+func (c *Controller) waitForRoom(node *corev1.Node, class string) {
+	if w, ok := c.waiting.get(node); ok && w.class == class {
+		return
+	}
+	c.waiting.set(node, waitingForRoom{class: class, since: c.opts.Now()})
+}
+
+// retryWaiting tries again at once the create of the Node of class that
+// has waited longest for room, as a machine of the class is gone: its
+// retry would otherwise wait out its backoff (up to minutes) while the room
+// stands empty. One Node a machine: every waiting Node at once would ask the
+// cloud for many machines for one freed.
+func (c *Controller) retryWaiting(class string) {
+	if class == "" {
+		return
+	}
+	name := c.waiting.oldest(func(w waitingForRoom) bool { return w.class == class },
+		func(a, b waitingForRoom) bool { return a.since.Before(b.since) })
+	if name != "" {
+		c.queue.Add(name)
+	}
+}

@@ -193,3 +193,81 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		return len(nodes) == 2 && good == 2 && kept, strings.Join(seen, "; ")
 	})
 }
+
+// TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest: in a class with room
+// for one machine, a second NodeSet's Node waits for room, refused often
+// enough that its next try is many seconds away. When the first set's Node
+// is deleted, its machine's room goes to the waiting Node at once, before
+// the Node that replaces the deleted one, which now waits in turn.
+func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
+	c := startControllers(t)
+	ctx := context.Background()
+	kube, cs := clients(t)
+	ns := createNamespace(t, "roomfreed")
+	createClass(t, "roomfreed", func(cl *nodesetv1alpha1.NodeClass) {
+		cl.Spec.Simulated.MaxMachines = ptr.To[int32](1)
+	})
+	createSet := func(name string) {
+		t.Helper()
+		_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomfreed", Replicas: ptr.To[int32](1)},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	// the one Node of set name, with its machine or waiting for room
+	oneNode := func(ctx context.Context, name string, machine bool) (string, string) {
+		nodes, err := setNodes(ctx, t, ns, name)
+		if err != nil {
+			return "", err.Error()
+		}
+		if len(nodes) != 1 || nodes[0].DeletionTimestamp != nil {
+			return "", fmt.Sprintf("%d Nodes", len(nodes))
+		}
+		n := nodes[0]
+		waiting := n.Spec.ProviderID == "" && strings.HasPrefix(n.Annotations[nodesetv1alpha1.AnnotationProvisioningError], "OutOfCapacity: ")
+		if machine == (n.Spec.ProviderID != "" && !waiting) && machine != waiting {
+			return n.Name, ""
+		}
+		return "", fmt.Sprintf("%s providerID=%q error=%q", n.Name, n.Spec.ProviderID, n.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
+	}
+	createSet("first")
+	var first, second string
+	eventually(t, 2*time.Minute, "the first set's Node has the machine", func(ctx context.Context) (bool, string) {
+		var seen string
+		first, seen = oneNode(ctx, "first", true)
+		return first != "", seen
+	})
+	createSet("second")
+	eventually(t, 2*time.Minute, "the second set's Node waits for room", func(ctx context.Context) (bool, string) {
+		var seen string
+		second, seen = oneNode(ctx, "second", false)
+		return second != "", seen
+	})
+
+	// The node controller's backoff doubles from 5 ms: after 12 refused
+	// creates the next is 20 s away, where the replacement's first tries
+	// come within a second.
+	refusedCreates := func() float64 {
+		for _, s := range scrape(t, c.NodeMetricsPort) {
+			if s.name() == "nodeset_driver_call_duration_seconds_count" && s.labels["driver"] == "simulated" &&
+				s.labels["operation"] == "create" && s.labels["outcome"] == "error" {
+				return s.value
+			}
+		}
+		return 0
+	}
+	eventually(t, 2*time.Minute, "the waiting Node refused 12 times", func(context.Context) (bool, string) {
+		n := refusedCreates()
+		return n >= 12, fmt.Sprint(n, " refused creates")
+	})
+	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, first, metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "the waiting Node has the room; the first set's new Node waits", func(ctx context.Context) (bool, string) {
+		got, seenSecond := oneNode(ctx, "second", true)
+		replacement, seenFirst := oneNode(ctx, "first", false)
+		return got == second && replacement != "" && replacement != first, seenSecond + "; " + seenFirst
+	})
+}

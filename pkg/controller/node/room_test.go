@@ -1,0 +1,63 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// TestAMachineGoneRetriesTheNodeWaitingLongestForRoom: a Node whose create
+// the cloud refused for want of room is tried again as soon as a machine
+// of its class is deleted, one Node a machine, the longest-waiting first,
+// instead of at the end of its backoff.
+func TestAMachineGoneRetriesTheNodeWaitingLongestForRoom(t *testing.T) {
+	gone := func(name string) *corev1.Node {
+		node := setNode(name, "sim")
+		node.Spec.ProviderID = "test:///" + name
+		node.DeletionTimestamp = &metav1.Time{Time: testNow}
+		return node
+	}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim"), testClass("other")},
+		setNode("other-a", "other"), setNode("web-a", "sim"), setNode("web-b", "sim"), setNode("web-c", "sim"),
+		gone("old-a"), gone("old-b"))
+	f.driver.machines["old-a"] = "test:///old-a"
+	f.driver.machines["old-b"] = "test:///old-b"
+	f.driver.createErr = fmt.Errorf("no room for sim.small: %w", drivers.ErrOutOfCapacity)
+	for _, name := range []string{"other-a", "web-b", "web-a", "web-c"} {
+		require.Error(t, f.sync(name))
+		f.now = f.now.Add(time.Second)
+	}
+	f.driver.createErr = nil
+	require.Zero(t, f.controller.queue.Len(), "a refused create waits for its backoff")
+
+	next := func() string {
+		t.Helper()
+		require.Equal(t, 1, f.controller.queue.Len(), "one Node retried for one machine gone")
+		name, _ := f.controller.queue.Get()
+		f.controller.queue.Done(name)
+		return name
+	}
+	require.NoError(t, f.sync("old-a"))
+	require.Equal(t, []string{"old-a"}, f.driver.deletes)
+	assert.Equal(t, "web-b", next(), "the longest-waiting Node of the class, not another class's")
+
+	require.NoError(t, f.sync("web-b"))
+	assert.NotEmpty(t, f.get("web-b").Spec.ProviderID)
+	require.NoError(t, f.sync("old-b"))
+	assert.Equal(t, "web-a", next(), "a Node that got its machine waits no more")
+
+	require.NoError(t, f.sync("web-a"))
+	require.NoError(t, f.kube.CoreV1().Nodes().Delete(t.Context(), "web-c", metav1.DeleteOptions{}))
+	f.deleteCache("web-c")
+	require.NoError(t, f.sync("web-c"))
+	f.controller.retryWaiting("sim")
+	assert.Zero(t, f.controller.queue.Len(), "a Node gone waits no more")
+}
