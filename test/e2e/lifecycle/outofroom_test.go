@@ -33,9 +33,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 	ctx := context.Background()
 	kube, cs := clients(t)
 	ns := createNamespace(t, "outofroom")
-	createClass(t, "outofroom", func(cl *nodesetv1alpha1.NodeClass) {
-		cl.Spec.Simulated.MaxMachines = ptr.To[int32](1)
-	})
+	createClass(t, "outofroom", roomFor(1))
 	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "scarce", Namespace: ns},
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "outofroom", Replicas: ptr.To[int32](2),
@@ -204,9 +202,7 @@ func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 	ctx := context.Background()
 	kube, cs := clients(t)
 	ns := createNamespace(t, "roomfreed")
-	createClass(t, "roomfreed", func(cl *nodesetv1alpha1.NodeClass) {
-		cl.Spec.Simulated.MaxMachines = ptr.To[int32](1)
-	})
+	createClass(t, "roomfreed", roomFor(1))
 	createSet := func(name string) {
 		t.Helper()
 		_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
@@ -270,4 +266,9 @@ func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 		replacement, seenFirst := oneNode(ctx, "first", false)
 		return got == second && replacement != "" && replacement != first, seenSecond + "; " + seenFirst
 	})
+}
+
+// roomFor gives a simulated class room for n machines.
+func roomFor(n int32) func(*nodesetv1alpha1.NodeClass) {
+	return func(cl *nodesetv1alpha1.NodeClass) { cl.Spec.Simulated.MaxMachines = ptr.To(n) }
 }
