@@ -72,6 +72,9 @@ func TestVictims(t *testing.T) {
 	unready := node("e-unready", "team-a", "web", "h", 4*time.Hour, false)
 	marked := node("f-marked", "team-a", "web", "h", 5*time.Hour, true)
 	marked.Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNode: "true"}
+	booting := node("g-booting", "team-a", "web", "h", time.Minute, false)
+	booting.Spec.ProviderID = "sim:///g-booting"
+	waiting := node("h-waiting", "team-a", "web", "h", 2*time.Minute, false)
 	tests := []struct {
 		name   string
 		policy nodesetv1alpha1.DeletePolicy
@@ -84,6 +87,10 @@ func TestVictims(t *testing.T) {
 		{"outdated before up-to-date", nodesetv1alpha1.DeletePolicyOldest, []*corev1.Node{old, outdated}, 1, []string{"d-outdated"}},
 		{"marked, then unready, then outdated", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{young, outdated, unready, marked}, 3,
 			[]string{"f-marked", "e-unready", "d-outdated"}},
+		// cluster-autoscaler lowers the target size only by instances that
+		// have no machine yet; a machine booting is not one of them.
+		{"no machine, then booting, whatever their age", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old, booting, waiting}, 2,
+			[]string{"h-waiting", "g-booting"}},
 		{"random takes count", nodesetv1alpha1.DeletePolicyRandom, []*corev1.Node{old, mid, young}, 2, nil},
 		{"count above size", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old}, 3, []string{"a-old"}},
 		{"zero", nodesetv1alpha1.DeletePolicyNewest, []*corev1.Node{old}, 0, []string{}},

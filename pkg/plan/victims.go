@@ -13,8 +13,11 @@ import (
 )
 
 // Victims picks count Nodes to remove: those marked with the delete-node
-// annotation first, then those not Ready (unregistered or unhealthy), then
-// outdated ones (another template hash), then the rest. Within each of
+// annotation first, then those not Ready with no machine yet (no
+// providerID: cluster-autoscaler's unregistered instances, which its
+// DecreaseTargetSize counts on going first), then the others not Ready
+// (booting or unhealthy), then outdated ones (another template hash), then
+// the rest. Within each of
 // these, a Node Ready for less than minReady at now (not available yet)
 // goes before an available one, as a ReplicaSet removes the pods Ready for
 // the shortest time first; the delete policy orders what is left.
@@ -33,12 +36,14 @@ func Victims(nodes []*corev1.Node, count int, policy nodesetv1alpha1.DeletePolic
 		switch {
 		case n.Annotations[nodesetv1alpha1.AnnotationDeleteNode] != "":
 			return 0
-		case !nodeutil.IsReady(n):
+		case !nodeutil.IsReady(n) && n.Spec.ProviderID == "":
 			return 1
-		case n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash:
+		case !nodeutil.IsReady(n):
 			return 2
+		case n.Labels[nodesetv1alpha1.LabelTemplateHash] != templateHash:
+			return 3
 		}
-		return 3
+		return 4
 	}
 	sort.SliceStable(ranked, func(i, j int) bool {
 		a, b := ranked[i], ranked[j]

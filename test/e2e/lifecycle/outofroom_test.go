@@ -272,3 +272,78 @@ func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 func roomFor(n int32) func(*nodesetv1alpha1.NodeClass) {
 	return func(cl *nodesetv1alpha1.NodeClass) { cl.Spec.Simulated.MaxMachines = ptr.To(n) }
 }
+
+// TestADecreaseTakesTheNodeWithNoMachine: cluster-autoscaler lowers a
+// group's target size only by instances that have no machine yet
+// (NodeGroupDecreaseTargetSize refuses more). The Node that goes is the one
+// waiting for room, not the older one whose machine is booting, even when
+// the set deletes its oldest Nodes first.
+func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
+	c := startControllers(t)
+	ctx := context.Background()
+	kube, cs := clients(t)
+	ns := createNamespace(t, "roomdecrease")
+	createClass(t, "roomdecrease", func(cl *nodesetv1alpha1.NodeClass) {
+		roomFor(1)(cl)
+		cl.Spec.Simulated.BootDelay = &metav1.Duration{Duration: time.Hour} // never Ready in this test
+	})
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomdecrease", Replicas: ptr.To[int32](1),
+			DeletePolicy: nodesetv1alpha1.DeletePolicyOldest,
+			Autoscaling:  &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 3}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "web", metav1.DeleteOptions{})
+	})
+	var booting, waiting string
+	// the set's Nodes: the one with a machine not Ready, and the one
+	// waiting for room
+	look := func(ctx context.Context, want int) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "web")
+		if err != nil {
+			return false, err.Error()
+		}
+		booting, waiting = "", ""
+		var seen []string
+		for _, n := range nodes {
+			seen = append(seen, fmt.Sprintf("%s providerID=%q ready=%v error=%q deleting=%v", n.Name, n.Spec.ProviderID,
+				nodeutil.IsReady(&n), n.Annotations[nodesetv1alpha1.AnnotationProvisioningError], n.DeletionTimestamp != nil))
+			switch {
+			case n.DeletionTimestamp != nil || nodeutil.IsReady(&n):
+			case n.Spec.ProviderID != "":
+				booting = n.Name
+			case strings.HasPrefix(n.Annotations[nodesetv1alpha1.AnnotationProvisioningError], "OutOfCapacity: "):
+				waiting = n.Name
+			}
+		}
+		return len(nodes) == want, strings.Join(seen, "; ")
+	}
+	eventually(t, 2*time.Minute, "the first Node's machine booting", func(ctx context.Context) (bool, string) {
+		ok, seen := look(ctx, 1)
+		return ok && booting != "", seen
+	})
+	first := booting
+
+	ca := autoscalerClient(t, c)
+	id := ns + "/web"
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	require.NoError(t, err)
+	eventually(t, 2*time.Minute, "a newer Node waiting for room", func(ctx context.Context) (bool, string) {
+		ok, seen := look(ctx, 2)
+		return ok && booting == first && waiting != "", seen
+	})
+	refused := waiting
+	_, err = ca.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: id, Delta: -1})
+	require.NoError(t, err, "one instance has no machine")
+	eventually(t, 2*time.Minute, "the Node with no machine gone, the booting one kept", func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Nodes().Get(ctx, refused, metav1.GetOptions{})
+		gone := apierrors.IsNotFound(err)
+		ok, seen := look(ctx, 1)
+		return gone && ok && booting == first, seen
+	})
+	set, err = cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, *set.Spec.Replicas)
+}
