@@ -195,8 +195,8 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 // TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest: in a class with room
 // for one machine, a second NodeSet's Node waits for room, refused often
 // enough that its next try is many seconds away. When the first set's Node
-// is deleted, its machine's room goes to the waiting Node at once, before
-// the Node that replaces the deleted one, which now waits in turn.
+// is deleted, its machine's room goes to the waiting Node at once, and a
+// Node the first set makes afterwards waits in turn.
 func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 	c := startControllers(t)
 	ctx := context.Background()
@@ -260,11 +260,18 @@ func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 		n := refusedCreates()
 		return n >= 12, fmt.Sprint(n, " refused creates")
 	})
-	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, first, metav1.DeleteOptions{}))
+	// The first set goes to zero, and once its Node is gone, back to one:
+	// its new Node comes after the room was freed, and finds it taken.
+	scale(t, ns, "first", 0)
+	eventually(t, 2*time.Minute, "the first set's Node gone", func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	scale(t, ns, "first", 1)
 	eventually(t, 2*time.Minute, "the waiting Node has the room; the first set's new Node waits", func(ctx context.Context) (bool, string) {
 		got, seenSecond := oneNode(ctx, "second", true)
-		replacement, seenFirst := oneNode(ctx, "first", false)
-		return got == second && replacement != "" && replacement != first, seenSecond + "; " + seenFirst
+		newer, seenFirst := oneNode(ctx, "first", false)
+		return got == second && newer != "" && newer != first, seenSecond + "; " + seenFirst
 	})
 }
 
