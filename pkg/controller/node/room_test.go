@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -35,6 +36,9 @@ func TestAMachineGoneRetriesTheNodeWaitingLongestForRoom(t *testing.T) {
 		require.Error(t, f.sync(name))
 		f.now = f.now.Add(time.Second)
 	}
+	// web-b waits longest, but its last create failed for another reason.
+	f.driver.createErr = errors.New("the image is gone")
+	require.Error(t, f.sync("web-b"))
 	f.driver.createErr = nil
 	require.Zero(t, f.controller.queue.Len(), "a refused create waits for its backoff")
 
@@ -47,17 +51,19 @@ func TestAMachineGoneRetriesTheNodeWaitingLongestForRoom(t *testing.T) {
 	}
 	require.NoError(t, f.sync("old-a"))
 	require.Equal(t, []string{"old-a"}, f.driver.deletes)
-	assert.Equal(t, "web-b", next(), "the longest-waiting Node of the class, not another class's")
-
-	require.NoError(t, f.sync("web-b"))
-	assert.NotEmpty(t, f.get("web-b").Spec.ProviderID)
-	require.NoError(t, f.sync("old-b"))
-	assert.Equal(t, "web-a", next(), "a Node that got its machine waits no more")
+	assert.Equal(t, "web-a", next(), "the Node of the class waiting longest for room, not another class's, nor one refused otherwise since")
 
 	require.NoError(t, f.sync("web-a"))
+	assert.NotEmpty(t, f.get("web-a").Spec.ProviderID)
+	require.NoError(t, f.sync("old-b"))
+	assert.Equal(t, "web-c", next(), "a Node that got its machine waits no more")
+
+	// web-c is deleted before its retry: gone, it waits no more.
 	require.NoError(t, f.kube.CoreV1().Nodes().Delete(t.Context(), "web-c", metav1.DeleteOptions{}))
 	f.deleteCache("web-c")
 	require.NoError(t, f.sync("web-c"))
 	f.controller.retryWaiting("sim")
-	assert.Zero(t, f.controller.queue.Len(), "a Node gone waits no more")
+	assert.Zero(t, f.controller.queue.Len(), "no Node of the class waits for room")
+	f.controller.retryWaiting("other")
+	assert.Equal(t, "other-a", next())
 }

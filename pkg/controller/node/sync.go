@@ -514,6 +514,9 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 		if errors.Is(err, drivers.ErrOutOfCapacity) {
 			code = "OutOfCapacity"
 			c.waitForRoom(node, class.Name)
+		} else {
+			// Refused for another reason: room freed would not help it.
+			c.waiting.forget(node.Name)
 		}
 		if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
 			logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
