@@ -43,11 +43,6 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "scarce", metav1.DeleteOptions{})
 	})
-	describe := func(n *corev1.Node) string {
-		return fmt.Sprintf("%s providerID=%q ready=%v error=%q", n.Name, n.Spec.ProviderID, nodeutil.IsReady(n),
-			n.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
-	}
-
 	var ready, refused string
 	eventually(t, 2*time.Minute, "one Node Ready, the other refused as out of capacity", func(ctx context.Context) (bool, string) {
 		nodes, err := setNodes(ctx, t, ns, "scarce")
@@ -58,7 +53,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		var seen []string
 		for _, n := range nodes {
 			message := n.Annotations[nodesetv1alpha1.AnnotationProvisioningError]
-			seen = append(seen, describe(&n))
+			seen = append(seen, roomView(&n))
 			switch {
 			case n.Spec.ProviderID != "" && nodeutil.IsReady(&n):
 				ready = n.Name
@@ -182,7 +177,7 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 		var seen []string
 		for _, n := range nodes {
 			message := n.Annotations[nodesetv1alpha1.AnnotationProvisioningError]
-			seen = append(seen, describe(&n))
+			seen = append(seen, roomView(&n))
 			if n.Spec.ProviderID != "" && nodeutil.IsReady(&n) && message == "" {
 				good++
 			}
@@ -228,7 +223,7 @@ func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 		if machine == (n.Spec.ProviderID != "" && !waiting) && machine != waiting {
 			return n.Name, ""
 		}
-		return "", fmt.Sprintf("%s providerID=%q error=%q", n.Name, n.Spec.ProviderID, n.Annotations[nodesetv1alpha1.AnnotationProvisioningError])
+		return "", roomView(&n)
 	}
 	createSet("first")
 	var first, second string
@@ -256,8 +251,11 @@ func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 		}
 		return 0
 	}
-	eventually(t, 2*time.Minute, "the waiting Node refused 12 times", func(context.Context) (bool, string) {
-		n := refusedCreates()
+	// Counted from its first refusal on (the controllers serve the
+	// package's other tests too).
+	since := refusedCreates() - 1
+	eventually(t, 3*time.Minute, "the waiting Node refused 12 times", func(context.Context) (bool, string) {
+		n := refusedCreates() - since
 		return n >= 12, fmt.Sprint(n, " refused creates")
 	})
 	// The first set goes to zero, and once its Node is gone, back to one:
@@ -294,7 +292,7 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 		roomFor(1)(cl)
 		cl.Spec.Simulated.BootDelay = &metav1.Duration{Duration: time.Hour} // never Ready in this test
 	})
-	set, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomdecrease", Replicas: ptr.To[int32](1),
 			DeletePolicy: nodesetv1alpha1.DeletePolicyOldest,
@@ -315,8 +313,7 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 		booting, waiting = "", ""
 		var seen []string
 		for _, n := range nodes {
-			seen = append(seen, fmt.Sprintf("%s providerID=%q ready=%v error=%q deleting=%v", n.Name, n.Spec.ProviderID,
-				nodeutil.IsReady(&n), n.Annotations[nodesetv1alpha1.AnnotationProvisioningError], n.DeletionTimestamp != nil))
+			seen = append(seen, roomView(&n))
 			switch {
 			case n.DeletionTimestamp != nil || nodeutil.IsReady(&n):
 			case n.Spec.ProviderID != "":
@@ -350,7 +347,13 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 		ok, seen := look(ctx, 1)
 		return gone && ok && booting == first, seen
 	})
-	set, err = cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, *set.Spec.Replicas)
+}
+
+// roomView is what the out-of-room tests tell of a Node when they wait.
+func roomView(n *corev1.Node) string {
+	return fmt.Sprintf("%s providerID=%q ready=%v error=%q deleting=%v", n.Name, n.Spec.ProviderID, nodeutil.IsReady(n),
+		n.Annotations[nodesetv1alpha1.AnnotationProvisioningError], n.DeletionTimestamp != nil)
 }
