@@ -249,6 +249,8 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 		if set, err := c.sets.NodeSets(m.Owner.Namespace).Get(m.Owner.Name); err == nil {
 			c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonOrphanMachineDeleted,
 				"Deleted machine %s (driver %s, %s old): no Node accounts for it", m.Name, cand.driver, age)
+			// Its room, if its cloud counts the set's class, is free.
+			c.retryWaiting(set.Spec.NodeClassName)
 		}
 	}
 	for _, cand := range candidates.strays {

@@ -67,3 +67,27 @@ func TestAMachineGoneRetriesTheNodeWaitingLongestForRoom(t *testing.T) {
 	f.controller.retryWaiting("other")
 	assert.Equal(t, "other-a", next())
 }
+
+// TestAnOrphanCollectedRetriesANodeWaitingForRoom: a machine no Node
+// accounts for takes room too; the orphan collection that deletes it tries
+// a Node of its NodeSet's class that waits for room again at once.
+func TestAnOrphanCollectedRetriesANodeWaitingForRoom(t *testing.T) {
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim"}}
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, setNode("web-a", "sim"))
+	require.NoError(t, f.setIndexer.Add(set))
+	synced(f)
+	f.driver.createErr = fmt.Errorf("no room for sim.small: %w", drivers.ErrOutOfCapacity)
+	require.Error(t, f.sync("web-a"))
+	f.driver.createErr = nil
+	f.driver.machines = map[string]string{"web-orphan": "test:///web-orphan"}
+	f.driver.createdAt = map[string]int64{"web-orphan": f.now.Add(-time.Hour).Unix()}
+
+	removed, err := f.controller.CollectOrphans(t.Context(), 10*time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"web-orphan"}, removed)
+	require.Equal(t, 1, f.controller.queue.Len())
+	name, _ := f.controller.queue.Get()
+	f.controller.queue.Done(name)
+	assert.Equal(t, "web-a", name)
+}
