@@ -34,14 +34,10 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 	kube, cs := clients(t)
 	ns := createNamespace(t, "outofroom")
 	createClass(t, "outofroom", roomFor(1))
-	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+	createSetUntilCleanup(t, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "scarce", Namespace: ns},
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "outofroom", Replicas: ptr.To[int32](2),
 			Autoscaling: &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 3}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "scarce", metav1.DeleteOptions{})
 	})
 	var ready, refused string
 	eventually(t, 2*time.Minute, "one Node Ready, the other refused as out of capacity", func(ctx context.Context) (bool, string) {
@@ -194,20 +190,13 @@ func TestASimulatedCloudOutOfRoomTellsClusterAutoscaler(t *testing.T) {
 // Node the first set makes afterwards waits in turn.
 func TestAMachineGoneGivesItsRoomToTheNodeWaitingLongest(t *testing.T) {
 	c := startControllers(t)
-	ctx := context.Background()
-	kube, cs := clients(t)
+	kube, _ := clients(t)
 	ns := createNamespace(t, "roomfreed")
 	createClass(t, "roomfreed", roomFor(1))
 	createSet := func(name string) {
 		t.Helper()
-		_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomfreed", Replicas: ptr.To[int32](1)},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-		})
+		createSetUntilCleanup(t, &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomfreed", Replicas: ptr.To[int32](1)}})
 	}
 	// the one Node of set name, with its machine or waiting for room
 	oneNode := func(ctx context.Context, name string, machine bool) (string, string) {
@@ -292,15 +281,11 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 		roomFor(1)(cl)
 		cl.Spec.Simulated.BootDelay = &metav1.Duration{Duration: time.Hour} // never Ready in this test
 	})
-	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+	createSetUntilCleanup(t, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomdecrease", Replicas: ptr.To[int32](1),
 			DeletePolicy: nodesetv1alpha1.DeletePolicyOldest,
 			Autoscaling:  &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 3}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "web", metav1.DeleteOptions{})
 	})
 	var booting, waiting string
 	// the set's Nodes: the one with a machine not Ready, and the one
@@ -332,7 +317,7 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 
 	ca := autoscalerClient(t, c)
 	id := ns + "/web"
-	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	_, err := ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
 	require.NoError(t, err)
 	eventually(t, 2*time.Minute, "a newer Node waiting for room", func(ctx context.Context) (bool, string) {
 		ok, seen := look(ctx, 2)
@@ -356,4 +341,15 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 func roomView(n *corev1.Node) string {
 	return fmt.Sprintf("%s providerID=%q ready=%v error=%q deleting=%v", n.Name, n.Spec.ProviderID, nodeutil.IsReady(n),
 		n.Annotations[nodesetv1alpha1.AnnotationProvisioningError], n.DeletionTimestamp != nil)
+}
+
+// createSetUntilCleanup creates set, and deletes it when the test ends.
+func createSetUntilCleanup(t *testing.T, set *nodesetv1alpha1.NodeSet) {
+	t.Helper()
+	_, cs := clients(t)
+	_, err := cs.NodesetV1alpha1().NodeSets(set.Namespace).Create(context.Background(), set, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeSets(set.Namespace).Delete(context.Background(), set.Name, metav1.DeleteOptions{})
+	})
 }
