@@ -210,12 +210,24 @@ func TestChartDryRun(t *testing.T) {
 // stubCertManager installs certManagerStubCRDs for the test.
 func stubCertManager(t *testing.T) {
 	t.Helper()
-	stubs := filepath.Join(t.TempDir(), "cert-manager-crds.yaml")
-	require.NoError(t, os.WriteFile(stubs, []byte(certManagerStubCRDs), 0o644))
+	stubCRDs(t, certManagerStubCRDs, "issuers.cert-manager.io", "certificates.cert-manager.io")
+}
+
+// stubCRDs installs the CRDs of manifest, named crds, for the test. Its
+// cleanup waits until they are gone: a CRD still terminating when the next
+// test applies the same stubs takes that apply as a no-op, then vanishes
+// under that test's wait for Established.
+func stubCRDs(t *testing.T, manifest string, crds ...string) {
+	t.Helper()
+	stubs := filepath.Join(t.TempDir(), "crds.yaml")
+	require.NoError(t, os.WriteFile(stubs, []byte(manifest), 0o644))
 	kubectl(t, "apply", "-f", stubs)
-	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=false") })
-	kubectl(t, "wait", "--for=condition=Established", "--timeout=30s",
-		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=true", "--timeout=50s") })
+	args := []string{"wait", "--for=condition=Established", "--timeout=30s"}
+	for _, crd := range crds {
+		args = append(args, "crd/"+crd)
+	}
+	kubectl(t, args...)
 }
 
 // TestChartAutoscalerClientCAIsNodesetsOwn: the autoscaler API accepts, as

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -184,12 +183,7 @@ func TestObservabilityScrapesBothControllers(t *testing.T) {
 	assert.Equal(t, true, endpoint["honorLabels"], "the metrics' namespace label is the NodeSet's")
 
 	ensureNamespace(t, "nodeset-system")
-	stubs := filepath.Join(t.TempDir(), "monitoring-crds.yaml")
-	require.NoError(t, os.WriteFile(stubs, []byte(prometheusOperatorStubCRDs), 0o644))
-	kubectl(t, "apply", "-f", stubs)
-	t.Cleanup(func() { kubectl(t, "delete", "-f", stubs, "--wait=false") })
-	kubectl(t, "wait", "--for=condition=Established", "--timeout=30s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	stubCRDs(t, prometheusOperatorStubCRDs, "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 	out := kubectl(t, "apply", "--dry-run=server", "-f", filepath.Join(root, "deploy", "observability", "service-monitor.yaml"),
 		"-f", filepath.Join(root, "deploy", "observability", "prometheus-rules.yaml"))
 	assert.Contains(t, out, "servicemonitor.monitoring.coreos.com/nodeset created (server dry run)")
