@@ -553,10 +553,11 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	}
 	defer cleanup()
 	// The user data holds the machine's bootstrap token, which the plugin
-	// or its cloud may quote.
+	// or its cloud may quote, in an error or in the plugin's output.
 	defer func() { err = join.scrubbed(err) }()
 	if join.userDataFile != "" {
 		values[dm.Provisioning.UserDataOption] = join.userDataFile
+		ctx = withOutputSecrets(ctx, join.secrets())
 	}
 	// The machine's store directory, as the docker-machine client makes it
 	// before a driver's Create, with the file credentials in it.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rancher/machine/drivers/amazonec2"
 	"github.com/rancher/machine/drivers/generic"
 	"github.com/rancher/machine/drivers/softlayer"
 	"github.com/rancher/machine/libmachine/drivers/plugin"
@@ -31,10 +32,11 @@ import (
 var pluginPath string
 
 // TestMain doubles as the plugins: libmachine starts
-// docker-machine-driver-fake, docker-machine-driver-generic or
-// docker-machine-driver-softlayer (links to this binary) with the plugin
-// token in its environment, and then this binary serves the plugin RPC, as
-// the fake plugin or as rancher/machine's own generic or softlayer driver.
+// docker-machine-driver-fake, docker-machine-driver-generic,
+// docker-machine-driver-softlayer or docker-machine-driver-amazonec2 (links
+// to this binary) with the plugin token in its environment, and then this
+// binary serves the plugin RPC, as the fake plugin or as rancher/machine's
+// own generic, softlayer or amazonec2 driver.
 func TestMain(m *testing.M) {
 	if os.Getenv(localbinary.PluginEnvKey) == localbinary.PluginEnvVal {
 		if filepath.Base(os.Args[0]) == BinaryName("generic") {
@@ -43,6 +45,10 @@ func TestMain(m *testing.M) {
 		}
 		if filepath.Base(os.Args[0]) == BinaryName("softlayer") {
 			plugin.RegisterDriver(softlayer.NewDriver("", ""))
+			return
+		}
+		if filepath.Base(os.Args[0]) == BinaryName("amazonec2") {
+			plugin.RegisterDriver(amazonec2.NewDriver("", ""))
 			return
 		}
 		plugin.RegisterDriver(fakeplugin.New())
@@ -60,7 +66,7 @@ func TestMain(m *testing.M) {
 	if err := os.Symlink(self, pluginPath); err != nil {
 		panic(err)
 	}
-	for _, name := range []string{"generic", "softlayer"} {
+	for _, name := range []string{"generic", "softlayer", "amazonec2"} {
 		if err := os.Symlink(self, filepath.Join(dir, BinaryName(name))); err != nil {
 			panic(err)
 		}

@@ -19,6 +19,8 @@ import (
 	"github.com/rancher/machine/libmachine/state"
 	"github.com/rancher/machine/libmachine/version"
 	"k8s.io/klog/v2"
+
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // Plugin is the part of a docker-machine driver plugin nodeset uses.
@@ -128,6 +130,10 @@ type pluginProcess struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 
+	// secrets are values its output is scrubbed of besides
+	// credentialValues (withOutputSecrets), or nil.
+	secrets *redact.Set
+
 	mu        sync.Mutex
 	lastLines []string
 }
@@ -163,7 +169,7 @@ func pluginEnv(plugin, home string) []string {
 // startPlugin starts the plugin binary at path, with environment env, and
 // connects to it.
 func startPlugin(ctx context.Context, path, plugin string, env []string) (*pluginProcess, error) {
-	p := &pluginProcess{binary: BinaryName(plugin), exited: make(chan struct{}), stopping: make(chan struct{})}
+	p := &pluginProcess{binary: BinaryName(plugin), exited: make(chan struct{}), stopping: make(chan struct{}), secrets: outputSecrets(ctx)}
 	p.cmd = exec.Command(path)
 	p.cmd.Env = env
 	ownProcessGroup(p.cmd)
@@ -255,6 +261,9 @@ func (p *pluginProcess) readOutput(r io.Reader, addr chan<- string) {
 			continue
 		}
 		text := credentialValues.String(strings.TrimRight(string(line), "\r"))
+		if p.secrets != nil {
+			text = p.secrets.String(text)
+		}
 		klog.V(5).InfoS("docker-machine plugin", "plugin", p.binary, "output", text)
 		p.mu.Lock()
 		p.lastLines = append(p.lastLines, text)

@@ -48,9 +48,14 @@ type joinSettings struct {
 	token        string
 }
 
+// secrets are the credentials in the join script: its bootstrap token.
+func (j joinSettings) secrets() map[string][]byte {
+	return map[string][]byte{"bootstrap token": []byte(j.token)}
+}
+
 // scrubbed is err without the bootstrap token.
 func (j joinSettings) scrubbed(err error) error {
-	return redact.Error(map[string][]byte{"bootstrap token": []byte(j.token)}, err)
+	return redact.Error(j.secrets(), err)
 }
 
 // prepareJoin makes the machine's join script: the environment it runs with,

@@ -1,6 +1,7 @@
 package dockermachine
 
 import (
+	"context"
 	"errors"
 
 	"nodeset.dev/nodeset/pkg/redact"
@@ -15,6 +16,26 @@ import (
 // value it was given, and the controller does not always pass a class's
 // credentials (a machine deleted after its class was).
 var credentialValues redact.Set
+
+// outputSecretsKey keys the values, besides credentialValues, that the
+// output of the plugins opened with a context is scrubbed of.
+type outputSecretsKey struct{}
+
+// withOutputSecrets is ctx with values that the output of a plugin opened
+// with it is scrubbed of too: the bootstrap token in the user data of the
+// machine it creates, which the plugin may print as it sends it to its
+// cloud (amazonec2 logs the body of every request at its debug level, the
+// user data base64-encoded in RunInstances'). It is known to that plugin
+// process alone, for as long as its output is read.
+func withOutputSecrets(ctx context.Context, values map[string][]byte) context.Context {
+	return context.WithValue(ctx, outputSecretsKey{}, redact.New(values))
+}
+
+// outputSecrets are the values withOutputSecrets gave ctx, or nil.
+func outputSecrets(ctx context.Context) *redact.Set {
+	s, _ := ctx.Value(outputSecretsKey{}).(*redact.Set)
+	return s
+}
 
 // maxErrorText bounds the text of the driver's errors: a plugin may quote
 // its cloud's answer whole (an error page, a dump of the request), which

@@ -1,0 +1,191 @@
+package dockermachine
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
+	"nodeset.dev/nodeset/test/framework"
+)
+
+// ec2AccessKey and ec2SecretKey are the credentials the amazonec2 class
+// gives its plugin; moto takes any.
+const (
+	ec2AccessKey = "AKIAPLANTEDEC2KEY7Q1"
+	ec2SecretKey = "planted/EC2+secret+Wm4kT9rZ"
+)
+
+// amazonEC2Class is a class of rancher/machine's amazonec2 driver aimed at
+// endpoint (moto, or a proxy to it), launching into network with its join
+// script as the instance's user data.
+func amazonEC2Class(endpoint string, network framework.MotoNetwork) drivers.Class {
+	return drivers.Class{Name: "ec2", Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver:               nodesetv1alpha1.DriverDockerMachine,
+		CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "aws"},
+		DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
+			DriverName: "amazonec2",
+			Options: map[string]string{
+				"amazonec2-endpoint":      endpoint,
+				"amazonec2-region":        "us-east-1",
+				"amazonec2-zone":          "us-east-1a",
+				"amazonec2-vpc-id":        network.VPC,
+				"amazonec2-subnet-id":     network.Subnet,
+				"amazonec2-ami":           network.Image,
+				"amazonec2-instance-type": "t3.medium",
+			},
+			CredentialOptions: map[string]string{"amazonec2-access-key": "access-key", "amazonec2-secret-key": "secret-key"},
+			Provisioning: &nodesetv1alpha1.MachineProvisioning{Method: nodesetv1alpha1.ProvisioningUserData,
+				UserDataOption: "amazonec2-userdata", KubernetesVersion: "v1.37.2"},
+		}},
+	}, Credentials: map[string][]byte{"access-key": []byte(ec2AccessKey), "secret-key": []byte(ec2SecretKey)}}
+}
+
+// TestAmazonEC2Driver runs rancher/machine's own amazonec2 driver (this
+// test binary, as docker-machine-driver-amazonec2) against moto, with the
+// join script as the instance's user data: the instance is launched with
+// it, found again by a second Create, reported running, and terminated by
+// Delete with its key pair (or only forgotten, when it was terminated
+// outside nodeset). A RunInstances that EC2 refuses for want of capacity
+// (answered by a proxy, as moto never refuses) leaves nothing behind and is
+// the driver's ErrOutOfCapacity, so cluster-autoscaler backs the group off. And nothing the plugin prints reaches the log with a
+// credential: amazonec2 logs the body of every request it sends, the user
+// data and so the bootstrap token in RunInstances', base64-encoded.
+func TestAmazonEC2Driver(t *testing.T) {
+	ctx := context.Background()
+	logs := klogBuffer(t)
+	moto := framework.StartMoto(t)
+	var refuse atomic.Bool
+	endpoint := framework.StartInterceptor(t, moto, func(w http.ResponseWriter, _ *http.Request, _ []byte, form url.Values) bool {
+		if form.Get("Action") != "RunInstances" || !refuse.Load() {
+			return false
+		}
+		// EC2's answer when a zone has no room for the instance type.
+		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient t3.medium capacity in the Availability Zone you requested (us-east-1a). Our system will be working on provisioning additional capacity. You can currently get t3.medium capacity by not specifying an Availability Zone in your request or choosing us-east-1b, us-east-1c.</Message></Error></Errors><RequestID>8f7e0c55-1d3c-4c4e-9a57-2f0d8b1c6a11</RequestID></Response>`)
+		return true
+	})
+	_, client, err := awscloud.SDKClients(moto)(ctx, "us-east-1", framework.MotoCredentials)
+	require.NoError(t, err)
+	ec2c := client.(*ec2.Client)
+	network := framework.NewMotoNetwork(t, ec2c, "us-east-1")
+
+	d, store, joiner := newDriver(t)
+	class := amazonEC2Class(endpoint, network)
+	require.NoError(t, d.Validate(ctx, class))
+	require.NoError(t, d.ValidateCloud(ctx, class))
+
+	id, err := d.Create(ctx, drivers.Machine{Name: "ec2-1", Class: class})
+	require.NoError(t, err)
+	assert.Equal(t, "docker-machine://amazonec2/ec2-1", id)
+	instances := liveInstances(t, ec2c)
+	require.Len(t, instances, 1)
+	instance := instances[0]
+	assert.Equal(t, ec2types.InstanceStateNameRunning, instance.State.Name)
+	assert.Equal(t, network.Subnet, aws.ToString(instance.SubnetId))
+	assert.Equal(t, network.Image, aws.ToString(instance.ImageId))
+	assert.Equal(t, ec2types.InstanceTypeT3Medium, instance.InstanceType)
+	assert.Contains(t, instance.Tags, ec2types.Tag{Key: aws.String("Name"), Value: aws.String("ec2-1")})
+	attr, err := ec2c.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: instance.InstanceId,
+		Attribute: ec2types.InstanceAttributeNameUserData})
+	require.NoError(t, err)
+	userData, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	require.NoError(t, err)
+	token := joiner.tokens["ec2-1"]
+	require.NotEmpty(t, token)
+	assert.Contains(t, string(userData), "export BOOTSTRAP_TOKEN='"+token+"'", "the instance joins with the join script")
+	assert.Contains(t, string(userData), "export NODE_NAME='ec2-1'")
+	keyPairs, err := ec2c.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{})
+	require.NoError(t, err)
+	require.Len(t, keyPairs.KeyPairs, 1)
+	assert.Equal(t, aws.ToString(instance.KeyName), aws.ToString(keyPairs.KeyPairs[0].KeyName))
+
+	again, err := d.Create(ctx, drivers.Machine{Name: "ec2-1", Class: class})
+	require.NoError(t, err)
+	assert.Equal(t, id, again)
+	assert.Len(t, liveInstances(t, ec2c), 1, "the machine is found, not made twice")
+	status, err := d.Get(ctx, class, "ec2-1")
+	require.NoError(t, err)
+	assert.Equal(t, drivers.MachineRunning, status.State)
+
+	// No room: amazonec2 quotes EC2's error code, and removes its key pair.
+	refuse.Store(true)
+	_, err = d.Create(ctx, drivers.Machine{Name: "ec2-2", Class: class})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, drivers.ErrOutOfCapacity)
+	assert.Contains(t, err.Error(), "InsufficientInstanceCapacity: We currently do not have sufficient t3.medium capacity")
+	assert.Len(t, liveInstances(t, ec2c), 1)
+	assert.NotContains(t, store.records, "ec2-2", "the refused machine's record is gone")
+	keyPairs, err = ec2c.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{})
+	require.NoError(t, err)
+	assert.Len(t, keyPairs.KeyPairs, 1, "the refused machine's key pair is deleted")
+	refuse.Store(false)
+	_, err = d.Create(ctx, drivers.Machine{Name: "ec2-2", Class: class})
+	require.NoError(t, err, "with room again")
+	assert.Len(t, liveInstances(t, ec2c), 2)
+
+	// An instance terminated outside nodeset (by hand, or reclaimed):
+	// Delete still forgets the machine and deletes its key pair.
+	second := ""
+	for _, i := range liveInstances(t, ec2c) {
+		if slices.ContainsFunc(i.Tags, func(tag ec2types.Tag) bool {
+			return aws.ToString(tag.Key) == "Name" && aws.ToString(tag.Value) == "ec2-2"
+		}) {
+			second = aws.ToString(i.InstanceId)
+		}
+	}
+	require.NotEmpty(t, second)
+	_, err = ec2c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{second}})
+	require.NoError(t, err)
+	for _, name := range []string{"ec2-1", "ec2-2"} {
+		require.NoError(t, d.Delete(ctx, class, name))
+		assert.NoDirExists(t, d.machineDir(name))
+	}
+	assert.Empty(t, liveInstances(t, ec2c), "Delete terminates the instances")
+	keyPairs, err = ec2c.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{})
+	require.NoError(t, err)
+	assert.Empty(t, keyPairs.KeyPairs, "and deletes their key pairs")
+	assert.Empty(t, store.records)
+	assertNoPluginLeft(t)
+
+	logged := logs.String()
+	require.Contains(t, logged, "Action=RunInstances", "the plugin's debug output, with the requests' bodies, reaches the log at -v=5")
+	assert.Contains(t, logged, "[redacted:bootstrap token]", "scrubbed from RunInstances' user data")
+	_, secret, _ := strings.Cut(token, ".")
+	planted := append([]string{ec2AccessKey, ec2SecretKey, secret}, base64Inside(secret)...)
+	for _, value := range planted {
+		assert.NotContains(t, logged, value)
+	}
+}
+
+// liveInstances are moto's instances that are not terminated.
+func liveInstances(t *testing.T, ec2c *ec2.Client) []ec2types.Instance {
+	t.Helper()
+	out, err := ec2c.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{})
+	require.NoError(t, err)
+	var live []ec2types.Instance
+	for _, r := range out.Reservations {
+		for _, i := range r.Instances {
+			if i.State != nil && i.State.Name != ec2types.InstanceStateNameTerminated {
+				live = append(live, i)
+			}
+		}
+	}
+	return live
+}
