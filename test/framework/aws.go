@@ -22,11 +22,19 @@ var MotoCredentials = map[string][]byte{"aws_access_key_id": []byte("testing"), 
 
 // ReportAWSNodesReady stands in for the kubelets of EC2 instances: until ctx
 // is done, every Node with an aws:/// providerID that is not being deleted
-// is reported Ready and heartbeats as a kubelet does, renewing its Lease in
-// kube-node-lease every 10s. Without the heartbeat, kube-controller-
-// manager's node lifecycle controller marks a Node Unknown once its grace
-// period (50s) passes, which a slow test on a loaded machine outlives.
+// is reported Ready and heartbeats as a kubelet does (ReportNodesReady).
 func ReportAWSNodesReady(ctx context.Context, kube kubernetes.Interface) {
+	ReportNodesReady(ctx, kube, "aws:///")
+}
+
+// ReportNodesReady stands in for the kubelets of machines that run none:
+// until ctx is done, every Node whose providerID starts with prefix and
+// that is not being deleted is reported Ready and heartbeats as a kubelet
+// does, renewing its Lease in kube-node-lease every 10s. Without the
+// heartbeat, kube-controller-manager's node lifecycle controller marks a
+// Node Unknown once its grace period (50s) passes, which a slow test on a
+// loaded machine outlives.
+func ReportNodesReady(ctx context.Context, kube kubernetes.Interface, prefix string) {
 	const renewEvery = 10 * time.Second
 	renewed := map[string]time.Time{} // by Node UID
 	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -37,7 +45,7 @@ func ReportAWSNodesReady(ctx context.Context, kube kubernetes.Interface) {
 		live := map[string]bool{}
 		for i := range nodes.Items {
 			n := &nodes.Items[i]
-			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///") || n.DeletionTimestamp != nil {
+			if !strings.HasPrefix(n.Spec.ProviderID, prefix) || n.DeletionTimestamp != nil {
 				continue
 			}
 			live[string(n.UID)] = true

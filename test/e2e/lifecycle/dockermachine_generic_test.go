@@ -23,14 +23,14 @@ import (
 	"nodeset.dev/nodeset/test/framework"
 )
 
-// installGenericPlugin builds test/plugins/docker-machine-driver-generic
-// (rancher/machine's own generic driver, at the release go.mod pins) into
-// the node controller's PATH.
-func installGenericPlugin(t *testing.T) {
+// installPlugin builds test/plugins/docker-machine-driver-<driver>
+// (rancher/machine's own driver, at the release go.mod pins) into the node
+// controller's PATH.
+func installPlugin(t *testing.T, driver string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	_, err := framework.BuildCommands(ctx, filepath.Join(framework.Shared(t).Dir, "bin"), "./test/plugins/docker-machine-driver-generic")
+	_, err := framework.BuildCommands(ctx, filepath.Join(framework.Shared(t).Dir, "bin"), "./test/plugins/docker-machine-driver-"+driver)
 	require.NoError(t, err)
 }
 
@@ -58,7 +58,7 @@ func exampleClass(t *testing.T) *nodesetv1alpha1.NodeClass {
 // nothing half-made, and deleting the NodeSet leaves nothing behind.
 func TestDockerMachineGenericDriver(t *testing.T) {
 	c := startControllers(t)
-	installGenericPlugin(t)
+	installPlugin(t, "generic")
 	ctx := context.Background()
 	kube, cs := clients(t)
 	sshd, err := framework.StartSSHD(t.TempDir())
