@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -188,4 +189,74 @@ func liveInstances(t *testing.T, ec2c *ec2.Client) []ec2types.Instance {
 		}
 	}
 	return live
+}
+
+// TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance: amazonec2's Create
+// imports a key pair, launches the instance and then waits for it to run.
+// A node controller that stops in that wait (the attempt's time is up, or
+// it is killed: its plugin goes either way) has recorded the machine with
+// the configuration saved before Create, which names neither. The next
+// attempt must terminate that instance and delete its key pair before it
+// launches another, not leave them running unrecorded.
+func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
+	ctx := context.Background()
+	moto := framework.StartMoto(t)
+	var hold atomic.Bool
+	endpoint := framework.StartInterceptor(t, moto, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
+		if form.Get("Action") != "DescribeInstances" || !hold.Load() {
+			return false
+		}
+		// The instance never runs, as far as the plugin can tell: its
+		// wait hangs until the plugin is gone.
+		<-r.Context().Done()
+		return true
+	})
+	_, client, err := awscloud.SDKClients(moto)(ctx, "us-east-1", framework.MotoCredentials)
+	require.NoError(t, err)
+	ec2c := client.(*ec2.Client)
+	network := framework.NewMotoNetwork(t, ec2c, "us-east-1")
+	d, store, _ := newDriver(t)
+	class := amazonEC2Class(endpoint, network)
+	record := func() Record {
+		r, _ := store.Get(ctx, "ec2-mid")
+		return r
+	}
+
+	hold.Store(true)
+	attempt, stop := context.WithCancel(ctx)
+	created := make(chan error, 1)
+	go func() {
+		_, err := d.Create(attempt, drivers.Machine{Name: "ec2-mid", Class: class})
+		created <- err
+	}()
+	var launched string
+	require.Eventually(t, func() bool {
+		if live := liveInstances(t, ec2c); len(live) == 1 {
+			launched = aws.ToString(live[0].InstanceId)
+		}
+		return launched != ""
+	}, time.Minute, 50*time.Millisecond, "RunInstances answered")
+	assert.Eventually(t, func() bool {
+		return strings.Contains(string(record().Config), launched)
+	}, 30*time.Second, 50*time.Millisecond, "the record learns the instance id while Create waits")
+	stop()
+	require.Error(t, <-created)
+	hold.Store(false)
+	require.False(t, record().Created)
+
+	_, err = d.Create(ctx, drivers.Machine{Name: "ec2-mid", Class: class})
+	require.NoError(t, err)
+	var ids []string
+	for _, i := range liveInstances(t, ec2c) {
+		ids = append(ids, aws.ToString(i.InstanceId))
+	}
+	require.Len(t, ids, 1, "the instance of the stopped attempt is terminated")
+	assert.NotEqual(t, launched, ids[0])
+	keyPairs, err := ec2c.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{})
+	require.NoError(t, err)
+	assert.Len(t, keyPairs.KeyPairs, 1, "and its key pair deleted")
+
+	require.NoError(t, d.Delete(ctx, class, "ec2-mid"))
+	assert.Empty(t, liveInstances(t, ec2c))
+	assertNoPluginLeft(t)
 }

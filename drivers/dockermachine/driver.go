@@ -11,6 +11,7 @@
 package dockermachine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -588,7 +589,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 			return fmt.Errorf("saving machine %s before creating it: %w", machine.Name, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Creating machine through plugin", "machine", machine.Name, "plugin", BinaryName(dm.DriverName))
-		if err := p.Create(); err != nil {
+		if err := d.createSavingConfig(ctx, p, &record); err != nil {
 			if outOfCapacity(err.Error()) {
 				err = fmt.Errorf("%w: %w", drivers.ErrOutOfCapacity, err)
 			}
@@ -646,12 +647,39 @@ func registrationTimeout(class drivers.Class) time.Duration {
 	return defaultRegistrationTimeout
 }
 
+// configSaveInterval is how often the configuration of a plugin whose
+// Create is in flight is read, and saved when it changed.
+var configSaveInterval = time.Second
+
+// createSavingConfig runs the plugin's Create and, while it is in flight,
+// saves the plugin's configuration in record each time it changed. A cloud
+// plugin learns the id of its machine part-way through Create (amazonec2
+// keeps the instance id as soon as RunInstances answers, then waits for the
+// instance to run, and imports a key pair before): a node controller
+// stopped after that (killed, or the attempt's time up) would otherwise
+// leave a record whose configuration does not find the machine, and the
+// next attempt would make a second one while the first ran on, unrecorded.
+func (d *Driver) createSavingConfig(ctx context.Context, p Plugin, record *Record) error {
+	done := make(chan error, 1)
+	go func() { done <- p.Create() }()
+	ticker := time.NewTicker(configSaveInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ticker.C:
+			d.saveConfig(ctx, p, record)
+		}
+	}
+}
+
 // saveConfig saves the plugin's configuration as it is now in the record
-// of a machine whose Create did not finish, when it can: what is saved
-// already stays otherwise.
+// of a machine whose Create did not finish, when it can and when it
+// changed: what is saved already stays otherwise.
 func (d *Driver) saveConfig(ctx context.Context, p Plugin, record *Record) {
 	config, err := p.GetConfigRaw()
-	if err != nil {
+	if err != nil || bytes.Equal(config, record.Config) {
 		return
 	}
 	saved := *record

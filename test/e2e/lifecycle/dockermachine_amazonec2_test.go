@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,17 +35,23 @@ import (
 // when EC2 has no room (RunInstances answered InsufficientInstanceCapacity
 // by a proxy) the new Node says OutOfCapacity, as cluster-autoscaler reads
 // it, and its NodeSet ReplicaFailure, and it gets its instance once there
-// is room; scale-down terminates exactly the chosen Node's instance; and
-// deleting the NodeSet leaves no instance, key pair, record or bootstrap
-// token behind.
+// is room; scale-down terminates exactly the chosen Node's instance; a
+// node controller killed while amazonec2 waits for a launched instance to
+// run leaves no instance behind; and deleting the NodeSet leaves no
+// instance, key pair, record or bootstrap token behind.
 func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 	c := startControllers(t)
 	installPlugin(t, "amazonec2")
 	ctx := context.Background()
 	kube, cs := clients(t)
 	moto := framework.StartMoto(t)
-	var refuse atomic.Bool
-	endpoint := framework.StartInterceptor(t, moto, func(w http.ResponseWriter, _ *http.Request, _ []byte, form url.Values) bool {
+	var refuse, hold atomic.Bool
+	endpoint := framework.StartInterceptor(t, moto, func(w http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
+		if form.Get("Action") == "DescribeInstances" && hold.Load() {
+			// No instance runs, as far as the plugin can tell.
+			<-r.Context().Done()
+			return true
+		}
 		if form.Get("Action") != "RunInstances" || !refuse.Load() {
 			return false
 		}
@@ -201,6 +209,42 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 	eventually(t, 2*time.Minute, "2 nodes", converged(c, t, ns, "fleet", 2))
 	assert.NotContains(t, nodeNames(t, ns, "fleet"), chosen)
 	instancesAre("the chosen Node's instance terminated", func() []string { return nodeNames(t, ns, "fleet") })
+
+	// The node controller killed while amazonec2 waits for a launched
+	// instance to run: the instance, known to the machine's record by then,
+	// is terminated by the next attempt, not left running beside the
+	// instance that attempt launches.
+	records := func(ctx context.Context) ([]corev1.Secret, error) {
+		list, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver + "," + nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
+		if err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+	before := nodeNames(t, ns, "fleet")
+	hold.Store(true)
+	scale(t, ns, "fleet", 3)
+	eventually(t, time.Minute, "a third instance launched, its id in its machine's record", func(ctx context.Context) (bool, string) {
+		live, err := instances(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		list, err := records(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range list {
+			name := r.Annotations[kubestore.AnnotationMachine]
+			if i, ok := live[name]; ok && !slices.Contains(before, name) && strings.Contains(string(r.Data["config.json"]), aws.ToString(i.InstanceId)) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d instances, %d records", len(live), len(list))
+	})
+	c.restart(t, c.node, syscall.SIGKILL)
+	hold.Store(false)
+	eventually(t, 3*time.Minute, "3 nodes after the kill", converged(c, t, ns, "fleet", 3))
+	instancesAre("an instance per Node, none left from the killed attempt", func() []string { return nodeNames(t, ns, "fleet") })
 
 	// Deleting the NodeSet leaves nothing behind, in EC2 or in the cluster.
 	require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "fleet", metav1.DeleteOptions{}))
