@@ -260,3 +260,34 @@ func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
 	assert.Empty(t, liveInstances(t, ec2c))
 	assertNoPluginLeft(t)
 }
+
+// TestAmazonEC2OptionsATenantCannotOverride: by amazonec2's own flags, a
+// class may not let its NodeSets set the options through which the plugin
+// would send the class's AWS keys to another endpoint, or read a file of
+// the node controller's host for the tenant's machine; it may let them set
+// the instance type.
+func TestAmazonEC2OptionsATenantCannotOverride(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := newDriver(t)
+	for option, allowed := range map[string]bool{
+		"amazonec2-endpoint":      false, // the AWS keys sign every request sent there
+		"amazonec2-userdata":      false, // a file the plugin reads
+		"amazonec2-ssh-keypath":   false, // a key the plugin copies and imports
+		"amazonec2-instance-type": true,
+		"amazonec2-root-size":     true,
+	} {
+		class := amazonEC2Class("http://127.0.0.1:1", framework.MotoNetwork{VPC: "vpc-1", Subnet: "subnet-1", Image: "ami-1"})
+		class.Spec.DockerMachine.Provisioning = nil
+		class.Spec.TenantOverrides = []string{"options." + option}
+		err := d.Validate(ctx, class)
+		if allowed {
+			assert.NoError(t, err, option)
+			continue
+		}
+		if assert.Error(t, err, option) {
+			assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration, option)
+			assert.Contains(t, err.Error(), "spec.tenantOverrides[0]", option)
+		}
+	}
+	assertNoPluginLeft(t)
+}
