@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -119,6 +120,8 @@ type Controller struct {
 	synced  []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
+	// nodeRetries is queue's backoff of a Node whose sync failed.
+	nodeRetries workqueue.TypedRateLimiter[string]
 	// groups holds the NodeSets (namespace/name) of group drivers whose
 	// cloud group is to be synced.
 	groups      workqueue.TypedRateLimitingInterface[string]
@@ -172,6 +175,25 @@ type Controller struct {
 	started time.Time
 }
 
+// maxNodeRetryDelay caps the backoff of a Node whose sync failed. A Node
+// whose machine the cloud would not make (no room in the zone, a quota used
+// up, its API down) is tried again at least this often, so room the cloud
+// gains by itself (capacity back, a quota raised, another account's
+// machines gone), which nodeset cannot see, is taken within minutes rather
+// than after client-go's default cap of 1000 s. Five minutes is also
+// cluster-autoscaler's first backoff of a node group whose scale-up failed.
+const maxNodeRetryDelay = 5 * time.Minute
+
+// newNodeRetries is client-go's default controller backoff (5 ms doubling
+// per failure of an item, and 10 retries a second overall with bursts of
+// 100) with each Node's delay capped at maxNodeRetryDelay.
+func newNodeRetries() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxNodeRetryDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
 // NewController returns a NodeController for the drivers in registry.
 func NewController(
 	kube kubernetes.Interface,
@@ -201,6 +223,7 @@ func NewController(
 	if opts.Evict == nil {
 		opts.Evict = evictWithoutRetries(opts.Drain)
 	}
+	nodeRetries := newNodeRetries()
 	c := &Controller{
 		kube: kube, recorder: recorder, registry: registry, metrics: metrics, opts: opts,
 		nodes:   nodeInformer.Lister(),
@@ -208,8 +231,8 @@ func NewController(
 		sets:    nodeSetInformer.Lister(),
 		synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced,
 			nodeClassInformer.Informer().HasSynced, nodeSetInformer.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
+		nodeRetries: nodeRetries,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetries,
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"}),
 		groups: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),

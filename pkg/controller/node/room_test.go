@@ -91,3 +91,23 @@ func TestAnOrphanCollectedRetriesANodeWaitingForRoom(t *testing.T) {
 	f.controller.queue.Done(name)
 	assert.Equal(t, "web-a", name)
 }
+
+// TestANodeRefusedIsRetriedAtLeastEveryFiveMinutes: room the cloud gains by
+// itself (nodeset sees no machine go) is taken by a Node that waits for it
+// within five minutes however long it has waited, not after client-go's
+// default cap of 1000 s; the first retries still come fast.
+func TestANodeRefusedIsRetriedAtLeastEveryFiveMinutes(t *testing.T) {
+	f := newFixture(t, nil)
+	retries := f.controller.nodeRetries
+	var delays []time.Duration
+	for range 40 {
+		delays = append(delays, retries.When("web-1"))
+	}
+	assert.Equal(t, 5*time.Millisecond, delays[0])
+	assert.Less(t, delays[9], 5*time.Second, "the tenth retry")
+	assert.Equal(t, 5*time.Minute, delays[16], "the 17th, which client-go's default would put 5.5 minutes off")
+	assert.Equal(t, 5*time.Minute, delays[39])
+	assert.Equal(t, 5*time.Millisecond, retries.When("web-2"), "each Node backs off alone")
+	retries.Forget("web-1")
+	assert.Equal(t, 5*time.Millisecond, retries.When("web-1"), "a sync that succeeds starts the backoff over")
+}
