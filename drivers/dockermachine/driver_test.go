@@ -419,6 +419,9 @@ func TestAClosedFenceStopsThePluginsChanges(t *testing.T) {
 
 func TestUserDataProvisioning(t *testing.T) {
 	ctx := context.Background()
+	// The user-data file's directory is the test's own: other tests'
+	// processes killed mid-Create leave theirs in the shared one.
+	t.Setenv("TMPDIR", t.TempDir())
 	d, _, joiner := newDriver(t)
 	dir := t.TempDir()
 	class := fakeClass(dir, nil)

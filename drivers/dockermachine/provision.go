@@ -38,6 +38,27 @@ type Joiner interface {
 	Forget(ctx context.Context, machine string) error
 }
 
+// othersHost is the machine of another namespace (or a static Node's,
+// when record is a NodeSet's, and the other way round) whose host showed
+// hostKey when it was first reached, or "". The class's SSH key may open
+// every host of a pool: a machine pointed at another tenant's host (an
+// address its NodeSet may set, in a class that lists it in
+// tenantOverrides) would have the join script run there as root, and that
+// host's kubelet join as the tenant's Node. Machines of one namespace are
+// one tenant's, which may share a host.
+func (d *Driver) othersHost(ctx context.Context, record Record, hostKey string) (string, error) {
+	records, err := d.store.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range records {
+		if r.Name != record.Name && r.HostKey == hostKey && r.Owner.Namespace != record.Owner.Namespace {
+			return r.Name, nil
+		}
+	}
+	return "", nil
+}
+
 // SSHDialTimeout bounds how long provisioning waits for a new machine's SSH
 // server to answer.
 var SSHDialTimeout = 3 * time.Minute
@@ -187,10 +208,20 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, record *Record, joi
 	}
 	defer client.Close()
 	if known == nil {
+		hostKey := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(seen)))
+		other, err := d.othersHost(ctx, *record, hostKey)
+		if err != nil {
+			return fmt.Errorf("machine %s: looking for another tenant's machine on its host: %w", name, err)
+		}
+		if other != "" {
+			return fmt.Errorf("machine %s: not sending the join script to %s: the host there shows the SSH host key of machine %s, "+
+				"which is not of this NodeSet's namespace; a NodeSet may not take another tenant's host "+
+				"(point the machine at another host, or delete Node %s first)", name, address, other, other)
+		}
 		// Recorded before the script goes: a retry after a crash sends
 		// it to this host only.
 		recorded := *record
-		recorded.HostKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(seen)))
+		recorded.HostKey = hostKey
 		if err := d.store.Put(ctx, &recorded); err != nil {
 			return fmt.Errorf("machine %s: recording its SSH host key: %w", name, err)
 		}

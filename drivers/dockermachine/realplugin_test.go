@@ -282,3 +282,51 @@ func TestOldCredentialsStayScrubbedAfterARestart(t *testing.T) {
 	assert.Contains(t, err.Error(), "[redacted:token]")
 	assertNoPluginLeft(t)
 }
+
+// TestAHostIsNeverTakenFromAnotherTenant: a class whose NodeSets may set
+// generic-ip-address, with one SSH key for every host of the pool. A
+// tenant that points its machine at a host another namespace's machine
+// runs on gets no join script run there (which would make that host's
+// kubelet join as the tenant's Node), nor does a static Node's; once the
+// other machine is gone, the host may be taken. Machines of one namespace
+// may share a host.
+func TestAHostIsNeverTakenFromAnotherTenant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sshd")
+	}
+	ctx := context.Background()
+	sshd, err := framework.StartSSHD(t.TempDir())
+	require.NoError(t, err)
+	defer sshd.Stop()
+	d, store, _ := newDriver(t)
+	out := t.TempDir()
+	class := genericClass(sshd, out)
+	teamA := drivers.Owner{Cluster: "test", Namespace: "team-a", Name: "metal", UID: "set-a"}
+	teamB := drivers.Owner{Cluster: "test", Namespace: "team-b", Name: "metal", UID: "set-b"}
+	joined := func() string {
+		data, _ := os.ReadFile(filepath.Join(out, "joined"))
+		return string(data)
+	}
+
+	_, err = d.Create(ctx, drivers.Machine{Name: "a-1", Class: class, Owner: teamA})
+	require.NoError(t, err)
+	_, err = d.Create(ctx, drivers.Machine{Name: "a-2", Class: class, Owner: teamA})
+	require.NoError(t, err, "one tenant's machines may share a host")
+	for _, m := range []drivers.Machine{{Name: "b-1", Class: class, Owner: teamB}, {Name: "static-1", Class: class}} {
+		_, err = d.Create(ctx, m)
+		require.Error(t, err, m.Name)
+		assert.Regexp(t, `machine `+m.Name+`: not sending the join script to .*: the host there shows the SSH host key of machine a-[12], which is not of this NodeSet's namespace`, err.Error())
+	}
+	assert.Equal(t, "a-1\na-2\n", joined(), "no join script ran for another tenant's machine")
+	assert.Empty(t, store.records["b-1"].HostKey, "nor was the host recorded as b-1's")
+
+	for _, name := range []string{"a-1", "a-2"} {
+		require.NoError(t, d.Delete(ctx, class, name))
+	}
+	_, err = d.Create(ctx, drivers.Machine{Name: "b-1", Class: class, Owner: teamB})
+	require.NoError(t, err, "a host no machine runs on may be taken")
+	assert.Equal(t, "a-1\na-2\nb-1\n", joined())
+	require.NoError(t, d.Delete(ctx, class, "b-1"))
+	require.NoError(t, d.Delete(ctx, class, "static-1"))
+	assertNoPluginLeft(t)
+}

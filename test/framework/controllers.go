@@ -66,6 +66,13 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 	if err != nil {
 		return nil, err
 	}
+	// The node controller's temporary files (a machine's user data, which
+	// a SIGKILL leaves behind) stay in the control plane's directory, out
+	// of the tests' shared one.
+	nodeTmp, err := os.MkdirTemp(cp.Dir, "node-controller-tmp-")
+	if err != nil {
+		return nil, err
+	}
 	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
@@ -106,7 +113,7 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		"--require-node-claims-policy=false",
 		"--workers=8", "-v=2",
 	}, leaderElection...), opts.NodeArgs...),
-		Env: []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}}
+		Env: []string{"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"), "TMPDIR=" + nodeTmp}}
 	return c, nil
 }
 
