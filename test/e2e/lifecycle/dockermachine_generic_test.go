@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/kubestore"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -214,4 +216,89 @@ func keyLines(key []byte) []string {
 		}
 	}
 	return out
+}
+
+// TestDockerMachineATenantCannotTakeAnotherTenantsHost: the shipped example
+// class, letting each NodeSet name its host (options.generic-ip-address in
+// tenantOverrides) with one SSH key for the pool. Tenant A's NodeSet takes
+// the loopback host; tenant B's NodeSet names the same host and gets no
+// join script run there (which would make A's host join as B's Node): its
+// Node says why, until A's NodeSet is gone, when B's Node joins.
+func TestDockerMachineATenantCannotTakeAnotherTenantsHost(t *testing.T) {
+	c := startControllers(t)
+	installPlugin(t, "generic")
+	ctx := context.Background()
+	kube, cs := clients(t)
+	sshd, err := framework.StartSSHD(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(sshd.Stop)
+	joinDir := t.TempDir()
+	admin, err := framework.Shared(t).WriteKubeconfig(framework.AdminName)
+	require.NoError(t, err)
+
+	class := exampleClass(t)
+	key, err := os.ReadFile(sshd.KeyFile)
+	require.NoError(t, err)
+	ref := class.Spec.CredentialsSecretRef
+	ref.Name = "generic-pool-ssh"
+	_, err = kube.CoreV1().Secrets(ref.Namespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: ref.Name},
+		Data:       map[string][]byte{"ssh-private-key": key},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	class.Name = "generic-pool"
+	class.Spec.TenantOverrides = []string{"options.generic-ip-address"}
+	class.Spec.DockerMachine.Options["generic-ssh-port"] = strconv.Itoa(sshd.Port)
+	class.Spec.DockerMachine.Options["generic-ssh-user"] = sshd.User
+	class.Spec.DockerMachine.Provisioning.Script = framework.JoinScript(joinDir, framework.Shared(t).Kubectl(), admin)
+	class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	waitClassValid(t, class.Name)
+
+	onHost := func(ns string) {
+		t.Helper()
+		_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "metal", Namespace: ns},
+			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: class.Name, Replicas: ptr.To[int32](1),
+				DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
+					Options: map[string]string{"generic-ip-address": "127.0.0.1"}}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	teamA, teamB := createNamespace(t, "host-team-a"), createNamespace(t, "host-team-b")
+	onHost(teamA)
+	eventually(t, 3*time.Minute, "team A's Node on the host", converged(c, t, teamA, "metal", 1))
+	hostOwner := nodeNames(t, teamA, "metal")[0]
+
+	onHost(teamB)
+	var refused string
+	eventually(t, 2*time.Minute, "team B's Node refused the host", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, teamB, "metal")
+		if err != nil || len(nodes) != 1 {
+			return false, fmt.Sprintf("%d nodes (%v)", len(nodes), err)
+		}
+		refused = nodes[0].Name
+		msg := nodes[0].Annotations[nodesetv1alpha1.AnnotationProvisioningError]
+		return strings.Contains(msg, "the host there shows the SSH host key of machine "+hostOwner+", which is not of this NodeSet's namespace"), msg
+	})
+	joined, err := os.ReadFile(filepath.Join(joinDir, "joined"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{hostOwner}, strings.Fields(string(joined)), "no join script ran for team B's Node")
+	node, err := kube.CoreV1().Nodes().Get(ctx, hostOwner, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, nodeutil.IsReady(node), "team A's Node is untouched")
+
+	// Once team A's machine is gone, the host is free.
+	require.NoError(t, cs.NodesetV1alpha1().NodeSets(teamA).Delete(ctx, "metal", metav1.DeleteOptions{}))
+	eventually(t, 3*time.Minute, "team B's Node on the host", converged(c, t, teamB, "metal", 1))
+	assert.Equal(t, []string{refused}, nodeNames(t, teamB, "metal"))
+	require.NoError(t, cs.NodesetV1alpha1().NodeSets(teamB).Delete(ctx, "metal", metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "team B's Node gone", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, teamB, "metal")
+		return err == nil && len(nodes) == 0, fmt.Sprintf("%d nodes (%v)", len(nodes), err)
+	})
 }
