@@ -20,7 +20,6 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/test/framework"
 )
 
@@ -69,9 +68,8 @@ func amazonEC2Class(endpoint string, network framework.MotoNetwork) drivers.Clas
 func TestAmazonEC2Driver(t *testing.T) {
 	ctx := context.Background()
 	logs := klogBuffer(t)
-	moto := framework.StartMoto(t)
 	var refuse atomic.Bool
-	endpoint := framework.StartInterceptor(t, moto, func(w http.ResponseWriter, _ *http.Request, _ []byte, form url.Values) bool {
+	cloud := framework.StartMotoEC2(t, func(w http.ResponseWriter, _ *http.Request, _ []byte, form url.Values) bool {
 		if form.Get("Action") != "RunInstances" || !refuse.Load() {
 			return false
 		}
@@ -82,13 +80,10 @@ func TestAmazonEC2Driver(t *testing.T) {
 <Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient t3.medium capacity in the Availability Zone you requested (us-east-1a). Our system will be working on provisioning additional capacity. You can currently get t3.medium capacity by not specifying an Availability Zone in your request or choosing us-east-1b, us-east-1c.</Message></Error></Errors><RequestID>8f7e0c55-1d3c-4c4e-9a57-2f0d8b1c6a11</RequestID></Response>`)
 		return true
 	})
-	_, client, err := awscloud.SDKClients(moto)(ctx, "us-east-1", framework.MotoCredentials)
-	require.NoError(t, err)
-	ec2c := client.(*ec2.Client)
-	network := framework.NewMotoNetwork(t, ec2c, "us-east-1")
+	ec2c, network := cloud.EC2, cloud.Network
 
 	d, store, joiner := newDriver(t)
-	class := amazonEC2Class(endpoint, network)
+	class := amazonEC2Class(cloud.Endpoint, network)
 	require.NoError(t, d.Validate(ctx, class))
 	require.NoError(t, d.ValidateCloud(ctx, class))
 
@@ -200,9 +195,8 @@ func liveInstances(t *testing.T, ec2c *ec2.Client) []ec2types.Instance {
 // launches another, not leave them running unrecorded.
 func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
 	ctx := context.Background()
-	moto := framework.StartMoto(t)
 	var hold atomic.Bool
-	endpoint := framework.StartInterceptor(t, moto, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
+	cloud := framework.StartMotoEC2(t, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
 		if form.Get("Action") != "DescribeInstances" || !hold.Load() {
 			return false
 		}
@@ -211,12 +205,9 @@ func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
 		<-r.Context().Done()
 		return true
 	})
-	_, client, err := awscloud.SDKClients(moto)(ctx, "us-east-1", framework.MotoCredentials)
-	require.NoError(t, err)
-	ec2c := client.(*ec2.Client)
-	network := framework.NewMotoNetwork(t, ec2c, "us-east-1")
+	ec2c := cloud.EC2
 	d, store, _ := newDriver(t)
-	class := amazonEC2Class(endpoint, network)
+	class := amazonEC2Class(cloud.Endpoint, cloud.Network)
 	record := func() Record {
 		r, _ := store.Get(ctx, "ec2-mid")
 		return r
@@ -244,7 +235,7 @@ func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
 	hold.Store(false)
 	require.False(t, record().Created)
 
-	_, err = d.Create(ctx, drivers.Machine{Name: "ec2-mid", Class: class})
+	_, err := d.Create(ctx, drivers.Machine{Name: "ec2-mid", Class: class})
 	require.NoError(t, err)
 	var ids []string
 	for _, i := range liveInstances(t, ec2c) {

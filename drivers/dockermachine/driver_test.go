@@ -25,7 +25,6 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/drivers/dockermachine/fakeplugin"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // pluginPath is the docker-machine-driver-fake link to this test binary.
@@ -445,13 +444,8 @@ func TestUserDataProvisioning(t *testing.T) {
 }
 
 func TestSSHProvisioning(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts sshd")
-	}
+	sshd := startSSHD(t)
 	ctx := context.Background()
-	sshd, err := framework.StartSSHD(t.TempDir())
-	require.NoError(t, err)
-	defer sshd.Stop()
 	var fenceMu sync.Mutex
 	allowed := -1 // the fence's answers still yes; -1: every one
 	d := New(Options{Store: newMemStore(), Joiner: &fakeJoiner{}, StorePath: t.TempDir(), Fence: func() error {
@@ -491,7 +485,7 @@ func TestSSHProvisioning(t *testing.T) {
 	// runs it again on the same machine (as after a crash mid-provisioning).
 	script := class.Spec.DockerMachine.Provisioning.Script
 	class.Spec.DockerMachine.Provisioning.Script = "exit 3"
-	_, err = d.Create(ctx, drivers.Machine{Name: "web-s3", Class: class})
+	_, err := d.Create(ctx, drivers.Machine{Name: "web-s3", Class: class})
 	require.ErrorContains(t, err, "machine web-s3: the join script failed over SSH")
 	class.Spec.DockerMachine.Provisioning.Script = script
 	_, err = d.Create(ctx, drivers.Machine{Name: "web-s3", Class: class})

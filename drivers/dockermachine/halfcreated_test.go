@@ -12,7 +12,6 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // TestAHalfCreatedMachineIsNeverForgotten: a cloud plugin's Create makes
@@ -78,13 +77,8 @@ func machineFiles(t *testing.T, dir string) []string {
 // host) is plugin text like its errors: a credential value in it, here the
 // host itself given as a credential option, is logged scrubbed.
 func TestSSHEndpointIsScrubbed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts sshd")
-	}
+	sshd := startSSHD(t)
 	ctx := context.Background()
-	sshd, err := framework.StartSSHD(t.TempDir())
-	require.NoError(t, err)
-	defer sshd.Stop()
 	logs := klogBuffer(t)
 	d, _, _ := newDriver(t)
 	dir, out := t.TempDir(), t.TempDir()
@@ -96,7 +90,7 @@ func TestSSHEndpointIsScrubbed(t *testing.T) {
 		Method: nodesetv1alpha1.ProvisioningSSH,
 		Script: fmt.Sprintf("echo \"$NODE_NAME\" > %s/joined\n", out),
 	}
-	_, err = d.Create(ctx, drivers.Machine{Name: "ssh-1", Class: class})
+	_, err := d.Create(ctx, drivers.Machine{Name: "ssh-1", Class: class})
 	require.NoError(t, err)
 	require.FileExists(t, filepath.Join(out, "joined"), "the join script ran over SSH")
 	assert.Contains(t, logs.String(), "Running the join script over SSH")

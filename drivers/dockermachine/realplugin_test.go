@@ -50,6 +50,19 @@ func genericClass(sshd *framework.SSHD, out string) drivers.Class {
 	}, Credentials: map[string][]byte{"ssh-private-key": key}}
 }
 
+// startSSHD starts a loopback sshd for the test, stopped with it; under
+// -short the test is skipped.
+func startSSHD(t *testing.T) *framework.SSHD {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts sshd")
+	}
+	sshd, err := framework.StartSSHD(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(sshd.Stop)
+	return sshd
+}
+
 // TestGenericDriver runs rancher/machine's own generic driver (this test
 // binary, as docker-machine-driver-generic) against a loopback sshd: the
 // machine's store directory is made before its Create, the key given as a
@@ -57,13 +70,8 @@ func genericClass(sshd *framework.SSHD, out string) drivers.Class {
 // it, a failed or interrupted Create is undone so the next one succeeds,
 // and Delete leaves no file behind.
 func TestGenericDriver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts sshd")
-	}
+	sshd := startSSHD(t)
 	ctx := context.Background()
-	sshd, err := framework.StartSSHD(t.TempDir())
-	require.NoError(t, err)
-	defer sshd.Stop()
 	d, store, _ := newDriver(t)
 	out := t.TempDir()
 	class := genericClass(sshd, out)
@@ -291,13 +299,8 @@ func TestOldCredentialsStayScrubbedAfterARestart(t *testing.T) {
 // other machine is gone, the host may be taken. Machines of one namespace
 // may share a host.
 func TestAHostIsNeverTakenFromAnotherTenant(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts sshd")
-	}
+	sshd := startSSHD(t)
 	ctx := context.Background()
-	sshd, err := framework.StartSSHD(t.TempDir())
-	require.NoError(t, err)
-	defer sshd.Stop()
 	d, store, _ := newDriver(t)
 	out := t.TempDir()
 	class := genericClass(sshd, out)
@@ -308,7 +311,7 @@ func TestAHostIsNeverTakenFromAnotherTenant(t *testing.T) {
 		return string(data)
 	}
 
-	_, err = d.Create(ctx, drivers.Machine{Name: "a-1", Class: class, Owner: teamA})
+	_, err := d.Create(ctx, drivers.Machine{Name: "a-1", Class: class, Owner: teamA})
 	require.NoError(t, err)
 	_, err = d.Create(ctx, drivers.Machine{Name: "a-2", Class: class, Owner: teamA})
 	require.NoError(t, err, "one tenant's machines may share a host")

@@ -2,12 +2,17 @@ package framework
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"nodeset.dev/nodeset/drivers/awscloud"
 )
 
 // Intercept answers an AWS query-protocol request itself and returns true,
@@ -40,4 +45,27 @@ func StartInterceptor(t testing.TB, upstream string, intercept Intercept) string
 	}))
 	t.Cleanup(server.Close)
 	return server.URL
+}
+
+// MotoEC2 is moto behind an interceptor, for a program under test that
+// talks to EC2 by itself (a docker-machine plugin): Endpoint is the
+// interceptor's, for the program; EC2 talks to moto directly, for the test;
+// Network is what to launch into, in region us-east-1.
+type MotoEC2 struct {
+	Endpoint string
+	EC2      *ec2.Client
+	Network  MotoNetwork
+}
+
+// StartMotoEC2 starts moto and an interceptor in front of it (StartMoto,
+// StartInterceptor) and makes a MotoNetwork, for the test.
+func StartMotoEC2(t testing.TB, intercept Intercept) MotoEC2 {
+	t.Helper()
+	moto := StartMoto(t)
+	_, client, err := awscloud.SDKClients(moto)(context.Background(), "us-east-1", MotoCredentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec2c := client.(*ec2.Client)
+	return MotoEC2{Endpoint: StartInterceptor(t, moto, intercept), EC2: ec2c, Network: NewMotoNetwork(t, ec2c, "us-east-1")}
 }

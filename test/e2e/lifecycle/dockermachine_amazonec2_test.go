@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/drivers/awscloud"
 	"nodeset.dev/nodeset/pkg/kubestore"
 	"nodeset.dev/nodeset/test/framework"
 )
@@ -44,9 +43,8 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 	installPlugin(t, "amazonec2")
 	ctx := context.Background()
 	kube, cs := clients(t)
-	moto := framework.StartMoto(t)
 	var refuse, hold atomic.Bool
-	endpoint := framework.StartInterceptor(t, moto, func(w http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
+	cloud := framework.StartMotoEC2(t, func(w http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
 		if form.Get("Action") == "DescribeInstances" && hold.Load() {
 			// No instance runs, as far as the plugin can tell.
 			<-r.Context().Done()
@@ -61,16 +59,13 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 <Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient t3.medium capacity in the Availability Zone you requested (us-east-1a).</Message></Error></Errors><RequestID>5d1c8e0a-3f1b-4a8e-9b7c-0e2f4d6a8c10</RequestID></Response>`)
 		return true
 	})
-	_, client, err := awscloud.SDKClients(moto)(ctx, "us-east-1", framework.MotoCredentials)
-	require.NoError(t, err)
-	ec2c := client.(*ec2.Client)
-	network := framework.NewMotoNetwork(t, ec2c, "us-east-1")
+	ec2c, network := cloud.EC2, cloud.Network
 	kubelets, stopKubelets := context.WithCancel(ctx)
 	t.Cleanup(stopKubelets)
 	go framework.ReportNodesReady(kubelets, kube, "docker-machine://amazonec2/")
 
 	const secretKey = "e2e/EC2+secret+Hv7pQ2xN"
-	_, err = kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
+	_, err := kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "amazonec2-e2e"},
 		Data:       map[string][]byte{"access-key": []byte("AKIAE2EPLANTED00EC21"), "secret-key": []byte(secretKey)},
 	}, metav1.CreateOptions{})
@@ -84,7 +79,7 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 		class.Spec.DriverSections = nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
 			DriverName: "amazonec2",
 			Options: map[string]string{
-				"amazonec2-endpoint":      endpoint,
+				"amazonec2-endpoint":      cloud.Endpoint,
 				"amazonec2-region":        "us-east-1",
 				"amazonec2-zone":          "us-east-1a", // with an endpoint, amazonec2 takes the zone's whole name
 				"amazonec2-vpc-id":        network.VPC,

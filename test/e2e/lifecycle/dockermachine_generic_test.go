@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -50,6 +49,54 @@ func exampleClass(t *testing.T) *nodesetv1alpha1.NodeClass {
 	return &class
 }
 
+// genericHost is what a class of createGenericClass adopts: the key of its
+// loopback sshd, and the directory whose file "joined" its join scripts
+// append their Node's name to.
+type genericHost struct {
+	key     []byte
+	joinDir string
+}
+
+// createGenericClass creates the shipped example class named name, aimed
+// at a new loopback sshd (its port and user; its key in a Secret of the
+// class's name), with the join script replaced by one that stands in for
+// the kubelet and mutate's changes, and waits until it is Valid.
+func createGenericClass(t *testing.T, name string, mutate func(*nodesetv1alpha1.NodeClass)) genericHost {
+	t.Helper()
+	ctx := context.Background()
+	kube, cs := clients(t)
+	sshd, err := framework.StartSSHD(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(sshd.Stop)
+	host := genericHost{joinDir: t.TempDir()}
+	admin, err := framework.Shared(t).WriteKubeconfig(framework.AdminName)
+	require.NoError(t, err)
+	host.key, err = os.ReadFile(sshd.KeyFile)
+	require.NoError(t, err)
+
+	class := exampleClass(t)
+	ref := class.Spec.CredentialsSecretRef
+	ref.Name = name + "-ssh"
+	_, err = kube.CoreV1().Secrets(ref.Namespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: ref.Name},
+		Data:       map[string][]byte{"ssh-private-key": host.key},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	class.Name = name
+	class.Spec.DockerMachine.Options["generic-ssh-port"] = strconv.Itoa(sshd.Port)
+	class.Spec.DockerMachine.Options["generic-ssh-user"] = sshd.User
+	class.Spec.DockerMachine.Provisioning.Script = framework.JoinScript(host.joinDir, framework.Shared(t).Kubectl(), admin)
+	class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+	mutate(class)
+	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	waitClassValid(t, name)
+	return host
+}
+
 // TestDockerMachineGenericDriver: the shipped example, with only the host's
 // address, port and user changed (and the join script replaced by one that
 // stands in for the kubelet), provisions through rancher/machine's real
@@ -63,44 +110,12 @@ func TestDockerMachineGenericDriver(t *testing.T) {
 	installPlugin(t, "generic")
 	ctx := context.Background()
 	kube, cs := clients(t)
-	sshd, err := framework.StartSSHD(t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(sshd.Stop)
 	ns := createNamespace(t, "dm-generic")
-	joinDir := t.TempDir()
-	admin, err := framework.Shared(t).WriteKubeconfig(framework.AdminName)
-	require.NoError(t, err)
 	storeDir := filepath.Join(framework.Shared(t).Dir, "docker-machine", "machines")
-
-	class := exampleClass(t)
-	key, err := os.ReadFile(sshd.KeyFile)
-	require.NoError(t, err)
-	ref := class.Spec.CredentialsSecretRef
-	ref.Name = "generic-e2e-ssh"
-	_, err = kube.CoreV1().Secrets(ref.Namespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: ref.Name},
-		Data:       map[string][]byte{"ssh-private-key": key},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	class.Name = "generic-e2e"
-	class.Spec.DockerMachine.Options["generic-ip-address"] = "127.0.0.1"
-	class.Spec.DockerMachine.Options["generic-ssh-port"] = strconv.Itoa(sshd.Port)
-	class.Spec.DockerMachine.Options["generic-ssh-user"] = sshd.User
-	class.Spec.DockerMachine.Provisioning.Script = framework.JoinScript(joinDir, framework.Shared(t).Kubectl(), admin)
-	class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
-	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	host := createGenericClass(t, "generic-e2e", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.DockerMachine.Options["generic-ip-address"] = "127.0.0.1"
 	})
-	eventually(t, time.Minute, "the example class Valid", func(ctx context.Context) (bool, string) {
-		got, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, class.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		cond := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeClassValid)
-		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("Valid: %+v", cond)
-	})
+	key, joinDir := host.key, host.joinDir
 
 	records := func(ctx context.Context) ([]corev1.Secret, error) {
 		list, err := kube.CoreV1().Secrets("nodeset-system").List(ctx, metav1.ListOptions{LabelSelector: kubestore.LabelMachineDriver + "," + nodesetv1alpha1.LabelNodeSetNamespace + "=" + ns})
@@ -120,7 +135,7 @@ func TestDockerMachineGenericDriver(t *testing.T) {
 		}
 	}
 
-	createSet(t, ns, "metal", class.Name, 2)
+	createSet(t, ns, "metal", "generic-e2e", 2)
 	eventually(t, 3*time.Minute, "2 generic nodes", converged(c, t, ns, "metal", 2))
 	nodes, err := setNodes(ctx, t, ns, "metal")
 	require.NoError(t, err)
@@ -229,41 +244,15 @@ func TestDockerMachineATenantCannotTakeAnotherTenantsHost(t *testing.T) {
 	installPlugin(t, "generic")
 	ctx := context.Background()
 	kube, cs := clients(t)
-	sshd, err := framework.StartSSHD(t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(sshd.Stop)
-	joinDir := t.TempDir()
-	admin, err := framework.Shared(t).WriteKubeconfig(framework.AdminName)
-	require.NoError(t, err)
-
-	class := exampleClass(t)
-	key, err := os.ReadFile(sshd.KeyFile)
-	require.NoError(t, err)
-	ref := class.Spec.CredentialsSecretRef
-	ref.Name = "generic-pool-ssh"
-	_, err = kube.CoreV1().Secrets(ref.Namespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: ref.Name},
-		Data:       map[string][]byte{"ssh-private-key": key},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	class.Name = "generic-pool"
-	class.Spec.TenantOverrides = []string{"options.generic-ip-address"}
-	class.Spec.DockerMachine.Options["generic-ssh-port"] = strconv.Itoa(sshd.Port)
-	class.Spec.DockerMachine.Options["generic-ssh-user"] = sshd.User
-	class.Spec.DockerMachine.Provisioning.Script = framework.JoinScript(joinDir, framework.Shared(t).Kubectl(), admin)
-	class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
-	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, class, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	host := createGenericClass(t, "generic-pool", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.TenantOverrides = []string{"options.generic-ip-address"}
 	})
-	waitClassValid(t, class.Name)
 
 	onHost := func(ns string) {
 		t.Helper()
 		_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "metal", Namespace: ns},
-			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: class.Name, Replicas: ptr.To[int32](1),
+			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "generic-pool", Replicas: ptr.To[int32](1),
 				DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
 					Options: map[string]string{"generic-ip-address": "127.0.0.1"}}}},
 		}, metav1.CreateOptions{})
@@ -285,7 +274,7 @@ func TestDockerMachineATenantCannotTakeAnotherTenantsHost(t *testing.T) {
 		msg := nodes[0].Annotations[nodesetv1alpha1.AnnotationProvisioningError]
 		return strings.Contains(msg, "the host there shows the SSH host key of machine "+hostOwner+", which is not of this NodeSet's namespace"), msg
 	})
-	joined, err := os.ReadFile(filepath.Join(joinDir, "joined"))
+	joined, err := os.ReadFile(filepath.Join(host.joinDir, "joined"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{hostOwner}, strings.Fields(string(joined)), "no join script ran for team B's Node")
 	node, err := kube.CoreV1().Nodes().Get(ctx, hostOwner, metav1.GetOptions{})
