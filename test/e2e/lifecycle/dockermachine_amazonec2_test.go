@@ -100,7 +100,8 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 	ns := createNamespace(t, "dm-amazonec2")
 
 	// instances are moto's live instances by their Name tag, which
-	// amazonec2 sets to the machine's (the Node's) name.
+	// amazonec2 sets to the machine's (the Node's) name; two live instances
+	// of one name (one left by an attempt before) are an error.
 	instances := func(ctx context.Context) (map[string]ec2types.Instance, error) {
 		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{})
 		if err != nil {
@@ -113,9 +114,14 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 					continue
 				}
 				for _, tag := range i.Tags {
-					if aws.ToString(tag.Key) == "Name" {
-						live[aws.ToString(tag.Value)] = i
+					if aws.ToString(tag.Key) != "Name" {
+						continue
 					}
+					name := aws.ToString(tag.Value)
+					if other, ok := live[name]; ok {
+						return nil, fmt.Errorf("two live instances of machine %s: %s and %s", name, aws.ToString(other.InstanceId), aws.ToString(i.InstanceId))
+					}
+					live[name] = i
 				}
 			}
 		}
