@@ -685,7 +685,7 @@ func (d *Driver) saveConfig(ctx context.Context, p Plugin, record *Record) {
 	saved := *record
 	saved.Config = config
 	if err := d.store.Put(ctx, &saved); err != nil {
-		klog.FromContext(ctx).V(2).Info("Could not save the configuration of a machine whose creation failed", "machine", record.Name, "err", d.scrubbed(record.Name, err).Error())
+		klog.FromContext(ctx).V(2).Info("Could not save the configuration of a machine whose creation has not finished", "machine", record.Name, "err", d.scrubbed(record.Name, err).Error())
 		return
 	}
 	*record = saved
