@@ -3,7 +3,6 @@ package dockermachine
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -31,23 +30,15 @@ const (
 )
 
 // amazonEC2Class is a class of rancher/machine's amazonec2 driver aimed at
-// endpoint (moto, or a proxy to it), launching into network with its join
+// cloud (moto behind a proxy), launching into its network with the join
 // script as the instance's user data.
-func amazonEC2Class(endpoint string, network framework.MotoNetwork) drivers.Class {
+func amazonEC2Class(cloud framework.MotoEC2) drivers.Class {
 	return drivers.Class{Name: "ec2", Spec: nodesetv1alpha1.NodeClassSpec{
 		Driver:               nodesetv1alpha1.DriverDockerMachine,
 		CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "aws"},
 		DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
-			DriverName: "amazonec2",
-			Options: map[string]string{
-				"amazonec2-endpoint":      endpoint,
-				"amazonec2-region":        "us-east-1",
-				"amazonec2-zone":          "us-east-1a",
-				"amazonec2-vpc-id":        network.VPC,
-				"amazonec2-subnet-id":     network.Subnet,
-				"amazonec2-ami":           network.Image,
-				"amazonec2-instance-type": "t3.medium",
-			},
+			DriverName:        "amazonec2",
+			Options:           cloud.AmazonEC2Options(),
 			CredentialOptions: map[string]string{"amazonec2-access-key": "access-key", "amazonec2-secret-key": "secret-key"},
 			Provisioning: &nodesetv1alpha1.MachineProvisioning{Method: nodesetv1alpha1.ProvisioningUserData,
 				UserDataOption: "amazonec2-userdata", KubernetesVersion: "v1.37.2"},
@@ -73,17 +64,13 @@ func TestAmazonEC2Driver(t *testing.T) {
 		if form.Get("Action") != "RunInstances" || !refuse.Load() {
 			return false
 		}
-		// EC2's answer when a zone has no room for the instance type.
-		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-		w.WriteHeader(http.StatusInternalServerError)
-		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?>
-<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient t3.medium capacity in the Availability Zone you requested (us-east-1a). Our system will be working on provisioning additional capacity. You can currently get t3.medium capacity by not specifying an Availability Zone in your request or choosing us-east-1b, us-east-1c.</Message></Error></Errors><RequestID>8f7e0c55-1d3c-4c4e-9a57-2f0d8b1c6a11</RequestID></Response>`)
+		framework.AnswerNoCapacity(w, "t3.medium", "us-east-1a")
 		return true
 	})
 	ec2c, network := cloud.EC2, cloud.Network
 
 	d, store, joiner := newDriver(t)
-	class := amazonEC2Class(cloud.Endpoint, network)
+	class := amazonEC2Class(cloud)
 	require.NoError(t, d.Validate(ctx, class))
 	require.NoError(t, d.ValidateCloud(ctx, class))
 
@@ -207,7 +194,7 @@ func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
 	})
 	ec2c := cloud.EC2
 	d, store, _ := newDriver(t)
-	class := amazonEC2Class(cloud.Endpoint, cloud.Network)
+	class := amazonEC2Class(cloud)
 	record := func() Record {
 		r, _ := store.Get(ctx, "ec2-mid")
 		return r
@@ -267,7 +254,7 @@ func TestAmazonEC2OptionsATenantCannotOverride(t *testing.T) {
 		"amazonec2-instance-type": true,
 		"amazonec2-root-size":     true,
 	} {
-		class := amazonEC2Class("http://127.0.0.1:1", framework.MotoNetwork{VPC: "vpc-1", Subnet: "subnet-1", Image: "ami-1"})
+		class := amazonEC2Class(framework.MotoEC2{Endpoint: "http://127.0.0.1:1", Network: framework.MotoNetwork{VPC: "vpc-1", Subnet: "subnet-1", Image: "ami-1"}})
 		class.Spec.DockerMachine.Provisioning = nil
 		class.Spec.TenantOverrides = []string{"options." + option}
 		err := d.Validate(ctx, class)

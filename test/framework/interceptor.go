@@ -3,6 +3,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -68,4 +69,29 @@ func StartMotoEC2(t testing.TB, intercept Intercept) MotoEC2 {
 	}
 	ec2c := client.(*ec2.Client)
 	return MotoEC2{Endpoint: StartInterceptor(t, moto, intercept), EC2: ec2c, Network: NewMotoNetwork(t, ec2c, "us-east-1")}
+}
+
+// AnswerNoCapacity answers an EC2 request as EC2 does when a zone has no
+// room for an instance type: InsufficientInstanceCapacity, with EC2's words.
+func AnswerNoCapacity(w http.ResponseWriter, instanceType, zone string) {
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.WriteHeader(http.StatusInternalServerError)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient %[1]s capacity in the Availability Zone you requested (%[2]s). Our system will be working on provisioning additional capacity. You can currently get %[1]s capacity by not specifying an Availability Zone in your request or choosing another zone.</Message></Error></Errors><RequestID>8f7e0c55-1d3c-4c4e-9a57-2f0d8b1c6a11</RequestID></Response>`,
+		instanceType, zone)
+}
+
+// AmazonEC2Options are the options of rancher/machine's amazonec2 driver
+// that launch a t3.medium from m's image into m's network, in us-east-1a,
+// through m's interceptor.
+func (m MotoEC2) AmazonEC2Options() map[string]string {
+	return map[string]string{
+		"amazonec2-endpoint":      m.Endpoint,
+		"amazonec2-region":        "us-east-1",
+		"amazonec2-zone":          "us-east-1a", // with an endpoint, amazonec2 takes the zone's whole name
+		"amazonec2-vpc-id":        m.Network.VPC,
+		"amazonec2-subnet-id":     m.Network.Subnet,
+		"amazonec2-ami":           m.Network.Image,
+		"amazonec2-instance-type": "t3.medium",
+	}
 }

@@ -53,13 +53,10 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 		if form.Get("Action") != "RunInstances" || !refuse.Load() {
 			return false
 		}
-		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-		w.WriteHeader(http.StatusInternalServerError)
-		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?>
-<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient t3.medium capacity in the Availability Zone you requested (us-east-1a).</Message></Error></Errors><RequestID>5d1c8e0a-3f1b-4a8e-9b7c-0e2f4d6a8c10</RequestID></Response>`)
+		framework.AnswerNoCapacity(w, "t3.medium", "us-east-1a")
 		return true
 	})
-	ec2c, network := cloud.EC2, cloud.Network
+	ec2c := cloud.EC2
 	kubelets, stopKubelets := context.WithCancel(ctx)
 	t.Cleanup(stopKubelets)
 	go framework.ReportNodesReady(kubelets, kube, "docker-machine://amazonec2/")
@@ -77,16 +74,8 @@ func TestDockerMachineAmazonEC2Driver(t *testing.T) {
 		class.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
 		class.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "amazonec2-e2e"}
 		class.Spec.DriverSections = nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
-			DriverName: "amazonec2",
-			Options: map[string]string{
-				"amazonec2-endpoint":      cloud.Endpoint,
-				"amazonec2-region":        "us-east-1",
-				"amazonec2-zone":          "us-east-1a", // with an endpoint, amazonec2 takes the zone's whole name
-				"amazonec2-vpc-id":        network.VPC,
-				"amazonec2-subnet-id":     network.Subnet,
-				"amazonec2-ami":           network.Image,
-				"amazonec2-instance-type": "t3.medium",
-			},
+			DriverName:        "amazonec2",
+			Options:           cloud.AmazonEC2Options(),
 			CredentialOptions: map[string]string{"amazonec2-access-key": "access-key", "amazonec2-secret-key": "secret-key"},
 			Provisioning: &nodesetv1alpha1.MachineProvisioning{Method: nodesetv1alpha1.ProvisioningUserData,
 				UserDataOption: "amazonec2-userdata", KubernetesVersion: "v1.37.2"},
