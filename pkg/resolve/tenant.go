@@ -289,18 +289,31 @@ func TemplateConflicts(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.No
 		problems = append(problems, fmt.Sprintf("%s[%q] %q: NodeClass %s sets it to %q on every Node, and a NodeSet may not change it",
 			path, key, value, class.Name, classValue))
 	}
+	// The class's own labels and taints: its nodeTemplate's, and those of
+	// its driver section, which reach the Node too.
+	classLabels := StampedLabels(&class.Spec)
+	type classTaint struct{ key, value, effect string }
+	var classTaints []classTaint
+	for _, t := range stamped.Taints {
+		classTaints = append(classTaints, classTaint{t.Key, t.Value, string(t.Effect)})
+	}
+	if s := class.Spec.EKSManagedNodeGroup; s != nil {
+		for _, t := range s.Taints {
+			classTaints = append(classTaints, classTaint{t.Key, t.Value, kubeEffect(t.Effect)})
+		}
+	}
 	labels := func(path string, m map[string]string) {
 		for k, v := range m {
-			if classValue, ok := stamped.Labels[k]; ok && classValue != v {
+			if classValue, ok := classLabels[k]; ok && classValue != v {
 				conflict(path, k, v, classValue)
 			}
 		}
 	}
 	taint := func(path, key, value, effect string) {
-		for _, ct := range stamped.Taints {
-			if ct.Key == key && ct.Effect == kubeEffect(effect) && ct.Value != value {
+		for _, ct := range classTaints {
+			if ct.key == key && ct.effect == kubeEffect(effect) && ct.value != value {
 				problems = append(problems, fmt.Sprintf("%s %s=%s:%s: NodeClass %s puts %s=%s:%s on every Node, and a NodeSet may not change its value",
-					path, key, value, effect, class.Name, ct.Key, ct.Value, ct.Effect))
+					path, key, value, effect, class.Name, ct.key, ct.value, ct.effect))
 			}
 		}
 	}
