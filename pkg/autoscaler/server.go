@@ -648,8 +648,12 @@ func victim(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, want *protos.Ext
 	return nil, status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
 }
 
-// NodeGroupDecreaseTargetSize lowers spec.replicas by nodes not yet
-// registered only; it never takes a Ready node.
+// NodeGroupDecreaseTargetSize lowers spec.replicas by replicas whose
+// machine has not been made only: it never takes a Node with a machine
+// (a provider ID), booting or Ready, as a cloud's group refuses to go below
+// the instances it has. cluster-autoscaler calls it to take back a
+// scale-up that timed out (--max-node-provision-time after IncreaseSize),
+// and a machine that is booting slowly joins later.
 func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.NodeGroupDecreaseTargetSizeRequest) (*protos.NodeGroupDecreaseTargetSizeResponse, error) {
 	if req.GetDelta() >= 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "size decrease must be negative, got %d", req.GetDelta())
@@ -662,10 +666,10 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 		// A Node named for deletion is going, even before the controller
 		// has deleted it: DeleteNodes answers when the name is written down.
 		going := plan.DeleteList(set)
-		registered := 0
+		made := 0
 		for _, n := range nodes {
-			if n.DeletionTimestamp == nil && !going[n.Name] && nodeutil.IsReady(n) {
-				registered++
+			if n.DeletionTimestamp == nil && !going[n.Name] && (n.Spec.ProviderID != "" || nodeutil.IsReady(n)) {
+				made++
 			}
 		}
 		target := plan.Replicas(set) + req.GetDelta() // delta < 0 and replicas >= 0: no overflow
@@ -675,9 +679,9 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 			return status.Errorf(codes.FailedPrecondition, "target size %d + %d of %s would be below spec.autoscaling.minReplicas %d",
 				plan.Replicas(set), req.GetDelta(), GroupID(set), set.Spec.Autoscaling.MinReplicas)
 		}
-		if target < int32(registered) {
-			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d registered nodes, target size %d + %d would be %d",
-				GroupID(set), registered, plan.Replicas(set), req.GetDelta(), target)
+		if target < int32(made) {
+			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d nodes with a machine, target size %d + %d would be %d",
+				GroupID(set), made, plan.Replicas(set), req.GetDelta(), target)
 		}
 		set.Spec.Replicas = &target
 		return nil
@@ -821,6 +825,14 @@ func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGr
 	set, err := s.group(req.GetId())
 	if err != nil {
 		return nil, err
+	}
+	// A set nodeset makes no Nodes for (a class its namespace may not use,
+	// labels it may not set) has no template either: offered, its template
+	// could draw other tenants' pending pods to a scale-up that is then
+	// refused, and the group backed off, in every loop. Unimplemented is
+	// "no template", which cluster-autoscaler takes without an error.
+	if err := s.unmanaged(set); err != nil {
+		return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
 	}
 	node, err := s.TemplateNode(set)
 	if err != nil {

@@ -243,7 +243,8 @@ func TestDeleteNodesRefusals(t *testing.T) {
 
 // TestScalingRefusedWhileNotAccepted: the NodeSetController makes and
 // removes no Nodes of a set that is not Accepted, so a scale-up or a
-// deletion is refused rather than answered and never carried out. Over its
+// deletion is refused rather than answered and never carried out, and no
+// template is offered for it (which would draw pods to it). Over its
 // class's limits (Accepted=False, LimitExceeded) a set is still managed,
 // and before its first verdict it will be.
 func TestScalingRefusedWhileNotAccepted(t *testing.T) {
@@ -288,6 +289,13 @@ func TestScalingRefusedWhileNotAccepted(t *testing.T) {
 			if tt.condition != nil {
 				assert.Contains(t, groups.NodeGroups[0].Debug, "Accepted="+string(tt.condition.Status)+" ("+tt.condition.Reason+")")
 			}
+			_, templateErr := f.server.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "team-a/web"})
+			if tt.refused == "" {
+				require.NoError(t, templateErr)
+			} else {
+				assert.Equal(t, codes.Unimplemented, code(templateErr), "no template for a set nodeset makes no Nodes for: %v", templateErr)
+				assert.ErrorContains(t, templateErr, tt.refused)
+			}
 			_, upErr := f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 1})
 			_, downErr := f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
 				Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
@@ -306,16 +314,23 @@ func TestScalingRefusedWhileNotAccepted(t *testing.T) {
 	}
 }
 
-func TestDecreaseTargetSizeOnlyForUnregistered(t *testing.T) {
-	set := testSet(4)
+// TestDecreaseTargetSizeOnlyForReplicasWithoutAMachine: cluster-autoscaler
+// takes back a scale-up that timed out by its whole increase; only replicas
+// whose machine was never made go, and a Node whose machine is booting
+// (a provider ID, not Ready yet) is kept, as a cloud's group keeps its
+// pending instances.
+func TestDecreaseTargetSizeOnlyForReplicasWithoutAMachine(t *testing.T) {
+	set := testSet(5)
 	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", true),
 		setNode(set, "web-c", "", false), setNode(set, "web-d", "simulated:///web-d", false))
 	ctx := context.Background()
 	_, err := f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web", Delta: -3})
-	assert.Equal(t, codes.FailedPrecondition, code(err), "would take a registered node")
+	assert.Equal(t, codes.FailedPrecondition, code(err), "would take web-d, whose machine is booting")
+	assert.ErrorContains(t, err, "attempt to delete existing nodes: team-a/web has 3 nodes with a machine")
+	assert.Equal(t, int32(5), *f.set(t).Spec.Replicas)
 	_, err = f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web", Delta: -2})
-	require.NoError(t, err)
-	assert.Equal(t, int32(2), *f.set(t).Spec.Replicas)
+	require.NoError(t, err, "the replica without a Node and web-c, which has no machine")
+	assert.Equal(t, int32(3), *f.set(t).Spec.Replicas)
 }
 
 // TestDecreaseTargetSizeAfterDeleteNodes: a Node that DeleteNodes named is

@@ -373,3 +373,64 @@ func TestAutoscalerModelUnregisteredInstances(t *testing.T) {
 		assert.True(t, nodeutil.IsReady(&n))
 	}
 }
+
+// TestAutoscalerModelTakesBackATimedOutScaleUp: cluster-autoscaler 1.36
+// takes back a scale-up whose nodes have not all come within the max node
+// provision time, by its whole increase (DecreaseTargetSize). Machines
+// that are made and booting, slower than that, are kept, as a cloud's group
+// keeps its pending instances: the take-back is refused, and the NodeSet
+// keeps its replicas and Nodes.
+func TestAutoscalerModelTakesBackATimedOutScaleUp(t *testing.T) {
+	c := startControllers(t)
+	kube, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca-model-slow")
+	createClass(t, "ca-model-slow", func(class *nodesetv1alpha1.NodeClass) {
+		twoCPUs(class)
+		class.Spec.Simulated.BootDelay = &metav1.Duration{Duration: time.Hour} // booting all through the test
+	})
+	createAutoscaledSet(t, ns, "slow", "ca-model-slow", 4)
+	id := ns + "/slow"
+	flags := caDefaultFlags
+	flags.maxNodeProvisionTime = time.Hour // until the machines are made
+	model := newCAModel(t, c, ns, flags)
+	templateReady(t, model.ca, id)
+	createModelPods(t, ns, modelPods{pool: "slow", cpu: []string{"1500m", "1500m"}})
+	eventually(t, 2*time.Minute, "the model scales the set up by 2", func(ctx context.Context) (bool, string) {
+		if err := model.loop(ctx); err != nil {
+			return false, "model: " + err.Error()
+		}
+		return model.increased[id] == 2, fmt.Sprintf("increased by %d", model.increased[id])
+	})
+	var made []string
+	eventually(t, 2*time.Minute, "both machines made (a provider ID), booting", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "slow")
+		if err != nil {
+			return false, err.Error()
+		}
+		made = made[:0]
+		for _, n := range nodes {
+			if n.Spec.ProviderID != "" && !nodeutil.IsReady(&n) {
+				made = append(made, n.Name)
+			}
+		}
+		return len(nodes) == 2 && len(made) == 2, fmt.Sprintf("%d Nodes, made %v", len(nodes), made)
+	})
+
+	model.flags.maxNodeProvisionTime = time.Second
+	eventually(t, time.Minute, "the scale-up times out", func(ctx context.Context) (bool, string) {
+		if err := model.loop(ctx); err != nil {
+			return false, "model: " + err.Error()
+		}
+		return len(model.reverts) > 0, "no take-back yet"
+	})
+	assert.Equal(t, []string{id + " -2: FailedPrecondition"}, model.reverts, "booting machines are not taken back")
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "slow", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *set.Spec.Replicas)
+	for _, name := range made {
+		node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Nil(t, node.DeletionTimestamp, "%s kept", name)
+	}
+}

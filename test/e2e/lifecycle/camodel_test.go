@@ -48,6 +48,10 @@ import (
 //   - upcoming = target - (ready + unready + longUnregistered), counted
 //     only while the group has a scale-up request; the request ends when
 //     target <= registered - notStarted.
+//   - A scale-up request still with nodes to come the max node provision
+//     time after its last IncreaseSize has timed out (1.36): the group is
+//     backed off (5 minutes at first) and the whole increase is taken back
+//     with DecreaseTargetSize, whose error is only logged.
 //   - Long-unregistered fake nodes are deleted with one DeleteNodes call per
 //     group, never below the group's min size.
 //   - A scale-up places the pending pods on the free room of Ready nodes
@@ -65,6 +69,10 @@ type caModel struct {
 	unregisteredSince map[string]time.Time
 	requests          map[string]bool
 	increased         map[string]int32
+	requestAt         map[string]time.Time // the scale-up request's last IncreaseSize
+	requestIncrease   map[string]int32     // and its whole increase
+	backoffUntil      map[string]time.Time
+	reverts           []string // "<group> <delta>: <code>" of each timed-out scale-up taken back
 	deleteCalls       [][]string
 	foreignTaints     map[string]bool // Nodes seen starting with only a taint CA does not know
 	sawStale          map[string]bool // fake nodes of instance ids no longer any Node's
@@ -100,7 +108,8 @@ func newCAModel(t *testing.T, c *controllers, namespace string, flags caFlags) *
 	kube, _ := clients(t)
 	return &caModel{t: t, ca: autoscalerClient(t, c), kube: kube, namespace: namespace, flags: flags, scaleUp: true,
 		instances: map[string]cachedInstances{}, unregisteredSince: map[string]time.Time{}, requests: map[string]bool{},
-		increased: map[string]int32{}, foreignTaints: map[string]bool{}, sawStale: map[string]bool{}}
+		increased: map[string]int32{}, requestAt: map[string]time.Time{}, requestIncrease: map[string]int32{},
+		backoffUntil: map[string]time.Time{}, foreignTaints: map[string]bool{}, sawStale: map[string]bool{}}
 }
 
 const (
@@ -283,7 +292,15 @@ func (m *caModel) loop(ctx context.Context) error {
 	for id, group := range groups {
 		r := readiness[id]
 		if m.requests[id] && !m.scalingUp(group, r) {
-			delete(m.requests, id)
+			m.endRequest(id)
+		}
+		if at, ok := m.requestAt[id]; ok && m.requests[id] && at.Add(group.provisioned).Before(now) {
+			delta := -m.requestIncrease[id]
+			_, err := m.ca.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: id, Delta: delta})
+			m.reverts = append(m.reverts, fmt.Sprintf("%s %d: %v", id, delta, status.Code(err)))
+			m.t.Logf("model loop %d: scale-up of %s timed out; DecreaseTargetSize(%d): %v", m.loops, id, delta, err)
+			m.backoffUntil[id] = now.Add(5 * time.Minute)
+			m.endRequest(id)
 		}
 		if n := group.target - int32(len(r.ready)+len(r.unready)+len(r.longUnregistered)); n > 0 && m.requests[id] {
 			upcoming[id] = n
@@ -324,6 +341,9 @@ func (m *caModel) loop(ctx context.Context) error {
 	sort.Strings(ids)
 	for _, id := range ids {
 		group := groups[id]
+		if m.backoffUntil[id].After(now) {
+			continue
+		}
 		resp, err := m.ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: id})
 		if err != nil {
 			continue // no template yet: no scale-up of this group
@@ -386,13 +406,25 @@ func (m *caModel) loop(ctx context.Context) error {
 		if _, err := m.ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: delta}); err != nil {
 			return fmt.Errorf("IncreaseSize(%s, %d): %w", id, delta, err)
 		}
+		if !m.requests[id] {
+			m.requestIncrease[id] = 0
+		}
 		m.requests[id] = true
+		m.requestAt[id] = now
+		m.requestIncrease[id] += delta
 		m.increased[id] += delta
 		m.t.Logf("model loop %d: %s +%d (target %d, ready %d, unready %d, notStarted %d, unregistered %d, upcoming %d, %d pending)",
 			m.loops, id, delta, group.target, len(readiness[id].ready), len(readiness[id].unready), len(readiness[id].notStarted),
 			len(readiness[id].unregistered), upcoming[id], len(pending))
 	}
 	return nil
+}
+
+// endRequest ends the group's scale-up request.
+func (m *caModel) endRequest(id string) {
+	delete(m.requests, id)
+	delete(m.requestAt, id)
+	delete(m.requestIncrease, id)
 }
 
 // scalingUp: the group still has nodes to come (its instance list is then
