@@ -124,7 +124,9 @@ type Controller struct {
 	nodeRetries workqueue.TypedRateLimiter[string]
 	// groups holds the NodeSets (namespace/name) of group drivers whose
 	// cloud group is to be synced.
-	groups      workqueue.TypedRateLimitingInterface[string]
+	groups workqueue.TypedRateLimitingInterface[string]
+	// groupSizes are the sizes last given to each NodeSet's cloud group.
+	groupSizes  groupSizes
 	nodeIndexer cache.Indexer
 	// setIndexer indexes the NodeSets by the seal of their Nodes.
 	setIndexer cache.Indexer
@@ -238,6 +240,7 @@ func NewController(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
 		nodeIndexer:      nodeInformer.Informer().GetIndexer(),
+		groupSizes:       groupSizes{sizes: map[string]int32{}},
 		terminated:       map[string]time.Time{},
 		made:             newNodeMemory[madeMachine](),
 		released:         newNodeMemory[struct{}](),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +117,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	cached, err := c.sets.NodeSets(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.groupSizes.forget(key)
 		return nil // its group, if any, is an orphan now
 	}
 	if err != nil {
@@ -178,7 +180,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		}
 		set = updated
 	}
-	size, err := c.cappedGroupSize(class, set, hash, nodes)
+	size, err := c.sizeGroup(class, set, hash, nodes)
 	if err != nil {
 		return err
 	}
@@ -232,6 +234,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonGroupFailed, "Cloud group %s: %s", groupName, reported)
 	}
 	desired := status.DesiredSize
+	c.groupSizes.set(key, desired)
 	if err := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, State: status.State, DesiredSize: &desired,
 		UpdateID: status.UpdateID, UpdateStatus: status.UpdateStatus, Message: status.Message}, false); err != nil {
 		return err
@@ -242,6 +245,69 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	c.groups.AddAfter(key, next)
 	return nil
+}
+
+// groupSizes remembers the size this controller last gave each NodeSet's
+// cloud group (namespace/name), until the set is gone. The limits count a
+// group by its set's status.group.desiredSize, which is written after the
+// group is brought to it and reaches the cache later still: two sets of one
+// class sized in that window (two workers at once, or one right after the
+// other) would each see the whole room, and the groups are never lowered
+// for it. Sizing a group and writing its size down here take turns.
+type groupSizes struct {
+	mu    sync.Mutex
+	sizes map[string]int32
+}
+
+func (g *groupSizes) set(key string, size int32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sizes[key] = size
+}
+
+func (g *groupSizes) forget(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.sizes, key)
+}
+
+// sizeGroup is cappedGroupSize, written down as the set's group size
+// before any other group is sized.
+func (c *Controller) sizeGroup(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, hash string, nodes []*corev1.Node) (int32, error) {
+	c.groupSizes.mu.Lock()
+	defer c.groupSizes.mu.Unlock()
+	size, err := c.cappedGroupSize(class, set, hash, nodes)
+	if err != nil {
+		return 0, err
+	}
+	if old, ok := c.groupSizes.sizes[set.Namespace+"/"+set.Name]; !ok || size > old {
+		// A group is never lowered here: one bigger than size stays so.
+		c.groupSizes.sizes[set.Namespace+"/"+set.Name] = size
+	}
+	return size, nil
+}
+
+// withGroupSizes is sets with each one's status.group.desiredSize as this
+// controller last gave it, where it differs from what the cache shows
+// (sets are the cache's: those changed are copies).
+func (c *Controller) withGroupSizes(sets []*nodesetv1alpha1.NodeSet) []*nodesetv1alpha1.NodeSet {
+	out := make([]*nodesetv1alpha1.NodeSet, 0, len(sets))
+	for _, set := range sets {
+		size, ok := c.groupSizes.sizes[set.Namespace+"/"+set.Name]
+		if !ok || set.Status.Group != nil && set.Status.Group.DesiredSize != nil && *set.Status.Group.DesiredSize == size {
+			out = append(out, set)
+			continue
+		}
+		copied := *set
+		group := nodesetv1alpha1.GroupStatus{}
+		if set.Status.Group != nil {
+			group = *set.Status.Group
+		}
+		group.DesiredSize = &size
+		copied.Status.Group = &group
+		out = append(out, &copied)
+	}
+	return out
 }
 
 // cappedGroupSize is the size the set's group should have (plan.GroupSize),
@@ -261,7 +327,7 @@ func (c *Controller) cappedGroupSize(class *nodesetv1alpha1.NodeClass, set *node
 	if err != nil {
 		return 0, err
 	}
-	others := plan.CountUsage(classNodes, plan.UnseenGroupMachines(sets, class.Name, classNodes), set.Namespace, set.Namespace+"/"+set.Name)
+	others := plan.CountUsage(classNodes, plan.UnseenGroupMachines(c.withGroupSizes(sets), class.Name, classNodes), set.Namespace, set.Namespace+"/"+set.Name)
 	room, _ := plan.Room(class, set.Namespace, others)
 	return int32(min(int64(size), room)), nil
 }
