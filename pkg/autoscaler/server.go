@@ -529,14 +529,14 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 // NodeGroupDeleteNodes removes exactly the named Nodes: the lowered replicas
 // and the victims are written in one write of the NodeSet.
 func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
-	var victims []string
+	var victims, stale []string
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
 		nodes, err := s.setNodes(set)
 		if err != nil {
 			return err
 		}
 		listed := plan.DeleteList(set)
-		victims = victims[:0]
+		victims, stale = victims[:0], stale[:0]
 		// Replicas without a Node go by lowering the count alone, as
 		// DecreaseTargetSize would: no Node is named.
 		unmade := map[string]bool{}
@@ -546,6 +546,16 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 					return status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
 				}
 				unmade[id] = true
+				continue
+			}
+			if id, ok := registeredSince(nodes, want); ok {
+				// An entry of cluster-autoscaler's cached instance list
+				// older than the Node's provider ID: the instance it
+				// gives up on has registered, and there is nothing to
+				// delete. Refused, the whole call would fail, the rest
+				// of its nodes with it (and, for long-unregistered
+				// nodes, every group after this one in that loop).
+				stale = append(stale, id)
 				continue
 			}
 			node, err := victim(set, nodes, want)
@@ -566,17 +576,21 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 				return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
 			}
 		}
-		if have := pending(set, nodes); int32(len(unmade)) > have {
-			return status.Errorf(codes.FailedPrecondition, "node group %s has %d replica(s) without a Node, not %d: its Nodes have been made since; not deleting a registered node by a stale instance id",
-				GroupID(set), have, len(unmade))
+		// Pending ids are positions: past the replicas still without a
+		// Node, they are stale entries too, whose Nodes have been made
+		// since (and are not deleted by them).
+		unmadeCount := int32(len(unmade))
+		if have := pending(set, nodes); unmadeCount > have {
+			stale = append(stale, fmt.Sprintf("%d of %d nodeset-pending instances", unmadeCount-have, unmadeCount))
+			unmadeCount = have
 		}
-		if len(victims) == 0 && len(unmade) == 0 {
+		if len(victims) == 0 && unmadeCount == 0 {
 			return nil
 		}
-		target := plan.Replicas(set) - int32(len(victims)) - int32(len(unmade))
+		target := plan.Replicas(set) - int32(len(victims)) - unmadeCount
 		if target < set.Spec.Autoscaling.MinReplicas {
 			return status.Errorf(codes.FailedPrecondition, "deleting %d node(s) would take %s to %d nodes, below spec.autoscaling.minReplicas %d",
-				len(victims)+len(unmade), GroupID(set), target, set.Spec.Autoscaling.MinReplicas)
+				int32(len(victims))+unmadeCount, GroupID(set), target, set.Spec.Autoscaling.MinReplicas)
 		}
 		if len(victims) == 0 {
 			set.Spec.Replicas = &target
@@ -597,8 +611,27 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("cluster-autoscaler deleted nodes", "nodeset", req.GetId(), "nodes", victims)
+	klog.FromContext(ctx).V(2).Info("cluster-autoscaler deleted nodes", "nodeset", req.GetId(), "nodes", victims, "registeredSince", stale)
 	return &protos.NodeGroupDeleteNodesResponse{}, nil
+}
+
+// registeredSince reports whether cluster-autoscaler's node names a Node of
+// nodes by its placeholder instance id after the Node got a provider ID,
+// and that id.
+func registeredSince(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (string, bool) {
+	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+		name, ok := placeholderNode(id)
+		if !ok {
+			continue
+		}
+		for _, n := range nodes {
+			if n.Name == name {
+				return id, n.Spec.ProviderID != ""
+			}
+		}
+		return "", false
+	}
+	return "", false
 }
 
 // pendingInstance is the pending instance id cluster-autoscaler's node is
@@ -614,9 +647,10 @@ func pendingInstance(want *protos.ExternalGrpcNode) (string, bool) {
 
 // victim is the Node of set that cluster-autoscaler's node names. A node
 // named by a placeholder instance id (a fake node of an instance that never
-// registered) is that Node only while it still has no provider ID: once it
-// has one, the placeholder is a stale entry of cluster-autoscaler's cached
-// instance list, and deleting by it would remove a registered node.
+// registered) is that Node while it still has no provider ID (once it has
+// one, the placeholder is a stale entry of cluster-autoscaler's cached
+// instance list, which registeredSince finds first: deleting by it would
+// remove a registered node).
 func victim(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, want *protos.ExternalGrpcNode) (*corev1.Node, error) {
 	for _, id := range []string{want.GetProviderID(), want.GetName()} {
 		name, ok := placeholderNode(id)
@@ -624,14 +658,9 @@ func victim(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, want *protos.Ext
 			continue
 		}
 		for _, n := range nodes {
-			if n.Name != name {
-				continue
+			if n.Name == name {
+				return n, nil
 			}
-			if n.Spec.ProviderID != "" {
-				return nil, status.Errorf(codes.FailedPrecondition, "instance %s of node group %s has registered since, as %s: not deleting Node %s by a stale instance id",
-					id, GroupID(set), n.Spec.ProviderID, n.Name)
-			}
-			return n, nil
 		}
 		return nil, status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
 	}

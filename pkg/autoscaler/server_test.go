@@ -478,8 +478,9 @@ func TestFakeNodesOfUnregisteredInstances(t *testing.T) {
 
 // TestDeleteNodesByStaleInstanceID: a deletion that names a Node by its
 // placeholder id after the Node registered (cluster-autoscaler's cached
-// instance list is older than the provider ID) is refused and deletes
-// nothing; the same id deletes the Node while it is still unregistered.
+// instance list is older than the provider ID) deletes nothing for that id,
+// and does not fail: the other nodes of the call go; the same id deletes
+// the Node while it is still unregistered.
 func TestDeleteNodesByStaleInstanceID(t *testing.T) {
 	set := testSet(3)
 	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "", false),
@@ -487,15 +488,15 @@ func TestDeleteNodesByStaleInstanceID(t *testing.T) {
 	ctx := context.Background()
 	_, err := f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
 		{Name: unregisteredPrefix + "web-a", ProviderID: unregisteredPrefix + "web-a"}}})
-	assert.Equal(t, codes.FailedPrecondition, code(err), "%v", err)
-	assert.Contains(t, err.Error(), "stale instance id")
-	assert.Zero(t, f.writes())
+	require.NoError(t, err)
+	assert.Zero(t, f.writes(), "nothing to delete")
 
 	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
+		{Name: unregisteredPrefix + "web-a", ProviderID: unregisteredPrefix + "web-a"},
 		{Name: unregisteredPrefix + "web-b", ProviderID: unregisteredPrefix + "web-b"}}})
 	require.NoError(t, err)
 	got := f.set(t)
-	assert.Equal(t, int32(2), *got.Spec.Replicas)
+	assert.Equal(t, int32(2), *got.Spec.Replicas, "web-b goes, web-a stays")
 	assert.Equal(t, "web-b", got.Annotations[nodesetv1alpha1.AnnotationDeleteNodes])
 
 	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
