@@ -125,7 +125,7 @@ type Controller struct {
 	// groups holds the NodeSets (namespace/name) of group drivers whose
 	// cloud group is to be synced.
 	groups workqueue.TypedRateLimitingInterface[string]
-	// groupSizes are the sizes last given to each NodeSet's cloud group.
+	// groupSizes are the cloud groups sized, and the sizes last given.
 	groupSizes  groupSizes
 	nodeIndexer cache.Indexer
 	// setIndexer indexes the NodeSets by the seal of their Nodes.
@@ -240,7 +240,7 @@ func NewController(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "group"}),
 		nodeIndexer:      nodeInformer.Informer().GetIndexer(),
-		groupSizes:       groupSizes{sizes: map[string]int32{}},
+		groupSizes:       groupSizes{sizes: map[string]groupSize{}},
 		terminated:       map[string]time.Time{},
 		made:             newNodeMemory[madeMachine](),
 		released:         newNodeMemory[struct{}](),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -117,8 +119,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	cached, err := c.sets.NodeSets(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.groupSizes.forget(key)
-		return nil // its group, if any, is an orphan now
+		return c.removeGoneSetsGroup(ctx, key)
 	}
 	if err != nil {
 		return err
@@ -180,7 +181,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		}
 		set = updated
 	}
-	size, err := c.sizeGroup(class, set, hash, nodes)
+	size, err := c.sizeGroup(class, set, groupName, hash, nodes)
 	if err != nil {
 		return err
 	}
@@ -247,22 +248,43 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	return nil
 }
 
-// groupSizes remembers the size this controller last gave each NodeSet's
-// cloud group (namespace/name), until the set is gone. The limits count a
-// group by its set's status.group.desiredSize, which is written after the
-// group is brought to it and reaches the cache later still: two sets of one
-// class sized in that window (two workers at once, or one right after the
-// other) would each see the whole room, and the groups are never lowered
-// for it. Sizing a group and writing its size down here take turns.
+// groupSizes remembers, for each NodeSet (namespace/name) whose cloud group
+// this controller sized, that group and the size it last gave it, until the
+// group is known gone. The limits count a group by its set's
+// status.group.desiredSize, which is written after the group is brought to
+// it and reaches the cache later still: two sets of one class sized in that
+// window (two workers at once, or one right after the other) would each see
+// the whole room, and the groups are never lowered for it. Sizing a group
+// and writing its size down here take turns. A set deleted before its group
+// (its finalizers removed by hand) is no longer in the cache at all: its
+// group counts by what is written here until it is deleted
+// (removeGoneSetsGroup).
 type groupSizes struct {
 	mu    sync.Mutex
-	sizes map[string]int32
+	sizes map[string]groupSize
 }
 
+type groupSize struct {
+	class, group string
+	uid          types.UID
+	size         int32
+}
+
+func (g *groupSizes) get(key string) (groupSize, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.sizes[key]
+	return e, ok
+}
+
+// set writes down the size the set's group was brought to.
 func (g *groupSizes) set(key string, size int32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.sizes[key] = size
+	if e, ok := g.sizes[key]; ok {
+		e.size = size
+		g.sizes[key] = e
+	}
 }
 
 func (g *groupSizes) forget(key string) {
@@ -271,30 +293,39 @@ func (g *groupSizes) forget(key string) {
 	delete(g.sizes, key)
 }
 
-// sizeGroup is cappedGroupSize, written down as the set's group size
-// before any other group is sized.
-func (c *Controller) sizeGroup(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, hash string, nodes []*corev1.Node) (int32, error) {
+// sizeGroup is cappedGroupSize, written down as the size of the set's
+// group, groupName, before any other group is sized.
+func (c *Controller) sizeGroup(class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, groupName, hash string, nodes []*corev1.Node) (int32, error) {
 	c.groupSizes.mu.Lock()
 	defer c.groupSizes.mu.Unlock()
 	size, err := c.cappedGroupSize(class, set, hash, nodes)
 	if err != nil {
 		return 0, err
 	}
-	if old, ok := c.groupSizes.sizes[set.Namespace+"/"+set.Name]; !ok || size > old {
-		// A group is never lowered here: one bigger than size stays so.
-		c.groupSizes.sizes[set.Namespace+"/"+set.Name] = size
+	key := set.Namespace + "/" + set.Name
+	e, ok := c.groupSizes.sizes[key]
+	if !ok || e.uid != set.UID || e.group != groupName || e.class != class.Name {
+		e = groupSize{class: class.Name, group: groupName, uid: set.UID}
 	}
+	// A group is never lowered here: one bigger than size stays so.
+	e.size = max(e.size, size)
+	c.groupSizes.sizes[key] = e
 	return size, nil
 }
 
-// withGroupSizes is sets with each one's status.group.desiredSize as this
-// controller last gave it, where it differs from what the cache shows
-// (sets are the cache's: those changed are copies).
-func (c *Controller) withGroupSizes(sets []*nodesetv1alpha1.NodeSet) []*nodesetv1alpha1.NodeSet {
+// withGroupSizes is the class's sets with each one's
+// status.group.desiredSize as this controller last gave it, where it
+// differs from what the cache shows (those changed are copies), and the
+// sets of the class that are gone with their groups still there, as the
+// sizes last given (sets are the cache's). Called with groupSizes.mu held.
+func (c *Controller) withGroupSizes(sets []*nodesetv1alpha1.NodeSet, class string) []*nodesetv1alpha1.NodeSet {
 	out := make([]*nodesetv1alpha1.NodeSet, 0, len(sets))
+	listed := map[string]bool{}
 	for _, set := range sets {
-		size, ok := c.groupSizes.sizes[set.Namespace+"/"+set.Name]
-		if !ok || set.Status.Group != nil && set.Status.Group.DesiredSize != nil && *set.Status.Group.DesiredSize == size {
+		key := set.Namespace + "/" + set.Name
+		listed[key] = true
+		e, ok := c.groupSizes.sizes[key]
+		if !ok || set.Status.Group != nil && set.Status.Group.DesiredSize != nil && *set.Status.Group.DesiredSize == e.size {
 			out = append(out, set)
 			continue
 		}
@@ -303,11 +334,97 @@ func (c *Controller) withGroupSizes(sets []*nodesetv1alpha1.NodeSet) []*nodesetv
 		if set.Status.Group != nil {
 			group = *set.Status.Group
 		}
-		group.DesiredSize = &size
+		group.DesiredSize = &e.size
 		copied.Status.Group = &group
 		out = append(out, &copied)
 	}
+	for key, e := range c.groupSizes.sizes {
+		if listed[key] || e.class != class {
+			continue
+		}
+		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+		out = append(out, &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: e.uid},
+			Spec:   nodesetv1alpha1.NodeSetSpec{NodeClassName: class},
+			Status: nodesetv1alpha1.NodeSetStatus{Group: &nodesetv1alpha1.GroupStatus{Name: e.group, DesiredSize: ptr.To(e.size)}}})
+	}
 	return out
+}
+
+// removeGoneSetsGroup deletes the cloud group of a NodeSet that is gone
+// while its group is not: its group finalizer was removed by hand. Left to
+// the orphan collection, the group would run its machines for
+// --orphan-min-age, uncounted by the class limits once the set is gone, and
+// a tenant could make such groups one after another past any limit. Its
+// Nodes go first (the nodeset controller deletes a gone set's Nodes, each
+// drained, its machine terminated in the group); then the group, if it is
+// still the one this controller sized for that set. What this controller
+// has not sized since it started is the orphan collection's.
+func (c *Controller) removeGoneSetsGroup(ctx context.Context, key string) error {
+	e, ok := c.groupSizes.get(key)
+	if !ok {
+		return nil
+	}
+	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+	owner := drivers.Owner{Cluster: c.opts.Cluster, Namespace: namespace, Name: name, UID: e.uid}
+	if gone, known := c.nodeSetGone(ctx, owner); !known {
+		return fmt.Errorf("NodeSet %s: cannot tell whether it is gone", key)
+	} else if !gone {
+		return nil // the cache is behind: the set's own syncs go on
+	}
+	class, err := c.classes.Get(e.class)
+	if err != nil {
+		c.groupSizes.forget(key) // the class is gone: the orphan collection's
+		return nil
+	}
+	driver, ok := c.registry.Group(class.Spec.Driver)
+	if !ok {
+		c.groupSizes.forget(key)
+		return nil
+	}
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	nodes, err := c.nodes.List(resolve.Selector(set))
+	if err != nil {
+		return err
+	}
+	if len(nodeutil.WithoutStrangers(nodes, class, c.opts.Now())) > 0 {
+		c.groups.AddAfter(key, 2*time.Second)
+		return nil
+	}
+	credentials, err := c.credentials(ctx, class)
+	if err != nil {
+		return err
+	}
+	groupClass := drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}
+	logger := klog.FromContext(ctx)
+	start := c.opts.Now()
+	found, err := driver.DescribeGroup(ctx, groupClass, e.group)
+	c.metrics.driverCall(driver.Name(), opDescribeGroup, start, err)
+	switch {
+	case errors.Is(err, drivers.ErrNotFound):
+		c.groupSizes.forget(key)
+		return nil
+	case err != nil:
+		return err
+	case !found.Owner.Matches(owner):
+		c.groupSizes.forget(key)
+		return nil
+	}
+	if err := c.mayAct(opDeleteGroup); err != nil {
+		return err
+	}
+	start = c.opts.Now()
+	err = driver.DeleteGroup(ctx, groupClass, e.group)
+	c.metrics.driverCall(driver.Name(), opDeleteGroup, start, err)
+	if errors.Is(err, drivers.ErrInProgress) {
+		c.groups.AddAfter(key, 2*time.Second)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	logger.Info("Deleted the cloud group of a NodeSet deleted before it", "group", e.group, "machines", len(found.Machines))
+	c.groupSizes.forget(key)
+	return nil
 }
 
 // cappedGroupSize is the size the set's group should have (plan.GroupSize),
@@ -327,7 +444,7 @@ func (c *Controller) cappedGroupSize(class *nodesetv1alpha1.NodeClass, set *node
 	if err != nil {
 		return 0, err
 	}
-	others := plan.CountUsage(classNodes, plan.UnseenGroupMachines(c.withGroupSizes(sets), class.Name, classNodes), set.Namespace, set.Namespace+"/"+set.Name)
+	others := plan.CountUsage(classNodes, plan.UnseenGroupMachines(c.withGroupSizes(sets, class.Name), class.Name, classNodes), set.Namespace, set.Namespace+"/"+set.Name)
 	room, _ := plan.Room(class, set.Namespace, others)
 	return int32(min(int64(size), room)), nil
 }

@@ -60,3 +60,44 @@ func TestGroupsOfOneClassShareItsRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestASetDeletedBeforeItsGroupTakesItAlong: a tenant removes its NodeSet's
+// finalizers and deletes it, its cloud group still running. The group goes
+// as soon as its Nodes have (the nodeset controller deletes them, drained),
+// not after the orphan collection's minimum age; until then it counts for
+// the class's limits by the size it was given, so a set made in the
+// meantime is not given the same room again.
+func TestASetDeletedBeforeItsGroupTakesItAlong(t *testing.T) {
+	g := newGroupFixture(t, 5)
+	class := asgTestClass()
+	class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](5)}
+	require.NoError(t, g.classIndexer.Update(class))
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web"))
+	require.Len(t, g.group.ensured, 1)
+	groupName := g.group.ensured[0].Name
+	require.EqualValues(t, 5, g.group.ensured[0].Replicas)
+
+	// Gone, finalizers and all, before its Nodes were made.
+	set := g.getSet()
+	require.NoError(t, g.nodesets.NodesetV1alpha1().NodeSets("team-a").Delete(context.Background(), "web", metav1.DeleteOptions{}))
+	require.NoError(t, g.setIndexer.Delete(set))
+
+	// A new set of the class finds no room: the gone set's group still
+	// runs its 5 machines.
+	again := set.DeepCopy()
+	again.Name, again.UID, again.ResourceVersion, again.Status = "web2", "uid-web2", "", nodesetv1alpha1.NodeSetStatus{Conditions: set.Status.Conditions}
+	created, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Create(context.Background(), again, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, g.setIndexer.Add(created))
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web2"))
+	require.Len(t, g.group.ensured, 2)
+	assert.EqualValues(t, 0, g.group.ensured[1].Replicas, "no room beside the gone set's group")
+
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web"))
+	assert.Equal(t, []string{groupName}, g.group.deleted, "the gone set's group is deleted")
+	assert.NotContains(t, g.group.groups, groupName)
+
+	// Once it is gone, the room is the new set's.
+	require.NoError(t, g.controller.syncGroup(context.Background(), "team-a/web2"))
+	assert.EqualValues(t, 5, g.group.ensured[len(g.group.ensured)-1].Replicas)
+}
