@@ -38,25 +38,25 @@ type Joiner interface {
 	Forget(ctx context.Context, machine string) error
 }
 
-// othersHost is the machine of another namespace (or a static Node's,
-// when record is a NodeSet's, and the other way round) whose host showed
-// hostKey when it was first reached, or "". The class's SSH key may open
+// othersHost is the record of a machine of another namespace (or a static
+// Node's, when record is a NodeSet's, and the other way round) whose host
+// showed hostKey when it was first reached, or nil. The class's SSH key may open
 // every host of a pool: a machine pointed at another tenant's host (an
 // address its NodeSet may set, in a class that lists it in
 // tenantOverrides) would have the join script run there as root, and that
 // host's kubelet join as the tenant's Node. Machines of one namespace are
 // one tenant's, which may share a host.
-func (d *Driver) othersHost(ctx context.Context, record Record, hostKey string) (string, error) {
+func (d *Driver) othersHost(ctx context.Context, record Record, hostKey string) (*Record, error) {
 	records, err := d.store.List(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, r := range records {
 		if r.Name != record.Name && r.HostKey == hostKey && r.Owner.Namespace != record.Owner.Namespace {
-			return r.Name, nil
+			return &r, nil
 		}
 	}
-	return "", nil
+	return nil, nil
 }
 
 // SSHDialTimeout bounds how long provisioning waits for a new machine's SSH
@@ -213,10 +213,14 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, record *Record, joi
 		if err != nil {
 			return fmt.Errorf("machine %s: looking for another tenant's machine on its host: %w", name, err)
 		}
-		if other != "" {
-			return fmt.Errorf("machine %s: not sending the join script to %s: the host there shows the SSH host key of machine %s, "+
-				"which is not of this NodeSet's namespace; a NodeSet may not take another tenant's host "+
-				"(point the machine at another host, or delete Node %s first)", name, address, other, other)
+		if other != nil {
+			// The tenant is told no more than that: which machine of
+			// which namespace has the host is the admin's to read.
+			klog.FromContext(ctx).Info("Refused a machine the host of another namespace's machine", "machine", name,
+				"namespace", record.Owner.Namespace, "address", address, "hostOf", other.Name, "hostOfNamespace", other.Owner.Namespace)
+			return fmt.Errorf("machine %s: not sending the join script to %s: the host there shows the SSH host key of a machine "+
+				"that is not of this NodeSet's namespace; a NodeSet may not take another tenant's host "+
+				"(point the machine at another host; the node controller's log names the machine that has it)", name, address)
 		}
 		// Recorded before the script goes: a retry after a crash sends
 		// it to this host only.
