@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
@@ -145,7 +148,7 @@ func (o *ServingOptions) Serve(ctx context.Context, server protos.CloudProviderS
 	if err != nil {
 		return fmt.Errorf("autoscaler API: %w", err)
 	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(recoverPanics))...)
 	protos.RegisterCloudProviderServer(g, server)
 	go func() {
 		<-ctx.Done()
@@ -156,4 +159,18 @@ func (o *ServingOptions) Serve(ctx context.Context, server protos.CloudProviderS
 		return err
 	}
 	return nil
+}
+
+// recoverPanics answers a call whose handler panicked with Internal, the
+// panic logged with its stack, instead of letting it take the process
+// down: the server answers about NodeSets tenants write, and the process
+// is the nodeset-controller's too.
+func recoverPanics(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.FromContext(ctx).Error(fmt.Errorf("%v", r), "Recovered from a panic", "method", info.FullMethod, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "%s panicked: %v", info.FullMethod, r)
+		}
+	}()
+	return handler(ctx, req)
 }

@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
 	"nodeset.dev/nodeset/test/framework"
@@ -106,12 +108,48 @@ func serveMutualTLS(t *testing.T, certs *framework.MutualTLS) ServingOptions {
 	require.NoError(t, err)
 	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port),
 		CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.ClientCA}
+	serve(t, opts, newFixture(t, nil, testSet(1)).server)
+	return opts
+}
+
+// serve serves server with opts until the test ends.
+func serve(t *testing.T, opts ServingOptions, server protos.CloudProviderServer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- opts.Serve(ctx, newFixture(t, nil, testSet(1)).server) }()
+	go func() { done <- opts.Serve(ctx, server) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	return opts
+}
+
+// panicking panics in NodeGroups.
+type panicking struct{ protos.UnimplementedCloudProviderServer }
+
+func (panicking) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
+	panic("a NodeSet it did not expect")
+}
+
+// TestAPanicFailsItsCallAlone: a handler that panics (on a NodeSet it did
+// not expect) answers its call with Internal, and the server, which is the
+// nodeset-controller's process, goes on serving.
+func TestAPanicFailsItsCallAlone(t *testing.T) {
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port)}
+	serve(t, opts, panicking{})
+	conn, err := grpc.NewClient(opts.BindAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := protos.NewCloudProviderClient(conn)
+	for range 2 {
+		callCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = client.NodeGroups(callCtx, &protos.NodeGroupsRequest{}, grpc.WaitForReady(true))
+		cancel()
+		assert.Equal(t, codes.Internal, status.Code(err), "%v", err)
+		assert.ErrorContains(t, err, "NodeGroups panicked: a NodeSet it did not expect")
+	}
+	_, err = client.Refresh(context.Background(), &protos.RefreshRequest{})
+	assert.Equal(t, codes.Unimplemented, status.Code(err), "still serving: %v", err)
 }

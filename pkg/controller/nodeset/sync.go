@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -49,7 +50,47 @@ func (c *Controller) writeNode(ctx context.Context, write func() error) error {
 	return write()
 }
 
-func (c *Controller) syncNodeSet(ctx context.Context, key string) error {
+// ReasonSyncPanicked is the Event reason of a NodeSet whose sync panicked.
+const ReasonSyncPanicked = "SyncPanicked"
+
+// syncNodeSet reconciles the NodeSet of key. A panic (on a NodeSet the code
+// did not expect) fails this set's sync alone, retried with backoff and told
+// on the set, instead of taking down the process and with it every other
+// tenant's NodeSets.
+func (c *Controller) syncNodeSet(ctx context.Context, key string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicked(ctx, r, "sync of NodeSet "+key)
+			if namespace, name, splitErr := cache.SplitMetaNamespaceKey(key); splitErr == nil {
+				if set, getErr := c.nodeSetLister.NodeSets(namespace).Get(name); getErr == nil {
+					c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonSyncPanicked, "%v; retried with backoff", err)
+				}
+			}
+		}
+	}()
+	return c.reconcileNodeSet(ctx, key)
+}
+
+// panicked is the error of a recovered panic in what, logged with its stack.
+func panicked(ctx context.Context, r any, what string) error {
+	err := fmt.Errorf("%s panicked: %v", what, r)
+	klog.FromContext(ctx).Error(err, "Recovered from a panic", "stack", string(debug.Stack()))
+	return err
+}
+
+// guarded is fn's error, or that of its panic: the Node writes of a sync run
+// in goroutines of their own, where a panic would pass the sync's recovery
+// by and take the process down.
+func guarded(ctx context.Context, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicked(ctx, r, "a Node write")
+		}
+	}()
+	return fn()
+}
+
+func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "nodeset", key)
 	ctx = klog.NewContext(ctx, logger)
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
@@ -424,17 +465,19 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 	created, err := slowStartBatch(count, slowStartInitialBatchSize, func() error {
 		node := template.DeepCopy()
 		node.Name = nodeName(set.Name)
-		return c.writeNode(ctx, func() error {
-			newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-			if err != nil {
-				if outcomeUnknown(err) {
-					c.expectations.createUnknown(key, node.Name)
-					unknown.Add(1)
+		return guarded(ctx, func() error {
+			return c.writeNode(ctx, func() error {
+				newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+				if err != nil {
+					if outcomeUnknown(err) {
+						c.expectations.createUnknown(key, node.Name)
+						unknown.Add(1)
+					}
+					return err
 				}
-				return err
-			}
-			logger.V(2).Info("Created Node", "node", klog.KObj(newNode))
-			return nil
+				logger.V(2).Info("Created Node", "node", klog.KObj(newNode))
+				return nil
+			})
 		})
 	})
 	// Creations never attempted or refused will not be observed; those of
@@ -580,9 +623,11 @@ func (c *Controller) deleteNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 		go func() {
 			defer wg.Done()
 			uid := victim.UID
-			err := c.writeNode(ctx, func() error {
-				return c.kubeClient.CoreV1().Nodes().Delete(ctx, victim.Name, metav1.DeleteOptions{
-					Preconditions: &metav1.Preconditions{UID: &uid},
+			err := guarded(ctx, func() error {
+				return c.writeNode(ctx, func() error {
+					return c.kubeClient.CoreV1().Nodes().Delete(ctx, victim.Name, metav1.DeleteOptions{
+						Preconditions: &metav1.Preconditions{UID: &uid},
+					})
 				})
 			})
 			mu.Lock()
