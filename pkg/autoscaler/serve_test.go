@@ -125,7 +125,9 @@ func serve(t *testing.T, opts ServingOptions, server protos.CloudProviderServer)
 }
 
 // panicking panics in NodeGroups.
-type panicking struct{ protos.UnimplementedCloudProviderServer }
+type panicking struct {
+	protos.UnimplementedCloudProviderServer
+}
 
 func (panicking) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
 	panic("a NodeSet it did not expect")

@@ -619,6 +619,14 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 // nodes by its placeholder instance id after the Node got a provider ID,
 // and that id.
 func registeredSince(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (string, bool) {
+	id, node, named := placeholderFor(nodes, want)
+	return id, named && node != nil && node.Spec.ProviderID != ""
+}
+
+// placeholderFor is the placeholder instance id cluster-autoscaler's node
+// is named by, if it is (named), and the Node of nodes it stands for, nil
+// when none of them.
+func placeholderFor(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (id string, node *corev1.Node, named bool) {
 	for _, id := range []string{want.GetProviderID(), want.GetName()} {
 		name, ok := placeholderNode(id)
 		if !ok {
@@ -626,12 +634,12 @@ func registeredSince(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (strin
 		}
 		for _, n := range nodes {
 			if n.Name == name {
-				return id, n.Spec.ProviderID != ""
+				return id, n, true
 			}
 		}
-		return "", false
+		return id, nil, true
 	}
-	return "", false
+	return "", nil, false
 }
 
 // pendingInstance is the pending instance id cluster-autoscaler's node is
@@ -652,17 +660,11 @@ func pendingInstance(want *protos.ExternalGrpcNode) (string, bool) {
 // instance list, which registeredSince finds first: deleting by it would
 // remove a registered node).
 func victim(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, want *protos.ExternalGrpcNode) (*corev1.Node, error) {
-	for _, id := range []string{want.GetProviderID(), want.GetName()} {
-		name, ok := placeholderNode(id)
-		if !ok {
-			continue
+	if _, node, named := placeholderFor(nodes, want); named {
+		if node == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
 		}
-		for _, n := range nodes {
-			if n.Name == name {
-				return n, nil
-			}
-		}
-		return nil, status.Errorf(codes.InvalidArgument, "node %q (provider ID %q) does not belong to node group %s", want.GetName(), want.GetProviderID(), GroupID(set))
+		return node, nil
 	}
 	for _, n := range nodes {
 		if n.Name == want.GetName() && (want.GetProviderID() == "" || n.Spec.ProviderID == "" || n.Spec.ProviderID == want.GetProviderID()) {
