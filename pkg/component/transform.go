@@ -5,17 +5,25 @@ import (
 )
 
 // StripNodeStatus is StripManagedFields that also keeps, of a Node's status,
-// only its conditions: a real Node's images, addresses, capacity and system
-// information are most of its size, and a process that reads no more of
-// Nodes than their metadata, spec and conditions (the nodeset-controller)
-// need not hold them for every Node of the cluster. Such a process must
-// never write a cached Node's status.
+// only its conditions and the two fields of its system information that say
+// a kubelet reported on it (nodeutil.KubeletReported: its version and
+// machine ID, which a kubelet's own registration carries before any
+// condition): a real Node's images, addresses, capacity and the rest of its
+// system information are most of its size, and a process that reads no
+// more of Nodes than their metadata, spec and conditions (the
+// nodeset-controller) need not hold them for every Node of the cluster.
+// Such a process must never write a cached Node's status.
 func StripNodeStatus(obj any) (any, error) {
 	obj, err := StripManagedFields(obj)
 	if node, ok := obj.(*corev1.Node); ok {
-		node.Status = corev1.NodeStatus{Conditions: node.Status.Conditions}
+		node.Status = corev1.NodeStatus{Conditions: node.Status.Conditions, NodeInfo: reportedBy(node.Status.NodeInfo)}
 	}
 	return obj, err
+}
+
+// reportedBy is what the cache keeps of a Node's system information.
+func reportedBy(info corev1.NodeSystemInfo) corev1.NodeSystemInfo {
+	return corev1.NodeSystemInfo{KubeletVersion: info.KubeletVersion, MachineID: info.MachineID}
 }
 
 // StripNodeStatusButVolumes is StripNodeStatus that also keeps the volumes
@@ -27,7 +35,8 @@ func StripNodeStatus(obj any) (any, error) {
 func StripNodeStatusButVolumes(obj any) (any, error) {
 	obj, err := StripManagedFields(obj)
 	if node, ok := obj.(*corev1.Node); ok {
-		node.Status = corev1.NodeStatus{Conditions: node.Status.Conditions, VolumesAttached: node.Status.VolumesAttached}
+		node.Status = corev1.NodeStatus{Conditions: node.Status.Conditions, NodeInfo: reportedBy(node.Status.NodeInfo),
+			VolumesAttached: node.Status.VolumesAttached}
 	}
 	return obj, err
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
@@ -88,6 +90,36 @@ func TestTheNodeClaimsPolicyKeepsKubeletsFromClaimingNodes(t *testing.T) {
 		refused(t, err, "system:node:claims-hosted may not take status.nodeInfo.kubeletVersion away from a Node with label nodeset.dev/nodeclass=claims-sim")
 		err = patchAs("claims-hosted", `{"status":{"nodeInfo":{"kubeletVersion":"v1.36.3"}}}`, "status")
 		assert.NoError(t, err, "a kubelet upgraded reports its new version")
+	})
+
+	t.Run("a kubelet registering with its system information alone", func(t *testing.T) {
+		// What the policy requires of a kubelet's registration with the
+		// class label, and nothing more: no condition yet. The controllers
+		// hold Nodes without most of their status; what tells a kubelet's
+		// Node from an admin's request must survive that.
+		n := lone("claims-info")
+		n.Status = corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.2"}}
+		_, err := p.asKubelet("claims-info").CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		require.NoError(t, err)
+		removeByHand("claims-info")
+		eventually(t, time.Minute, "the node controller's verdict on the Node", func(ctx context.Context) (bool, string) {
+			n, err := kube.CoreV1().Nodes().Get(ctx, "claims-info", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if len(n.Finalizers) > 0 || n.Spec.ProviderID != "" {
+				return true, "taken over"
+			}
+			events, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=claims-info"})
+			if err != nil {
+				return false, err.Error()
+			}
+			return slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return e.Reason == nodecontroller.ReasonForeignNode }), "no event yet"
+		})
+		got, err := kube.CoreV1().Nodes().Get(ctx, "claims-info", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Empty(t, got.Spec.ProviderID, "no machine of the class for a kubelet's own Node")
+		assert.Empty(t, got.Finalizers, "not held")
 	})
 
 	t.Run("a kubelet's own Node, claiming afterwards", func(t *testing.T) {
