@@ -62,6 +62,23 @@ func placeholderNode(id string) (name string, ok bool) {
 	return name, ok && name != ""
 }
 
+// fakeNodeIDs are the instance ids cluster-autoscaler's node may stand for
+// as one of its "fake" nodes: a fake node is named by its instance id, with
+// that id as its provider ID too. A Node's name is never a placeholder id
+// (it holds "://"), and a Node whose provider ID is one while its name is
+// not is a real Node whose kubelet set it (a provider ID may be set once, to
+// anything): it is not taken for another set's instance.
+func fakeNodeIDs(want *protos.ExternalGrpcNode) []string {
+	name, id := want.GetName(), want.GetProviderID()
+	switch {
+	case name == "":
+		return []string{id}
+	case id == "" || id == name:
+		return []string{name}
+	}
+	return nil
+}
+
 // pendingPrefix names the instances of a set's replicas that have no Node
 // yet (its class's limits hold them back, it is not Accepted, or its cloud
 // group has not reported them): nodeset-pending://<namespace>/<name>/<n>,
@@ -318,7 +335,7 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 	if req.GetNode() == nil {
 		return none, nil
 	}
-	for _, id := range []string{req.GetNode().GetProviderID(), req.GetNode().GetName()} {
+	for _, id := range fakeNodeIDs(req.GetNode()) {
 		if group, n, ok := pendingOf(id); ok {
 			return s.pendingGroup(group, n)
 		}
@@ -423,7 +440,7 @@ func (s *Server) stranger(want *protos.ExternalGrpcNode, nodeLabels map[string]s
 // while that Node has no provider ID; for one named by a provider ID, the
 // Node with that provider ID. nil when there is none.
 func (s *Server) nodeFor(want *protos.ExternalGrpcNode) (*corev1.Node, error) {
-	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+	for _, id := range fakeNodeIDs(want) {
 		if name, ok := placeholderNode(id); ok {
 			node, err := s.nodes.Get(name)
 			if apierrors.IsNotFound(err) || (err == nil && node.Spec.ProviderID != "") {
@@ -627,7 +644,7 @@ func registeredSince(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (strin
 // is named by, if it is (named), and the Node of nodes it stands for, nil
 // when none of them.
 func placeholderFor(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (id string, node *corev1.Node, named bool) {
-	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+	for _, id := range fakeNodeIDs(want) {
 		name, ok := placeholderNode(id)
 		if !ok {
 			continue
@@ -645,7 +662,7 @@ func placeholderFor(nodes []*corev1.Node, want *protos.ExternalGrpcNode) (id str
 // pendingInstance is the pending instance id cluster-autoscaler's node is
 // named by, if any.
 func pendingInstance(want *protos.ExternalGrpcNode) (string, bool) {
-	for _, id := range []string{want.GetProviderID(), want.GetName()} {
+	for _, id := range fakeNodeIDs(want) {
 		if _, _, ok := pendingOf(id); ok {
 			return id, true
 		}

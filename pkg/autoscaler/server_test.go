@@ -608,3 +608,32 @@ func TestAKubeletsOwnNodeIsInNoNodeGroup(t *testing.T) {
 	assert.Equal(t, []string{"simulated:///web-a", "nodeset-pending://team-a/web/1"}, ids,
 		"NodeGroupNodes leaves the stranger out too: the second replica is still to come")
 }
+
+// TestARealNodeIsNoPlaceholderOfAnotherSet: a Node's provider ID may be set
+// once, to anything, by its kubelet. A Node that takes another set's
+// placeholder instance id as its provider ID is still the Node it is: it
+// maps to no other set, and a deletion of it takes nothing of that set (no
+// replica lowered, no Node of the set deleted). cluster-autoscaler's own
+// fake nodes, named by the id, still map.
+func TestARealNodeIsNoPlaceholderOfAnotherSet(t *testing.T) {
+	set := testSet(3)
+	victim := setNode(set, "web-b", "", false)
+	for _, id := range []string{"nodeset-pending://team-a/web/1", unregisteredPrefix + "web-b"} {
+		t.Run(id, func(t *testing.T) {
+			evil := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "evil"}, Spec: corev1.NodeSpec{ProviderID: id}}
+			f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true), victim, evil)
+			ctx := context.Background()
+			resp, err := f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: "evil", ProviderID: id}})
+			require.NoError(t, err)
+			assert.Empty(t, resp.GetNodeGroup().GetId(), "a real Node is not another set's instance")
+			resp, err = f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: id, ProviderID: id}})
+			require.NoError(t, err)
+			assert.Equal(t, "team-a/web", resp.GetNodeGroup().GetId(), "cluster-autoscaler's fake node of the instance")
+
+			_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+				Nodes: []*protos.ExternalGrpcNode{{Name: "evil", ProviderID: id}}})
+			assert.Equal(t, codes.InvalidArgument, code(err), "not the group's: %v", err)
+			assert.Zero(t, f.writes())
+		})
+	}
+}
