@@ -497,7 +497,10 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 		if providerID == "" {
 			err = fmt.Errorf("driver %s answered no providerID for machine %s", driver.Name(), node.Name)
 		} else if holder := c.providerIDHolder(node, providerID); holder != "" {
-			err = fmt.Errorf("driver %s answered providerID %s for machine %s, which Node %s has already", driver.Name(), providerID, node.Name, holder)
+			// Not named in the error, which the Node's NodeSet shows its
+			// tenant: the other Node may be another tenant's.
+			logger.Info("A driver answered the providerID another Node has", "providerID", providerID, "holder", holder)
+			err = fmt.Errorf("driver %s answered providerID %s for machine %s, which another Node has already", driver.Name(), providerID, node.Name)
 		}
 	}
 	c.metrics.driverCall(driver.Name(), opCreate, start, err)
@@ -533,11 +536,18 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 
 // providerIDHolder is the name of another Node that has providerID in the
 // cache, "" when none has.
+//
+// Only a Node nodeset made or took (sealed, which no kubelet can do) holds
+// a providerID: a kubelet may set its own Node's providerID once, to
+// anything, and one that took the providerID of another tenant's machine
+// would otherwise keep that machine's Node from ever recording it.
 func (c *Controller) providerIDHolder(node *corev1.Node, providerID string) string {
 	objs, _ := c.nodeIndexer.ByIndex(providerIDIndex, providerID)
 	for _, obj := range objs {
 		if other, ok := obj.(*corev1.Node); ok && other.Name != node.Name {
-			return other.Name
+			if _, sealed := other.Labels[nodesetv1alpha1.LabelSeal]; sealed {
+				return other.Name
+			}
 		}
 	}
 	return ""

@@ -255,7 +255,7 @@ func TestTwoNodesNeverShareAProviderID(t *testing.T) {
 	createLoneNode(t, "static-faulty-dup-2", "static-faulty-dup")
 	eventually(t, 30*time.Second, "the second Node's provisioning failed", func(ctx context.Context) (bool, string) {
 		id, msg := providerID(ctx, "static-faulty-dup-2")
-		return id == "" && strings.Contains(msg, "static-faulty-dup-1"), fmt.Sprintf("providerID %q, provisioning error %q", id, msg)
+		return id == "" && strings.Contains(msg, "which another Node has already"), fmt.Sprintf("providerID %q, provisioning error %q", id, msg)
 	})
 	id, _ := providerID(context.Background(), "static-faulty-dup-2")
 	require.Empty(t, id, "two Nodes never share a providerID")
