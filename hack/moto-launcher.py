@@ -7,7 +7,14 @@
 #   string, and launching an instance from that version then fails (moto
 #   5.2.1 answers 500 to the SetDesiredCapacity that launches it).
 #   CreateLaunchTemplate parses it; versions get the same here.
+# - moto_server answers each request on its own thread, and its Auto Scaling
+#   model reads and writes a group's instances and desired capacity without
+#   a lock: concurrent TerminateInstanceInAutoScalingGroup calls lose
+#   decrements, launch replacements, and drop instances from the group while
+#   they keep running. Auto Scaling applies a group's changes one at a time.
+#   Requests are answered one at a time here.
 import sys
+import threading
 from moto.ec2.models import launch_templates
 from moto.ec2.utils import parse_user_data
 
@@ -22,6 +29,19 @@ def create_version(self, data, description):
 
 
 launch_templates.LaunchTemplate.create_version = create_version
+
+from moto.moto_server import werkzeug_app
+
+_dispatch = werkzeug_app.DomainDispatcherApplication.__call__
+_one_at_a_time = threading.Lock()
+
+
+def dispatch(self, environ, start_response):
+    with _one_at_a_time:
+        return _dispatch(self, environ, start_response)
+
+
+werkzeug_app.DomainDispatcherApplication.__call__ = dispatch
 
 from moto.server import main
 

@@ -25,6 +25,12 @@ import (
 // could pick it too, leaving both tests talking to one moto.
 func StartMoto(t testing.TB) string {
 	t.Helper()
+	return startMoto(t, nil)
+}
+
+// startMoto is StartMoto with prelude run before the launcher's code.
+func startMoto(t testing.TB, prelude []byte) string {
+	t.Helper()
 	SkipIfShort(t, "moto_server")
 	path, err := exec.LookPath("moto_server")
 	if err != nil {
@@ -45,7 +51,7 @@ func StartMoto(t testing.TB) string {
 			t.Fatal(err)
 		}
 		launcher := filepath.Join(dir, "moto_launcher.py")
-		if err := os.WriteFile(launcher, code, 0o644); err != nil {
+		if err := os.WriteFile(launcher, append(prelude, code...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cmd = exec.Command(python, append([]string{launcher}, args...)...)
