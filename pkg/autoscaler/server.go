@@ -259,6 +259,34 @@ func (s *Server) unmanaged(set *nodesetv1alpha1.NodeSet) error {
 		GroupID(set), accepted.Reason, accepted.Message)
 }
 
+// unjudged is the refusal of a scale-up or of a template for a set whose
+// current spec nodeset has not found fit to make Nodes from, or nil: a set
+// the NodeSetController has given no verdict yet, or whose current spec
+// breaks a tenant rule that its last verdict, older than the tenant's
+// latest edit, could not see (resolve.ProvisioningSpec, what the node
+// controller checks before it makes a machine). The webhook that refuses
+// such an edit may be absent. Offered, such a set's template could carry
+// labels that draw other tenants' pending pods to it, and a scale-up
+// written to it would wait for Nodes that never come, the pods' real
+// scale-up held back meanwhile.
+func (s *Server) unjudged(set *nodesetv1alpha1.NodeSet) error {
+	if meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted) == nil {
+		return status.Errorf(codes.FailedPrecondition, "node group %s: the NodeSetController has not judged the NodeSet yet", GroupID(set))
+	}
+	class, err := s.classes.Get(set.Spec.NodeClassName)
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "node group %s: NodeClass %s: %v", GroupID(set), set.Spec.NodeClassName, err)
+	}
+	catalogue, err := s.classes.List(labels.Everything())
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "node group %s: reading the NodeClasses: %v", GroupID(set), err)
+	}
+	if _, err := resolve.ProvisioningSpec(catalogue, class, set); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "node group %s: the NodeSet's current spec is not one nodeset makes Nodes from: %v", GroupID(set), err)
+	}
+	return nil
+}
+
 // classNotReadyReasons are the NodeSetController's Accepted=False reasons
 // that say only that the class was missing or not yet validated by its
 // node controller.
@@ -512,6 +540,9 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 	var added int32
 	err = s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
 		if err := s.unmanaged(set); err != nil {
+			return err
+		}
+		if err := s.unjudged(set); err != nil {
 			return err
 		}
 		// In 64 bits: a delta near the largest int32 must not wrap round
@@ -879,8 +910,10 @@ func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGr
 	// could draw other tenants' pending pods to a scale-up that is then
 	// refused, and the group backed off, in every loop. Unimplemented is
 	// "no template", which cluster-autoscaler takes without an error.
-	if err := s.unmanaged(set); err != nil {
-		return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
+	for _, refused := range []func(*nodesetv1alpha1.NodeSet) error{s.unmanaged, s.unjudged} {
+		if err := refused(set); err != nil {
+			return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
+		}
 	}
 	node, err := s.TemplateNode(set)
 	if err != nil {

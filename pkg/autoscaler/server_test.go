@@ -2,6 +2,7 @@ package autoscaler
 
 import (
 	"context"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -60,7 +61,8 @@ func testSet(replicas int32) *nodesetv1alpha1.NodeSet {
 			Autoscaling:   &nodesetv1alpha1.Autoscaling{MinReplicas: 1, MaxReplicas: 6},
 			Template:      nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"tier": "web"}},
 		},
-		Status: nodesetv1alpha1.NodeSetStatus{TemplateHash: "h1"},
+		Status: nodesetv1alpha1.NodeSetStatus{TemplateHash: "h1", Conditions: []metav1.Condition{
+			{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"}}},
 	}
 }
 
@@ -103,6 +105,11 @@ func newClassFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, objects []r
 		require.NoError(t, kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
 	}
 	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(class))
+	for _, o := range objects {
+		if other, ok := o.(*nodesetv1alpha1.NodeClass); ok {
+			require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeClasses().Informer().GetIndexer().Add(other))
+		}
+	}
 	require.NoError(t, nodesetFactory.Nodeset().V1alpha1().NodeSets().Informer().GetIndexer().Add(set))
 	nodeLister := kubeFactory.Core().V1().Nodes().Lister()
 	count := func(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error) {
@@ -268,7 +275,6 @@ func TestScalingRefusedWhileNotAccepted(t *testing.T) {
 		{name: "over the class's limits", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse,
 			Reason: nodesetv1alpha1.ReasonLimitExceeded}},
 		{name: "accepted", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"}},
-		{name: "no verdict yet"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -310,6 +316,56 @@ func TestScalingRefusedWhileNotAccepted(t *testing.T) {
 				assert.ErrorContains(t, err, tt.refused)
 			}
 			assert.Zero(t, f.writes())
+		})
+	}
+}
+
+// TestNoTemplateOrScaleUpForAnUnjudgedSpec: a set the NodeSetController
+// has not judged yet, or edited since its Accepted verdict into a spec
+// nodeset makes no Nodes from (the webhook absent), gets no template and
+// no scale-up: its template would carry the edit's labels, which could
+// draw other tenants' pending pods to a scale-up whose Nodes never come.
+// Taking its nodes away stays open.
+func TestNoTemplateOrScaleUpForAnUnjudgedSpec(t *testing.T) {
+	gpu := &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: nodesetv1alpha1.NodeClassSpec{
+		Driver:       nodesetv1alpha1.DriverSimulated,
+		NodeTemplate: nodesetv1alpha1.NodeTemplate{Labels: map[string]string{"example.com/pool": "gpu"}}}}
+	editedSince := func(labels map[string]string) func(*nodesetv1alpha1.NodeSet) {
+		return func(set *nodesetv1alpha1.NodeSet) {
+			set.Generation = 2
+			set.Status.Conditions[0].ObservedGeneration = 1
+			maps.Copy(set.Spec.Template.Labels, labels)
+		}
+	}
+	tests := []struct {
+		name    string
+		edit    func(*nodesetv1alpha1.NodeSet)
+		refused string
+	}{
+		{name: "no verdict yet", edit: func(set *nodesetv1alpha1.NodeSet) { set.Status.Conditions = nil }, refused: "has not judged the NodeSet yet"},
+		{name: "a reserved label since its verdict", edit: editedSince(map[string]string{"node-restriction.kubernetes.io/nodeset-tenant": "ml-research"}),
+			refused: "node-restriction.kubernetes.io/nodeset-tenant"},
+		{name: "another class's label since its verdict", edit: editedSince(map[string]string{"example.com/pool": "gpu"}),
+			refused: "example.com/pool"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := testSet(2)
+			tt.edit(set)
+			f := newClassFixture(t, testClass(), []runtime.Object{gpu}, set,
+				setNode(set, "web-a", "simulated:///web-a", true), setNode(set, "web-b", "simulated:///web-b", true))
+			ctx := context.Background()
+			_, err := f.server.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "team-a/web"})
+			assert.Equal(t, codes.Unimplemented, code(err), "no template: %v", err)
+			assert.ErrorContains(t, err, tt.refused)
+			_, err = f.server.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "team-a/web", Delta: 1})
+			assert.Equal(t, codes.FailedPrecondition, code(err), "no scale-up: %v", err)
+			assert.ErrorContains(t, err, tt.refused)
+			assert.Zero(t, f.writes())
+			_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+				Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
+			require.NoError(t, err)
+			assert.Equal(t, 1, f.writes())
 		})
 	}
 }
