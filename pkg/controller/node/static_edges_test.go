@@ -263,3 +263,35 @@ func TestADriverThatPanicsIsContainedAndTold(t *testing.T) {
 	assert.Contains(t, err.Error(), "panic")
 	assert.Contains(t, strings.Join(f.events(), "\n"), "Warning "+ReasonSyncPanicked)
 }
+
+// TestALoneNodeHeldBeforeItsMachineRecordsItsDriver: a static Node is held
+// before its driver's Create, which may leave a machine when it fails. The
+// hold records the driver, so that the Node's deletion after its class is
+// gone (its in-use finalizer removed by hand) still goes through that
+// driver, which removes whatever Create left, and releases the Node.
+func TestALoneNodeHeldBeforeItsMachineRecordsItsDriver(t *testing.T) {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, loneNode("static-a", "sim", nil))
+	f.driver.createErr = errors.New("the machine was made, and its configuration could not be read")
+	require.Error(t, f.sync("static-a"))
+	held := f.get("static-a")
+	require.Contains(t, held.Finalizers, nodesetv1alpha1.FinalizerTermination)
+	assert.Empty(t, held.Spec.ProviderID)
+	assert.Equal(t, f.driver.Name(), held.Annotations[nodesetv1alpha1.AnnotationDriver])
+
+	obj, ok, err := f.classIndexer.GetByKey("sim")
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.NoError(t, f.classIndexer.Delete(obj))
+	held.DeletionTimestamp = &metav1.Time{Time: testNow}
+	updated, err := f.kube.CoreV1().Nodes().Update(context.Background(), held, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.updateCache(updated)
+	require.NoError(t, f.sync("static-a"))
+	assert.Equal(t, []string{"static-a"}, f.driver.deletes, "its driver removes what Create may have left")
+	got, err := f.kube.CoreV1().Nodes().Get(context.Background(), "static-a", metav1.GetOptions{})
+	if err == nil {
+		assert.NotContains(t, got.Finalizers, nodesetv1alpha1.FinalizerTermination, "released")
+	} else {
+		assert.True(t, apierrors.IsNotFound(err))
+	}
+}

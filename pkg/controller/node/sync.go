@@ -352,7 +352,14 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 		if node.Spec.ProviderID == "" {
 			// Held before its machine is made: deleted while the driver
 			// makes it, the Node waits for the machine to go instead of
-			// leaving it with no Node to account for it.
+			// leaving it with no Node to account for it. The driver is
+			// recorded with the hold: it is the one to remove a machine
+			// its Create may have left, should the class be gone or made
+			// again with another driver by then.
+			if node.Annotations == nil {
+				node.Annotations = map[string]string{}
+			}
+			node.Annotations[nodesetv1alpha1.AnnotationDriver] = driver.Name()
 			written, err := c.writeNode(ctx, c.kube, read, node)
 			if err != nil {
 				return err
