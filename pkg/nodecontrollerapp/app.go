@@ -576,12 +576,23 @@ func watchCredentialsSecrets(ctx context.Context, config *rest.Config, resync ti
 			obj = tombstone.Obj
 		}
 		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-			classes.EnqueueClassesOfSecret(m.Namespace, m.Name)
+			if enqueued := classes.EnqueueClassesOfSecret(m.Namespace, m.Name); len(enqueued) > 0 {
+				klog.FromContext(ctx).V(2).Info("Credentials Secret changed; validating its NodeClasses again",
+					"secret", m.Namespace+"/"+m.Name, "nodeclasses", enqueued)
+			}
 		}
 	}
 	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		AddFunc: enqueue,
+		UpdateFunc: func(old, obj any) {
+			// A resync delivers the Secret unchanged: nothing to see.
+			if o, ok := old.(*metav1.PartialObjectMetadata); ok {
+				if n, ok := obj.(*metav1.PartialObjectMetadata); ok && o.ResourceVersion == n.ResourceVersion {
+					return
+				}
+			}
+			enqueue(obj)
+		},
 		DeleteFunc: enqueue,
 	})
 	if err != nil {

@@ -306,16 +306,20 @@ func SealedSince(class *nodesetv1alpha1.NodeClass, now time.Time) *metav1.Time {
 }
 
 // EnqueueClassesOfSecret validates again the classes whose
-// credentialsSecretRef names the Secret namespace/name: a Secret created,
-// fixed or rotated is seen at once, not on the next retry.
-func (c *Controller) EnqueueClassesOfSecret(namespace, name string) {
+// credentialsSecretRef names the Secret namespace/name, and returns their
+// names: a Secret created, fixed or rotated is seen at once, not on the
+// next retry.
+func (c *Controller) EnqueueClassesOfSecret(namespace, name string) []string {
 	classes, err := c.lister.List(labels.Everything())
 	if err != nil {
-		return
+		return nil
 	}
+	var enqueued []string
 	for _, class := range classes {
 		if ref := class.Spec.CredentialsSecretRef; ref != nil && ref.Namespace == namespace && ref.Name == name && c.registry[class.Spec.Driver] != nil {
 			c.queue.Add(class.Name)
+			enqueued = append(enqueued, class.Name)
 		}
 	}
+	return enqueued
 }

@@ -33,9 +33,12 @@ func TestAWarningThatComesBeforeItsNodeIsActedOnOnceTheNodeAppears(t *testing.T)
 	ctrl := startNodeController(t, drivers.Registry{name: driver}, true)
 	ctrl.waitForGroup(t, ns, "web", name)
 
+	// A warning's deadline is two minutes away in EC2's notices. Here it
+	// is ten, as long as a warning is kept at all: the Node comes after
+	// several waits, which a busy machine can stretch past two minutes.
 	now := time.Now()
 	driver.put(drivers.Interruption{Receipt: "r-spot", ID: "m-spot", Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0early1"},
-		Notice: now, Deadline: now.Add(2 * time.Minute), Detail: "terminate"})
+		Notice: now, Deadline: now.Add(10 * time.Minute), Detail: "terminate"})
 	driver.put(drivers.Interruption{Receipt: "r-rebalance", ID: "m-rebalance", Kind: drivers.InterruptionRebalance, MachineIDs: []string{"i-0early2"},
 		Notice: now})
 	eventually(t, 30*time.Second, "both warnings kept: delivered again, not acknowledged", func(context.Context) (bool, string) {
@@ -80,9 +83,9 @@ func TestAWarningKeptForItsNodeOutlivesItsLeader(t *testing.T) {
 	driver := newNoticeDriver(name)
 	first := startNodeController(t, drivers.Registry{name: driver}, true)
 	first.waitForGroup(t, ns, "web", name)
-	now := time.Now()
+	now := time.Now() // a deadline as long as a warning is kept, as above
 	driver.put(drivers.Interruption{Receipt: "r-handover", ID: "m-handover", Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0handover"},
-		Notice: now, Deadline: now.Add(2 * time.Minute), Detail: "terminate"})
+		Notice: now, Deadline: now.Add(10 * time.Minute), Detail: "terminate"})
 	eventually(t, 30*time.Second, "the warning received by the first leader", func(context.Context) (bool, string) {
 		return driver.deliveries("r-handover") >= 1, "not yet"
 	})
