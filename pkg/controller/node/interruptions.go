@@ -157,18 +157,42 @@ func (c *Controller) interruptionQueues() map[string]string {
 	return out
 }
 
-// queueKey is the key of the class's interruption queue: its driver,
-// queue and credentials; "" when it names none.
-func queueKey(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass) string {
+// queueName is the class's interruption queue as its notices are scoped:
+// its driver and queue, without the credentials; "" when it names none. A
+// notice received on it acts only on the Nodes and groups of the classes
+// that name it (readsQueue). Classes naming one queue with different
+// credentials are read by two consumers, and SQS gives each message to
+// one of them: a notice either receives is for the Nodes of both.
+func queueName(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass) string {
 	queue := source.InterruptionQueue(drivers.Class{Name: class.Name, Spec: class.Spec})
 	if queue == "" {
 		return ""
 	}
-	key := class.Spec.Driver + " " + queue
+	return class.Spec.Driver + " " + queue
+}
+
+// queueKey is the key of the class's interruption queue: its driver,
+// queue and credentials; "" when it names none.
+func queueKey(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass) string {
+	key := queueName(source, class)
+	if key == "" {
+		return ""
+	}
 	if ref := class.Spec.CredentialsSecretRef; ref != nil {
 		key += " " + ref.Namespace + "/" + ref.Name
 	}
 	return key
+}
+
+// readsQueue reports whether class names queue (a queueName): whether a
+// notice received on queue may act on the class's Nodes and groups. A
+// class of no known interruption source reads none.
+func (c *Controller) readsQueue(class *nodesetv1alpha1.NodeClass, queue string) bool {
+	if class == nil || queue == "" {
+		return false
+	}
+	source, ok := c.registry[class.Spec.Driver].(drivers.InterruptionSource)
+	return ok && queueName(source, class) == queue
 }
 
 // tellQueueFailed reports, on every served class read through the same
@@ -252,6 +276,12 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 	if !ok {
 		return consumeStop
 	}
+	queue := queueName(source, class)
+	if queue == "" {
+		// The class names no queue now: its consumer is stopped at the
+		// next look at the classes.
+		return consumeFailed
+	}
 	if err := c.mayAct(opReceiveInterruptions); err != nil {
 		return consumeFailed
 	}
@@ -272,7 +302,7 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 	}
 	var handled []string
 	for _, n := range notices {
-		err := c.handleInterruption(ctx, class.Spec.Driver, n, early)
+		err := c.handleInterruption(ctx, class.Spec.Driver, queue, n, early)
 		if errors.Is(err, errUntilReleased) {
 			logger.V(2).Info("Interruption notice kept until its Node is released", "id", n.ID, "kind", n.Kind)
 			continue
@@ -311,16 +341,18 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 // (completing it twice is no error).
 var errUntilReleased = errors.New("lifecycle action recorded on a Node being deleted: the notice is kept until the Node is released")
 
-// handleInterruption records what notice n, from a queue of driver, means
-// for each of its machines' Nodes: nil once every action is recorded (or
-// there is none to take), errUntilReleased or errKeptEarly when the notice
-// is to come again. Only the driver's own Nodes are acted on: an EKS
-// managed node group's instance in a shared queue is EKS's to drain, and
-// another Node with the same machine id (a kubelet's own, another
-// driver's) is passed over. A machine with no Node of the driver yet has
-// the notice kept in early (when not nil) until its Node appears or the
-// notice expires; its message comes again meanwhile.
-func (c *Controller) handleInterruption(ctx context.Context, driver string, n drivers.Interruption, early *earlyWarnings) error {
+// handleInterruption records what notice n, received on queue (a
+// queueName) of driver, means for each of its machines' Nodes: nil once
+// every action is recorded (or there is none to take), errUntilReleased or
+// errKeptEarly when the notice is to come again. Only the driver's own
+// Nodes of the classes that read queue are acted on: an EKS managed node
+// group's instance in a shared queue is EKS's to drain, another Node with
+// the same machine id (a kubelet's own, another driver's) is passed over,
+// and whoever may send to one queue drains no Node of a class that does
+// not read it. A machine with no such Node yet has the notice kept in
+// early (when not nil) until its Node appears or the notice expires; its
+// message comes again meanwhile.
+func (c *Controller) handleInterruption(ctx context.Context, driver, queue string, n drivers.Interruption, early *earlyWarnings) error {
 	logger := klog.FromContext(ctx)
 	if n.Kind == drivers.InterruptionUnparseable {
 		c.metrics.interruptionUnparseable()
@@ -330,9 +362,9 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 	var errs []error
 	kept, keptEarly, repeats := false, false, 0
 	for _, id := range n.MachineIDs {
-		node := c.nodeOfMachine(driver, id)
+		node := c.nodeOfMachine(driver, queue, id)
 		if node == nil {
-			repeat, err := c.machineWithoutNode(ctx, early, driver, n, id)
+			repeat, err := c.machineWithoutNode(ctx, early, driver, queue, n, id)
 			if repeat {
 				repeats++
 			}
@@ -345,7 +377,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 		}
 		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", id, "kind", n.Kind)
 		ctx := klog.NewContext(ctx, logger)
-		err := c.actOn(ctx, driver, node, n)
+		err := c.actOn(ctx, driver, queue, node, n)
 		if errors.Is(err, errUntilReleased) {
 			kept = true
 			continue
@@ -368,14 +400,14 @@ func (c *Controller) handleInterruption(ctx context.Context, driver string, n dr
 	return nil
 }
 
-// actOn does what notice n asks of the Node of its machine: a rebalance
-// recommendation taints the Node (or has it replaced first), any other
-// notice drains it.
-func (c *Controller) actOn(ctx context.Context, driver string, node *corev1.Node, n drivers.Interruption) error {
+// actOn does what notice n, received on queue, asks of the Node of its
+// machine: a rebalance recommendation taints the Node (or has it replaced
+// first), any other notice drains it.
+func (c *Controller) actOn(ctx context.Context, driver, queue string, node *corev1.Node, n drivers.Interruption) error {
 	if n.Kind == drivers.InterruptionRebalance {
 		return c.rebalance(ctx, node, n)
 	}
-	return c.interrupt(ctx, node.Name, c.byOwnClass(driver, node, n))
+	return c.interrupt(ctx, queue, node.Name, c.byOwnClass(driver, node, n))
 }
 
 // byOwnClass is notice n with a lifecycle action's deadline set by the
@@ -397,19 +429,20 @@ func (c *Controller) byOwnClass(driver string, node *corev1.Node, n drivers.Inte
 	return n
 }
 
-// machineWithoutNode handles a notice for a machine no NodeSet's Node has:
-// a lifecycle action of one of our groups (its Node already drained and
-// gone, or never made) is completed at once; a warning that still means
+// machineWithoutNode handles a notice, received on queue, for a machine no
+// Node of a NodeSet of a class that reads queue has: a lifecycle action of
+// one of the groups of those classes (its Node already drained and gone,
+// or never made) is completed at once; a warning that still means
 // something is kept in early for a Node that may yet appear; anything else
 // is not ours. It reports whether the notice is one kept or acted on
 // already, come again.
-func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver string, n drivers.Interruption, id string) (repeat bool, err error) {
+func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver, queue string, n drivers.Interruption, id string) (repeat bool, err error) {
 	if n.Lifecycle != nil {
-		if c.ownGroup(n.Lifecycle.Group) {
-			return false, c.interruptedNodeGone(ctx, n)
+		if c.ownGroup(n.Lifecycle.Group, queue) {
+			return false, c.interruptedNodeGone(ctx, queue, n)
 		}
 	} else {
-		switch c.keepEarly(ctx, early, driver, id, n) {
+		switch c.keepEarly(ctx, early, driver, queue, id, n) {
 		case earlyKept:
 			return false, errKeptEarly
 		case earlyKeptAgain:
@@ -425,17 +458,19 @@ func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarning
 
 // ownGroup reports whether a NodeSet this controller serves has the cloud
 // group group, of a driver that handles interruptions (an EKS managed node
-// group's lifecycle actions are EKS's).
-func (c *Controller) ownGroup(group string) bool {
+// group's lifecycle actions are EKS's), and of a class that reads queue: a
+// notice on one queue completes no lifecycle action of another class's
+// group.
+func (c *Controller) ownGroup(group, queue string) bool {
 	sets, err := c.sets.List(labels.Everything())
 	if err != nil {
 		return false
 	}
 	for _, set := range sets {
 		if set.Status.Group != nil && set.Status.Group.Name == group {
-			_, driver, ok := c.groupOf(set)
+			class, driver, ok := c.groupOf(set)
 			_, handles := driver.(drivers.InterruptionSource)
-			return ok && handles
+			return ok && handles && c.readsQueue(class, queue)
 		}
 	}
 	return false
@@ -469,19 +504,19 @@ func (c *Controller) driverName(d any) string {
 	return ""
 }
 
-// interrupt records the notice on the Node and deletes it: the deletion
-// path drains it within the notice's deadline and lets the machine go. A
-// Node that has the notice already, or is going already with it, is left
-// as it is, so a notice that comes twice drains once. A lifecycle action
-// recorded on a Node already being deleted is errUntilReleased until the
-// Node is released.
-func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Interruption) error {
+// interrupt records the notice, received on queue, on the Node and deletes
+// it: the deletion path drains it within the notice's deadline and lets
+// the machine go. A Node that has the notice already, or is going already
+// with it, is left as it is, so a notice that comes twice drains once. A
+// lifecycle action recorded on a Node already being deleted is
+// errUntilReleased until the Node is released.
+func (c *Controller) interrupt(ctx context.Context, queue, name string, n drivers.Interruption) error {
 	for attempt := 0; ; attempt++ {
 		node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			if n.Lifecycle != nil {
 				// Drained and gone between the look-up and now.
-				return c.interruptedNodeGone(ctx, n)
+				return c.interruptedNodeGone(ctx, queue, n)
 			}
 			return nil
 		}
@@ -503,7 +538,7 @@ func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Inter
 		if !held && node.DeletionTimestamp != nil {
 			// Released already: its drain is over.
 			if n.Lifecycle != nil {
-				return c.interruptedNodeGone(ctx, n)
+				return c.interruptedNodeGone(ctx, queue, n)
 			}
 			return nil
 		}
@@ -546,9 +581,10 @@ func (c *Controller) interrupt(ctx context.Context, name string, n drivers.Inter
 	}
 }
 
-// interruptedNodeGone completes the lifecycle action of a notice whose Node
-// finished its drain and is gone.
-func (c *Controller) interruptedNodeGone(ctx context.Context, n drivers.Interruption) error {
+// interruptedNodeGone completes the lifecycle action of a notice, received
+// on queue, whose Node finished its drain and is gone; only for a group of
+// a class that reads queue.
+func (c *Controller) interruptedNodeGone(ctx context.Context, queue string, n drivers.Interruption) error {
 	sets, err := c.sets.List(labels.Everything())
 	if err != nil {
 		return err
@@ -559,7 +595,7 @@ func (c *Controller) interruptedNodeGone(ctx context.Context, n drivers.Interrup
 		}
 		class, driver, ok := c.groupOf(set)
 		source, isSource := driver.(drivers.InterruptionSource)
-		if !ok || !isSource {
+		if !ok || !isSource || !c.readsQueue(class, queue) {
 			return nil
 		}
 		credentials, err := c.credentials(ctx, class)
@@ -740,14 +776,16 @@ func (c *Controller) lifecycleHeartbeat(ctx context.Context, node *corev1.Node, 
 }
 
 // nodeOfMachine is the Node a NodeSet has for machine id of driver's
-// groups, nil when there is none. Every Node with the id is looked at:
-// another one may share it (a kubelet's own Node, another driver's), and
-// the index gives them in no set order. Only one of a set's replicas
-// (nodeutil.Replica: held, no stranger), with labels that are not
-// tampered with, is the set's: a kubelet may register its own Node with
-// any providerID, a set's labels and the group's annotations, and a
-// notice taken to it would leave the set's own Node undrained.
-func (c *Controller) nodeOfMachine(driver, id string) *corev1.Node {
+// groups, of a class that reads queue (a queueName), nil when there is
+// none. A Node whose class is gone is tied to no queue, and is not acted
+// on. Every Node with the id is looked at: another one may share it (a
+// kubelet's own Node, another driver's), and the index gives them in no
+// set order. Only one of a set's replicas (nodeutil.Replica: held, no
+// stranger), with labels that are not tampered with, is the set's: a
+// kubelet may register its own Node with any providerID, a set's labels
+// and the group's annotations, and a notice taken to it would leave the
+// set's own Node undrained.
+func (c *Controller) nodeOfMachine(driver, queue, id string) *corev1.Node {
 	objs, err := c.nodeIndexer.ByIndex(machineIDIndex, id)
 	if err != nil {
 		return nil
@@ -760,7 +798,10 @@ func (c *Controller) nodeOfMachine(driver, id string) *corev1.Node {
 			node.Annotations[nodesetv1alpha1.AnnotationDriver] != driver || nodeutil.Tampered(node.Labels) {
 			continue
 		}
-		class, _ := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]) // nil when gone
+		class, err := c.classes.Get(node.Labels[nodesetv1alpha1.LabelNodeClass])
+		if err != nil || !c.readsQueue(class, queue) {
+			continue
+		}
 		if nodeutil.Replica(node, class, now) {
 			ours = append(ours, node)
 		}

@@ -15,12 +15,13 @@ import (
 // A warning may come before its machine has a Node: a group's instance
 // gets its Node at the group's next sync after it has a name, and a
 // kubelet's own Node is adopted then too. Such a warning is kept, in the
-// leading replica's memory, and acted on once a Node of the driver has the
-// machine's id in its providerID. Its message is not acknowledged while it
-// is kept: the queue delivers it again after its visibility timeout, to
-// whoever leads by then, so a change of leader does not forget it. Its
-// time runs from the queue's first delivery, whichever replica got it; the
-// delivery after it expired, or after it was acted on, acknowledges it.
+// leading replica's memory, and acted on once a Node of the driver, of a
+// class that reads the queue it came on, has the machine's id in its
+// providerID. Its message is not acknowledged while it is kept: the queue
+// delivers it again after its visibility timeout, to whoever leads by
+// then, so a change of leader does not forget it. Its time runs from the
+// queue's first delivery, whichever replica got it; the delivery after it
+// expired, or after it was acted on, acknowledges it.
 const (
 	// earlyWarningHold is the longest a warning waits for its Node. A
 	// group's instance gets its Node within a group sync or two of being
@@ -38,9 +39,12 @@ const (
 	earlyWarningPoll = time.Second
 )
 
-// earlyKey is a kept warning's key: one per machine, kind and driver.
+// earlyKey is a kept warning's key: one per machine, kind, driver and
+// queue (a queueName) it came on. The queue scopes the Node it waits for,
+// to one of a class that reads that queue.
 type earlyKey struct {
 	driver  string
+	queue   string
 	machine string
 	kind    drivers.InterruptionKind
 }
@@ -210,14 +214,15 @@ const (
 // not acknowledged, so that it comes again, to whoever leads then.
 var errKeptEarly = errors.New("kept for a Node to come: the notice is to come again")
 
-// keepEarly keeps warning n for machine id of driver, which has no Node
-// yet, when it still means something. Its time runs from the queue's first
-// delivery of n when the queue says (n.Received), from now otherwise. An
-// Auto Scaling termination is not kept: the group's sync makes no Node for
-// an instance it terminates; nor is a warning for a machine this process
-// terminated lately (a notice come again after its Node was drained and
-// released, or sent twice), which will have no Node again.
-func (c *Controller) keepEarly(ctx context.Context, early *earlyWarnings, driver, id string, n drivers.Interruption) earlyOutcome {
+// keepEarly keeps warning n, received on queue, for machine id of driver,
+// which has no Node of a class reading queue yet, when it still means
+// something. Its time runs from the queue's first delivery of n when the
+// queue says (n.Received), from now otherwise. An Auto Scaling termination
+// is not kept: the group's sync makes no Node for an instance it
+// terminates; nor is a warning for a machine this process terminated
+// lately (a notice come again after its Node was drained and released, or
+// sent twice), which will have no Node again.
+func (c *Controller) keepEarly(ctx context.Context, early *earlyWarnings, driver, queue, id string, n drivers.Interruption) earlyOutcome {
 	now := c.opts.Now()
 	received := now
 	if !n.Received.IsZero() && n.Received.Before(now) {
@@ -227,7 +232,7 @@ func (c *Controller) keepEarly(ctx context.Context, early *earlyWarnings, driver
 	if early == nil || n.Kind == drivers.InterruptionTermination || !now.Before(until) {
 		return earlyNotKept
 	}
-	key := earlyKey{driver: driver, machine: id, kind: n.Kind}
+	key := earlyKey{driver: driver, queue: queue, machine: id, kind: n.Kind}
 	if early.actedOn(key, now) {
 		return earlyActedOn
 	}
@@ -267,13 +272,13 @@ func (c *Controller) actOnEarlyWarnings(ctx context.Context, early *earlyWarning
 		logger.V(2).Info("Interruption notice for a machine of no NodeSet; no Node appeared before it expired", "machine", w.key.machine, "kind", w.key.kind)
 	}
 	for _, w := range live {
-		node := c.nodeOfMachine(w.key.driver, w.key.machine)
+		node := c.nodeOfMachine(w.key.driver, w.key.queue, w.key.machine)
 		if node == nil {
 			continue
 		}
 		logger := klog.LoggerWithValues(logger, "node", node.Name, "machine", w.key.machine, "kind", w.key.kind)
 		ctx := klog.NewContext(ctx, logger)
-		if err := c.actOn(ctx, w.key.driver, node, w.notice); err != nil {
+		if err := c.actOn(ctx, w.key.driver, w.key.queue, node, w.notice); err != nil {
 			logger.Error(nil, "Acting on an interruption notice that came before its Node failed; tried again", "err", c.scrub(err.Error()))
 			continue
 		}

@@ -82,10 +82,10 @@ func TestAWarningBeforeItsNodeIsActedOnWhenTheNodeAppears(t *testing.T) {
 			MachineIDs: []string{"i-0new"}, Notice: testNow, Deadline: testNow.Add(72 * time.Hour)}, earlyWarningHold + time.Second, (*fixture).interrupted, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+			f := newQueueFixture(t)
 			ctx := context.Background()
 			early := newEarlyWarnings(maxEarlyWarnings)
-			require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, tc.notice, early), errKeptEarly,
+			require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, tc.notice, early), errKeptEarly,
 				"kept, and not to be acknowledged")
 			f.controller.actOnEarlyWarnings(ctx, early) // no Node yet: nothing to do
 			assert.Empty(t, f.kube.Actions(), "a warning kept for its Node costs no write")
@@ -104,7 +104,7 @@ func TestAWarningBeforeItsNodeIsActedOnWhenTheNodeAppears(t *testing.T) {
 // Auto Scaling termination (nodeset's hook or another's) is not kept
 // either: no Node is made for an instance its group terminates.
 func TestAWarningWithNoTimeLeftIsNotKept(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newQueueFixture(t)
 	early := newEarlyWarnings(maxEarlyWarnings)
 	for _, n := range []drivers.Interruption{
 		{Kind: drivers.InterruptionSpot, MachineIDs: []string{"i-0hib"}, Notice: testNow, Deadline: testNow, Detail: "hibernate"},
@@ -113,7 +113,7 @@ func TestAWarningWithNoTimeLeftIsNotKept(t *testing.T) {
 			Lifecycle: &drivers.LifecycleAction{Group: "not-ours", Hook: "h", Token: "t", MachineID: "i-0hook"}},
 		{Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-0other"}, Notice: testNow, Deadline: testNow.Add(time.Hour), Detail: "another-hook"},
 	} {
-		require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, n, early))
+		require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, testQueue, n, early))
 	}
 	assert.Zero(t, early.len())
 }
@@ -122,14 +122,14 @@ func TestAWarningWithNoTimeLeftIsNotKept(t *testing.T) {
 // name instances nobody has. The warnings kept are capped, the oldest
 // dropped first, and a warning given again keeps its place.
 func TestKeptWarningsAreCappedOldestFirst(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newQueueFixture(t)
 	ctx := context.Background()
 	early := newEarlyWarnings(3)
 	for i := range 5 {
-		require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning(fmt.Sprintf("i-0flood%d", i), testNow), early), errKeptEarly)
+		require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, spotWarning(fmt.Sprintf("i-0flood%d", i), testNow), early), errKeptEarly)
 		if i == 2 {
 			// Given again: it keeps its place, and is the first to go.
-			require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning("i-0flood2", testNow), early), errKeptEarly)
+			require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, spotWarning("i-0flood2", testNow), early), errKeptEarly)
 		}
 	}
 	assert.Equal(t, 3, early.len(), "no more than the cap")
@@ -151,10 +151,10 @@ func TestKeptWarningsAreCappedOldestFirst(t *testing.T) {
 // TestAKeptWarningWhoseActionFailsIsTriedAgain: a write refused when the
 // Node appears leaves the warning kept for the next round.
 func TestAKeptWarningWhoseActionFailsIsTriedAgain(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newQueueFixture(t)
 	ctx := context.Background()
 	early := newEarlyWarnings(maxEarlyWarnings)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, spotWarning("i-0slow", testNow), early), errKeptEarly)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, spotWarning("i-0slow", testNow), early), errKeptEarly)
 	refuse := true
 	f.kube.PrependReactor("patch", "nodes", func(core.Action) (bool, runtime.Object, error) {
 		if refuse {
@@ -180,19 +180,19 @@ func TestAKeptWarningWhoseActionFailsIsTriedAgain(t *testing.T) {
 // and its message is acknowledged, as for no NodeSet's machine, once that
 // minute is up.
 func TestAKeptWarningOutlivesAChangeOfLeader(t *testing.T) {
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+	f := newQueueFixture(t)
 	ctx := context.Background()
 	warning := spotWarning("i-0handover", testNow)
 	warning.Received = testNow
 	old := newEarlyWarnings(maxEarlyWarnings)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, old), errKeptEarly,
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warning, old), errKeptEarly,
 		"kept, its message not acknowledged")
 
 	// The leader goes, and its memory with it; the message comes again
 	// to the next one, whose Node appears within the two minutes.
 	f.now = testNow.Add(40 * time.Second)
 	next := newEarlyWarnings(maxEarlyWarnings)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, next), errKeptEarly)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warning, next), errKeptEarly)
 	f.now = testNow.Add(90 * time.Second)
 	f.appear(groupNode("handover", nodesetv1alpha1.DriverEKSASG, "i-0handover"))
 	f.controller.actOnEarlyWarnings(ctx, next)
@@ -202,7 +202,7 @@ func TestAKeptWarningOutlivesAChangeOfLeader(t *testing.T) {
 	unknown := f.unknownNotices()
 	f.now = testNow.Add(9 * time.Minute)
 	later := newEarlyWarnings(maxEarlyWarnings)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, rebalance, later), errKeptEarly)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, rebalance, later), errKeptEarly)
 	live, _ := later.kept(f.now)
 	require.Len(t, live, 1)
 	assert.Equal(t, testNow.Add(earlyWarningHold), live[0].until, "kept from the first delivery")
@@ -210,7 +210,7 @@ func TestAKeptWarningOutlivesAChangeOfLeader(t *testing.T) {
 	f.controller.actOnEarlyWarnings(ctx, later)
 	assert.Zero(t, later.len(), "expired")
 	assert.Equal(t, unknown, f.unknownNotices(), "counted when its message goes")
-	assert.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, rebalance, later), "expired: acknowledged")
+	assert.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, rebalance, later), "expired: acknowledged")
 	assert.Equal(t, unknown+1, f.unknownNotices(), "for no NodeSet's machine, once")
 }
 
@@ -219,20 +219,20 @@ func TestAKeptWarningOutlivesAChangeOfLeader(t *testing.T) {
 // acknowledged, even when the Node is gone by then and nothing tells it
 // from a warning that came first.
 func TestAWarningActedOnIsAcknowledgedWhenItComesAgain(t *testing.T) {
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+	f := newQueueFixture(t)
 	ctx := context.Background()
 	early := newEarlyWarnings(maxEarlyWarnings)
 	warning := spotWarning("i-0twice", testNow)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, early), errKeptEarly)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warning, early), errKeptEarly)
 	f.now = testNow.Add(30 * time.Second)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, early), errKeptEarly, "come again, kept still")
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warning, early), errKeptEarly, "come again, kept still")
 	f.appear(groupNode("twice", nodesetv1alpha1.DriverEKSASG, "i-0twice"))
 	f.controller.actOnEarlyWarnings(ctx, early)
 	require.True(t, f.interrupted("twice"))
 	f.deleteCache("twice")
 	writes := len(f.kube.Actions())
 	f.now = testNow.Add(60 * time.Second)
-	assert.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warning, early), "acted on: acknowledged")
+	assert.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warning, early), "acted on: acknowledged")
 	assert.Equal(t, writes, len(f.kube.Actions()), "and not acted on again")
 	assert.Zero(t, early.len())
 	assert.Equal(t, 1.0, f.receivedNotices(drivers.InterruptionSpot), "one notice, delivered three times")
@@ -243,13 +243,13 @@ func TestAWarningActedOnIsAcknowledgedWhenItComesAgain(t *testing.T) {
 // again after its Node was drained and its machine terminated (or is sent
 // twice) waits for no Node: that machine will have none again.
 func TestAWarningForAMachineTerminatedLatelyIsNotKept(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newQueueFixture(t)
 	early := newEarlyWarnings(maxEarlyWarnings)
 	f.controller.rememberTerminated("aws:///us-west-2a/i-0gone")
-	assert.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, spotWarning("i-0gone", testNow), early))
+	assert.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, testQueue, spotWarning("i-0gone", testNow), early))
 	assert.Zero(t, early.len())
 	assert.Equal(t, 1.0, f.unknownNotices(), "for no NodeSet's machine")
-	assert.ErrorIs(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, spotWarning("i-0gone2", testNow), early), errKeptEarly,
+	assert.ErrorIs(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, testQueue, spotWarning("i-0gone2", testNow), early), errKeptEarly,
 		"another machine's is kept")
 }
 
@@ -258,25 +258,25 @@ func TestAWarningForAMachineTerminatedLatelyIsNotKept(t *testing.T) {
 // its Node tainted already and is not counted again; another notice is,
 // and so is the same id once its time is up.
 func TestANoticeComesAgainAndIsCountedOnce(t *testing.T) {
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("spot")})
+	f := newQueueFixture(t)
 	ctx := context.Background()
 	early := newEarlyWarnings(maxEarlyWarnings)
 	f.appear(groupNode("stays", nodesetv1alpha1.DriverEKSASG, "i-0stays"))
 	notice := drivers.Interruption{ID: "event-1", Kind: drivers.InterruptionRebalance, MachineIDs: []string{"i-0stays"}, Notice: testNow}
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, early))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, notice, early))
 	f.updateCache(f.get("stays"))
 	assert.True(t, slices.ContainsFunc(f.get("stays").Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodesetv1alpha1.TaintRebalanceRecommended }))
 	f.now = testNow.Add(10 * time.Second)
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, early))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, notice, early))
 	assert.Equal(t, 1.0, f.receivedNotices(drivers.InterruptionRebalance), "one notice, delivered twice")
 
 	other := notice
 	other.ID = "event-2"
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, other, early))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, other, early))
 	assert.Equal(t, 2.0, f.receivedNotices(drivers.InterruptionRebalance), "another notice")
 
 	f.now = testNow.Add(earlyWarningHold + time.Second)
 	early.kept(f.now)
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, early))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, notice, early))
 	assert.Equal(t, 3.0, f.receivedNotices(drivers.InterruptionRebalance), "its time up, the id counts again")
 }

@@ -54,22 +54,22 @@ func groupNode(name, driver, instance string) *corev1.Node {
 func TestInterruptionNoticesActOnlyOnTheirDriversNodes(t *testing.T) {
 	mine := groupNode("mine", nodesetv1alpha1.DriverEKSASG, "i-0aaa")
 	managed := groupNode("managed", nodesetv1alpha1.DriverEKSManaged, "i-0bbb")
-	f := newFixture(t, nil, mine, managed)
+	f := newQueueFixture(t, mine, managed)
 	ctx := context.Background()
 	warn := func(instance string) drivers.Interruption {
 		return drivers.Interruption{Kind: drivers.InterruptionSpot, MachineIDs: []string{instance}, Notice: testNow, Deadline: testNow.Add(2 * time.Minute)}
 	}
 
 	early := newEarlyWarnings(maxEarlyWarnings)
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0bbb"), early), errKeptEarly,
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warn("i-0bbb"), early), errKeptEarly,
 		"kept for a Node of the driver that may yet appear")
 	assert.Empty(t, f.get("managed").Annotations[nodesetv1alpha1.AnnotationInterruption], "an EKS managed node group's instance is EKS's to drain")
 
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0aaa"), early))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warn("i-0aaa"), early))
 	_, err := f.kube.CoreV1().Nodes().Get(ctx, "mine", metav1.GetOptions{})
 	assert.Error(t, err, "the fake deletes at once: the Node went through deletion")
 	writes := len(f.kube.Actions())
-	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, warn("i-0ccc"), early), errKeptEarly)
+	require.ErrorIs(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, warn("i-0ccc"), early), errKeptEarly)
 	assert.Equal(t, writes, len(f.kube.Actions()), "a machine of no Node costs no write")
 	f.controller.actOnEarlyWarnings(ctx, early)
 	assert.Equal(t, writes, len(f.kube.Actions()), "nor while it is kept for a Node of the driver that may yet appear")
@@ -77,9 +77,10 @@ func TestInterruptionNoticesActOnlyOnTheirDriversNodes(t *testing.T) {
 }
 
 // recordingSource records the lifecycle calls of an InterruptionSource.
+// Every class of its driver reads its queue "q" (testQueue).
 type recordingSource struct{ beats, completed int }
 
-func (*recordingSource) InterruptionQueue(drivers.Class) string { return "" }
+func (*recordingSource) InterruptionQueue(drivers.Class) string { return "q" }
 func (*recordingSource) ReceiveInterruptions(context.Context, drivers.Class) ([]drivers.Interruption, error) {
 	return nil, nil
 }
@@ -104,11 +105,31 @@ type groupSource struct {
 	*recordingSource
 }
 
+// testQueue is the queue (a queueName) of the classes of the eks-asg
+// driver when recordingSource is its interruption source.
+const testQueue = nodesetv1alpha1.DriverEKSASG + " q"
+
+// queuedClass is a class of the eks-asg driver, which reads testQueue
+// when recordingSource is the driver's interruption source.
+func queuedClass(name string) *nodesetv1alpha1.NodeClass {
+	class := testClass(name)
+	class.Spec.Driver = nodesetv1alpha1.DriverEKSASG
+	return class
+}
+
+// newQueueFixture is a fixture whose eks-asg driver is an interruption
+// source, with the class spot of groupNode's Nodes reading testQueue.
+func newQueueFixture(t *testing.T, objects ...runtime.Object) *fixture {
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{queuedClass("spot")}, objects...)
+	f.controller.registry[nodesetv1alpha1.DriverEKSASG] = groupSource{newRecordingDriver(nodesetv1alpha1.DriverEKSASG), &recordingSource{}}
+	return f
+}
+
 // TestLifecycleDeadlineIsTheMachinesClass: a queue shared by classes of
 // different drain times is read with one of them; the deadline of a
 // machine's lifecycle action is set by the class of its own Node.
 func TestLifecycleDeadlineIsTheMachinesClass(t *testing.T) {
-	long := testClass("long")
+	long := queuedClass("long")
 	long.Spec.Drain.Timeout.Duration = 30 * time.Minute
 	node := groupNode("draining", nodesetv1alpha1.DriverEKSASG, "i-0aaa")
 	node.Labels[nodesetv1alpha1.LabelNodeClass] = "long"
@@ -117,7 +138,7 @@ func TestLifecycleDeadlineIsTheMachinesClass(t *testing.T) {
 	notice := drivers.Interruption{Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-0aaa"}, Notice: testNow,
 		Deadline:  testNow.Add(time.Minute), // as the queue's first class, of 1 minute, read it
 		Lifecycle: &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-0aaa", HeartbeatTimeout: time.Minute}}
-	require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, notice, nil))
+	require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, testQueue, notice, nil))
 	var recorded *interruptionRecord
 	for _, action := range f.kube.Actions() {
 		if patch, ok := action.(core.PatchAction); ok && action.GetResource().Resource == "nodes" {
@@ -202,10 +223,10 @@ func TestAnInterruptionFindsItsNodeAmongThoseSharingTheMachineID(t *testing.T) {
 			groupNode(fmt.Sprintf("managed-%02d", i), nodesetv1alpha1.DriverEKSManaged, id),
 			groupNode(fmt.Sprintf("mine-%02d", i), nodesetv1alpha1.DriverEKSASG, id))
 	}
-	f := newFixture(t, nil, objects...)
+	f := newQueueFixture(t, objects...)
 	ctx := context.Background()
 	notice := drivers.Interruption{Kind: drivers.InterruptionSpot, MachineIDs: ids, Notice: testNow, Deadline: testNow.Add(2 * time.Minute)}
-	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, nil))
+	require.NoError(t, f.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, notice, nil))
 	for i := range 12 {
 		_, err := f.kube.CoreV1().Nodes().Get(ctx, fmt.Sprintf("mine-%02d", i), metav1.GetOptions{})
 		assert.True(t, apierrors.IsNotFound(err), "mine-%02d is interrupted (the fake deletes at once)", i)
@@ -248,7 +269,9 @@ func TestALifecycleActionRecordedWhileTheNodeIsReleasedIsCompleted(t *testing.T)
 	notice := drivers.Interruption{Receipt: "r-1", ID: "m-1", Kind: drivers.InterruptionTermination, MachineIDs: []string{"i-100"}, Notice: testNow,
 		Lifecycle: &drivers.LifecycleAction{Group: groupName, Hook: "drain", Token: "t-1", MachineID: "i-100", HeartbeatTimeout: time.Hour}}
 	acked := false
-	deliver := func() { acked = g.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, notice, nil) == nil }
+	deliver := func() {
+		acked = g.controller.handleInterruption(ctx, nodesetv1alpha1.DriverEKSASG, testQueue, notice, nil) == nil
+	}
 	g.controller.registry = drivers.Registry{nodesetv1alpha1.DriverEKSASG: terminationHook{g.group, source, deliver}}
 
 	node := g.get("ip-100")
