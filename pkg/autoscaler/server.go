@@ -287,6 +287,16 @@ func (s *Server) unjudged(set *nodesetv1alpha1.NodeSet) error {
 	return nil
 }
 
+// mayGrow is the refusal of a scale-up or of a template, or nil: a set
+// nodeset makes no Nodes for (unmanaged), or whose current spec it has not
+// found fit (unjudged).
+func (s *Server) mayGrow(set *nodesetv1alpha1.NodeSet) error {
+	if err := s.unmanaged(set); err != nil {
+		return err
+	}
+	return s.unjudged(set)
+}
+
 // classNotReadyReasons are the NodeSetController's Accepted=False reasons
 // that say only that the class was missing or not yet validated by its
 // node controller.
@@ -539,10 +549,7 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 	defer release()
 	var added int32
 	err = s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
-		if err := s.unmanaged(set); err != nil {
-			return err
-		}
-		if err := s.unjudged(set); err != nil {
+		if err := s.mayGrow(set); err != nil {
 			return err
 		}
 		// In 64 bits: a delta near the largest int32 must not wrap round
@@ -910,10 +917,8 @@ func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGr
 	// could draw other tenants' pending pods to a scale-up that is then
 	// refused, and the group backed off, in every loop. Unimplemented is
 	// "no template", which cluster-autoscaler takes without an error.
-	for _, refused := range []func(*nodesetv1alpha1.NodeSet) error{s.unmanaged, s.unjudged} {
-		if err := refused(set); err != nil {
-			return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
-		}
+	if err := s.mayGrow(set); err != nil {
+		return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
 	}
 	node, err := s.TemplateNode(set)
 	if err != nil {
