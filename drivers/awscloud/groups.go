@@ -164,7 +164,9 @@ func machineState(s asgtypes.LifecycleState) drivers.MachineState {
 // way) is not taken as gone on the group's word: EC2 is asked, and an
 // instance still running is terminated directly (no group is lowered, so it
 // reports false). An instance that is now in another Auto Scaling group is
-// that group's, and is left alone.
+// that group's, and is left alone. A termination that fails is looked at
+// again (goingAnyway): an instance out of the group or terminating by then
+// is reported gone, not the error.
 func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, providerID string) (bool, error) {
 	id, err := InstanceID(providerID)
 	if err != nil {
@@ -189,12 +191,39 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, pro
 		standby := strings.HasSuffix(aws.ToString(i.LifecycleState), "Standby")
 		_, err = asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
 			InstanceId: aws.String(id), ShouldDecrementDesiredCapacity: aws.Bool(!standby)})
+		decremented := err == nil
 		if !standby && IsCode(err, "ValidationError") {
-			return terminateOverDesired(ctx, asg, group, id, err)
+			decremented, err = terminateOverDesired(ctx, asg, group, id, err)
+		} else {
+			err = Classify("terminating "+id+" in "+group, err)
 		}
-		return err == nil, Classify("terminating "+id+" in "+group, err)
+		if err != nil && goingAnyway(ctx, asg, ec2c, group, id) {
+			return false, nil
+		}
+		return decremented, err
 	}
 	return false, TerminateInstance(ctx, ec2c, id)
+}
+
+// goingAnyway reports whether instance id, whose termination in the group
+// failed, is going all the same: out of the group, or terminating in it.
+// A call whose response was lost did its work, and the SDK's retry of it
+// finds the instance out of the group (AWS refuses it with a
+// ValidationError, no such instance; moto fails with a 500); without this
+// look, that would be reported as a refusal. An instance out of the group
+// that still runs (a termination that failed half way) is terminated
+// through EC2.
+func goingAnyway(ctx context.Context, asg AutoScaling, ec2c EC2, group, id string) bool {
+	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
+	if err != nil {
+		return false
+	}
+	for _, i := range found.AutoScalingInstances {
+		if aws.ToString(i.InstanceId) == id {
+			return aws.ToString(i.AutoScalingGroupName) != group || strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat")
+		}
+	}
+	return TerminateInstance(ctx, ec2c, id) == nil
 }
 
 // terminateOverDesired terminates instance id of the group without

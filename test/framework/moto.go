@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,6 +66,13 @@ func startMoto(t testing.TB, prelude []byte) string {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		logFile.Close()
+		// moto answers an exception of its own with a bare 500; the
+		// traceback, in its log, is the only account of what failed.
+		if logged, err := os.ReadFile(logFile.Name()); err == nil && t.Failed() {
+			if tracebacks := motoTracebacks(logged, 3); tracebacks != "" {
+				t.Logf("moto_server's last tracebacks:\n%s", tracebacks)
+			}
+		}
 	})
 	running := regexp.MustCompile(`Running on (http://127\.0\.0\.1:[0-9]+)`)
 	client := &http.Client{Timeout: time.Second}
@@ -86,6 +94,27 @@ func startMoto(t testing.TB, prelude []byte) string {
 	}
 	t.Fatalf("moto_server did not start (endpoint %q); see %s", endpoint, logFile.Name())
 	return ""
+}
+
+// motoTracebacks returns the last n Python tracebacks in moto's log, each
+// from its "Traceback" line to the exception's line (the first after it
+// that is not indented).
+func motoTracebacks(log []byte, n int) string {
+	var blocks []string
+	lines := strings.Split(string(log), "\n")
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "Traceback (most recent call last)") {
+			continue
+		}
+		j := i + 1
+		for j < len(lines) && (strings.HasPrefix(lines[j], " ") || strings.HasPrefix(lines[j], "\t")) {
+			j++
+		}
+		end := min(j+1, len(lines))
+		blocks = append(blocks, strings.Join(lines[i:end], "\n"))
+		i = end - 1
+	}
+	return strings.Join(blocks[max(0, len(blocks)-n):], "\n")
 }
 
 // motoLauncher is hack/moto-launcher.py: moto_server with what it gets

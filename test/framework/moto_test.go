@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -74,4 +75,25 @@ _models.DetachInstanceActivity.__init__ = _detaching_slowly
 		require.Empty(t, described.AutoScalingGroups[0].Instances, "%s: instances in the group", name)
 		require.Empty(t, running.Reservations, "%s: instances running", name)
 	}
+}
+
+// TestMotoTracebacksAreCutFromItsLog: what a failed AWS test logs of moto's
+// log is its last tracebacks, not its request lines.
+func TestMotoTracebacksAreCutFromItsLog(t *testing.T) {
+	log := strings.Join([]string{
+		`127.0.0.1 - - [28/Nov/2026 10:00:00] "POST / HTTP/1.1" 200 -`,
+		"Traceback (most recent call last):",
+		`  File "models.py", line 1, in first`,
+		"KeyError: 'a'",
+		`127.0.0.1 - - [28/Nov/2026 10:00:01] "POST / HTTP/1.1" 500 -`,
+		"Traceback (most recent call last):",
+		`  File "models.py", line 1915, in terminate_instance`,
+		"    instance_state = next(",
+		"StopIteration",
+		`127.0.0.1 - - [28/Nov/2026 10:00:02] "POST / HTTP/1.1" 500 -`,
+	}, "\n")
+	require.Equal(t, "Traceback (most recent call last):\n  File \"models.py\", line 1915, in terminate_instance\n    instance_state = next(\nStopIteration",
+		motoTracebacks([]byte(log), 1))
+	require.Equal(t, 2, strings.Count(motoTracebacks([]byte(log), 3), "Traceback"))
+	require.Empty(t, motoTracebacks([]byte(`127.0.0.1 - - "POST / HTTP/1.1" 200 -`), 3))
 }
