@@ -393,6 +393,32 @@ func TestDeletedNodeSetRemovesNodesThenFinalizer(t *testing.T) {
 	assert.NotContains(t, got.Finalizers, FinalizerNodes)
 }
 
+// TestADeletedNodeSetCountsItsNodesDown: while a deleted set's Nodes drain
+// and go, its status counts them (kubectl get shows the set going down),
+// and Progressing says it is being deleted.
+func TestADeletedNodeSetCountsItsNodesDown(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	set.Status = nodesetv1alpha1.NodeSetStatus{ObservedGeneration: 1, Replicas: 2, ReadyReplicas: 2, AvailableReplicas: 2, UpdatedReplicas: 2,
+		Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue, Reason: ReasonComplete,
+			Message: "2 of 2 nodes ready", ObservedGeneration: 1}}}
+	staying := setNode(t, set, class, "web-a", time.Hour, true)
+	going := setNode(t, set, class, "web-b", time.Hour, true)
+	going.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	f := newFixture(t, class, set, staying, going)
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"web-a"}, f.nodeDeletes())
+	status := f.status()
+	assert.EqualValues(t, 1, status.Replicas)
+	assert.EqualValues(t, 1, status.ReadyReplicas)
+	assert.EqualValues(t, 2, status.ObservedGeneration)
+	progressing := meta.FindStatusCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, progressing)
+	assert.Equal(t, ReasonDeleting, progressing.Reason)
+	assert.Equal(t, "the NodeSet is being deleted; nodes left: 2, terminating: 1", progressing.Message)
+}
+
 // A deleting NodeSet whose earlier writes are not all observed still
 // deletes the Nodes that came since (a cloud group's machines, given Nodes
 // by the node controller), and does not ask again for the deletions still

@@ -32,6 +32,7 @@ const (
 	ReasonGroupFailure               = "GroupFailure"
 	ReasonProvisioningFailed         = "ProvisioningFailed"
 	ReasonGroupUpdating              = "GroupUpdating"
+	ReasonDeleting                   = "Deleting"
 )
 
 // computeStatus is the status a NodeSet should have given its Nodes. It is pure.
@@ -40,22 +41,8 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	status.ObservedGeneration = set.Generation
 	status.Selector = resolve.Selector(set).String()
 	status.TemplateHash = res.templateHash
-
 	active := plan.Active(nodes)
-	status.Replicas = int32(len(active))
-	status.ReadyReplicas, status.AvailableReplicas, status.UpdatedReplicas = 0, 0, 0
-	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
-	for _, node := range active {
-		if nodeutil.IsReady(node) {
-			status.ReadyReplicas++
-		}
-		if plan.Available(node, minReady, now) {
-			status.AvailableReplicas++
-		}
-		if res.templateHash != "" && node.Labels[nodesetv1alpha1.LabelTemplateHash] == res.templateHash {
-			status.UpdatedReplicas++
-		}
-	}
+	countReplicas(&status, set, active, now)
 
 	setCondition := func(c metav1.Condition) {
 		c.ObservedGeneration = set.Generation
@@ -133,6 +120,39 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	default:
 		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
 	}
+	return status
+}
+
+// countReplicas sets the replica counts of status from the set's active
+// Nodes; a Node is up to date when it has status.TemplateHash.
+func countReplicas(status *nodesetv1alpha1.NodeSetStatus, set *nodesetv1alpha1.NodeSet, active []*corev1.Node, now time.Time) {
+	status.Replicas = int32(len(active))
+	status.ReadyReplicas, status.AvailableReplicas, status.UpdatedReplicas = 0, 0, 0
+	minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
+	for _, node := range active {
+		if nodeutil.IsReady(node) {
+			status.ReadyReplicas++
+		}
+		if plan.Available(node, minReady, now) {
+			status.AvailableReplicas++
+		}
+		if status.TemplateHash != "" && node.Labels[nodesetv1alpha1.LabelTemplateHash] == status.TemplateHash {
+			status.UpdatedReplicas++
+		}
+	}
+}
+
+// deletingStatus is the status of a set being deleted, whose Nodes are
+// going: the counts of the Nodes not yet deleted, and Progressing True with
+// reason Deleting, counting the Nodes left. The other conditions keep
+// what they said before the deletion. It is pure.
+func deletingStatus(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, now time.Time) nodesetv1alpha1.NodeSetStatus {
+	status := *set.Status.DeepCopy()
+	status.ObservedGeneration = set.Generation
+	countReplicas(&status, set, plan.Active(nodes), now)
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue,
+		Reason: ReasonDeleting, ObservedGeneration: set.Generation,
+		Message: fmt.Sprintf("the NodeSet is being deleted; nodes left: %d, terminating: %d", len(nodes), len(nodes)-int(status.Replicas))})
 	return status
 }
 

@@ -140,7 +140,13 @@ func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 	}
 
 	if set.DeletionTimestamp != nil {
-		return c.finalize(ctx, set, nodes)
+		err := c.finalize(ctx, set, nodes)
+		if len(nodes) > 0 {
+			// Its Nodes drain and go: the status counts them down, as a
+			// Deployment's does while it is deleted.
+			err = errors.Join(err, c.updateStatus(ctx, set, deletingStatus(set, nodes, c.now())))
+		}
+		return err
 	}
 	nodes, earlier := ofClass(nodes, set.Spec.NodeClassName)
 	if len(earlier) > 0 {

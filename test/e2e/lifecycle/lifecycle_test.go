@@ -26,6 +26,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	nodecontroller "nodeset.dev/nodeset/pkg/controller/node"
+	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/resolve"
 	"nodeset.dev/nodeset/test/framework"
@@ -261,6 +262,46 @@ func TestNodeSetDeletionRemovesEverything(t *testing.T) {
 			return false, "NodeSet still exists"
 		}
 		return true, ""
+	})
+}
+
+// TestADeletedNodeSetCountsItsNodesDown: while a deleted NodeSet's Nodes
+// drain, its status counts the Nodes not yet deleted, and Progressing
+// says it is being deleted, as kubectl get nds shows it. A budget holds
+// one Node's drain, so that the set stays deleting long enough to be read.
+func TestADeletedNodeSetCountsItsNodesDown(t *testing.T) {
+	c := startControllers(t)
+	kube, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "countdown")
+	createClass(t, "countdown-sim", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.Drain = &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 10 * time.Minute}}
+	})
+	createSet(t, ns, "going", "countdown-sim", 2)
+	eventually(t, 2*time.Minute, "2 nodes", converged(c, t, ns, "going", 2))
+	nodes, err := setNodes(ctx, t, ns, "going")
+	require.NoError(t, err)
+	pod := guardedPod(t, ns, "held", nodes[0].Name, "hold")
+	require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "going", metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "the status counting the held Node", func(ctx context.Context) (bool, string) {
+		set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "going", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+		if progressing == nil {
+			return false, "no Progressing condition"
+		}
+		return set.Status.Replicas == 0 && set.Status.ReadyReplicas == 0 && progressing.Reason == nodesetcontroller.ReasonDeleting &&
+				progressing.Message == "the NodeSet is being deleted; nodes left: 1, terminating: 1",
+			fmt.Sprintf("replicas %d, ready %d, Progressing %s: %s", set.Status.Replicas, set.Status.ReadyReplicas, progressing.Reason, progressing.Message)
+	})
+	// Released: the pod goes at once, as a kubelet would let it.
+	require.NoError(t, kube.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "hold", metav1.DeleteOptions{}))
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	eventually(t, 2*time.Minute, "the NodeSet gone", func(ctx context.Context) (bool, string) {
+		_, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "going", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
 
