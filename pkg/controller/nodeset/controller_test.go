@@ -482,6 +482,16 @@ func TestComputeStatus(t *testing.T) {
 	assert.Equal(t, ReasonComplete, progressing.Reason)
 	assert.Contains(t, progressing.Message, "1 outdated, replaced when deleted (strategy OnDelete)")
 	assert.Equal(t, metav1.ConditionTrue, findCondition(status.Conditions, nodesetv1alpha1.NodeSetAvailable).Status)
+
+	// Complete only once every node has been Ready for minReadySeconds.
+	set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{}
+	status = computeStatus(set, res, []*corev1.Node{longReady, freshReady}, nil, testNow)
+	progressing = findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	assert.Equal(t, ReasonWaitingForAvailable, progressing.Reason)
+	assert.Equal(t, "1 of 2 nodes available (Ready for minReadySeconds, 3600)", progressing.Message)
+	later := testNow.Add(time.Hour)
+	status = computeStatus(set, res, []*corev1.Node{longReady, freshReady}, nil, later)
+	assert.Equal(t, ReasonComplete, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
 }
 
 func TestSlowStartBatch(t *testing.T) {

@@ -47,6 +47,9 @@ func TestClassRevalidationKeepsTheRolloutStatus(t *testing.T) {
 	progressing := findCondition(after.Conditions, nodesetv1alpha1.NodeSetProgressing)
 	require.NotNil(t, progressing)
 	assert.Equal(t, ReasonComplete, progressing.Reason, progressing.Message)
+	for _, c := range after.Conditions {
+		assert.EqualValues(t, 2, c.ObservedGeneration, "condition %s: of the verdict and template of generation 2", c.Type)
+	}
 }
 
 // TestMinReadySecondsWaitIsTimed: a rollout waits for a new Node to be

@@ -24,6 +24,7 @@ const (
 	ReasonScalingUp                  = "ScalingUp"
 	ReasonScalingDown                = "ScalingDown"
 	ReasonWaitingForReady            = "WaitingForReady"
+	ReasonWaitingForAvailable        = "WaitingForAvailable"
 	ReasonComplete                   = "Complete"
 	ReasonPaused                     = "Paused"
 	ReasonRollingUpdate              = "RollingUpdate"
@@ -44,8 +45,14 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	active := plan.Active(nodes)
 	countReplicas(&status, set, active, now)
 
+	// While the class is revalidated, the conditions are of the verdict and
+	// template recorded before: of the generation the status observed.
+	generation := set.Generation
+	if res.revalidating {
+		generation = set.Status.ObservedGeneration
+	}
 	setCondition := func(c metav1.Condition) {
-		c.ObservedGeneration = set.Generation
+		c.ObservedGeneration = generation
 		c.Message = conditionMessage(c.Message)
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
@@ -95,6 +102,10 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused, "the NodeSet is paused"
 	case status.ReadyReplicas < desired:
 		progressing.Reason, progressing.Message = ReasonWaitingForReady, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
+	case status.AvailableReplicas < desired:
+		// Complete, as a Deployment's, only once every node is available.
+		progressing.Reason, progressing.Message = ReasonWaitingForAvailable,
+			fmt.Sprintf("%d of %d nodes available (Ready for minReadySeconds, %d)", status.AvailableReplicas, desired, set.Spec.MinReadySeconds)
 	case outdated > 0:
 		// OnDelete (or Managed): outdated nodes stay until deleted.
 		progressing.Reason, progressing.Message = ReasonComplete,
