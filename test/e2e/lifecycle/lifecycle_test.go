@@ -334,6 +334,8 @@ func TestUnregisteredMachineIsReplaced(t *testing.T) {
 	events, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=RegistrationTimeout"})
 	require.NoError(t, err)
 	assert.NotEmpty(t, events.Items, "a RegistrationTimeout event explains each replacement")
+	// Told on the NodeSet too, whose tenant may not read the Node's Events.
+	eventuallyEventOn(t, kube, "flaky", nodecontroller.ReasonRegistrationTimeout, "The machine did not register within 2s; replacing it")
 	scale(t, ns, "flaky", 0)
 	eventually(t, time.Minute, "scaled to 0", converged(c, t, ns, "flaky", 0))
 }
