@@ -39,6 +39,7 @@ type NodeSet struct {
 // NodeSetSpec is the nodes a tenant wants.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.replicas) || (self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)",message="spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas",messageExpression="'spec.replicas must be within spec.autoscaling.minReplicas and spec.autoscaling.maxReplicas: replicas is %d, the bounds are %d and %d'.format([self.replicas, self.autoscaling.minReplicas, self.autoscaling.maxReplicas])",fieldPath=".replicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.progressDeadlineSeconds) || !has(self.minReadySeconds) || self.progressDeadlineSeconds > self.minReadySeconds",message="spec.progressDeadlineSeconds must be greater than spec.minReadySeconds",messageExpression="'spec.progressDeadlineSeconds must be greater than spec.minReadySeconds: progressDeadlineSeconds is %d, minReadySeconds is %d'.format([self.progressDeadlineSeconds, self.minReadySeconds])",fieldPath=".progressDeadlineSeconds"
 // +kubebuilder:validation:XValidation:rule="[has(self.simulated), has(self.dockerMachine), has(self.eksAutoscalingGroup), has(self.eksManagedNodeGroup), has(self.parameters)].filter(x, x).size() <= 1",message="at most one driver section (simulated, dockerMachine, eksAutoscalingGroup, eksManagedNodeGroup or parameters) may be overridden"
 type NodeSetSpec struct {
 	// nodeClassName is the NodeClass the nodes are made from. It cannot be changed.
@@ -101,6 +102,18 @@ type NodeSetSpec struct {
 	// paused stops a rollout where it is; scaling still happens.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// progressDeadlineSeconds is how long the set may go without progress
+	// while it rolls out, scales up or waits for its nodes to become Ready
+	// and available, before its Progressing condition turns False with
+	// reason ProgressDeadlineExceeded (as a Deployment's does). Progress is
+	// a new generation, a node becoming Ready or available, or an outdated
+	// node going. Unset, there is no deadline. It must be greater than
+	// minReadySeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // Autoscaling bounds cluster-autoscaler's scaling of a NodeSet.
@@ -267,6 +280,11 @@ type NodeSetStatus struct {
 	// cluster-autoscaler's template node for the set is built from it.
 	// +optional
 	Capacity *TemplateCapacity `json:"capacity,omitempty"`
+	// lastProgressTime is when the set last made progress (see
+	// spec.progressDeadlineSeconds) while it rolls out, scales up or waits
+	// for its nodes; unset while it does none of these.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
 	// conditions: Accepted, Available, Progressing and ReplicaFailure.
 	// +optional
 	// +listType=map

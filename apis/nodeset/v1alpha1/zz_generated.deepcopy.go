@@ -826,6 +826,11 @@ func (in *NodeSetSpec) DeepCopyInto(out *NodeSetSpec) {
 		(*in).DeepCopyInto(*out)
 	}
 	in.Strategy.DeepCopyInto(&out.Strategy)
+	if in.ProgressDeadlineSeconds != nil {
+		in, out := &in.ProgressDeadlineSeconds, &out.ProgressDeadlineSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	return
 }
 
@@ -851,6 +856,10 @@ func (in *NodeSetStatus) DeepCopyInto(out *NodeSetStatus) {
 		in, out := &in.Capacity, &out.Capacity
 		*out = new(TemplateCapacity)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.LastProgressTime != nil {
+		in, out := &in.LastProgressTime, &out.LastProgressTime
+		*out = (*in).DeepCopy()
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions

@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // TestClassRevalidationKeepsTheRolloutStatus: while the node controller
@@ -102,4 +104,88 @@ func TestOnlyOutdatedNodesAreCalledReplaced(t *testing.T) {
 	}
 	require.Len(t, replacing, 1, "%q", replacing)
 	assert.Contains(t, replacing[0], "web-outdated")
+}
+
+// TestTheProgressDeadline: a set that works towards its spec records when
+// it last progressed; past spec.progressDeadlineSeconds without progress,
+// Progressing turns False with reason ProgressDeadlineExceeded. A node
+// becoming Ready is progress; a set that is done keeps no time.
+func TestTheProgressDeadline(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	ready := setNode(t, set, class, "a", time.Hour, true)
+	neverReady := setNode(t, set, class, "b", time.Hour, false)
+	nodes := []*corev1.Node{ready, neverReady}
+	progressing := func(status nodesetv1alpha1.NodeSetStatus) metav1.Condition {
+		c := findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+		require.NotNil(t, c)
+		return *c
+	}
+
+	started := computeStatus(set, res, nodes, nil, testNow)
+	require.NotNil(t, started.LastProgressTime, "a set waiting for a node keeps the time")
+	assert.Equal(t, testNow.Truncate(time.Second), started.LastProgressTime.Time)
+	assert.Equal(t, ReasonWaitingForReady, progressing(started).Reason)
+
+	set.Status = started
+	later := testNow.Add(9 * time.Minute)
+	waiting := computeStatus(set, res, nodes, nil, later)
+	assert.Equal(t, started.LastProgressTime, waiting.LastProgressTime, "nothing progressed")
+	assert.Equal(t, ReasonWaitingForReady, progressing(waiting).Reason, "within the deadline")
+
+	late := testNow.Add(10 * time.Minute)
+	exceeded := computeStatus(set, res, nodes, nil, late)
+	assert.Equal(t, metav1.ConditionFalse, progressing(exceeded).Status)
+	assert.Equal(t, ReasonProgressDeadlineExceeded, progressing(exceeded).Reason)
+	assert.Equal(t, "no progress for 600s (progressDeadlineSeconds) since "+testNow.UTC().Truncate(time.Second).Format(time.RFC3339)+": 1 of 2 nodes ready",
+		progressing(exceeded).Message)
+	set.Status = exceeded
+	assert.Equal(t, ReasonProgressDeadlineExceeded, progressing(computeStatus(set, res, nodes, nil, late.Add(time.Hour))).Reason, "it stays exceeded")
+
+	// A replacement for the node that never registered is no progress.
+	replaced := setNode(t, set, class, "c", time.Minute, false)
+	gone := neverReady.DeepCopy()
+	gone.DeletionTimestamp = ptr.To(metav1.NewTime(late))
+	assert.Equal(t, ReasonProgressDeadlineExceeded, progressing(computeStatus(set, res, []*corev1.Node{ready, gone, replaced}, nil, late)).Reason)
+
+	readyNow := neverReady.DeepCopy()
+	readyNow.Status = ready.Status
+	progressed := computeStatus(set, res, []*corev1.Node{ready, readyNow}, nil, late)
+	assert.Equal(t, ReasonComplete, progressing(progressed).Reason)
+	assert.Nil(t, progressed.LastProgressTime, "a set that is done keeps no time")
+
+	set.Status = started
+	set.Generation++
+	edited := computeStatus(set, res, nodes, nil, late)
+	assert.Equal(t, late.Truncate(time.Second), edited.LastProgressTime.Time, "a new generation is progress")
+	assert.Equal(t, ReasonWaitingForReady, progressing(edited).Reason)
+}
+
+// TestASetIsLookedAtAgainAtItsProgressDeadline: a deadline passes with
+// nothing else happening (a machine that never registers, its
+// registration timeout far off); the set is synced again then, so that it
+// is reported.
+func TestASetIsLookedAtAgainAtItsProgressDeadline(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	last := metav1.NewTime(testNow.Add(-595 * time.Second))
+	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, false)}
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	status := f.status()
+	require.NotNil(t, status.LastProgressTime)
+
+	set.Status = status
+	set.Status.LastProgressTime = &last
+	f = newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	assert.Zero(t, f.controller.queue.Len(), "5 s to the deadline")
+	require.Eventually(t, func() bool { return f.controller.queue.Len() == 1 }, 30*time.Second, 50*time.Millisecond,
+		"the set is queued again at its deadline")
 }

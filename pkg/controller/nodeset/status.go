@@ -34,6 +34,7 @@ const (
 	ReasonProvisioningFailed         = "ProvisioningFailed"
 	ReasonGroupUpdating              = "GroupUpdating"
 	ReasonDeleting                   = "Deleting"
+	ReasonProgressDeadlineExceeded   = "ProgressDeadlineExceeded"
 )
 
 // computeStatus is the status a NodeSet should have given its Nodes. It is pure.
@@ -96,8 +97,6 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		progressing.Reason, progressing.Message = ReasonScalingUp, fmt.Sprintf("%d of %d nodes created", status.Replicas, desired)
 	case status.Replicas > desired:
 		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes, scaling down to %d", status.Replicas, desired)
-	case int32(len(nodes)) > desired:
-		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes terminating", int32(len(nodes))-status.Replicas)
 	case set.Spec.Paused:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused, "the NodeSet is paused"
 	case status.ReadyReplicas < desired:
@@ -106,12 +105,22 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		// Complete, as a Deployment's, only once every node is available.
 		progressing.Reason, progressing.Message = ReasonWaitingForAvailable,
 			fmt.Sprintf("%d of %d nodes available (Ready for minReadySeconds, %d)", status.AvailableReplicas, desired, set.Spec.MinReadySeconds)
+	case int32(len(nodes)) > desired:
+		// After what the set waits for: a node replaced while its
+		// replacement is not Ready yet leaves the set waiting for it.
+		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes terminating", int32(len(nodes))-status.Replicas)
 	case outdated > 0:
 		// OnDelete (or Managed): outdated nodes stay until deleted.
 		progressing.Reason, progressing.Message = ReasonComplete,
 			fmt.Sprintf("%d of %d nodes ready; %d outdated, replaced when deleted (strategy %s)", status.ReadyReplicas, desired, outdated, set.Spec.Strategy.Type)
 	default:
 		progressing.Reason, progressing.Message = ReasonComplete, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
+	}
+	status.LastProgressTime = lastProgress(set, &status, progressing, now)
+	if deadline, ok := progressDeadline(set, status.LastProgressTime); ok && !now.Before(deadline) {
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonProgressDeadlineExceeded,
+			fmt.Sprintf("no progress for %ds (progressDeadlineSeconds) since %s: %s", *set.Spec.ProgressDeadlineSeconds,
+				status.LastProgressTime.UTC().Format(time.RFC3339), progressing.Message)
 	}
 	setCondition(progressing)
 
@@ -132,6 +141,51 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		meta.RemoveStatusCondition(&status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
 	}
 	return status
+}
+
+// working reports whether a Progressing condition says the set works
+// towards its spec: rolling out, scaling up, or waiting for its nodes to
+// become Ready or available, or for its cloud group's update. Only then
+// does spec.progressDeadlineSeconds apply.
+func working(progressing metav1.Condition) bool {
+	if progressing.Status != metav1.ConditionTrue {
+		return false
+	}
+	switch progressing.Reason {
+	case ReasonRollingUpdate, ReasonScalingUp, ReasonWaitingForReady, ReasonWaitingForAvailable, ReasonGroupUpdating:
+		return true
+	}
+	return false
+}
+
+// lastProgress is the set's lastProgressTime given its new status and
+// Progressing condition (before any deadline is applied): unset unless
+// the set is working; now when it starts working, observes a new
+// generation, has more nodes Ready or available, or fewer outdated nodes
+// than its last status said; else as it was. A node replaced (deleted,
+// and made again) is no progress: the clock runs on through machines that
+// never register.
+func lastProgress(set *nodesetv1alpha1.NodeSet, status *nodesetv1alpha1.NodeSetStatus, progressing metav1.Condition, now time.Time) *metav1.Time {
+	if !working(progressing) {
+		return nil
+	}
+	old := &set.Status
+	if old.LastProgressTime == nil || old.ObservedGeneration != status.ObservedGeneration ||
+		status.ReadyReplicas > old.ReadyReplicas || status.AvailableReplicas > old.AvailableReplicas ||
+		status.Replicas-status.UpdatedReplicas < old.Replicas-old.UpdatedReplicas {
+		t := metav1.NewTime(now.Truncate(time.Second))
+		return &t
+	}
+	return old.LastProgressTime
+}
+
+// progressDeadline is when the set, last progressing at last, misses its
+// spec.progressDeadlineSeconds, and whether it has one.
+func progressDeadline(set *nodesetv1alpha1.NodeSet, last *metav1.Time) (time.Time, bool) {
+	if last == nil || set.Spec.ProgressDeadlineSeconds == nil {
+		return time.Time{}, false
+	}
+	return last.Add(time.Duration(*set.Spec.ProgressDeadlineSeconds) * time.Second), true
 }
 
 // countReplicas sets the replica counts of status from the set's active
@@ -160,6 +214,7 @@ func countReplicas(status *nodesetv1alpha1.NodeSetStatus, set *nodesetv1alpha1.N
 func deletingStatus(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, now time.Time) nodesetv1alpha1.NodeSetStatus {
 	status := *set.Status.DeepCopy()
 	status.ObservedGeneration = set.Generation
+	status.LastProgressTime = nil
 	countReplicas(&status, set, plan.Active(nodes), now)
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue,
 		Reason: ReasonDeleting, ObservedGeneration: set.Generation,

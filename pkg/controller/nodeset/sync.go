@@ -208,6 +208,11 @@ func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 		// sync wrote, so a rollout waiting for it goes on.
 		c.queue.AddAfter(key, wait)
 	}
+	if deadline, ok := progressDeadline(set, status.LastProgressTime); ok && c.now().Before(deadline) {
+		// Nothing need happen for the deadline to pass: the set is looked
+		// at again then.
+		c.queue.AddAfter(key, deadline.Sub(c.now())+time.Second)
+	}
 	if err := c.updateStatus(ctx, set, status); err != nil {
 		return err
 	}

@@ -43,6 +43,14 @@ type NodeSetSpecApplyConfiguration struct {
 	MinReadySeconds *int32 `json:"minReadySeconds,omitempty"`
 	// paused stops a rollout where it is; scaling still happens.
 	Paused *bool `json:"paused,omitempty"`
+	// progressDeadlineSeconds is how long the set may go without progress
+	// while it rolls out, scales up or waits for its nodes to become Ready
+	// and available, before its Progressing condition turns False with
+	// reason ProgressDeadlineExceeded (as a Deployment's does). Progress is
+	// a new generation, a node becoming Ready or available, or an outdated
+	// node going. Unset, there is no deadline. It must be greater than
+	// minReadySeconds.
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // NodeSetSpecApplyConfiguration constructs a declarative configuration of the NodeSetSpec type for use with
@@ -152,5 +160,13 @@ func (b *NodeSetSpecApplyConfiguration) WithMinReadySeconds(value int32) *NodeSe
 // If called multiple times, the Paused field is set to the value of the last call.
 func (b *NodeSetSpecApplyConfiguration) WithPaused(value bool) *NodeSetSpecApplyConfiguration {
 	b.Paused = &value
+	return b
+}
+
+// WithProgressDeadlineSeconds sets the ProgressDeadlineSeconds field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ProgressDeadlineSeconds field is set to the value of the last call.
+func (b *NodeSetSpecApplyConfiguration) WithProgressDeadlineSeconds(value int32) *NodeSetSpecApplyConfiguration {
+	b.ProgressDeadlineSeconds = &value
 	return b
 }

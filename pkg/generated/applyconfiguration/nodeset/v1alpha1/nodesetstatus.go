@@ -8,7 +8,8 @@ SPDX-License-Identifier: Apache-2.0
 package v1alpha1
 
 import (
-	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
 // NodeSetStatusApplyConfiguration represents a declarative configuration of the NodeSetStatus type for use
@@ -38,8 +39,12 @@ type NodeSetStatusApplyConfiguration struct {
 	// serving the class reports it; written by the node controller.
 	// cluster-autoscaler's template node for the set is built from it.
 	Capacity *TemplateCapacityApplyConfiguration `json:"capacity,omitempty"`
+	// lastProgressTime is when the set last made progress (see
+	// spec.progressDeadlineSeconds) while it rolls out, scales up or waits
+	// for its nodes; unset while it does none of these.
+	LastProgressTime *v1.Time `json:"lastProgressTime,omitempty"`
 	// conditions: Accepted, Available, Progressing and ReplicaFailure.
-	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
 // NodeSetStatusApplyConfiguration constructs a declarative configuration of the NodeSetStatus type for use with
@@ -120,10 +125,18 @@ func (b *NodeSetStatusApplyConfiguration) WithCapacity(value *TemplateCapacityAp
 	return b
 }
 
+// WithLastProgressTime sets the LastProgressTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastProgressTime field is set to the value of the last call.
+func (b *NodeSetStatusApplyConfiguration) WithLastProgressTime(value v1.Time) *NodeSetStatusApplyConfiguration {
+	b.LastProgressTime = &value
+	return b
+}
+
 // WithConditions adds the given value to the Conditions field in the declarative configuration
 // and returns the receiver, so that objects can be build by chaining "With" function invocations.
 // If called multiple times, values provided by each call will be appended to the Conditions field.
-func (b *NodeSetStatusApplyConfiguration) WithConditions(values ...*v1.ConditionApplyConfiguration) *NodeSetStatusApplyConfiguration {
+func (b *NodeSetStatusApplyConfiguration) WithConditions(values ...*metav1.ConditionApplyConfiguration) *NodeSetStatusApplyConfiguration {
 	for i := range values {
 		if values[i] == nil {
 			panic("nil value passed to WithConditions")

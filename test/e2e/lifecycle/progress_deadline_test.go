@@ -1,0 +1,76 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
+)
+
+// TestAMachineThatNeverRegistersMissesTheProgressDeadline: a NodeSet whose
+// machine never registers reports ProgressDeadlineExceeded once
+// progressDeadlineSeconds pass without progress: when nothing else
+// happens meanwhile (the registration timeout far off), and when its
+// machine is replaced again and again (each replacement is no progress).
+// Scaled to 0 the set is done: Complete, with no progress time.
+func TestAMachineThatNeverRegistersMissesTheProgressDeadline(t *testing.T) {
+	c := startControllers(t)
+	_, cs := clients(t)
+	ns := createNamespace(t, "deadline")
+	for _, tc := range []struct {
+		class        string
+		registration time.Duration
+	}{
+		{"quiet-never-ready", 10 * time.Minute},
+		{"churning-never-ready", 2 * time.Second},
+	} {
+		t.Run(tc.class, func(t *testing.T) {
+			createClass(t, tc.class, func(class *nodesetv1alpha1.NodeClass) {
+				class.Spec.Simulated.FailurePercent = ptr.To[int32](100)
+				class.Spec.RegistrationTimeout = &metav1.Duration{Duration: tc.registration}
+			})
+			_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(context.Background(), &nodesetv1alpha1.NodeSet{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.class, Namespace: ns},
+				Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: tc.class, Replicas: ptr.To[int32](1),
+					ProgressDeadlineSeconds: ptr.To[int32](6)},
+			}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			eventually(t, 2*time.Minute, "ProgressDeadlineExceeded", func(ctx context.Context) (bool, string) {
+				set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, tc.class, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+				if progressing == nil || set.Status.LastProgressTime == nil {
+					return false, fmt.Sprintf("Progressing %v, lastProgressTime %v", progressing, set.Status.LastProgressTime)
+				}
+				return progressing.Status == metav1.ConditionFalse && progressing.Reason == nodesetcontroller.ReasonProgressDeadlineExceeded &&
+						strings.HasPrefix(progressing.Message, "no progress for 6s (progressDeadlineSeconds) since "+set.Status.LastProgressTime.UTC().Format(time.RFC3339)),
+					fmt.Sprintf("Progressing %s %s: %s", progressing.Status, progressing.Reason, progressing.Message)
+			})
+			scale(t, ns, tc.class, 0)
+			eventually(t, 2*time.Minute, "scaled to 0, done", func(ctx context.Context) (bool, string) {
+				set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, tc.class, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+				if progressing == nil {
+					return false, "no Progressing condition"
+				}
+				return progressing.Reason == nodesetcontroller.ReasonComplete && set.Status.LastProgressTime == nil,
+					fmt.Sprintf("Progressing %s: %s, lastProgressTime %v", progressing.Reason, progressing.Message, set.Status.LastProgressTime)
+			})
+			eventually(t, 2*time.Minute, "no node left", converged(c, t, ns, tc.class, 0))
+		})
+	}
+}
