@@ -46,7 +46,8 @@ func Command(streams genericiooptions.IOStreams) *cobra.Command {
   kubectl nodeset classes                      the catalogue, and what your namespace may use
   kubectl nodeset create web --class sim-small --replicas 3
   kubectl nodeset scale web --replicas 5
-  kubectl nodeset status web                   each node's phase, and the last events`,
+  kubectl nodeset status web                   each node's phase, and the last events
+  kubectl nodeset rollout status web           wait until every node is of the current spec and available`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nodeset"},
@@ -54,7 +55,7 @@ func Command(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(o.classesCommand(), o.createCommand(), o.scaleCommand(), o.statusCommand())
+	root.AddCommand(o.classesCommand(), o.createCommand(), o.scaleCommand(), o.statusCommand(), o.rolloutCommand())
 	return root
 }
 

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -10,10 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
+	"nodeset.dev/nodeset/pkg/kubectlplugin"
+	"nodeset.dev/nodeset/test/framework"
 )
 
 // TestAMachineThatNeverRegistersMissesTheProgressDeadline: a NodeSet whose
@@ -73,4 +77,61 @@ func TestAMachineThatNeverRegistersMissesTheProgressDeadline(t *testing.T) {
 			eventually(t, 2*time.Minute, "no node left", converged(c, t, ns, tc.class, 0))
 		})
 	}
+}
+
+// rolloutStatus runs kubectl nodeset rollout status in-process against the
+// test's API server: what it printed, and its error.
+func rolloutStatus(t *testing.T, namespace, name string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := kubectlplugin.Command(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs([]string{"--kubeconfig=" + framework.Shared(t).KubeconfigPath, "-n", namespace, "rollout", "status", name, "--timeout=3m"})
+	err := cmd.ExecuteContext(context.Background())
+	return out.String() + errOut.String(), err
+}
+
+// TestKubectlNodesetRolloutStatusWaitsForTheRollout: run right after a
+// template edit, kubectl nodeset rollout status returns once every Node
+// is of the new template and the old ones are gone, not before (the
+// readyReplicas of before the edit are no answer); it fails for a set that
+// misses its progress deadline.
+func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
+	c := startControllers(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "rollout-status")
+	createClass(t, "rollout-status-sim", nil)
+	createSet(t, ns, "web", "rollout-status-sim", 2)
+	eventually(t, 2*time.Minute, "2 nodes", converged(c, t, ns, "web", 2))
+	updateSet(t, ns, "web", func(s *nodesetv1alpha1.NodeSet) {
+		s.Spec.Template.Labels = map[string]string{"tier": "edited"}
+	})
+	out, err := rolloutStatus(t, ns, "web")
+	require.NoError(t, err, out)
+	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
+	nodes, err := setNodes(ctx, t, ns, "web")
+	require.NoError(t, err)
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+		require.Equal(t, "edited", n.Labels["tier"], "node %s is of the new template", n.Name)
+		require.Nil(t, n.DeletionTimestamp, "node %s", n.Name)
+	}
+	require.Len(t, names, 2, "the old nodes are gone: %s", out)
+
+	createClass(t, "rollout-status-never-ready", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.Simulated.FailurePercent = ptr.To[int32](100)
+		class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 10 * time.Minute}
+	})
+	_, cs := clients(t)
+	_, err = cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "rollout-status-never-ready", Replicas: ptr.To[int32](1),
+			ProgressDeadlineSeconds: ptr.To[int32](5)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	out, err = rolloutStatus(t, ns, "stuck")
+	require.Error(t, err, out)
+	require.Contains(t, err.Error(), `NodeSet "stuck" exceeded its progress deadline: no progress for 5s`)
+	scale(t, ns, "stuck", 0)
+	eventually(t, 2*time.Minute, "no node left", converged(c, t, ns, "stuck", 0))
 }

@@ -1,0 +1,162 @@
+package kubectlplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/plan"
+)
+
+// Reasons of the NodeSet's conditions the rollout status reads: the
+// nodeset-controller's words.
+const (
+	reasonComplete                 = "Complete"
+	reasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+)
+
+// rolloutCommand is kubectl nodeset rollout status NAME.
+func (o *options) rolloutCommand() *cobra.Command {
+	rollout := &cobra.Command{
+		Use:   "rollout",
+		Short: "Follow a NodeSet's rollout",
+	}
+	var watching bool
+	var timeout time.Duration
+	status := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Wait until a NodeSet has all its nodes of its current spec, available, and its old nodes gone",
+		Long: `kubectl nodeset rollout status waits, as kubectl rollout status does for a Deployment, until the
+NodeSet's controller has seen its latest spec and the set is complete: every node of the current
+template, available (Ready for minReadySeconds), and no old node left. It fails when the set is not
+accepted, misses its spec.progressDeadlineSeconds, or is deleted, and when --timeout passes.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.clients()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if !watching {
+				set, err := c.nodeset.NodesetV1alpha1().NodeSets(c.namespace).Get(ctx, args[0], metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				msg, _, err := rolloutStatus(set)
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(o.streams.Out, msg)
+				return nil
+			}
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			return o.followRollout(ctx, c, args[0])
+		},
+	}
+	status.Flags().BoolVarP(&watching, "watch", "w", true, "Watch the rollout until it is done; false shows where it is and returns.")
+	status.Flags().DurationVar(&timeout, "timeout", 0, "How long to wait before giving up; 0 waits for ever.")
+	rollout.AddCommand(status)
+	return rollout
+}
+
+// followRollout prints each new step of the named NodeSet's rollout until
+// it is done, fails, or ctx ends.
+func (o *options) followRollout(ctx context.Context, c *clients, name string) error {
+	sets := c.nodeset.NodesetV1alpha1().NodeSets(c.namespace)
+	if _, err := sets.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		return err // not found, forbidden: the API server's words
+	}
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			options.FieldSelector = selector
+			return sets.List(ctx, options)
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.FieldSelector = selector
+			return sets.Watch(ctx, options)
+		},
+	}
+	last := ""
+	_, err := watchtools.UntilWithSync(ctx, lw, &nodesetv1alpha1.NodeSet{}, nil, func(e watch.Event) (bool, error) {
+		if e.Type == watch.Deleted {
+			return false, fmt.Errorf("NodeSet %q was deleted", name)
+		}
+		set, ok := e.Object.(*nodesetv1alpha1.NodeSet)
+		if !ok {
+			return false, nil
+		}
+		msg, done, err := rolloutStatus(set)
+		if err != nil {
+			return false, err
+		}
+		if msg != last {
+			fmt.Fprint(o.streams.Out, msg)
+			last = msg
+		}
+		return done, nil
+	})
+	if err != nil && (wait.Interrupted(err) || errors.Is(err, watchtools.ErrWatchClosed) || ctx.Err() != nil) {
+		return fmt.Errorf("timed out waiting for the rollout of NodeSet %q", name)
+	}
+	return err
+}
+
+// rolloutStatus says where a NodeSet's rollout is: a line to print, whether
+// it is done, or why it cannot be. It reads only what the nodeset-controller
+// wrote for the generation it observed, as kubectl's rollout status does.
+func rolloutStatus(set *nodesetv1alpha1.NodeSet) (string, bool, error) {
+	name := set.Name
+	if set.DeletionTimestamp != nil {
+		return "", false, fmt.Errorf("NodeSet %q is being deleted", name)
+	}
+	if set.Generation > set.Status.ObservedGeneration {
+		return fmt.Sprintf("Waiting for the update of NodeSet %q to be observed...\n", name), false, nil
+	}
+	if accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Status == metav1.ConditionFalse {
+		return "", false, fmt.Errorf("NodeSet %q is not accepted (%s): %s", name, accepted.Reason, accepted.Message)
+	}
+	progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	if progressing != nil && progressing.Reason == reasonProgressDeadlineExceeded {
+		return "", false, fmt.Errorf("NodeSet %q exceeded its progress deadline: %s", name, progressing.Message)
+	}
+	if set.Spec.Strategy.Type == nodesetv1alpha1.OnDeleteStrategy {
+		return "", false, fmt.Errorf("NodeSet %q has strategy OnDelete, whose outdated nodes are replaced only when deleted: rollout status follows RollingUpdate and Managed", name)
+	}
+	desired := plan.Replicas(set)
+	s := set.Status
+	if plan.RollingUpdate(set) {
+		switch {
+		case s.UpdatedReplicas < desired:
+			return fmt.Sprintf("Waiting for NodeSet %q rollout to finish: %d out of %d new nodes have been updated...\n", name, s.UpdatedReplicas, desired), false, nil
+		case s.Replicas > s.UpdatedReplicas:
+			return fmt.Sprintf("Waiting for NodeSet %q rollout to finish: %d old nodes are pending termination...\n", name, s.Replicas-s.UpdatedReplicas), false, nil
+		case s.AvailableReplicas < s.UpdatedReplicas:
+			return fmt.Sprintf("Waiting for NodeSet %q rollout to finish: %d of %d updated nodes are available...\n", name, s.AvailableReplicas, s.UpdatedReplicas), false, nil
+		}
+	}
+	if progressing == nil || progressing.Reason != reasonComplete {
+		what := "no Progressing condition yet"
+		if progressing != nil {
+			what = progressing.Message
+		}
+		return fmt.Sprintf("Waiting for NodeSet %q rollout to finish: %s...\n", name, what), false, nil
+	}
+	return fmt.Sprintf("NodeSet %q successfully rolled out\n", name), true, nil
+}

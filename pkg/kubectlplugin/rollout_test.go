@@ -1,0 +1,74 @@
+package kubectlplugin
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// TestRolloutStatus: where a NodeSet's rollout is, read as kubectl's
+// rollout status reads a Deployment: only a status of the set's latest
+// generation counts; done once every node is of the current template,
+// available, no old node is left and Progressing says Complete; an error
+// for a set not accepted, past its progress deadline, deleted, or OnDelete.
+func TestRolloutStatus(t *testing.T) {
+	set := func(mutate func(*nodesetv1alpha1.NodeSet)) *nodesetv1alpha1.NodeSet {
+		s := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: 3},
+			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To[int32](3)},
+			Status: nodesetv1alpha1.NodeSetStatus{ObservedGeneration: 3, Replicas: 3, ReadyReplicas: 3, AvailableReplicas: 3, UpdatedReplicas: 3,
+				Conditions: []metav1.Condition{
+					{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"},
+					{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue, Reason: "Complete", Message: "3 of 3 nodes ready"}}}}
+		mutate(s)
+		return s
+	}
+	progressing := func(s *nodesetv1alpha1.NodeSet, status metav1.ConditionStatus, reason, message string) {
+		s.Status.Conditions[1] = metav1.Condition{Type: nodesetv1alpha1.NodeSetProgressing, Status: status, Reason: reason, Message: message}
+	}
+	for _, tc := range []struct {
+		name    string
+		set     *nodesetv1alpha1.NodeSet
+		want    string
+		done    bool
+		wantErr string
+	}{
+		{"done", set(func(*nodesetv1alpha1.NodeSet) {}), `NodeSet "web" successfully rolled out` + "\n", true, ""},
+		{"an edit not observed yet", set(func(s *nodesetv1alpha1.NodeSet) { s.Generation = 4 }),
+			`Waiting for the update of NodeSet "web" to be observed...` + "\n", false, ""},
+		{"new nodes to come", set(func(s *nodesetv1alpha1.NodeSet) { s.Status.UpdatedReplicas = 1 }),
+			`Waiting for NodeSet "web" rollout to finish: 1 out of 3 new nodes have been updated...` + "\n", false, ""},
+		{"old nodes to go", set(func(s *nodesetv1alpha1.NodeSet) { s.Status.Replicas = 4 }),
+			`Waiting for NodeSet "web" rollout to finish: 1 old nodes are pending termination...` + "\n", false, ""},
+		{"new nodes not available", set(func(s *nodesetv1alpha1.NodeSet) { s.Status.AvailableReplicas = 2 }),
+			`Waiting for NodeSet "web" rollout to finish: 2 of 3 updated nodes are available...` + "\n", false, ""},
+		{"nodes still terminating", set(func(s *nodesetv1alpha1.NodeSet) {
+			progressing(s, metav1.ConditionTrue, "ScalingDown", "1 nodes terminating")
+		}), `Waiting for NodeSet "web" rollout to finish: 1 nodes terminating...` + "\n", false, ""},
+		{"not accepted", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NotAllowed", Message: "no"}
+		}), "", false, `NodeSet "web" is not accepted (NotAllowed): no`},
+		{"past its deadline", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Status.UpdatedReplicas = 1
+			progressing(s, metav1.ConditionFalse, "ProgressDeadlineExceeded", "no progress for 60s")
+		}), "", false, `NodeSet "web" exceeded its progress deadline: no progress for 60s`},
+		{"deleted", set(func(s *nodesetv1alpha1.NodeSet) { s.DeletionTimestamp = ptr.To(metav1.Now()) }), "", false, `NodeSet "web" is being deleted`},
+		{"OnDelete", set(func(s *nodesetv1alpha1.NodeSet) { s.Spec.Strategy.Type = nodesetv1alpha1.OnDeleteStrategy }), "", false, "strategy OnDelete"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, done, err := rolloutStatus(tc.set)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.done, done)
+		})
+	}
+}
