@@ -44,6 +44,10 @@ type resolution struct {
 	revalidating bool
 	// accepted is the Accepted condition; Status False stops creations and deletions.
 	accepted metav1.Condition
+	// unobserved is true when the sync has not acted on the set's
+	// generation (revalidating, or its earlier writes not all observed):
+	// the status keeps the observedGeneration it had.
+	unobserved bool
 }
 
 func notAccepted(reason, format string, args ...any) metav1.Condition {

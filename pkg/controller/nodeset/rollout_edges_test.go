@@ -189,3 +189,29 @@ func TestASetIsLookedAtAgainAtItsProgressDeadline(t *testing.T) {
 	require.Eventually(t, func() bool { return f.controller.queue.Len() == 1 }, 30*time.Second, 50*time.Millisecond,
 		"the set is queued again at its deadline")
 }
+
+// TestAGenerationNotActedOnIsNoProgress: while the set's earlier writes
+// are not all observed, its new generation is not claimed, and is no
+// progress either: claimed as progress on every sync, it would rewrite
+// lastProgressTime each time, and the deadline would never come.
+func TestAGenerationNotActedOnIsNoProgress(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, false)}
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	before := f.status()
+	require.NotNil(t, before.LastProgressTime)
+
+	edited := set.DeepCopy()
+	edited.Generation++
+	edited.Status = before
+	edited.Status.LastProgressTime = ptr.To(metav1.NewTime(testNow.Add(-time.Minute)))
+	f = newFixture(t, class, edited, nodes...)
+	f.controller.expectations.expectCreations("team-a/web", 1)
+	require.NoError(t, f.sync())
+	after := f.status()
+	assert.Equal(t, before.ObservedGeneration, after.ObservedGeneration, "the new generation is not acted on yet")
+	assert.Equal(t, edited.Status.LastProgressTime, after.LastProgressTime, "nor is it progress")
+}

@@ -40,7 +40,9 @@ const (
 // computeStatus is the status a NodeSet should have given its Nodes. It is pure.
 func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev1.Node, manageErr error, now time.Time) nodesetv1alpha1.NodeSetStatus {
 	status := *set.Status.DeepCopy()
-	status.ObservedGeneration = set.Generation
+	if !res.unobserved {
+		status.ObservedGeneration = set.Generation
+	}
 	status.Selector = resolve.Selector(set).String()
 	status.TemplateHash = res.templateHash
 	active := plan.Active(nodes)

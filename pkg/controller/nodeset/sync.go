@@ -187,6 +187,10 @@ func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 	if err := c.pruneDeleteList(ctx, set, nodes); err != nil {
 		return err
 	}
+	// The creations and deletions for this generation are not decided
+	// until the earlier ones are observed: observedGeneration says a sync
+	// has looked at the spec and acted on it (or decided not to).
+	res.unobserved = res.revalidating || (res.accepted.Status == metav1.ConditionTrue && !observed)
 	status := computeStatus(set, &res, nodes, manageErr, c.now())
 	if !observed {
 		if wait, ok := c.expectations.expiresIn(key); ok {
@@ -195,12 +199,6 @@ func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 			// and no longer: it is looked at again then, whatever else happens.
 			c.queue.AddAfter(key, wait+time.Second)
 		}
-	}
-	if res.revalidating || (res.accepted.Status == metav1.ConditionTrue && !observed) {
-		// The creations and deletions for this generation are not decided
-		// until the earlier ones are observed: observedGeneration says a
-		// sync has looked at the spec and acted on it (or decided not to).
-		status.ObservedGeneration = set.Status.ObservedGeneration
 	}
 	if wait, ok := untilAvailable(set, nodes, c.now()); ok {
 		// Nothing about the Node changes when it has been Ready for
