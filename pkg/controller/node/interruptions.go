@@ -523,6 +523,16 @@ func (c *Controller) interrupt(ctx context.Context, queue, name string, n driver
 		if err != nil {
 			return err
 		}
+		if n.Lifecycle != nil && n.Lifecycle.Group != node.Annotations[nodesetv1alpha1.AnnotationGroup] {
+			// An Auto Scaling group never takes another's instance: an
+			// action naming a group that is not the Node's is no action
+			// of its machine (whoever may send to the queue wrote it). The
+			// Node is drained for the notice; the action is not recorded,
+			// so it is never completed for that group.
+			klog.FromContext(ctx).Info("A lifecycle action names another group than the Node's; drained without completing it",
+				"node", klog.KObj(node), "group", n.Lifecycle.Group, "nodeGroup", node.Annotations[nodesetv1alpha1.AnnotationGroup])
+			n.Lifecycle = nil
+		}
 		old, had := interruptionOf(node)
 		rec := old.merged(n)
 		held := slices.Contains(node.Finalizers, nodesetv1alpha1.FinalizerTermination)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -197,4 +199,51 @@ func TestANoticeActsOnEveryClassNamingItsQueue(t *testing.T) {
 	f.appear(classNode("b-late", "b", "i-0late"))
 	f.controller.actOnEarlyWarnings(ctx, early)
 	assert.True(t, f.interrupted("b-late"), "a warning kept from a's consumer drains b's Node when it appears")
+}
+
+// TestALifecycleActionOfAnotherGroupIsNotRecorded: an Auto Scaling group
+// never takes another's instance, so a lifecycle action that names
+// another group than the Node's is no action of its machine. The Node is
+// drained for the notice, but the action is not recorded on it: it is
+// never completed for the group it names.
+func TestALifecycleActionOfAnotherGroupIsNotRecorded(t *testing.T) {
+	url := "https://sqs.eu-west-1.amazonaws.com/111122223333/shared"
+	node := classNode("a-node", "a", "i-0a")
+	node.Annotations[nodesetv1alpha1.AnnotationGroup] = "a-group"
+	f, _ := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{asgClassOf("a", url, ""), asgClassOf("b", url, "")}, node)
+	ctx := context.Background()
+	recorded := func() *drivers.LifecycleAction {
+		t.Helper()
+		for _, a := range f.kube.Actions() {
+			patch, ok := a.(core.PatchAction)
+			if !ok || patch.GetName() != "a-node" {
+				continue
+			}
+			var written struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			require.NoError(t, json.Unmarshal(patch.GetPatch(), &written))
+			if raw := written.Metadata.Annotations[nodesetv1alpha1.AnnotationInterruption]; raw != "" {
+				var rec interruptionRecord
+				require.NoError(t, json.Unmarshal([]byte(raw), &rec))
+				return rec.Lifecycle
+			}
+		}
+		t.Fatal("no interruption recorded on the Node")
+		return nil
+	}
+
+	require.NoError(t, f.controller.interrupt(ctx, "q", "a-node", lifecycleNotice("r-b", "b-group", "i-0a")))
+	assert.True(t, f.interrupted("a-node"), "the Node is drained for the notice")
+	assert.Nil(t, recorded(), "the action of another group is not recorded")
+
+	node = classNode("a-node", "a", "i-0a")
+	node.Annotations[nodesetv1alpha1.AnnotationGroup] = "a-group"
+	f, _ = newScopeFixture(t, []*nodesetv1alpha1.NodeClass{asgClassOf("a", url, ""), asgClassOf("b", url, "")}, node)
+	require.NoError(t, f.controller.interrupt(ctx, "q", "a-node", lifecycleNotice("r-a", "a-group", "i-0a")))
+	if action := recorded(); assert.NotNil(t, action, "the action of the Node's own group is recorded") {
+		assert.Equal(t, "a-group", action.Group)
+	}
 }
