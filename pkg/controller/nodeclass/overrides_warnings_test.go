@@ -29,7 +29,7 @@ func TestOverrideWarningsNameEveryEscape(t *testing.T) {
 			"labels", "taints", "remoteAccess", "remoteAccess.ec2SSHKey", "remoteAccess.sourceSecurityGroups",
 			"nodeRole", "subnets", "launchTemplate", "launchTemplate.id", "launchTemplate.name", "launchTemplate.version",
 		}},
-		{nodesetv1alpha1.DriverDockerMachine, []string{"options", "provisioning", "provisioning.script", "provisioning.apiServerURL"}},
+		{nodesetv1alpha1.DriverDockerMachine, []string{"driverName", "options", "provisioning", "provisioning.script", "provisioning.apiServerURL"}},
 	}
 	for _, tt := range tests {
 		for _, tenancy := range []nodesetv1alpha1.Tenancy{"", nodesetv1alpha1.TenancyShared, nodesetv1alpha1.TenancyDedicated} {
