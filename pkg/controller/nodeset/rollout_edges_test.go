@@ -1,6 +1,7 @@
 package nodeset
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +215,71 @@ func TestAGenerationNotActedOnIsNoProgress(t *testing.T) {
 	after := f.status()
 	assert.Equal(t, before.ObservedGeneration, after.ObservedGeneration, "the new generation is not acted on yet")
 	assert.Equal(t, edited.Status.LastProgressTime, after.LastProgressTime, "nor is it progress")
+}
+
+// TestAPausedSetHasNoProgressDeadline: a paused set still scales, and is
+// not timed meanwhile (as a paused Deployment is not): it keeps no
+// lastProgressTime, and an old one does not make it miss its deadline.
+func TestAPausedSetHasNoProgressDeadline(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(3)
+	set.Spec.Paused = true
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	// A group's machines take a while to get their Nodes: ScalingUp.
+	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set), group: true,
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true)}
+	status := computeStatus(set, res, nodes, nil, testNow)
+	assert.Equal(t, ReasonScalingUp, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
+	assert.Nil(t, status.LastProgressTime)
+
+	set.Status = status
+	set.Status.LastProgressTime = ptr.To(metav1.NewTime(testNow.Add(-time.Hour))) // from before the pause
+	status = computeStatus(set, res, nodes, nil, testNow)
+	assert.Equal(t, ReasonScalingUp, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
+	assert.Nil(t, status.LastProgressTime)
+}
+
+// TestAStalledRolloutRunsIntoItsProgressDeadline: a rolling update whose
+// creations fail is Stalled; as a Deployment whose pods cannot be made,
+// it misses its deadline when that goes on, and a creation that fails now
+// and then does not start its clock afresh.
+func TestAStalledRolloutRunsIntoItsProgressDeadline(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
+	set.Spec.Template.Labels["tier"] = "frontend" // both outdated
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	refused := errors.New("nodes is forbidden: exceeded quota")
+	progressing := func(status nodesetv1alpha1.NodeSetStatus) metav1.Condition {
+		c := findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+		require.NotNil(t, c)
+		return *c
+	}
+
+	started := computeStatus(set, res, nodes, nil, testNow)
+	require.Equal(t, ReasonRollingUpdate, progressing(started).Reason)
+	require.NotNil(t, started.LastProgressTime)
+
+	set.Status = started
+	stalled := computeStatus(set, res, nodes, refused, testNow.Add(5*time.Minute))
+	assert.Equal(t, ReasonStalled, progressing(stalled).Reason)
+	assert.Equal(t, started.LastProgressTime, stalled.LastProgressTime, "a failure is no progress")
+
+	set.Status = stalled
+	retried := computeStatus(set, res, nodes, nil, testNow.Add(6*time.Minute))
+	assert.Equal(t, ReasonRollingUpdate, progressing(retried).Reason)
+	assert.Equal(t, started.LastProgressTime, retried.LastProgressTime, "nor is a sync that did not fail")
+
+	set.Status = retried
+	exceeded := computeStatus(set, res, nodes, refused, testNow.Add(10*time.Minute))
+	assert.Equal(t, metav1.ConditionFalse, progressing(exceeded).Status)
+	assert.Equal(t, ReasonProgressDeadlineExceeded, progressing(exceeded).Reason)
+	assert.Contains(t, progressing(exceeded).Message, "exceeded quota")
 }

@@ -146,15 +146,14 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 }
 
 // working reports whether a Progressing condition says the set works
-// towards its spec: rolling out, scaling up, or waiting for its nodes to
-// become Ready or available, or for its cloud group's update. Only then
-// does spec.progressDeadlineSeconds apply.
+// towards its spec: rolling out (stalled too: a rollout whose creations
+// fail runs into the deadline, as a Deployment's does, and a failure now
+// and then does not start its clock afresh), scaling up, or waiting for
+// its nodes to become Ready or available, or for its cloud group's
+// update. Only then does spec.progressDeadlineSeconds apply.
 func working(progressing metav1.Condition) bool {
-	if progressing.Status != metav1.ConditionTrue {
-		return false
-	}
 	switch progressing.Reason {
-	case ReasonRollingUpdate, ReasonScalingUp, ReasonWaitingForReady, ReasonWaitingForAvailable, ReasonGroupUpdating:
+	case ReasonRollingUpdate, ReasonStalled, ReasonScalingUp, ReasonWaitingForReady, ReasonWaitingForAvailable, ReasonGroupUpdating:
 		return true
 	}
 	return false
@@ -162,13 +161,14 @@ func working(progressing metav1.Condition) bool {
 
 // lastProgress is the set's lastProgressTime given its new status and
 // Progressing condition (before any deadline is applied): unset unless
-// the set is working; now when it starts working, observes a new
-// generation, has more nodes Ready or available, or fewer outdated nodes
-// than its last status said; else as it was. A node replaced (deleted,
+// the set is working and not paused (a paused set's scaling is not timed,
+// as a paused Deployment's progress is not); now when it starts working,
+// observes a new generation, has more nodes Ready or available, or fewer
+// outdated nodes than its last status said; else as it was. A node replaced (deleted,
 // and made again) is no progress: the clock runs on through machines that
 // never register.
 func lastProgress(set *nodesetv1alpha1.NodeSet, status *nodesetv1alpha1.NodeSetStatus, progressing metav1.Condition, now time.Time) *metav1.Time {
-	if !working(progressing) {
+	if set.Spec.Paused || !working(progressing) {
 		return nil
 	}
 	old := &set.Status
