@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -103,13 +102,7 @@ func TestATerminationWhoseAnswerWasLostIsDone(t *testing.T) {
 			g, err := awscloud.FindGroup(ctx, w.asg, group.Name)
 			require.NoError(t, err)
 			assert.EqualValues(t, tc.wantDesire, aws.ToInt32(g.DesiredCapacity), "the desired capacity")
-			live := 0
-			for _, i := range g.Instances {
-				if !strings.HasPrefix(string(i.LifecycleState), "Terminat") {
-					live++
-				}
-			}
-			assert.EqualValues(t, tc.wantN, live, "instances left in the group")
+			assert.EqualValues(t, tc.wantN, liveInstances(g), "instances left in the group")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,13 +99,7 @@ func TestTheLastTerminationBelowTheMinimumSizeGoesWithoutTheDecrement(t *testing
 			g, err = awscloud.FindGroup(ctx, w.asg, group.Name)
 			require.NoError(t, err)
 			assert.EqualValues(t, tc.wantDesired, aws.ToInt32(g.DesiredCapacity), "the desired capacity")
-			live := 0
-			for _, i := range g.Instances {
-				if !strings.HasPrefix(string(i.LifecycleState), "Terminat") {
-					live++
-				}
-			}
-			assert.EqualValues(t, tc.wantN, live, "instances left, none launched")
+			assert.EqualValues(t, tc.wantN, liveInstances(g), "instances left, none launched")
 		})
 	}
 }
@@ -190,4 +185,15 @@ func TestTwoTerminationsOverTheDesiredCapacityTakeTurns(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, aws.ToInt32(g.DesiredCapacity), "the desired capacity")
 	assert.EqualValues(t, 1, awscloud.Counted(g), "one instance left, as the group wants: none to launch")
+}
+
+// liveInstances counts the group's instances that are not terminating.
+func liveInstances(g *asgtypes.AutoScalingGroup) int {
+	live := 0
+	for _, i := range g.Instances {
+		if !strings.HasPrefix(string(i.LifecycleState), "Terminat") {
+			live++
+		}
+	}
+	return live
 }

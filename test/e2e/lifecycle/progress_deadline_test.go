@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -11,13 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	nodesetcontroller "nodeset.dev/nodeset/pkg/controller/nodeset"
-	"nodeset.dev/nodeset/pkg/kubectlplugin"
-	"nodeset.dev/nodeset/test/framework"
 )
 
 // TestAMachineThatNeverRegistersMissesTheProgressDeadline: a NodeSet whose
@@ -79,34 +75,27 @@ func TestAMachineThatNeverRegistersMissesTheProgressDeadline(t *testing.T) {
 	}
 }
 
-// rolloutStatus runs kubectl nodeset rollout status in-process against the
-// test's API server: what it printed, and its error.
-func rolloutStatus(t *testing.T, namespace, name string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	cmd := kubectlplugin.Command(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs([]string{"--kubeconfig=" + framework.Shared(t).KubeconfigPath, "-n", namespace, "rollout", "status", name, "--timeout=3m"})
-	err := cmd.ExecuteContext(context.Background())
-	return out.String() + errOut.String(), err
-}
-
-// TestKubectlNodesetRolloutStatusWaitsForTheRollout: run right after a
-// template edit, kubectl nodeset rollout status returns once every Node
-// is of the new template and the old ones are gone, not before (the
-// readyReplicas of before the edit are no answer); it fails for a set that
-// misses its progress deadline.
+// TestKubectlNodesetRolloutStatusWaitsForTheRollout: run by the tenant
+// right after a template edit, kubectl nodeset rollout status returns once
+// every Node is of the new template and the old ones are gone, not before
+// (the readyReplicas of before the edit are no answer); it fails for a set
+// that misses its progress deadline.
 func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	c := startControllers(t)
 	ctx := context.Background()
 	ns := createNamespace(t, "rollout-status")
 	createClass(t, "rollout-status-sim", nil)
 	createSet(t, ns, "web", "rollout-status-sim", 2)
+	tenant(t, "tenant-a", ns)
+	rolloutStatus := func(name string) (string, string) {
+		return plugin(t, "tenant-a", "-n", ns, "rollout", "status", name, "--timeout=3m")
+	}
 	eventually(t, 2*time.Minute, "2 nodes", converged(c, t, ns, "web", 2))
 	updateSet(t, ns, "web", func(s *nodesetv1alpha1.NodeSet) {
 		s.Spec.Template.Labels = map[string]string{"tier": "edited"}
 	})
-	out, err := rolloutStatus(t, ns, "web")
-	require.NoError(t, err, out)
+	out, errText := rolloutStatus("web")
+	require.Empty(t, errText, out)
 	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
 	nodes, err := setNodes(ctx, t, ns, "web")
 	require.NoError(t, err)
@@ -129,9 +118,8 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 			ProgressDeadlineSeconds: ptr.To[int32](5)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	out, err = rolloutStatus(t, ns, "stuck")
-	require.Error(t, err, out)
-	require.Contains(t, err.Error(), `NodeSet "stuck" exceeded its progress deadline: no progress for 5s`)
+	out, errText = rolloutStatus("stuck")
+	require.Contains(t, errText, `error: NodeSet "stuck" exceeded its progress deadline: no progress for 5s`, out)
 	scale(t, ns, "stuck", 0)
 	eventually(t, 2*time.Minute, "no node left", converged(c, t, ns, "stuck", 0))
 }
