@@ -253,7 +253,7 @@ func TestKubectl(t *testing.T) {
 	require.NoError(t, err)
 	out = kubectl(t, "get", "nds", "-n", ns)
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-	assert.Equal(t, []string{"NAME", "CLASS", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AGE"}, header)
+	assert.Equal(t, []string{"NAME", "CLASS", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}, header)
 	assert.Regexp(t, `db\s+printer-class\s+3\s+`, out)
 
 	// The category lists both kinds.

@@ -26,7 +26,7 @@ import (
 )
 
 // TestJourneyPrinterColumnsShowZeros: a NodeSet scaled to zero reads
-// 0 0 0 0 in kubectl get, as a Deployment's 0/0 does, and kubectl wait on
+// 0 0 0 0 0 in kubectl get, as a Deployment's 0/0 does, and kubectl wait on
 // its ready count returns. The status is written as the nodeset-controller
 // writes it: the generated clientset's UpdateStatus of the Go type.
 func TestJourneyPrinterColumnsShowZeros(t *testing.T) {
@@ -51,8 +51,8 @@ func TestJourneyPrinterColumnsShowZeros(t *testing.T) {
 	require.NoError(t, err)
 
 	out := kubectl(t, "get", "nds", "zero", "-n", ns, "--no-headers")
-	assert.Regexp(t, `^zero\s+columns-class\s+0\s+0\s+0\s+0\s+\S+\n$`, out,
-		"CLASS, DESIRED, CURRENT, READY, UP-TO-DATE, AGE")
+	assert.Regexp(t, `^zero\s+columns-class\s+0\s+0\s+0\s+0\s+0\s+\S+\n$`, out,
+		"CLASS, DESIRED, CURRENT, READY, UP-TO-DATE, AVAILABLE, AGE")
 	out = kubectl(t, "get", "nds", "zero", "-n", ns,
 		"-o", "jsonpath={.status.readyReplicas},{.status.availableReplicas},{.status.updatedReplicas}")
 	assert.Equal(t, "0,0,0", out, "the counts are in the status at zero too")

@@ -19,6 +19,7 @@ import (
 // +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=".status.replicas"
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=".status.readyReplicas"
 // +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=".status.updatedReplicas"
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=".status.availableReplicas"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is the value of the nodeset.dev/nodeset label on the set's Nodes"
 

@@ -118,7 +118,7 @@ spec:
 	mustKubectl(t, "scale", "-n", ns, "nodeset/web", "--current-replicas=3", "--replicas=0")
 	eventually(t, 2*time.Minute, "0 nodes", converged(c, t, ns, "web", 0))
 	out = mustKubectl(t, "get", "nds", "web", "-n", ns, "--no-headers")
-	assert.Regexp(t, `^web\s+journey-sim\s+0\s+0\s+0\s+0\s+\S+\n$`, out, "CLASS, DESIRED, CURRENT, READY, UP-TO-DATE, AGE at zero")
+	assert.Regexp(t, `^web\s+journey-sim\s+0\s+0\s+0\s+0\s+0\s+\S+\n$`, out, "CLASS, DESIRED, CURRENT, READY, UP-TO-DATE, AVAILABLE, AGE at zero")
 
 	// kubectl delete, with each --cascade: Nodes have no ownerReferences, so
 	// none is orphaned; the NodeSet's Nodes are drained and deprovisioned
