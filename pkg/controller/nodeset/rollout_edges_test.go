@@ -283,3 +283,36 @@ func TestAStalledRolloutRunsIntoItsProgressDeadline(t *testing.T) {
 	assert.Equal(t, ReasonProgressDeadlineExceeded, progressing(exceeded).Reason)
 	assert.Contains(t, progressing(exceeded).Message, "exceeded quota")
 }
+
+// TestTheProgressClockStartsWithNewWork: a set that was done and then
+// loses a node's readiness is not timed, as a complete Deployment is not;
+// a new template (its class edited, which gives the set no new
+// generation) starts the clock as a new generation does.
+func TestTheProgressClockStartsWithNewWork(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(2)
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	ready := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, true)}
+	done := computeStatus(set, res, ready, nil, testNow)
+	require.Equal(t, ReasonComplete, findCondition(done.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
+	require.Nil(t, done.LastProgressTime)
+
+	set.Status = done
+	lost := []*corev1.Node{ready[0], setNode(t, set, class, "b", time.Hour, false)}
+	later := testNow.Add(time.Hour)
+	status := computeStatus(set, res, lost, nil, later)
+	assert.Equal(t, ReasonWaitingForReady, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
+	assert.Nil(t, status.LastProgressTime, "a node lost after the set was done is not timed")
+
+	edited := *res
+	edited.templateHash = "class-edited"
+	status = computeStatus(set, &edited, ready, nil, later)
+	assert.Equal(t, ReasonRollingUpdate, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
+	if assert.NotNil(t, status.LastProgressTime, "a new template starts the clock") {
+		assert.Equal(t, later.Truncate(time.Second), status.LastProgressTime.Time)
+	}
+}

@@ -160,19 +160,26 @@ func working(progressing metav1.Condition) bool {
 }
 
 // lastProgress is the set's lastProgressTime given its new status and
-// Progressing condition (before any deadline is applied): unset unless
-// the set is working and not paused (a paused set's scaling is not timed,
-// as a paused Deployment's progress is not); now when it starts working,
-// observes a new generation, has more nodes Ready or available, or fewer
-// outdated nodes than its last status said; else as it was. A node replaced (deleted,
-// and made again) is no progress: the clock runs on through machines that
-// never register.
+// Progressing condition (before any deadline is applied). It is unset
+// unless the set is working and not paused (a paused set's scaling is not
+// timed, as a paused Deployment's progress is not). The clock starts with
+// new work: a new generation of the spec, or a new template (a class
+// edit); a set that was done and then lost or replaced a node is not
+// timed, as a complete Deployment is not. It is now again when the set
+// has more nodes Ready or available, or fewer outdated nodes, than its
+// last status said; else as it was. A node replaced (deleted, and made
+// again) is no progress: the clock runs on through machines that never
+// register.
 func lastProgress(set *nodesetv1alpha1.NodeSet, status *nodesetv1alpha1.NodeSetStatus, progressing metav1.Condition, now time.Time) *metav1.Time {
 	if set.Spec.Paused || !working(progressing) {
 		return nil
 	}
 	old := &set.Status
-	if old.LastProgressTime == nil || old.ObservedGeneration != status.ObservedGeneration ||
+	newWork := old.ObservedGeneration != status.ObservedGeneration || old.TemplateHash != status.TemplateHash
+	if old.LastProgressTime == nil && !newWork {
+		return nil
+	}
+	if old.LastProgressTime == nil || newWork ||
 		status.ReadyReplicas > old.ReadyReplicas || status.AvailableReplicas > old.AvailableReplicas ||
 		status.Replicas-status.UpdatedReplicas < old.Replicas-old.UpdatedReplicas {
 		t := metav1.NewTime(now.Truncate(time.Second))
