@@ -25,6 +25,7 @@ import (
 const (
 	reasonComplete                 = "Complete"
 	reasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	reasonGroupUpdateFailed        = "GroupUpdateFailed"
 )
 
 // rolloutCommand is kubectl nodeset rollout status NAME.
@@ -41,7 +42,8 @@ func (o *options) rolloutCommand() *cobra.Command {
 		Long: `kubectl nodeset rollout status waits, as kubectl rollout status does for a Deployment, until the
 NodeSet's controller has seen its latest spec and the set is complete: every node of the current
 template, available (Ready for minReadySeconds), and no old node left. It fails when the set is not
-accepted, misses its spec.progressDeadlineSeconds, or is deleted, and when --timeout passes.`,
+accepted, misses its spec.progressDeadlineSeconds, its cloud group's own update (strategy Managed)
+failed, or it is deleted, and when --timeout passes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.clients()
@@ -135,6 +137,9 @@ func rolloutStatus(set *nodesetv1alpha1.NodeSet) (string, bool, error) {
 	progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
 	if progressing != nil && progressing.Reason == reasonProgressDeadlineExceeded {
 		return "", false, fmt.Errorf("NodeSet %q exceeded its progress deadline: %s", name, progressing.Message)
+	}
+	if progressing != nil && progressing.Reason == reasonGroupUpdateFailed {
+		return "", false, fmt.Errorf("NodeSet %q: its cloud group's update failed: %s", name, progressing.Message)
 	}
 	if set.Spec.Strategy.Type == nodesetv1alpha1.OnDeleteStrategy {
 		return "", false, fmt.Errorf("NodeSet %q has strategy OnDelete, whose outdated nodes are replaced only when deleted: rollout status follows RollingUpdate and Managed", name)

@@ -56,6 +56,11 @@ func TestRolloutStatus(t *testing.T) {
 			s.Status.UpdatedReplicas = 1
 			progressing(s, metav1.ConditionFalse, "ProgressDeadlineExceeded", "no progress for 60s")
 		}), "", false, `NodeSet "web" exceeded its progress deadline: no progress for 60s`},
+		{"a cloud group's update failed", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+			s.Status.UpdatedReplicas = 1
+			progressing(s, metav1.ConditionFalse, "GroupUpdateFailed", "1 of 3 nodes updated, 2 outdated: update u-1 of cloud group ng is Failed")
+		}), "", false, `NodeSet "web": its cloud group's update failed: 1 of 3 nodes updated, 2 outdated: update u-1 of cloud group ng is Failed`},
 		{"deleted", set(func(s *nodesetv1alpha1.NodeSet) { s.DeletionTimestamp = ptr.To(metav1.Now()) }), "", false, `NodeSet "web" is being deleted`},
 		{"OnDelete", set(func(s *nodesetv1alpha1.NodeSet) { s.Spec.Strategy.Type = nodesetv1alpha1.OnDeleteStrategy }), "", false, "strategy OnDelete"},
 	} {

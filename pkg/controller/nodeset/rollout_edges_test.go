@@ -316,3 +316,39 @@ func TestTheProgressClockStartsWithNewWork(t *testing.T) {
 		assert.Equal(t, later.Truncate(time.Second), status.LastProgressTime.Time)
 	}
 }
+
+// TestAFailedGroupUpdateIsNoCompleteRollout: with strategy Managed the
+// cloud group's own update replaces the outdated nodes; once it failed
+// (and it is not started again by itself) the set is not Complete, but
+// Progressing False with reason GroupUpdateFailed, as long as outdated
+// nodes remain.
+func TestAFailedGroupUpdateIsNoCompleteRollout(t *testing.T) {
+	class := asgClass()
+	set := newSet(3)
+	set.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, true), setNode(t, set, class, "c", time.Hour, true)}
+	nodes[0].Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
+	nodes[1].Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set), group: true,
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", UpdateID: "u-1", UpdateStatus: "Failed",
+		Message: "update u-1 failed: PodEvictionFailure: Reached max retries while trying to evict pods"}
+	progressing := findCondition(computeStatus(set, res, nodes, nil, testNow).Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, progressing)
+	assert.Equal(t, metav1.ConditionFalse, progressing.Status)
+	assert.Equal(t, ReasonGroupUpdateFailed, progressing.Reason)
+	assert.Equal(t, "1 of 3 nodes updated, 2 outdated: update u-1 of cloud group ng is Failed", progressing.Message)
+
+	set.Status.Group.UpdateStatus = "Successful"
+	progressing = findCondition(computeStatus(set, res, nodes, nil, testNow).Conditions, nodesetv1alpha1.NodeSetProgressing)
+	assert.Equal(t, ReasonComplete, progressing.Reason, "a successful update leaves the outdated nodes to their deletion")
+
+	set.Status.Group.UpdateStatus = "Cancelled"
+	for _, n := range nodes {
+		n.Labels[nodesetv1alpha1.LabelTemplateHash] = res.templateHash
+	}
+	progressing = findCondition(computeStatus(set, res, nodes, nil, testNow).Conditions, nodesetv1alpha1.NodeSetProgressing)
+	assert.Equal(t, ReasonComplete, progressing.Reason, "no outdated node left: nothing waits for the update")
+}

@@ -33,6 +33,7 @@ const (
 	ReasonGroupFailure               = "GroupFailure"
 	ReasonProvisioningFailed         = "ProvisioningFailed"
 	ReasonGroupUpdating              = "GroupUpdating"
+	ReasonGroupUpdateFailed          = "GroupUpdateFailed"
 	ReasonDeleting                   = "Deleting"
 	ReasonProgressDeadlineExceeded   = "ProgressDeadlineExceeded"
 )
@@ -111,6 +112,13 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		// After what the set waits for: a node replaced while its
 		// replacement is not Ready yet leaves the set waiting for it.
 		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes terminating", int32(len(nodes))-status.Replicas)
+	case outdated > 0 && set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && groupUpdateFailed(set.Status.Group):
+		// The cloud group's own update, which was to replace the outdated
+		// nodes, failed and is not started again by itself: the set is not
+		// complete, and no progress is to come.
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonGroupUpdateFailed,
+			fmt.Sprintf("%d of %d nodes updated, %d outdated: update %s of cloud group %s is %s", status.UpdatedReplicas, desired, outdated,
+				set.Status.Group.UpdateID, set.Status.Group.Name, set.Status.Group.UpdateStatus)
 	case outdated > 0:
 		// OnDelete (or Managed): outdated nodes stay until deleted.
 		progressing.Reason, progressing.Message = ReasonComplete,
@@ -385,6 +393,12 @@ func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
 		}
 	}
 	return true
+}
+
+// groupUpdateFailed reports whether the cloud group's last update, a
+// driver-native one (EKS managed node groups), failed or was cancelled.
+func groupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
+	return g != nil && g.UpdateID != "" && (g.UpdateStatus == "Failed" || g.UpdateStatus == "Cancelled")
 }
 
 func groupProgress(g *nodesetv1alpha1.GroupStatus) string {
