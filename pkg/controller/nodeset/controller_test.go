@@ -434,10 +434,7 @@ func TestComputeStatus(t *testing.T) {
 	class := validClass("sim")
 	set := newSet(3)
 	set.Spec.MinReadySeconds = 3600
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
-	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
-		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	res := accepted(t, class, set)
 	longReady := setNode(t, set, class, "a", 4*time.Hour, true)     // ready 2h
 	freshReady := setNode(t, set, class, "b", 20*time.Minute, true) // ready 10m
 	notReady := setNode(t, set, class, "c", time.Minute, false)

@@ -115,10 +115,7 @@ func TestTheProgressDeadline(t *testing.T) {
 	class := validClass("sim")
 	set := newSet(2)
 	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
-	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
-		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	res := accepted(t, class, set)
 	ready := setNode(t, set, class, "a", time.Hour, true)
 	neverReady := setNode(t, set, class, "b", time.Hour, false)
 	nodes := []*corev1.Node{ready, neverReady}
@@ -225,11 +222,9 @@ func TestAPausedSetHasNoProgressDeadline(t *testing.T) {
 	set := newSet(3)
 	set.Spec.Paused = true
 	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
 	// A group's machines take a while to get their Nodes: ScalingUp.
-	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set), group: true,
-		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	res := accepted(t, class, set)
+	res.group = true
 	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true)}
 	status := computeStatus(set, res, nodes, nil, testNow)
 	assert.Equal(t, ReasonScalingUp, findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
@@ -252,10 +247,7 @@ func TestAStalledRolloutRunsIntoItsProgressDeadline(t *testing.T) {
 	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
 	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
 	set.Spec.Template.Labels["tier"] = "frontend" // both outdated
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
-	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
-		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	res := accepted(t, class, set)
 	refused := errors.New("nodes is forbidden: exceeded quota")
 	progressing := func(status nodesetv1alpha1.NodeSetStatus) metav1.Condition {
 		c := findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
@@ -292,10 +284,7 @@ func TestTheProgressClockStartsWithNewWork(t *testing.T) {
 	class := validClass("sim")
 	set := newSet(2)
 	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
-	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
-		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	res := accepted(t, class, set)
 	ready := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, true)}
 	done := computeStatus(set, res, ready, nil, testNow)
 	require.Equal(t, ReasonComplete, findCondition(done.Conditions, nodesetv1alpha1.NodeSetProgressing).Reason)
@@ -329,10 +318,8 @@ func TestAFailedGroupUpdateIsNoCompleteRollout(t *testing.T) {
 	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, true), setNode(t, set, class, "c", time.Hour, true)}
 	nodes[0].Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
 	nodes[1].Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
-	spec, err := resolve.EffectiveSpec(class, set)
-	require.NoError(t, err)
-	res := &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set), group: true,
-		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
+	res := accepted(t, class, set)
+	res.group = true
 	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", UpdateID: "u-1", UpdateStatus: "Failed",
 		Message: "update u-1 failed: PodEvictionFailure: Reached max retries while trying to evict pods"}
 	progressing := findCondition(computeStatus(set, res, nodes, nil, testNow).Conditions, nodesetv1alpha1.NodeSetProgressing)
@@ -351,4 +338,13 @@ func TestAFailedGroupUpdateIsNoCompleteRollout(t *testing.T) {
 	}
 	progressing = findCondition(computeStatus(set, res, nodes, nil, testNow).Conditions, nodesetv1alpha1.NodeSetProgressing)
 	assert.Equal(t, ReasonComplete, progressing.Reason, "no outdated node left: nothing waits for the update")
+}
+
+// accepted is the resolution of an accepted set of class.
+func accepted(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) *resolution {
+	t.Helper()
+	spec, err := resolve.EffectiveSpec(class, set)
+	require.NoError(t, err)
+	return &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
+		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
 }
