@@ -393,10 +393,10 @@ func (c *Controller) nodeAdded(obj any) {
 	if node.DeletionTimestamp != nil {
 		c.expectations.deletionObserved(key, node.Name)
 	} else {
-		c.expectations.creationObserved(key)
+		c.expectations.nodeObserved(key, node.Name)
 		if waiting {
-			// A set of the class that counted while this Node was on its
-			// way may have counted it twice (ClassUsage): it counts again.
+			// A set of the class held back by its limits while this Node
+			// was on its way counts again, with the creation settled.
 			c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass], key)
 		}
 	}

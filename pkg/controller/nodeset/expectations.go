@@ -28,6 +28,11 @@ type expectations struct {
 
 type expectation struct {
 	creations int
+	// named are the Nodes of creations issued, by name (the controller
+	// names them), until the informer shows them or their create fails:
+	// a Node the cache shows while still named here is counted once
+	// (unobservedCreations, ClassCount).
+	named     sets.Set[string]
 	deletions sets.Set[string]
 	// unknown are creations whose answer was lost (the Node may or may not
 	// be stored), by name, with when: counted in creations until a look
@@ -134,8 +139,11 @@ func (e *expectations) unknownSettled(key, name string, stored bool) {
 		return
 	}
 	delete(exp.unknown, name)
-	if !stored && exp.creations > 0 {
-		exp.creations--
+	if !stored {
+		exp.named.Delete(name)
+		if exp.creations > 0 {
+			exp.creations--
+		}
 	}
 }
 
@@ -205,7 +213,7 @@ func (e *expectations) expired(exp *expectation) bool {
 func (e *expectations) current(key string) *expectation {
 	exp, ok := e.items[key]
 	if !ok || e.expired(exp) {
-		exp = &expectation{deletions: sets.New[string](), unknown: map[string]time.Time{}, unknownDeletes: map[string]unknownDelete{}}
+		exp = &expectation{deletions: sets.New[string](), named: sets.New[string](), unknown: map[string]time.Time{}, unknownDeletes: map[string]unknownDelete{}}
 		e.items[key] = exp
 	}
 	exp.timestamp = e.now()
@@ -214,24 +222,65 @@ func (e *expectations) current(key string) *expectation {
 
 // pendingCreations are the unobserved creations of the keys match accepts.
 func (e *expectations) pendingCreations(match func(key string) bool) plan.Pending {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := plan.Pending{}
-	for key, exp := range e.items {
-		if exp.creations > 0 && !e.expired(exp) && match(key) {
-			out[key] += int64(exp.creations)
-		}
-	}
-	return out
+	pending, _ := e.unobservedCreations(match)
+	return pending
 }
 
-// creationObserved lowers the pending creations of key by one: the informer
-// saw a new Node, or a create call failed.
+// unobservedCreations are the unobserved creations of the keys match
+// accepts, and the names of the Nodes among them, read together: a Node
+// of those names that a cache read after this one shows is in both
+// counts, and is to be taken out of one (ClassCount).
+func (e *expectations) unobservedCreations(match func(key string) bool) (plan.Pending, map[string][]string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pending, names := plan.Pending{}, map[string][]string{}
+	for key, exp := range e.items {
+		if exp.creations > 0 && !e.expired(exp) && match(key) {
+			pending[key] += int64(exp.creations)
+			names[key] = exp.named.UnsortedList()
+		}
+	}
+	return pending, names
+}
+
+// creating records the name of a Node whose creation, counted in key's
+// creations, is about to be issued.
+func (e *expectations) creating(key, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok && !e.expired(exp) {
+		exp.named.Insert(name)
+	}
+}
+
+// createFailed forgets the name of a Node whose create call failed; its
+// count is lowered with creationObserved.
+func (e *expectations) createFailed(key, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok {
+		exp.named.Delete(name)
+	}
+}
+
+// creationObserved lowers the pending creations of key by one: a create
+// call failed, or was never made.
 func (e *expectations) creationObserved(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if exp, ok := e.items[key]; ok && exp.creations > 0 {
 		exp.creations--
+	}
+}
+
+// nodeObserved lowers the pending creations of key by one and forgets the
+// Node's name, at once: the informer saw the new Node.
+func (e *expectations) nodeObserved(key, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok && exp.creations > 0 {
+		exp.creations--
+		exp.named.Delete(name)
 	}
 }
 

@@ -204,3 +204,27 @@ func TestADeleteOfUnknownOutcomeTakesNoSecondVictim(t *testing.T) {
 		})
 	}
 }
+
+// TestANodeCachedBeforeItsHandlerIsCountedOnce: the informer adds a new
+// Node to the cache before its handler lowers the creations expected, and
+// a count of the class's machines made between the two (a scale-up
+// cluster-autoscaler asks for, judged by the webhook) saw the Node twice:
+// a limit refused a node it had room for. The creation's name takes it out
+// of the creations; one still on its way counts.
+func TestANodeCachedBeforeItsHandlerIsCountedOnce(t *testing.T) {
+	class := validClass("sim")
+	set := newSet(1)
+	f := newFixture(t, class, set, setNode(t, set, class, "web-bcdfg", time.Minute, false))
+	f.controller.expectations.expectCreations("team-a/web", 2)
+	f.controller.expectations.creating("team-a/web", "web-bcdfg")
+	f.controller.expectations.creating("team-a/web", "web-hjklm")
+	count, err := f.controller.ClassCount(class)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, count.Class, "the cached Node once, and the creation on its way")
+	assert.EqualValues(t, 2, count.Machines("team-a/web"))
+
+	f.controller.expectations.nodeObserved("team-a/web", "web-bcdfg")
+	count, err = f.controller.ClassCount(class)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, count.Class, "the same once the handler ran")
+}

@@ -361,13 +361,28 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 //
 // The unobserved creations are read before the cache: the informer adds a
 // Node to the cache before its handler lowers the expectations, so a Node
-// arriving between the two reads is counted twice (a limit holds back one
-// creation too many until the next sync) and never not at all.
+// arriving between the two reads is in both. It is counted once: the
+// creations are read with the names of their Nodes, and those the cache
+// shows are taken out of them. Read the other way round, a Node arriving
+// between the reads would not be counted at all.
 func (c *Controller) ClassCount(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error) {
-	unobserved := c.expectations.pendingCreations(func(key string) bool { return c.classOf(key) == class.Name })
+	unobserved, named := c.expectations.unobservedCreations(func(key string) bool { return c.classOf(key) == class.Name })
 	nodes, err := c.nodeLister.List(nodeutil.ClassSelector(class.Name))
 	if err != nil {
 		return plan.ClassCount{}, err
+	}
+	if len(named) > 0 {
+		cached := make(map[string]bool, len(nodes))
+		for _, n := range nodes {
+			cached[n.Name] = true
+		}
+		for key, names := range named {
+			for _, name := range names {
+				if cached[name] && unobserved[key] > 0 {
+					unobserved[key]--
+				}
+			}
+		}
 	}
 	objs, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
 	if err != nil {
@@ -474,6 +489,7 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 	created, err := slowStartBatch(count, slowStartInitialBatchSize, func() error {
 		node := template.DeepCopy()
 		node.Name = nodeName(set.Name)
+		c.expectations.creating(key, node.Name)
 		return guarded(ctx, func() error {
 			return c.writeNode(ctx, func() error {
 				newNode, err := c.kubeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
@@ -481,6 +497,8 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 					if outcomeUnknown(err) {
 						c.expectations.createUnknown(key, node.Name)
 						unknown.Add(1)
+					} else {
+						c.expectations.createFailed(key, node.Name)
 					}
 					return err
 				}
