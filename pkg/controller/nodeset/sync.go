@@ -372,15 +372,17 @@ func (c *Controller) ClassCount(class *nodesetv1alpha1.NodeClass) (plan.ClassCou
 		return plan.ClassCount{}, err
 	}
 	if len(named) > 0 {
-		cached := make(map[string]bool, len(nodes))
-		for _, n := range nodes {
-			cached[n.Name] = true
-		}
+		// The names are few (creations in flight), the Nodes many: the
+		// Nodes are looked up among the names, not the other way round.
+		keyOf := map[string]string{}
 		for key, names := range named {
 			for _, name := range names {
-				if cached[name] && unobserved[key] > 0 {
-					unobserved[key]--
-				}
+				keyOf[name] = key
+			}
+		}
+		for _, n := range nodes {
+			if key, ok := keyOf[n.Name]; ok && unobserved[key] > 0 {
+				unobserved[key]--
 			}
 		}
 	}
