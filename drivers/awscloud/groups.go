@@ -172,14 +172,11 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, pro
 	if err != nil {
 		return false, err
 	}
-	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
+	i, err := groupInstance(ctx, asg, id)
 	if err != nil {
 		return false, Classify("looking up "+id, err)
 	}
-	for _, i := range found.AutoScalingInstances {
-		if aws.ToString(i.InstanceId) != id {
-			continue
-		}
+	if i != nil {
 		if other := aws.ToString(i.AutoScalingGroupName); other != group {
 			return false, nil // someone else's now
 		}
@@ -214,16 +211,29 @@ func TerminateInGroup(ctx context.Context, asg AutoScaling, ec2c EC2, group, pro
 // that still runs (a termination that failed half way) is terminated
 // through EC2.
 func goingAnyway(ctx context.Context, asg AutoScaling, ec2c EC2, group, id string) bool {
-	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
+	i, err := groupInstance(ctx, asg, id)
 	if err != nil {
 		return false
 	}
-	for _, i := range found.AutoScalingInstances {
-		if aws.ToString(i.InstanceId) == id {
-			return aws.ToString(i.AutoScalingGroupName) != group || strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat")
-		}
+	if i != nil {
+		return aws.ToString(i.AutoScalingGroupName) != group || strings.HasPrefix(aws.ToString(i.LifecycleState), "Terminat")
 	}
 	return TerminateInstance(ctx, ec2c, id) == nil
+}
+
+// groupInstance is Auto Scaling's record of instance id: its group and
+// lifecycle state, or nil for an instance in no group.
+func groupInstance(ctx context.Context, asg AutoScaling, id string) (*asgtypes.AutoScalingInstanceDetails, error) {
+	found, err := asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{InstanceIds: []string{id}})
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range found.AutoScalingInstances {
+		if aws.ToString(i.InstanceId) == id {
+			return &i, nil
+		}
+	}
+	return nil, nil
 }
 
 // terminateOverDesired terminates instance id of the group without

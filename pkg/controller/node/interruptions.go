@@ -646,11 +646,7 @@ func (c *Controller) tellInterruption(ctx context.Context, node *corev1.Node, re
 		msg = fmt.Sprintf("%s (%s) for machine %s: draining %s", n.Kind, n.Detail, path.Base(node.Spec.ProviderID), when)
 	}
 	c.recorder.Event(node, corev1.EventTypeWarning, ReasonInterrupted, msg)
-	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
-		if set, err := c.sets.NodeSets(ns).Get(name); err == nil {
-			c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonInterrupted, "Node %s: %s", node.Name, msg)
-		}
-	}
+	c.tellSet(node, corev1.EventTypeWarning, ReasonInterrupted, msg)
 	klog.FromContext(ctx).Info("Interruption notice; draining the Node", "deadline", when)
 }
 
@@ -698,13 +694,8 @@ func (c *Controller) rebalance(ctx context.Context, cached *corev1.Node, n drive
 		return client404(err)
 	}
 	c.recorder.Event(updated, corev1.EventTypeNormal, ReasonRebalanceRecommended, msg)
-	if ns, name, ok := nodeutil.NodeSetOf(updated.Labels); ok {
-		if set, err := c.sets.NodeSets(ns).Get(name); err == nil {
-			c.recorder.Eventf(set, corev1.EventTypeNormal, ReasonRebalanceRecommended, "Node %s: %s", updated.Name, msg)
-			if replaceFirst {
-				c.groups.Add(ns + "/" + name)
-			}
-		}
+	if set := c.tellSet(updated, corev1.EventTypeNormal, ReasonRebalanceRecommended, msg); set != nil && replaceFirst {
+		c.groups.Add(set.Namespace + "/" + set.Name)
 	}
 	return nil
 }

@@ -229,12 +229,7 @@ func (c *Controller) remediate(ctx context.Context, node *corev1.Node, class *no
 		return nil
 	}
 	c.recorder.Event(node, corev1.EventTypeWarning, reason, message)
-	// Said on the NodeSet too: its tenant may not read a Node's Events.
-	if ns, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
-		if set, err := c.sets.NodeSets(ns).Get(name); err == nil {
-			c.recorder.Eventf(set, corev1.EventTypeWarning, reason, "Node %s: %s", node.Name, message)
-		}
-	}
+	c.tellSet(node, corev1.EventTypeWarning, reason, message)
 	klog.FromContext(ctx).Info("Replacing node", "reason", reason, "message", message)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid": node.UID, "annotations": map[string]string{nodesetv1alpha1.AnnotationRemediated: reason}}})

@@ -217,6 +217,17 @@ func (c *Controller) setOf(node *corev1.Node) *nodesetv1alpha1.NodeSet {
 	return nil
 }
 
+// tellSet records an Event of node on its NodeSet as well, naming the Node
+// (a tenant may not read a Node's Events), and reports the NodeSet: nil for
+// a lone Node or a NodeSet gone.
+func (c *Controller) tellSet(node *corev1.Node, eventType, reason, message string) *nodesetv1alpha1.NodeSet {
+	set := c.setOf(node)
+	if set != nil {
+		c.recorder.Eventf(set, eventType, reason, "Node %s: %s", node.Name, message)
+	}
+	return set
+}
+
 func (c *Controller) withCredentials(ctx context.Context, class *nodesetv1alpha1.NodeClass, spec nodesetv1alpha1.NodeClassSpec) (drivers.Class, error) {
 	credentials, err := c.credentials(ctx, class)
 	if err != nil {
