@@ -230,6 +230,10 @@ type GroupStatus struct {
 	Machines []MachineStatus
 	// UpdateID and UpdateStatus describe a driver-native rolling update.
 	UpdateID, UpdateStatus string
+	// TemplateHash is the Group.TemplateHash the group's configuration was
+	// last brought in step with, for a driver that applies a NodeSet's
+	// changes to the group itself (eks-managed); "" when it does not say.
+	TemplateHash string
 	// Owner recorded on the group (from its tags).
 	Owner Owner
 	// CreatedAt is when the group was created, as Unix seconds; 0 if unknown.

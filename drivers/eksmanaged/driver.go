@@ -490,7 +490,8 @@ func describeUpdate(ctx context.Context, api EKS, cluster, name, id string) (*ek
 // status is the node group's status: its state, health issues, the update
 // tracked, and the instances of the Auto Scaling group behind it.
 func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, update *ekstypes.Update) (drivers.GroupStatus, error) {
-	status := drivers.GroupStatus{Name: aws.ToString(ng.NodegroupName), State: string(ng.Status), Owner: awscloud.OwnerFromTagMap(ng.Tags)}
+	status := drivers.GroupStatus{Name: aws.ToString(ng.NodegroupName), State: string(ng.Status), Owner: awscloud.OwnerFromTagMap(ng.Tags),
+		TemplateHash: ng.Tags[awscloud.TagTemplateHash]}
 	if ng.ScalingConfig != nil {
 		status.DesiredSize = aws.ToInt32(ng.ScalingConfig.DesiredSize)
 	}

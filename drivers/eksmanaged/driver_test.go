@@ -473,12 +473,14 @@ func TestTemplateHashTagFollowsTheConfiguration(t *testing.T) {
 	fake.groups["ng"].Version = aws.String("1.37")
 	group := drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 2, MaxReplicas: 5, TemplateHash: "h1", Labels: map[string]string{"tier": "web"}}
 
-	_, err := d.EnsureGroup(ctx, group)
+	status, err := d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	assert.NotEqual(t, "h1", fake.groups["ng"].Tags[awscloud.TagTemplateHash], "not while a config change is being applied")
-	_, err = d.EnsureGroup(ctx, group)
+	assert.NotEqual(t, "h1", status.TemplateHash, "the status says the group is not at h1 yet")
+	status, err = d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	assert.Equal(t, "h1", fake.groups["ng"].Tags[awscloud.TagTemplateHash])
+	assert.Equal(t, "h1", status.TemplateHash, "and the status says so")
 
 	group.TemplateHash, group.Labels = "h2", map[string]string{"tier": "frontend"}
 	_, err = d.EnsureGroup(ctx, group)
@@ -497,9 +499,10 @@ func TestTemplateHashTagFollowsTheConfiguration(t *testing.T) {
 	section.Version = "1.38"
 	class.Spec.EKSManagedNodeGroup = &section
 	group.Class, group.TemplateHash = class, "h3"
-	_, err = d.EnsureGroup(ctx, group)
+	status, err = d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	assert.Equal(t, "h2", fake.groups["ng"].Tags[awscloud.TagTemplateHash])
+	assert.Equal(t, "h2", status.TemplateHash)
 }
 
 func TestValidateCloudRefusesAnUnknownInstanceTypeAndAMissingKey(t *testing.T) {

@@ -68,6 +68,7 @@ func TestAFailedUpdateStaysFailedUntilSomethingChanges(t *testing.T) {
 	status, err := d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	require.Equal(t, "update-1", status.UpdateID)
+	assert.NotEqual(t, "h2", status.TemplateHash, "the group is not at the new template while its update runs")
 
 	// EKS gives up: the node group is ACTIVE again, at its old version.
 	fake.groups["ng"].Status, fake.groups["ng"].ModifiedAt = ekstypes.NodegroupStatusActive, aws.Time(time.Now().Add(time.Hour))
@@ -126,9 +127,10 @@ func TestAFailedUpdateStaysFailedUntilSomethingChanges(t *testing.T) {
 	fake.updates["update-3"].Status = ekstypes.UpdateStatusSuccessful
 	fake.groups["ng"].Status, fake.groups["ng"].Version = ekstypes.NodegroupStatusActive, aws.String("1.38")
 	group.UpdateID = "update-3"
-	_, err = d.EnsureGroup(ctx, group)
+	status, err = d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	assert.NotContains(t, fake.groups["ng"].Tags, failedUpdateTag)
+	assert.Equal(t, "h3", status.TemplateHash, "the group says it is at the set's template")
 }
 
 // TestAFailedUpdateSeenWithAConfigChangeIsKept: the class (or the
@@ -144,6 +146,7 @@ func TestAFailedUpdateSeenWithAConfigChangeIsKept(t *testing.T) {
 	status, err := d.EnsureGroup(ctx, group)
 	require.NoError(t, err)
 	require.Equal(t, "update-1", status.UpdateID)
+	assert.NotEqual(t, "h2", status.TemplateHash, "the group is not at the new template while its update runs")
 
 	group.Labels = map[string]string{"tier": "web"} // changed meanwhile
 	fake.groups["ng"].Status, fake.groups["ng"].ModifiedAt = ekstypes.NodegroupStatusActive, aws.Time(time.Now().Add(time.Hour))

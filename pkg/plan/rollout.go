@@ -95,6 +95,11 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 			}
 			return Plan{Create: create}
 		case diff > 0:
+			if GroupRollsItsNodes(set) {
+				// The surge of the group's own update: the group takes it
+				// away itself when the update ends.
+				return Plan{}
+			}
 			if diff -= pausedSurge(set, templateHash, active, replicas); diff <= 0 {
 				return Plan{}
 			}
@@ -145,6 +150,24 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 		p.Remove = append(p.Remove, n)
 	}
 	return p
+}
+
+// GroupRollsItsNodes reports whether the cloud group of a Managed set runs
+// its own update now (an EKS managed node group's, status.group): the group
+// raises itself above replicas, brings its new nodes up, drains and
+// terminates its old ones and lowers itself again, by its own rules. The
+// Nodes above replicas are that update's surge, not a surplus to remove:
+// removed, each would lower the group under the update, which would then
+// lower it once more at its end.
+func GroupRollsItsNodes(set *nodesetv1alpha1.NodeSet) bool {
+	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && GroupUpdating(set.Status.Group)
+}
+
+// GroupUpdating reports whether the cloud group runs a change of its own,
+// as its status reports it: the group is UPDATING, or an update of it is
+// InProgress (an EKS managed node group's).
+func GroupUpdating(g *nodesetv1alpha1.GroupStatus) bool {
+	return g != nil && (g.State == "UPDATING" || g.UpdateStatus == "InProgress")
 }
 
 // pausedSurge is how many Nodes above replicas a paused rolling update

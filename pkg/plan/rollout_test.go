@@ -256,3 +256,54 @@ func TestRolloutTailCountsDrainingNodes(t *testing.T) {
 	set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
 	assert.Equal(t, 2, Decide(set, "new", f.nodes, testNow).Create)
 }
+
+// TestAGroupUpdateKeepsItsSurge: while a Managed set's cloud group runs its
+// own update, the Nodes it brought up above replicas are its surge: none
+// is removed (the old ones are the update's to drain), but a Node on the
+// delete list still goes. Outside such an update, or with another
+// strategy, a surplus goes as ever.
+func TestAGroupUpdateKeepsItsSurge(t *testing.T) {
+	surgeOf := func(strategy nodesetv1alpha1.NodeSetStrategyType, group *nodesetv1alpha1.GroupStatus) (*nodesetv1alpha1.NodeSet, *fleet) {
+		set := newSet(3)
+		set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: strategy}
+		set.Status.Group = group
+		f := &fleet{}
+		for range 3 {
+			f.add("old", true)
+		}
+		f.add("new", true)
+		f.add("new", false)
+		return set, f
+	}
+	for name, group := range map[string]*nodesetv1alpha1.GroupStatus{
+		"group UPDATING":      {Name: "g", State: "UPDATING"},
+		"update InProgress":   {Name: "g", State: "ACTIVE", UpdateID: "u1", UpdateStatus: "InProgress"},
+		"both, as EKS has it": {Name: "g", State: "UPDATING", UpdateID: "u1", UpdateStatus: "InProgress"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			set, f := surgeOf(nodesetv1alpha1.ManagedStrategy, group)
+			assert.Equal(t, Plan{}, Decide(set, "new", f.nodes, testNow), "the update's surge stays")
+
+			set.Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNodes: f.nodes[1].Name}
+			p := Decide(set, "new", f.nodes, testNow)
+			require.Len(t, p.Remove, 1, "a Node on the delete list goes all the same")
+			assert.Equal(t, f.nodes[1].Name, p.Remove[0].Name)
+		})
+	}
+	for name, tt := range map[string]struct {
+		strategy nodesetv1alpha1.NodeSetStrategyType
+		group    *nodesetv1alpha1.GroupStatus
+	}{
+		"Managed, the update done":     {nodesetv1alpha1.ManagedStrategy, &nodesetv1alpha1.GroupStatus{Name: "g", State: "ACTIVE", UpdateID: "u1", UpdateStatus: "Successful"}},
+		"Managed, no group yet":        {nodesetv1alpha1.ManagedStrategy, nil},
+		"OnDelete, the group UPDATING": {nodesetv1alpha1.OnDeleteStrategy, &nodesetv1alpha1.GroupStatus{Name: "g", State: "UPDATING"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			set, f := surgeOf(tt.strategy, tt.group)
+			p := Decide(set, "new", f.nodes, testNow)
+			require.Len(t, p.Remove, 2, "a surplus of 2")
+			assert.Equal(t, f.nodes[4].Name, p.Remove[0].Name, "the Node not Ready goes first")
+			assert.Equal(t, "old", p.Remove[1].Labels[nodesetv1alpha1.LabelTemplateHash], "then an outdated one")
+		})
+	}
+}

@@ -324,6 +324,13 @@ type GroupStatus struct {
 	// message explains the state, such as a degraded group's health issues.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// templateHash is the NodeSet template the cloud group has taken, for
+	// a group driver that applies the set's changes itself (eks-managed:
+	// the node group's nodeset.dev/template-hash tag). With strategy
+	// Managed, a group not yet at status.templateHash is rolling out.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -237,7 +237,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	desired := status.DesiredSize
 	c.groupSizes.set(key, desired)
 	if err := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, State: status.State, DesiredSize: &desired,
-		UpdateID: status.UpdateID, UpdateStatus: status.UpdateStatus, Message: status.Message}, false); err != nil {
+		UpdateID: status.UpdateID, UpdateStatus: status.UpdateStatus, Message: status.Message, TemplateHash: groupHash(status.TemplateHash)}, false); err != nil {
 		return err
 	}
 	next := c.opts.GroupPollInterval
@@ -544,15 +544,17 @@ func (c *Controller) patchSetFinalizers(ctx context.Context, set *nodesetv1alpha
 func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.NodeSet, group nodesetv1alpha1.GroupStatus, keepState bool) error {
 	if old := set.Status.Group; old != nil && keepState {
 		group.State, group.DesiredSize, group.UpdateID, group.UpdateStatus = old.State, old.DesiredSize, old.UpdateID, old.UpdateStatus
+		group.TemplateHash = old.TemplateHash
 	}
 	group.Message = c.scrub(group.Message)
 	if old := set.Status.Group; old != nil && old.Name == group.Name && old.State == group.State && old.Message == group.Message &&
-		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus &&
+		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus && old.TemplateHash == group.TemplateHash &&
 		(old.DesiredSize == nil) == (group.DesiredSize == nil) && (old.DesiredSize == nil || *old.DesiredSize == *group.DesiredSize) {
 		return nil
 	}
 	fields := map[string]any{"name": group.Name, "state": nullIfEmpty(group.State), "message": nullIfEmpty(group.Message),
-		"updateID": nullIfEmpty(group.UpdateID), "updateStatus": nullIfEmpty(group.UpdateStatus), "desiredSize": nil}
+		"updateID": nullIfEmpty(group.UpdateID), "updateStatus": nullIfEmpty(group.UpdateStatus), "desiredSize": nil,
+		"templateHash": nullIfEmpty(group.TemplateHash)}
 	if group.DesiredSize != nil {
 		fields["desiredSize"] = *group.DesiredSize
 	}
@@ -565,6 +567,17 @@ func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.
 		return nil
 	}
 	return err
+}
+
+// groupHash is the template hash a cloud group reports, as
+// status.group.templateHash may hold it: a value that cannot be one of the
+// set's hashes (a tag someone else set, longer than the schema allows) is
+// none, so the status write is never refused for it.
+func groupHash(h string) string {
+	if len(h) > 64 {
+		return ""
+	}
+	return h
 }
 
 func nullIfEmpty(s string) any {

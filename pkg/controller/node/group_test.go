@@ -42,6 +42,8 @@ type recordingGroupDriver struct {
 	updateID, updateStatus string
 	// message is the problem EnsureGroup reports of the group.
 	message string
+	// templateHash is the template EnsureGroup says the group has taken.
+	templateHash string
 	// machineLabels and machineTaints are what EnsureGroup's new machines
 	// say of their Nodes.
 	machineLabels map[string]string
@@ -78,7 +80,7 @@ func (d *recordingGroupDriver) EnsureGroup(_ context.Context, g drivers.Group) (
 			Labels: d.machineLabels, Taints: d.machineTaints})
 	}
 	status.DesiredSize = max(status.DesiredSize, g.Replicas)
-	status.UpdateID, status.UpdateStatus, status.Message = d.updateID, d.updateStatus, d.message
+	status.UpdateID, status.UpdateStatus, status.Message, status.TemplateHash = d.updateID, d.updateStatus, d.message, d.templateHash
 	return *status, nil
 }
 
@@ -401,6 +403,33 @@ func TestManagedUpdatesArePassedOnAndReported(t *testing.T) {
 	assert.Equal(t, "Failed", g.getSet().Status.Group.UpdateStatus)
 	require.NoError(t, g.syncGroup())
 	assert.Empty(t, g.group.ensured[len(g.group.ensured)-1].UpdateID, "a finished update is not tracked again")
+}
+
+// TestTheTemplateAGroupHasTakenIsRecorded: the template a group driver
+// says its group has taken goes to status.group.templateHash (which the
+// nodeset controller compares with the set's for a Managed rollout), and
+// stays there when a later call fails; a value the schema would refuse is
+// left out, so the rest of the status is still written.
+func TestTheTemplateAGroupHasTakenIsRecorded(t *testing.T) {
+	g := newGroupFixture(t, 1)
+	g.group.templateHash = "abc123"
+	require.NoError(t, g.syncGroup())
+	assert.Equal(t, "abc123", g.getSet().Status.Group.TemplateHash)
+
+	require.NoError(t, g.setIndexer.Update(g.getSet()))
+	g.group.ensureErr = errors.New("throttled")
+	require.Error(t, g.syncGroup())
+	group := g.getSet().Status.Group
+	assert.Equal(t, "throttled", group.Message)
+	assert.Equal(t, "abc123", group.TemplateHash, "a failed call says nothing of the template")
+
+	require.NoError(t, g.setIndexer.Update(g.getSet()))
+	g.group.ensureErr = nil
+	g.group.templateHash = strings.Repeat("x", 65)
+	require.NoError(t, g.syncGroup())
+	group = g.getSet().Status.Group
+	assert.Empty(t, group.TemplateHash, "no set's template")
+	assert.Empty(t, group.Message, "the status is written all the same")
 }
 
 // TestAProblemTheGroupReportsIsAWarningEventOnceEachTimeItChanges: a launch

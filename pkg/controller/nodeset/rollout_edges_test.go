@@ -340,6 +340,58 @@ func TestAFailedGroupUpdateIsNoCompleteRollout(t *testing.T) {
 	assert.Equal(t, ReasonComplete, progressing.Reason, "no outdated node left: nothing waits for the update")
 }
 
+// TestAManagedRolloutIsNotCompleteBeforeTheGroupTakesTheTemplate: with
+// strategy Managed the cloud group takes the set's edit itself, and until
+// it reports the set's template (status.group.templateHash) the rollout
+// has not begun: Progressing says GroupUpdating, not Complete, also in the
+// moment before the group reports an update. A group that does not say
+// which template it has (eks-asg) or whose update failed is judged as
+// before.
+func TestAManagedRolloutIsNotCompleteBeforeTheGroupTakesTheTemplate(t *testing.T) {
+	class := asgClass()
+	set := newSet(2)
+	set.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+	nodes := []*corev1.Node{setNode(t, set, class, "a", time.Hour, true), setNode(t, set, class, "b", time.Hour, true)}
+	for _, n := range nodes {
+		n.Labels[nodesetv1alpha1.LabelTemplateHash] = "old"
+	}
+	res := accepted(t, class, set)
+	res.group = true
+	reason := func() (string, string) {
+		p := findCondition(computeStatus(set, res, nodes, nil, testNow).Conditions, nodesetv1alpha1.NodeSetProgressing)
+		require.NotNil(t, p)
+		return p.Reason, p.Message
+	}
+
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old"}
+	r, msg := reason()
+	assert.Equal(t, ReasonGroupUpdating, r)
+	assert.Equal(t, "cloud group ng is at template old, not yet at "+res.templateHash, msg)
+
+	set.Status.Group.Message = "NodeCreationFailure: instances failed to join"
+	_, msg = reason()
+	assert.Equal(t, "cloud group ng is at template old, not yet at "+res.templateHash+": NodeCreationFailure: instances failed to join", msg,
+		"what the group reports is said with it")
+
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: res.templateHash}
+	r, msg = reason()
+	assert.Equal(t, ReasonComplete, r, "the group at the template, its update done: the outdated nodes stay until deleted")
+	assert.Contains(t, msg, "2 outdated, replaced when deleted")
+
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE"}
+	r, _ = reason()
+	assert.Equal(t, ReasonComplete, r, "a group that does not say its template is judged by its nodes")
+
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old", UpdateID: "u-1", UpdateStatus: "Failed"}
+	r, _ = reason()
+	assert.Equal(t, ReasonGroupUpdateFailed, r, "a failed update is said as such")
+
+	set.Spec.Strategy.Type = nodesetv1alpha1.OnDeleteStrategy
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old"}
+	r, _ = reason()
+	assert.Equal(t, ReasonComplete, r, "OnDelete: the group's template is not the rollout's")
+}
+
 // accepted is the resolution of an accepted set of class.
 func accepted(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) *resolution {
 	t.Helper()

@@ -93,9 +93,19 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case plan.Rolling(set, res.templateHash, active):
 		progressing.Reason, progressing.Message = ReasonRollingUpdate,
 			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
-	case set.Status.Group != nil && (set.Status.Group.State == "CREATING" || set.Status.Group.State == "UPDATING" || set.Status.Group.UpdateStatus == "InProgress"):
+	case set.Status.Group != nil && (set.Status.Group.State == "CREATING" || plan.GroupUpdating(set.Status.Group)):
 		// A driver-native change (EKS managed node groups) is under way.
 		progressing.Reason, progressing.Message = ReasonGroupUpdating, groupProgress(set.Status.Group)
+	case groupBehind(set, res.templateHash):
+		// Managed: the group has not taken the set's template yet (the
+		// node controller has not acted on the edit, or the cloud has not
+		// started its update): the rollout is not done, it has not begun.
+		g := set.Status.Group
+		progressing.Reason, progressing.Message = ReasonGroupUpdating,
+			fmt.Sprintf("cloud group %s is at template %s, not yet at %s", g.Name, g.TemplateHash, res.templateHash)
+		if g.Message != "" {
+			progressing.Message += ": " + g.Message
+		}
 	case status.Replicas < desired:
 		progressing.Reason, progressing.Message = ReasonScalingUp, fmt.Sprintf("%d of %d nodes created", status.Replicas, desired)
 	case status.Replicas > desired:
@@ -399,6 +409,15 @@ func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
 // driver-native one (EKS managed node groups), failed or was cancelled.
 func groupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
 	return g != nil && g.UpdateID != "" && (g.UpdateStatus == "Failed" || g.UpdateStatus == "Cancelled")
+}
+
+// groupBehind reports whether a Managed set's cloud group, which takes the
+// set's changes itself, says it is at another template than templateHash,
+// and no update of it failed (GroupUpdateFailed says that).
+func groupBehind(set *nodesetv1alpha1.NodeSet, templateHash string) bool {
+	g := set.Status.Group
+	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && g != nil && g.TemplateHash != "" && templateHash != "" &&
+		g.TemplateHash != templateHash && !groupUpdateFailed(g)
 }
 
 func groupProgress(g *nodesetv1alpha1.GroupStatus) string {

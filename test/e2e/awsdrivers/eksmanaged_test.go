@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -117,6 +118,14 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 	assert.Equal(t, name, set.Status.Group.Name)
 	assert.Contains(t, set.Finalizers, nodesetv1alpha1.FinalizerGroup)
 
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		set, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
+		return err == nil && set.Status.TemplateHash != "" && set.Status.Group.TemplateHash == set.Status.TemplateHash, nil
+	})
+	require.NoError(t, err, "the node group made with the set's template says so in status.group.templateHash: %+v", set.Status)
+	created := set.Status.TemplateHash
+
 	e.update(ns, "api", func(s *nodesetv1alpha1.NodeSet) { s.Spec.Replicas = ptr.To[int32](4) })
 	nodegroupIs("scaled to 4", func(ng *ekstypes.Nodegroup) bool { return aws.ToInt32(ng.ScalingConfig.DesiredSize) == 4 })
 
@@ -128,6 +137,21 @@ func TestManagedNodeGroupLifecycle(t *testing.T) {
 		return ng.Labels["tier"] == "backend" && len(ng.Taints) == 1 && aws.ToString(ng.Taints[0].Key) == "tier" &&
 			ng.Taints[0].Effect == ekstypes.TaintEffectNoSchedule
 	})
+	// The set's rollout is done only once the group has taken its new
+	// template (strategy Managed): while status.group.templateHash names
+	// another, Progressing says GroupUpdating, never Complete. (moto does
+	// not tag node groups after their creation, so here the group never
+	// says it has.)
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		set, err = e.nodesets.NodesetV1alpha1().NodeSets(ns).Get(ctx, "api", metav1.GetOptions{})
+		return err == nil && set.Status.ObservedGeneration == set.Generation && set.Status.TemplateHash != created, nil
+	})
+	require.NoError(t, err, "the edit observed: %+v", set.Status)
+	if progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing); set.Status.Group.TemplateHash != set.Status.TemplateHash {
+		require.NotNil(t, progressing)
+		assert.Equal(t, "GroupUpdating", progressing.Reason, "%s", progressing.Message)
+	}
 
 	require.NoError(t, e.nodesets.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

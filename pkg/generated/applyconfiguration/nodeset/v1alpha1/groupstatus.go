@@ -24,6 +24,11 @@ type GroupStatusApplyConfiguration struct {
 	UpdateStatus *string `json:"updateStatus,omitempty"`
 	// message explains the state, such as a degraded group's health issues.
 	Message *string `json:"message,omitempty"`
+	// templateHash is the NodeSet template the cloud group has taken, for
+	// a group driver that applies the set's changes itself (eks-managed:
+	// the node group's nodeset.dev/template-hash tag). With strategy
+	// Managed, a group not yet at status.templateHash is rolling out.
+	TemplateHash *string `json:"templateHash,omitempty"`
 }
 
 // GroupStatusApplyConfiguration constructs a declarative configuration of the GroupStatus type for use with
@@ -77,5 +82,13 @@ func (b *GroupStatusApplyConfiguration) WithUpdateStatus(value string) *GroupSta
 // If called multiple times, the Message field is set to the value of the last call.
 func (b *GroupStatusApplyConfiguration) WithMessage(value string) *GroupStatusApplyConfiguration {
 	b.Message = &value
+	return b
+}
+
+// WithTemplateHash sets the TemplateHash field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TemplateHash field is set to the value of the last call.
+func (b *GroupStatusApplyConfiguration) WithTemplateHash(value string) *GroupStatusApplyConfiguration {
+	b.TemplateHash = &value
 	return b
 }
