@@ -56,7 +56,7 @@ failed, or it is deleted, and when --timeout passes.`,
 				if err != nil {
 					return err
 				}
-				msg, _, err := rolloutStatus(set)
+				msg, _, err := rolloutStatus(set, classGeneration(ctx, c, set))
 				if err != nil {
 					return err
 				}
@@ -81,9 +81,13 @@ failed, or it is deleted, and when --timeout passes.`,
 // it is done, fails, or ctx ends.
 func (o *options) followRollout(ctx context.Context, c *clients, name string) error {
 	sets := c.nodeset.NodesetV1alpha1().NodeSets(c.namespace)
-	if _, err := sets.Get(ctx, name, metav1.GetOptions{}); err != nil {
+	set, err := sets.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
 		return err // not found, forbidden: the API server's words
 	}
+	// The class as it is now: an edit of it made before this command is
+	// part of the rollout waited for.
+	class := classGeneration(ctx, c, set)
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
@@ -96,7 +100,7 @@ func (o *options) followRollout(ctx context.Context, c *clients, name string) er
 		},
 	}
 	last := ""
-	_, err := watchtools.UntilWithSync(ctx, lw, &nodesetv1alpha1.NodeSet{}, nil, func(e watch.Event) (bool, error) {
+	_, err = watchtools.UntilWithSync(ctx, lw, &nodesetv1alpha1.NodeSet{}, nil, func(e watch.Event) (bool, error) {
 		if e.Type == watch.Deleted {
 			return false, fmt.Errorf("NodeSet %q was deleted", name)
 		}
@@ -104,7 +108,7 @@ func (o *options) followRollout(ctx context.Context, c *clients, name string) er
 		if !ok {
 			return false, nil
 		}
-		msg, done, err := rolloutStatus(set)
+		msg, done, err := rolloutStatus(set, class)
 		if err != nil {
 			return false, err
 		}
@@ -120,16 +124,35 @@ func (o *options) followRollout(ctx context.Context, c *clients, name string) er
 	return err
 }
 
+// classGeneration is the metadata.generation of the set's NodeClass, 0 when
+// it cannot be read (gone, or not readable by the user): then the rollout
+// is followed by the set alone.
+func classGeneration(ctx context.Context, c *clients, set *nodesetv1alpha1.NodeSet) int64 {
+	class, err := c.nodeset.NodesetV1alpha1().NodeClasses().Get(ctx, set.Spec.NodeClassName, metav1.GetOptions{})
+	if err != nil {
+		return 0
+	}
+	return class.Generation
+}
+
 // rolloutStatus says where a NodeSet's rollout is: a line to print, whether
 // it is done, or why it cannot be. It reads only what the nodeset-controller
-// wrote for the generation it observed, as kubectl's rollout status does.
-func rolloutStatus(set *nodesetv1alpha1.NodeSet) (string, bool, error) {
+// wrote for the generation it observed, and for classGeneration of its
+// NodeClass (0: not known), as kubectl's rollout status does.
+func rolloutStatus(set *nodesetv1alpha1.NodeSet, classGeneration int64) (string, bool, error) {
 	name := set.Name
 	if set.DeletionTimestamp != nil {
 		return "", false, fmt.Errorf("NodeSet %q is being deleted", name)
 	}
 	if set.Generation > set.Status.ObservedGeneration {
 		return fmt.Sprintf("Waiting for the update of NodeSet %q to be observed...\n", name), false, nil
+	}
+	if classGeneration > set.Status.ObservedClassGeneration {
+		// A class edit gives the set no new generation: until the set's
+		// status is of the class's generation (validated first), it shows
+		// the template of before.
+		return fmt.Sprintf("Waiting for generation %d of NodeClass %q to be observed by NodeSet %q...\n",
+			classGeneration, set.Spec.NodeClassName, name), false, nil
 	}
 	if accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Status == metav1.ConditionFalse {
 		return "", false, fmt.Errorf("NodeSet %q is not accepted (%s): %s", name, accepted.Reason, accepted.Message)

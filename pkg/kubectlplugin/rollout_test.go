@@ -20,7 +20,7 @@ func TestRolloutStatus(t *testing.T) {
 	set := func(mutate func(*nodesetv1alpha1.NodeSet)) *nodesetv1alpha1.NodeSet {
 		s := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: 3},
 			Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To[int32](3)},
-			Status: nodesetv1alpha1.NodeSetStatus{ObservedGeneration: 3, Replicas: 3, ReadyReplicas: 3, AvailableReplicas: 3, UpdatedReplicas: 3,
+			Status: nodesetv1alpha1.NodeSetStatus{ObservedGeneration: 3, ObservedClassGeneration: 5, Replicas: 3, ReadyReplicas: 3, AvailableReplicas: 3, UpdatedReplicas: 3,
 				Conditions: []metav1.Condition{
 					{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"},
 					{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue, Reason: "Complete", Message: "3 of 3 nodes ready"}}}}
@@ -65,7 +65,7 @@ func TestRolloutStatus(t *testing.T) {
 		{"OnDelete", set(func(s *nodesetv1alpha1.NodeSet) { s.Spec.Strategy.Type = nodesetv1alpha1.OnDeleteStrategy }), "", false, "strategy OnDelete"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, done, err := rolloutStatus(tc.set)
+			got, done, err := rolloutStatus(tc.set, 5)
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.wantErr)
@@ -75,5 +75,26 @@ func TestRolloutStatus(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.done, done)
 		})
+	}
+}
+
+// TestRolloutStatusWaitsForAClassEdit: an edit of the NodeClass gives the
+// set no new generation; the rollout is not done until the set's status is
+// of the class's generation when the command started. A class the user
+// cannot read (0) leaves the set alone to judge.
+func TestRolloutStatusWaitsForAClassEdit(t *testing.T) {
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: 3},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "sim", Replicas: ptr.To[int32](1)},
+		Status: nodesetv1alpha1.NodeSetStatus{ObservedGeneration: 3, ObservedClassGeneration: 5, Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, UpdatedReplicas: 1,
+			Conditions: []metav1.Condition{{Type: nodesetv1alpha1.NodeSetProgressing, Status: metav1.ConditionTrue, Reason: "Complete"}}}}
+	got, done, err := rolloutStatus(set, 6)
+	require.NoError(t, err)
+	assert.False(t, done)
+	assert.Equal(t, `Waiting for generation 6 of NodeClass "sim" to be observed by NodeSet "web"...`+"\n", got)
+
+	for _, class := range []int64{5, 0} {
+		_, done, err = rolloutStatus(set, class)
+		require.NoError(t, err)
+		assert.True(t, done, "class generation %d", class)
 	}
 }

@@ -245,6 +245,15 @@ type NodeSetStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// observedClassGeneration is the generation of the set's NodeClass this
+	// status was computed from (its verdict, templateHash and conditions):
+	// an edit of the class gives the set no new generation, and until this
+	// reaches the class's metadata.generation the set does not show it.
+	// It stays behind while a node controller validates the class's new
+	// generation.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedClassGeneration int64 `json:"observedClassGeneration,omitempty"`
 	// replicas is the number of Nodes the set has, in any state but deleting.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

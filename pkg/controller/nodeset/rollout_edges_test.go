@@ -53,6 +53,15 @@ func TestClassRevalidationKeepsTheRolloutStatus(t *testing.T) {
 	for _, c := range after.Conditions {
 		assert.EqualValues(t, 2, c.ObservedGeneration, "condition %s: of the verdict and template of generation 2", c.Type)
 	}
+	require.EqualValues(t, 1, before.ObservedClassGeneration, "the status is of the class's generation 1")
+	assert.EqualValues(t, 1, after.ObservedClassGeneration, "and stays so until generation 2 is validated")
+
+	validated := edited.DeepCopy()
+	validated.Status.Conditions[0].ObservedGeneration = 2
+	tenantEdit.Status = after
+	f = newFixture(t, validated, tenantEdit, nodes...)
+	require.NoError(t, f.sync())
+	assert.EqualValues(t, 2, f.status().ObservedClassGeneration, "then it is of generation 2")
 }
 
 // TestMinReadySecondsWaitIsTimed: a rollout waits for a new Node to be

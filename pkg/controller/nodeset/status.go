@@ -44,6 +44,9 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	if !res.unobserved {
 		status.ObservedGeneration = set.Generation
 	}
+	if res.class != nil && !res.revalidating {
+		status.ObservedClassGeneration = res.class.Generation
+	}
 	status.Selector = resolve.Selector(set).String()
 	status.TemplateHash = res.templateHash
 	active := plan.Active(nodes)
@@ -391,7 +394,7 @@ func (c *Controller) statusWritten(key string) {
 // onlyProgress reports whether status differs from old only in counts and
 // condition messages.
 func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
-	if old.ObservedGeneration != status.ObservedGeneration || old.Selector != status.Selector ||
+	if old.ObservedGeneration != status.ObservedGeneration || old.ObservedClassGeneration != status.ObservedClassGeneration || old.Selector != status.Selector ||
 		old.TemplateHash != status.TemplateHash || !equality.Semantic.DeepEqual(old.Group, status.Group) ||
 		len(old.Conditions) != len(status.Conditions) {
 		return false

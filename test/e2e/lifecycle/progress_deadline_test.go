@@ -107,6 +107,23 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	}
 	require.Len(t, names, 2, "the old nodes are gone: %s", out)
 
+	// An edit of the class gives the set no new generation: run right
+	// after it, rollout status waits for the set to show the class's new
+	// generation (validated first), then for its rollout.
+	updateClass(t, "rollout-status-sim", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.NodeTemplate.Labels = map[string]string{"pool": "edited"}
+	})
+	out, errText = rolloutStatus("web")
+	require.Empty(t, errText, out)
+	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
+	nodes, err = setNodes(ctx, t, ns, "web")
+	require.NoError(t, err)
+	require.Len(t, nodes, 2, "the old nodes are gone: %s", out)
+	for _, n := range nodes {
+		require.Equal(t, "edited", n.Labels["pool"], "node %s is of the class's new template: %s", n.Name, out)
+		require.Nil(t, n.DeletionTimestamp, "node %s", n.Name)
+	}
+
 	createClass(t, "rollout-status-never-ready", func(class *nodesetv1alpha1.NodeClass) {
 		class.Spec.Simulated.FailurePercent = ptr.To[int32](100)
 		class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 10 * time.Minute}

@@ -19,6 +19,13 @@ import (
 type NodeSetStatusApplyConfiguration struct {
 	// observedGeneration is the generation this status was computed for.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// observedClassGeneration is the generation of the set's NodeClass this
+	// status was computed from (its verdict, templateHash and conditions):
+	// an edit of the class gives the set no new generation, and until this
+	// reaches the class's metadata.generation the set does not show it.
+	// It stays behind while a node controller validates the class's new
+	// generation.
+	ObservedClassGeneration *int64 `json:"observedClassGeneration,omitempty"`
 	// replicas is the number of Nodes the set has, in any state but deleting.
 	Replicas *int32 `json:"replicas,omitempty"`
 	// readyReplicas is the number of Nodes whose kubelet reports Ready.
@@ -58,6 +65,14 @@ func NodeSetStatus() *NodeSetStatusApplyConfiguration {
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *NodeSetStatusApplyConfiguration) WithObservedGeneration(value int64) *NodeSetStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithObservedClassGeneration sets the ObservedClassGeneration field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ObservedClassGeneration field is set to the value of the last call.
+func (b *NodeSetStatusApplyConfiguration) WithObservedClassGeneration(value int64) *NodeSetStatusApplyConfiguration {
+	b.ObservedClassGeneration = &value
 	return b
 }
 
