@@ -2,6 +2,7 @@ package kubectlplugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/plan"
@@ -73,8 +76,85 @@ failed, or it is deleted, and when --timeout passes.`,
 	}
 	status.Flags().BoolVarP(&watching, "watch", "w", true, "Watch the rollout until it is done; false shows where it is and returns.")
 	status.Flags().DurationVar(&timeout, "timeout", 0, "How long to wait before giving up; 0 waits for ever.")
-	rollout.AddCommand(status)
+	rollout.AddCommand(status, o.rolloutChange("restart", "Replace every node of a NodeSet, by its rollout strategy", restart),
+		o.rolloutChange("pause", "Stop a NodeSet's rollout where it is", pause),
+		o.rolloutChange("resume", "Go on with a paused NodeSet's rollout", resume))
 	return rollout
+}
+
+// rolloutChange is kubectl nodeset rollout restart|pause|resume NAME: change
+// decides, from the set as it is, the merge patch to write and the word to
+// print, or refuses.
+func (o *options) rolloutChange(verb, short string, change func(*nodesetv1alpha1.NodeSet, time.Time) (map[string]any, string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.clients()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			sets := c.nodeset.NodesetV1alpha1().NodeSets(c.namespace)
+			var done string
+			// Written only over the set read, and decided again on a
+			// conflict: a change made meanwhile (a resume after this read
+			// a pause) is never undone unseen.
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				set, err := sets.Get(ctx, args[0], metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				var patch map[string]any
+				if patch, done, err = change(set, time.Now()); err != nil {
+					return err
+				}
+				patch["metadata"] = map[string]any{"resourceVersion": set.ResourceVersion}
+				data, err := json.Marshal(patch)
+				if err != nil {
+					return err
+				}
+				_, err = sets.Patch(ctx, set.Name, types.MergePatchType, data, metav1.PatchOptions{})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "nodeset.nodeset.dev/%s %s\n", args[0], done)
+			return nil
+		},
+	}
+}
+
+// restart gives the set's template a new nodeset.dev/restartedAt
+// annotation: a new template, so the set's strategy replaces every node, as
+// kubectl rollout restart does for a Deployment. Refused as kubectl refuses
+// a paused Deployment's, and for Managed, whose cloud group replaces nodes
+// for its own updates only.
+func restart(set *nodesetv1alpha1.NodeSet, now time.Time) (map[string]any, string, error) {
+	switch {
+	case set.Spec.Paused:
+		return nil, "", fmt.Errorf("NodeSet %q is paused: run kubectl nodeset rollout resume %s first", set.Name, set.Name)
+	case set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy:
+		return nil, "", fmt.Errorf("NodeSet %q has strategy Managed: its cloud group replaces nodes for its own updates only, and a restart would replace none", set.Name)
+	}
+	return map[string]any{"spec": map[string]any{"template": map[string]any{"annotations": map[string]string{
+		nodesetv1alpha1.AnnotationRestartedAt: now.UTC().Format(time.RFC3339)}}}}, "restarted", nil
+}
+
+func pause(set *nodesetv1alpha1.NodeSet, _ time.Time) (map[string]any, string, error) {
+	if set.Spec.Paused {
+		return nil, "", fmt.Errorf("NodeSet %q is already paused", set.Name)
+	}
+	return map[string]any{"spec": map[string]any{"paused": true}}, "paused", nil
+}
+
+func resume(set *nodesetv1alpha1.NodeSet, _ time.Time) (map[string]any, string, error) {
+	if !set.Spec.Paused {
+		return nil, "", fmt.Errorf("NodeSet %q is not paused", set.Name)
+	}
+	return map[string]any{"spec": map[string]any{"paused": false}}, "resumed", nil
 }
 
 // followRollout prints each new step of the named NodeSet's rollout until
@@ -154,7 +234,13 @@ func rolloutStatus(set *nodesetv1alpha1.NodeSet, classGeneration int64) (string,
 		return fmt.Sprintf("Waiting for generation %d of NodeClass %q to be observed by NodeSet %q...\n",
 			classGeneration, set.Spec.NodeClassName, name), false, nil
 	}
-	if accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Status == metav1.ConditionFalse {
+	accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	if accepted != nil && accepted.Status == metav1.ConditionFalse && accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed {
+		// No verdict yet: the class's generation waits for a node
+		// controller to validate it (a class just made or edited).
+		return fmt.Sprintf("Waiting for NodeSet %q to be judged: %s...\n", name, accepted.Message), false, nil
+	}
+	if accepted != nil && accepted.Status == metav1.ConditionFalse {
 		return "", false, fmt.Errorf("NodeSet %q is not accepted (%s): %s", name, accepted.Reason, accepted.Message)
 	}
 	progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)

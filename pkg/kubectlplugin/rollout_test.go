@@ -2,6 +2,7 @@ package kubectlplugin
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,6 +53,10 @@ func TestRolloutStatus(t *testing.T) {
 		{"not accepted", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NotAllowed", Message: "no"}
 		}), "", false, `NodeSet "web" is not accepted (NotAllowed): no`},
+		{"no verdict yet", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "DriverNotServed",
+				Message: "no node controller serving driver \"simulated\" has validated NodeClass \"sim\" yet"}
+		}), `Waiting for NodeSet "web" to be judged: no node controller serving driver "simulated" has validated NodeClass "sim" yet...` + "\n", false, ""},
 		{"past its deadline", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Status.UpdatedReplicas = 1
 			progressing(s, metav1.ConditionFalse, "ProgressDeadlineExceeded", "no progress for 60s")
@@ -97,4 +102,42 @@ func TestRolloutStatusWaitsForAClassEdit(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, done, "class generation %d", class)
 	}
+}
+
+// TestRolloutRestartPauseResume: restart writes a new
+// nodeset.dev/restartedAt template annotation (a new template); pause and
+// resume flip spec.paused. Each refuses what kubectl refuses for a
+// Deployment (a paused set's restart, a pause twice, a resume of a set not
+// paused), and restart a Managed set, whose cloud group would replace none.
+func TestRolloutRestartPauseResume(t *testing.T) {
+	now := time.Date(2026, 11, 28, 14, 0, 0, 0, time.UTC)
+	set := &nodesetv1alpha1.NodeSet{ObjectMeta: metav1.ObjectMeta{Name: "web"}}
+
+	patch, done, err := restart(set, now)
+	require.NoError(t, err)
+	assert.Equal(t, "restarted", done)
+	assert.Equal(t, map[string]any{"spec": map[string]any{"template": map[string]any{"annotations": map[string]string{
+		"nodeset.dev/restartedAt": "2026-11-28T14:00:00Z"}}}}, patch)
+
+	patch, done, err = pause(set, now)
+	require.NoError(t, err)
+	assert.Equal(t, "paused", done)
+	assert.Equal(t, map[string]any{"spec": map[string]any{"paused": true}}, patch)
+	_, _, err = resume(set, now)
+	assert.EqualError(t, err, `NodeSet "web" is not paused`)
+
+	set.Spec.Paused = true
+	_, _, err = pause(set, now)
+	assert.EqualError(t, err, `NodeSet "web" is already paused`)
+	_, _, err = restart(set, now)
+	assert.ErrorContains(t, err, `NodeSet "web" is paused: run kubectl nodeset rollout resume web first`)
+	patch, done, err = resume(set, now)
+	require.NoError(t, err)
+	assert.Equal(t, "resumed", done)
+	assert.Equal(t, map[string]any{"spec": map[string]any{"paused": false}}, patch)
+
+	set.Spec.Paused = false
+	set.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+	_, _, err = restart(set, now)
+	assert.ErrorContains(t, err, "strategy Managed")
 }

@@ -53,6 +53,8 @@ const reservedForNodeset = "keys under nodeset.dev/ are reserved for nodeset"
 // volumes. cluster-autoscaler's (scale-down-disabled) are the tenant's.
 func reservedAnnotation(key string) string {
 	switch {
+	case key == nodesetv1alpha1.AnnotationRestartedAt:
+		return "" // the tenant's: kubectl nodeset rollout restart
 	case nodeutil.InDomain(key, "nodeset.dev"):
 		return reservedForNodeset
 	case strings.HasPrefix(key, "cluster-autoscaler.kubernetes.io/"):

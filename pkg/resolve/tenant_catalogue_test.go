@@ -70,6 +70,8 @@ func TestReservedAnnotation(t *testing.T) {
 		"kubeadm.alpha.kubernetes.io/cri-socket":                 true,
 		"x.k8s.io/y":                                             true,
 		"simulated.nodeset.dev/unreachable":                      true,
+		"nodeset.dev/delete-node":                                true,
+		"nodeset.dev/restartedAt":                                false, // kubectl nodeset rollout restart
 		"notkubernetes.io/x":                                     false,
 		"description":                                            false,
 	} {

@@ -65,10 +65,11 @@ type NodeSetSpec struct {
 	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
 
 	// template holds the labels, annotations and taints the tenant wants on its
-	// nodes, on top of the class's. Keys under nodeset.dev/ are reserved.
+	// nodes, on top of the class's. Keys under nodeset.dev/ are reserved, but
+	// for the annotation nodeset.dev/restartedAt (kubectl nodeset rollout restart).
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.labels) || self.labels.all(k, !k.startsWith('nodeset.dev/'))",message="spec.template.labels: keys under nodeset.dev/ are reserved for nodeset"
-	// +kubebuilder:validation:XValidation:rule="!has(self.annotations) || self.annotations.all(k, !k.startsWith('nodeset.dev/'))",message="spec.template.annotations: keys under nodeset.dev/ are reserved for nodeset"
+	// +kubebuilder:validation:XValidation:rule="!has(self.annotations) || self.annotations.all(k, !k.startsWith('nodeset.dev/') || k == 'nodeset.dev/restartedAt')",message="spec.template.annotations: keys under nodeset.dev/ are reserved for nodeset, but for nodeset.dev/restartedAt"
 	// +kubebuilder:validation:XValidation:rule="!has(self.taints) || self.taints.all(t, !t.key.startsWith('nodeset.dev/'))",message="spec.template.taints: keys under nodeset.dev/ are reserved for nodeset"
 	Template NodeTemplate `json:"template,omitzero"`
 

@@ -65,6 +65,11 @@ const (
 	// TaintUnregistered keeps pods off a Node until its kubelet reports Ready.
 	TaintUnregistered = "nodeset.dev/unregistered"
 
+	// AnnotationRestartedAt in a NodeSet's spec.template.annotations is when
+	// kubectl nodeset rollout restart asked for new nodes: a new value is a
+	// new template, so the set's strategy replaces every node. The one key
+	// under nodeset.dev/ a tenant may set.
+	AnnotationRestartedAt = "nodeset.dev/restartedAt"
 	// AnnotationDeleteNode marks a Node to be removed first on the next scale-down.
 	AnnotationDeleteNode = "nodeset.dev/delete-node"
 	// AnnotationDeleteNodes on a NodeSet lists, comma-separated, Nodes of the

@@ -119,9 +119,35 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	nodes, err = setNodes(ctx, t, ns, "web")
 	require.NoError(t, err)
 	require.Len(t, nodes, 2, "the old nodes are gone: %s", out)
+	before := map[string]bool{}
 	for _, n := range nodes {
 		require.Equal(t, "edited", n.Labels["pool"], "node %s is of the class's new template: %s", n.Name, out)
 		require.Nil(t, n.DeletionTimestamp, "node %s", n.Name)
+		before[n.Name] = true
+	}
+
+	// The tenant's restart replaces every node, through the schema and
+	// the controllers' tenant rules (its annotation is under nodeset.dev/);
+	// a paused set's restart is refused until it is resumed.
+	out, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "pause", "web")
+	require.Empty(t, errText, out)
+	require.Equal(t, "nodeset.nodeset.dev/web paused\n", out)
+	_, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "restart", "web")
+	require.Contains(t, errText, `NodeSet "web" is paused`)
+	out, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "resume", "web")
+	require.Empty(t, errText, out)
+	out, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "restart", "web")
+	require.Empty(t, errText, out)
+	require.Equal(t, "nodeset.nodeset.dev/web restarted\n", out)
+	out, errText = rolloutStatus("web")
+	require.Empty(t, errText, out)
+	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
+	nodes, err = setNodes(ctx, t, ns, "web")
+	require.NoError(t, err)
+	require.Len(t, nodes, 2, "%s", out)
+	for _, n := range nodes {
+		require.False(t, before[n.Name], "node %s is new: %s", n.Name, out)
+		require.NotEmpty(t, n.Annotations[nodesetv1alpha1.AnnotationRestartedAt], "node %s", n.Name)
 	}
 
 	createClass(t, "rollout-status-never-ready", func(class *nodesetv1alpha1.NodeClass) {

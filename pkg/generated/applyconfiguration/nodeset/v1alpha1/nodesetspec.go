@@ -26,7 +26,8 @@ type NodeSetSpecApplyConfiguration struct {
 	// minReplicas and maxReplicas.
 	Autoscaling *AutoscalingApplyConfiguration `json:"autoscaling,omitempty"`
 	// template holds the labels, annotations and taints the tenant wants on its
-	// nodes, on top of the class's. Keys under nodeset.dev/ are reserved.
+	// nodes, on top of the class's. Keys under nodeset.dev/ are reserved, but
+	// for the annotation nodeset.dev/restartedAt (kubectl nodeset rollout restart).
 	Template *NodeTemplateApplyConfiguration `json:"template,omitempty"`
 	// Driver-section overrides: fields of the class's driver section that the
 	// class lists in tenantOverrides. Every field is optional.
