@@ -227,17 +227,22 @@ func rolloutStatus(set *nodesetv1alpha1.NodeSet, classGeneration int64) (string,
 	if set.Generation > set.Status.ObservedGeneration {
 		return fmt.Sprintf("Waiting for the update of NodeSet %q to be observed...\n", name), false, nil
 	}
-	if classGeneration > set.Status.ObservedClassGeneration {
+	if classGeneration > set.Status.ObservedClassGeneration && set.Status.ObservedClassGeneration != 0 {
 		// A class edit gives the set no new generation: until the set's
 		// status is of the class's generation (validated first), it shows
-		// the template of before.
+		// the template of before. (0: a controller of a release that does
+		// not record it, or a class not seen yet, which Accepted says.)
 		return fmt.Sprintf("Waiting for generation %d of NodeClass %q to be observed by NodeSet %q...\n",
 			classGeneration, set.Spec.NodeClassName, name), false, nil
 	}
 	accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
-	if accepted != nil && accepted.Status == metav1.ConditionFalse && accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed {
+	if accepted != nil && accepted.Status == metav1.ConditionFalse && (accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed ||
+		accepted.Reason == nodesetv1alpha1.ReasonNodeClassNotFound && classGeneration > 0) {
 		// No verdict yet: the class's generation waits for a node
-		// controller to validate it (a class just made or edited).
+		// controller to validate it (a class just made or edited; or no
+		// node controller serves its driver, which the message says), or
+		// the class, which this command read, has not reached the
+		// controller yet.
 		return fmt.Sprintf("Waiting for NodeSet %q to be judged: %s...\n", name, accepted.Message), false, nil
 	}
 	if accepted != nil && accepted.Status == metav1.ConditionFalse {

@@ -102,6 +102,20 @@ func TestRolloutStatusWaitsForAClassEdit(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, done, "class generation %d", class)
 	}
+
+	set.Status.ObservedClassGeneration = 0
+	_, done, err = rolloutStatus(set, 6)
+	require.NoError(t, err)
+	assert.True(t, done, "a controller that does not record the class's generation: the set's word alone")
+
+	set.Status.Conditions = append(set.Status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse,
+		Reason: nodesetv1alpha1.ReasonNodeClassNotFound, Message: `NodeClass "sim" not found`})
+	got, done, err = rolloutStatus(set, 6)
+	require.NoError(t, err, "the class exists: the controller has not seen it yet")
+	assert.False(t, done)
+	assert.Equal(t, `Waiting for NodeSet "web" to be judged: NodeClass "sim" not found...`+"\n", got)
+	_, _, err = rolloutStatus(set, 0)
+	assert.ErrorContains(t, err, `NodeSet "web" is not accepted (NodeClassNotFound)`, "no class to be seen")
 }
 
 // TestRolloutRestartPauseResume: restart writes a new

@@ -250,8 +250,9 @@ type NodeSetStatus struct {
 	// status was computed from (its verdict, templateHash and conditions):
 	// an edit of the class gives the set no new generation, and until this
 	// reaches the class's metadata.generation the set does not show it.
-	// It stays behind while a node controller validates the class's new
-	// generation.
+	// It stays behind while a node controller validates a new generation
+	// of a class that was valid (for up to 30 seconds; then the set is
+	// Accepted=False, DriverNotServed, until the verdict).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObservedClassGeneration int64 `json:"observedClassGeneration,omitempty"`
