@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -90,22 +91,28 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	rolloutStatus := func(name string) (string, string) {
 		return plugin(t, "tenant-a", "-n", ns, "rollout", "status", name, "--timeout=3m")
 	}
+	// rolledOut runs rollout status on web, which must succeed, and
+	// returns the set's Nodes then: 2, none of them going.
+	rolledOut := func(after string) []corev1.Node {
+		t.Helper()
+		out, errText := rolloutStatus("web")
+		require.Empty(t, errText, out)
+		require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
+		nodes, err := setNodes(ctx, t, ns, "web")
+		require.NoError(t, err)
+		require.Len(t, nodes, 2, "after %s, the old nodes are gone: %s", after, out)
+		for _, n := range nodes {
+			require.Nil(t, n.DeletionTimestamp, "after %s: node %s: %s", after, n.Name, out)
+		}
+		return nodes
+	}
 	eventually(t, 2*time.Minute, "2 nodes", converged(c, t, ns, "web", 2))
 	updateSet(t, ns, "web", func(s *nodesetv1alpha1.NodeSet) {
 		s.Spec.Template.Labels = map[string]string{"tier": "edited"}
 	})
-	out, errText := rolloutStatus("web")
-	require.Empty(t, errText, out)
-	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
-	nodes, err := setNodes(ctx, t, ns, "web")
-	require.NoError(t, err)
-	var names []string
-	for _, n := range nodes {
-		names = append(names, n.Name)
+	for _, n := range rolledOut("the set's edit") {
 		require.Equal(t, "edited", n.Labels["tier"], "node %s is of the new template", n.Name)
-		require.Nil(t, n.DeletionTimestamp, "node %s", n.Name)
 	}
-	require.Len(t, names, 2, "the old nodes are gone: %s", out)
 
 	// An edit of the class gives the set no new generation: run right
 	// after it, rollout status waits for the set to show the class's new
@@ -113,23 +120,16 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	updateClass(t, "rollout-status-sim", func(class *nodesetv1alpha1.NodeClass) {
 		class.Spec.NodeTemplate.Labels = map[string]string{"pool": "edited"}
 	})
-	out, errText = rolloutStatus("web")
-	require.Empty(t, errText, out)
-	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
-	nodes, err = setNodes(ctx, t, ns, "web")
-	require.NoError(t, err)
-	require.Len(t, nodes, 2, "the old nodes are gone: %s", out)
 	before := map[string]bool{}
-	for _, n := range nodes {
-		require.Equal(t, "edited", n.Labels["pool"], "node %s is of the class's new template: %s", n.Name, out)
-		require.Nil(t, n.DeletionTimestamp, "node %s", n.Name)
+	for _, n := range rolledOut("the class's edit") {
+		require.Equal(t, "edited", n.Labels["pool"], "node %s is of the class's new template", n.Name)
 		before[n.Name] = true
 	}
 
 	// The tenant's restart replaces every node, through the schema and
 	// the controllers' tenant rules (its annotation is under nodeset.dev/);
 	// a paused set's restart is refused until it is resumed.
-	out, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "pause", "web")
+	out, errText := plugin(t, "tenant-a", "-n", ns, "rollout", "pause", "web")
 	require.Empty(t, errText, out)
 	require.Equal(t, "nodeset.nodeset.dev/web paused\n", out)
 	_, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "restart", "web")
@@ -139,14 +139,8 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	out, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "restart", "web")
 	require.Empty(t, errText, out)
 	require.Equal(t, "nodeset.nodeset.dev/web restarted\n", out)
-	out, errText = rolloutStatus("web")
-	require.Empty(t, errText, out)
-	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
-	nodes, err = setNodes(ctx, t, ns, "web")
-	require.NoError(t, err)
-	require.Len(t, nodes, 2, "%s", out)
-	for _, n := range nodes {
-		require.False(t, before[n.Name], "node %s is new: %s", n.Name, out)
+	for _, n := range rolledOut("the restart") {
+		require.False(t, before[n.Name], "node %s is new", n.Name)
 		require.NotEmpty(t, n.Annotations[nodesetv1alpha1.AnnotationRestartedAt], "node %s", n.Name)
 	}
 
@@ -155,7 +149,7 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 		class.Spec.RegistrationTimeout = &metav1.Duration{Duration: 10 * time.Minute}
 	})
 	_, cs := clients(t)
-	_, err = cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: ns},
 		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "rollout-status-never-ready", Replicas: ptr.To[int32](1),
 			ProgressDeadlineSeconds: ptr.To[int32](5)},
