@@ -25,7 +25,7 @@ import (
 
 func main() {
 	var opts component.Options
-	var resync, statusInterval, nodeEventBatch time.Duration
+	var resync, statusInterval, nodeEventBatch, driverClaimGrace time.Duration
 	var serving autoscaler.ServingOptions
 	var webhook admission.ServingOptions
 	fs := pflag.NewFlagSet("nodeset-controller", pflag.ExitOnError)
@@ -37,6 +37,8 @@ func main() {
 		"How long a NodeSet's sync waits after a change of one of its Nodes, so that many Nodes' changes are handled by one sync; 0 syncs at once.")
 	serving.AddFlags(fs)
 	webhook.AddFlags(fs)
+	fs.DurationVar(&driverClaimGrace, "driver-claim-grace", nodesetcontroller.DefaultDriverClaimGrace,
+		"How long a NodeClass generation waits for validation while no node controller claims its driver (a Lease nodeset-driver-<driver> in the leader-election namespace) before its NodeSets say DriverNotServed.")
 	_ = fs.Parse(os.Args[1:])
 	// Before anything starts: an unauthenticated autoscaler API is a startup error, not a log line.
 	if err := serving.Validate(); err != nil {
@@ -67,10 +69,15 @@ func main() {
 		Serve: func(ctx context.Context, clients component.Clients) error {
 			kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Watch.Kube, resync, kubeinformers.WithTransform(component.StripNodeStatus))
 			nodesetFactory := externalversions.NewSharedInformerFactoryWithOptions(clients.Watch.Nodeset, resync, externalversions.WithTransform(component.StripManagedFields))
+			// The node controllers claim their drivers with Leases in the
+			// leader-election namespace, which they share with this one.
+			claimsFactory := kubeinformers.NewSharedInformerFactoryWithOptions(clients.Watch.Kube, resync, kubeinformers.WithNamespace(opts.LeaderElectionNamespace))
 			c, err := nodesetcontroller.NewController(ctx, clients.Kube, clients.Nodeset, clients.Recorder,
 				kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 				nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
-				nodesetcontroller.Options{StatusInterval: statusInterval, NodeEventBatch: nodeEventBatch})
+				nodesetcontroller.Options{StatusInterval: statusInterval, NodeEventBatch: nodeEventBatch,
+					DriverClaims: claimsFactory.Coordination().V1().Leases(), DriverClaimsNamespace: opts.LeaderElectionNamespace,
+					DriverClaimGrace: driverClaimGrace})
 			if err != nil {
 				return err
 			}
@@ -81,6 +88,8 @@ func main() {
 			server := autoscaler.NewServer(clients.Unfenced.Nodeset, nodesetFactory.Nodeset().V1alpha1().NodeSets().Lister(),
 				nodesetFactory.Nodeset().V1alpha1().NodeClasses().Lister(), kubeFactory.Core().V1().Nodes().Lister(), c.ClassCount)
 			kubeFactory.Start(ctx.Done())
+			claimsFactory.Start(ctx.Done())
+			defer claimsFactory.Shutdown()
 			nodesetFactory.Start(ctx.Done())
 			defer kubeFactory.Shutdown()
 			defer nodesetFactory.Shutdown()

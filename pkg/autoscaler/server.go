@@ -300,7 +300,8 @@ func (s *Server) mayGrow(set *nodesetv1alpha1.NodeSet) error {
 // classNotReadyReasons are the NodeSetController's Accepted=False reasons
 // that say only that the class was missing or not yet validated by its
 // node controller.
-var classNotReadyReasons = map[string]bool{nodesetv1alpha1.ReasonNodeClassNotFound: true, nodesetv1alpha1.ReasonDriverNotServed: true}
+var classNotReadyReasons = map[string]bool{nodesetv1alpha1.ReasonNodeClassNotFound: true,
+	nodesetv1alpha1.ReasonNodeClassNotValidated: true, nodesetv1alpha1.ReasonDriverNotServed: true}
 
 // classReady reports whether the class exists and its node controller has
 // found its current generation valid.

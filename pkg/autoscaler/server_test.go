@@ -256,7 +256,9 @@ func TestDeleteNodesRefusals(t *testing.T) {
 // and before its first verdict it will be.
 func TestScalingRefusedWhileNotAccepted(t *testing.T) {
 	notServed := &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "DriverNotServed",
-		Message: `no node controller serving driver "simulated" has validated NodeClass "sim" yet`}
+		Message: `no node controller serves driver "simulated", so nothing validates NodeClass "sim"`}
+	notValidated := &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NodeClassNotValidated",
+		Message: `NodeClass "sim" waits for the node controller serving driver "simulated" to validate generation 1`}
 	validated := func(class *nodesetv1alpha1.NodeClass) {
 		class.Generation = 2
 		class.Status.DriverKind = nodesetv1alpha1.DriverKindMachine
@@ -270,8 +272,10 @@ func TestScalingRefusedWhileNotAccepted(t *testing.T) {
 	}{
 		{name: "not accepted", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NamespaceNotAllowed",
 			Message: `namespace "team-a" may not use NodeClass "sim"`}, class: validated, refused: "not Accepted (NamespaceNotAllowed"},
-		{name: "class not validated", condition: notServed, refused: "not Accepted (DriverNotServed"},
-		{name: "class validated since the verdict", condition: notServed, class: validated},
+		{name: "driver not served", condition: notServed, refused: "not Accepted (DriverNotServed"},
+		{name: "driver served since the verdict", condition: notServed, class: validated},
+		{name: "class not validated", condition: notValidated, refused: "not Accepted (NodeClassNotValidated"},
+		{name: "class validated since the verdict", condition: notValidated, class: validated},
 		{name: "over the class's limits", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse,
 			Reason: nodesetv1alpha1.ReasonLimitExceeded}},
 		{name: "accepted", condition: &metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"}},

@@ -44,9 +44,11 @@ func (o *options) rolloutCommand() *cobra.Command {
 		Short: "Wait until a NodeSet has all its nodes of its current spec, available, and its old nodes gone",
 		Long: `kubectl nodeset rollout status waits, as kubectl rollout status does for a Deployment, until the
 NodeSet's controller has seen its latest spec and the set is complete: every node of the current
-template, available (Ready for minReadySeconds), and no old node left. It fails when the set is not
-accepted, misses its spec.progressDeadlineSeconds, its cloud group's own update (strategy Managed)
-failed, or it is deleted, and when --timeout passes.`,
+template, available (Ready for minReadySeconds), and no old node left. While the set's NodeClass
+waits for its node controller's verdict (NodeClassNotValidated) it waits too. It fails when the set
+is not accepted (DriverNotServed included: no node controller serves the class's driver), misses its
+spec.progressDeadlineSeconds, its cloud group's own update (strategy Managed) failed, or it is
+deleted, and when --timeout passes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.clients()
@@ -236,13 +238,13 @@ func rolloutStatus(set *nodesetv1alpha1.NodeSet, classGeneration int64) (string,
 			classGeneration, set.Spec.NodeClassName, name), false, nil
 	}
 	accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
-	if accepted != nil && accepted.Status == metav1.ConditionFalse && (accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed ||
+	if accepted != nil && accepted.Status == metav1.ConditionFalse && (accepted.Reason == nodesetv1alpha1.ReasonNodeClassNotValidated ||
 		accepted.Reason == nodesetv1alpha1.ReasonNodeClassNotFound && classGeneration > 0) {
-		// No verdict yet: the class's generation waits for a node
-		// controller to validate it (a class just made or edited; or no
-		// node controller serves its driver, which the message says), or
+		// No verdict yet: the class's generation waits for its node
+		// controller to validate it (a class just made or edited), or
 		// the class, which this command read, has not reached the
-		// controller yet.
+		// controller yet. DriverNotServed is no wait: no node controller
+		// serves the driver, and none may ever.
 		return fmt.Sprintf("Waiting for NodeSet %q to be judged: %s...\n", name, accepted.Message), false, nil
 	}
 	if accepted != nil && accepted.Status == metav1.ConditionFalse {

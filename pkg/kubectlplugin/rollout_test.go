@@ -54,9 +54,13 @@ func TestRolloutStatus(t *testing.T) {
 			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NotAllowed", Message: "no"}
 		}), "", false, `NodeSet "web" is not accepted (NotAllowed): no`},
 		{"no verdict yet", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "NodeClassNotValidated",
+				Message: "NodeClass \"sim\" waits for the node controller serving driver \"simulated\" to validate generation 5"}
+		}), `Waiting for NodeSet "web" to be judged: NodeClass "sim" waits for the node controller serving driver "simulated" to validate generation 5...` + "\n", false, ""},
+		{"no node controller serves the driver", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "DriverNotServed",
-				Message: "no node controller serving driver \"simulated\" has validated NodeClass \"sim\" yet"}
-		}), `Waiting for NodeSet "web" to be judged: no node controller serving driver "simulated" has validated NodeClass "sim" yet...` + "\n", false, ""},
+				Message: "no node controller serves driver \"simulated\""}
+		}), "", false, `NodeSet "web" is not accepted (DriverNotServed): no node controller serves driver "simulated"`},
 		{"past its deadline", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Status.UpdatedReplicas = 1
 			progressing(s, metav1.ConditionFalse, "ProgressDeadlineExceeded", "no progress for 60s")

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
 
 // A driver is served by one node controller at a time. Each node
@@ -32,7 +34,7 @@ const (
 )
 
 // ClaimName is the name of the Lease that claims driver.
-func ClaimName(driver string) string { return "nodeset-driver-" + driver }
+func ClaimName(driver string) string { return nodesetv1alpha1.DriverClaimLease(driver) }
 
 // driverClaims takes and renews the claims of one binary.
 type driverClaims struct {

@@ -118,7 +118,7 @@ func TestShippedControllerRBACIsLeastPrivilege(t *testing.T) {
 			mayNot("", admission, "validatingadmissionpolicies", "", "list", "watch"),
 		)},
 		{serviceAccount: "nodeset-controller", checks: join(
-			may("nodeset-system", coordination, "leases", "", "get", "create", "update"),
+			may("nodeset-system", coordination, "leases", "", "get", "list", "watch", "create", "update"),
 			mayNot("kube-system", coordination, "leases", "", "get", "create", "update"),
 			mayNot("kube-node-lease", coordination, "leases", "", "create", "update"),
 			mayNot("", coordination, "leases", "", "list"),

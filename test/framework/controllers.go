@@ -92,6 +92,9 @@ func NewControllers(ctx context.Context, cp *ControlPlane, opts ControllerOption
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetMetricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.NodeSetHealthPort),
 		"--autoscaler-bind-address=127.0.0.1:" + strconv.Itoa(c.AutoscalerPort),
+		// A class of a driver no node controller here serves is
+		// DriverNotServed 15 s after its driver was first seen unclaimed.
+		"--driver-claim-grace=15s",
 		"--workers=4", "-v=2",
 	}, append(leaderElection, webhookArgs...)...), opts.NodeSetArgs...)}
 	c.Node = &Process{Name: "node-controller", Path: bins["node-controller"], Supervised: true, Args: append(append([]string{

@@ -252,7 +252,7 @@ type NodeSetStatus struct {
 	// reaches the class's metadata.generation the set does not show it.
 	// It stays behind while a node controller validates a new generation
 	// of a class that was valid (for up to 30 seconds; then the set is
-	// Accepted=False, DriverNotServed, until the verdict).
+	// Accepted=False, NodeClassNotValidated, until the verdict).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObservedClassGeneration int64 `json:"observedClassGeneration,omitempty"`

@@ -151,14 +151,28 @@ const (
 	ReasonDrainTimedOut   = "DrainTimedOut"
 )
 
-// ReasonNodeClassNotFound and ReasonDriverNotServed are the Accepted=False
-// reasons that say only that the class is missing or not yet validated by
-// a node controller serving its driver: a NodeSet new with its class has
-// them for a moment.
+// ReasonNodeClassNotFound, ReasonNodeClassNotValidated and
+// ReasonDriverNotServed are the Accepted=False reasons that give no verdict
+// on the set: its class is missing (a NodeSet new with its class has that
+// for a moment), waits for the node controller serving its driver to
+// validate its generation, or has no node controller serving its driver
+// (none has claimed it for the NodeSetController's --driver-claim-grace,
+// or its claim went unrenewed for the claim's own duration).
 const (
-	ReasonNodeClassNotFound = "NodeClassNotFound"
-	ReasonDriverNotServed   = "DriverNotServed"
+	ReasonNodeClassNotFound     = "NodeClassNotFound"
+	ReasonNodeClassNotValidated = "NodeClassNotValidated"
+	ReasonDriverNotServed       = "DriverNotServed"
 )
+
+// A node controller claims each driver it serves with a Lease in its
+// leader-election namespace, named DriverClaimLeasePrefix + the driver's
+// name, which it renews while it serves the driver (every 30 s, declaring
+// a duration of 2 minutes). The NodeSetController reads these claims to
+// tell a class that waits for validation from a driver nobody serves.
+const DriverClaimLeasePrefix = "nodeset-driver-"
+
+// DriverClaimLease is the name of the Lease that claims driver.
+func DriverClaimLease(driver string) string { return DriverClaimLeasePrefix + driver }
 
 // FinalizerInUse holds a NodeClass while NodeSets use it, as
 // kubernetes.io/pvc-protection holds a PersistentVolumeClaim in use.

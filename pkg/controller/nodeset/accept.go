@@ -16,16 +16,17 @@ import (
 
 // Reasons of the Accepted condition.
 const (
-	ReasonAccepted             = "Accepted"
-	ReasonNodeClassNotFound    = nodesetv1alpha1.ReasonNodeClassNotFound
-	ReasonNodeClassDeleting    = "NodeClassDeleting"
-	ReasonNodeClassInvalid     = "NodeClassInvalid"
-	ReasonDriverNotServed      = nodesetv1alpha1.ReasonDriverNotServed
-	ReasonNamespaceNotAllowed  = "NamespaceNotAllowed"
-	ReasonOverrideNotAllowed   = "OverrideNotAllowed"
-	ReasonInvalidTemplate      = "InvalidTemplate"
-	ReasonLimitExceeded        = nodesetv1alpha1.ReasonLimitExceeded
-	ReasonStrategyNotSupported = "StrategyNotSupported"
+	ReasonAccepted              = "Accepted"
+	ReasonNodeClassNotFound     = nodesetv1alpha1.ReasonNodeClassNotFound
+	ReasonNodeClassDeleting     = "NodeClassDeleting"
+	ReasonNodeClassInvalid      = "NodeClassInvalid"
+	ReasonDriverNotServed       = nodesetv1alpha1.ReasonDriverNotServed
+	ReasonNodeClassNotValidated = nodesetv1alpha1.ReasonNodeClassNotValidated
+	ReasonNamespaceNotAllowed   = "NamespaceNotAllowed"
+	ReasonOverrideNotAllowed    = "OverrideNotAllowed"
+	ReasonInvalidTemplate       = "InvalidTemplate"
+	ReasonLimitExceeded         = nodesetv1alpha1.ReasonLimitExceeded
+	ReasonStrategyNotSupported  = "StrategyNotSupported"
 )
 
 var everything = labels.Everything()
@@ -44,6 +45,9 @@ type resolution struct {
 	revalidating bool
 	// accepted is the Accepted condition; Status False stops creations and deletions.
 	accepted metav1.Condition
+	// recheck, when not 0, is when the verdict may change with no event:
+	// the claim on the class's driver may expire, or its grace end.
+	recheck time.Duration
 	// unobserved is true when the sync has not acted on the set's
 	// generation (revalidating, or its earlier writes not all observed):
 	// the status keeps the observedGeneration it had.
@@ -108,8 +112,7 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 			"the node controller serving driver %q is validating generation %d of NodeClass %q", class.Spec.Driver, class.Generation, class.Name)
 		return res
 	case valid == nil || valid.ObservedGeneration != class.Generation:
-		res.accepted = notAccepted(ReasonDriverNotServed,
-			"no node controller serving driver %q has validated NodeClass %q yet", class.Spec.Driver, class.Name)
+		res.accepted, res.recheck = c.unvalidated(set, class)
 		return res
 	case valid.Status != metav1.ConditionTrue:
 		res.accepted = notAccepted(ReasonNodeClassInvalid, "NodeClass %q is not valid: %s", class.Name, valid.Message)
@@ -168,6 +171,23 @@ func (c *Controller) revalidating(class *nodesetv1alpha1.NodeClass) bool {
 		c.revalidation[class.Name] = seen
 	}
 	return c.now().Sub(seen.since) < revalidationGrace
+}
+
+// unvalidated is the Accepted condition of a set whose class's current
+// generation no node controller has validated: NodeClassNotValidated while
+// a node controller claims the class's driver (or, for the claim grace,
+// none has yet), DriverNotServed once none does. It also says when that
+// may change with no event.
+func (c *Controller) unvalidated(set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.NodeClass) (metav1.Condition, time.Duration) {
+	old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	notServedBefore := old != nil && old.Reason == ReasonDriverNotServed && set.Status.ObservedClassGeneration == class.Generation
+	check := c.claims.check(class.Spec.Driver, c.now(), notServedBefore)
+	if check.notServed != "" {
+		return notAccepted(ReasonDriverNotServed, "no node controller serves driver %q, so nothing validates NodeClass %q: %s",
+			class.Spec.Driver, class.Name, check.notServed), check.recheck
+	}
+	return notAccepted(ReasonNodeClassNotValidated, "NodeClass %q waits for the node controller serving driver %q to validate generation %d: %s",
+		class.Name, class.Spec.Driver, class.Generation, check.waiting), check.recheck
 }
 
 // generationSeen is when a class generation was first seen unvalidated.

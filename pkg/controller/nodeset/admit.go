@@ -37,7 +37,7 @@ func (c *Controller) Admit(set, old *nodesetv1alpha1.NodeSet) (reason, message s
 	}
 	if res.accepted.Status != metav1.ConditionTrue {
 		switch res.accepted.Reason {
-		case ReasonDriverNotServed, ReasonNodeClassInvalid:
+		case ReasonNodeClassNotValidated, ReasonDriverNotServed, ReasonNodeClassInvalid:
 		default:
 			return res.accepted.Reason, res.accepted.Message
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -70,6 +71,15 @@ type Options struct {
 	// one of its Nodes, so that the changes of many Nodes (a scale-up, a
 	// drain wave) are handled by one sync; 0 syncs at once.
 	NodeEventBatch time.Duration
+	// DriverClaims watches the Leases of DriverClaimsNamespace, where the
+	// node controllers claim their drivers; with none, no driver is ever
+	// seen claimed.
+	DriverClaims          coordinationinformers.LeaseInformer
+	DriverClaimsNamespace string
+	// DriverClaimGrace is how long a class generation waits for validation
+	// with its driver unclaimed before its sets say DriverNotServed.
+	// Default DefaultDriverClaimGrace.
+	DriverClaimGrace time.Duration
 }
 
 // Controller turns NodeSets into Nodes.
@@ -105,6 +115,7 @@ type Controller struct {
 
 	revalidationMu sync.Mutex
 	revalidation   map[string]generationSeen // by class name
+	claims         *driverClaims
 }
 
 // NewController returns a NodeSetController wired to the given informers.
@@ -125,6 +136,9 @@ func NewController(
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.DriverClaimGrace <= 0 {
+		opts.DriverClaimGrace = DefaultDriverClaimGrace
 	}
 	c := &Controller{
 		kubeClient:      kubeClient,
@@ -156,6 +170,18 @@ func NewController(
 		lastStatus:     map[string]time.Time{},
 		sizes:          map[string]int{},
 		revalidation:   map[string]generationSeen{},
+		claims:         &driverClaims{namespace: opts.DriverClaimsNamespace, grace: opts.DriverClaimGrace, seen: map[string]sighting{}, unclaimed: map[string]time.Time{}},
+	}
+	if opts.DriverClaims != nil {
+		c.claims.lister = opts.DriverClaims.Lister()
+		c.synced = append(c.synced, opts.DriverClaims.Informer().HasSynced)
+		if _, err := opts.DriverClaims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.claimChanged(nil, obj) },
+			UpdateFunc: c.claimChanged,
+			DeleteFunc: func(obj any) { c.claimChanged(obj, nil) },
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if err := nodeSetInformer.Informer().AddIndexers(cache.Indexers{byClassIndex: func(obj any) ([]string, error) {
 		set, ok := obj.(*nodesetv1alpha1.NodeSet)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -36,6 +37,7 @@ import (
 var testNow = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 type fixture struct {
+	claims     cache.Indexer // the driver claims' Leases
 	t          *testing.T
 	kube       *kubefake.Clientset
 	nodesets   *nodesetfake.Clientset
@@ -120,8 +122,9 @@ func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1al
 	c, err := NewController(context.Background(), f.kube, f.nodesets, f.recorder,
 		kubeFactory.Core().V1().Nodes(), kubeFactory.Core().V1().Namespaces(),
 		nodesetFactory.Nodeset().V1alpha1().NodeSets(), nodesetFactory.Nodeset().V1alpha1().NodeClasses(),
-		Options{Now: func() time.Time { return testNow }})
+		Options{Now: func() time.Time { return testNow }, DriverClaims: kubeFactory.Coordination().V1().Leases(), DriverClaimsNamespace: "nodeset-system"})
 	require.NoError(t, err)
+	f.claims = kubeFactory.Coordination().V1().Leases().Informer().GetIndexer()
 	for _, n := range nodes {
 		require.NoError(t, kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
 	}
@@ -247,7 +250,7 @@ func TestNotAcceptedCreatesNothing(t *testing.T) {
 		message string
 	}{
 		{"class missing", nil, newSet(2), ReasonNodeClassNotFound, `NodeClass "sim" does not exist`},
-		{"driver not served", unserved, newSet(2), ReasonDriverNotServed, `no node controller serving driver "simulated"`},
+		{"class not validated", unserved, newSet(2), ReasonNodeClassNotValidated, `NodeClass "sim" waits for the node controller serving driver "simulated" to validate generation 1: no node controller has claimed driver "simulated" yet`},
 		{"class invalid", invalid, newSet(2), ReasonNodeClassInvalid, "capacity.cpu must not be negative"},
 		{"namespace not allowed", listed, newSet(2), ReasonNamespaceNotAllowed, `namespace "team-a" may not use NodeClass "sim"`},
 		{"restricted override", validClass("sim"), restricted, ReasonOverrideNotAllowed, "spec.simulated.instanceType is restricted by NodeClass sim"},
@@ -826,7 +829,62 @@ func TestClassEditKeepsTheSetAccepted(t *testing.T) {
 	require.NoError(t, f.sync())
 	accepted = findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
 	require.NotNil(t, accepted)
-	assert.Equal(t, ReasonDriverNotServed, accepted.Reason, "an edit nobody validates is reported")
+	assert.Equal(t, ReasonNodeClassNotValidated, accepted.Reason, "an edit not validated in time is reported")
+
+	now = now.Add(DefaultDriverClaimGrace)
+	require.NoError(t, f.sync())
+	accepted = findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonDriverNotServed, accepted.Reason, "an edit nobody can validate is reported")
+}
+
+// TestDriverClaimsTellWaitingFromNotServed: a class no node controller has
+// validated is NodeClassNotValidated while a node controller claims its
+// driver with a claim it renews, and for the grace before any does;
+// DriverNotServed when no claim came within the grace or the claim went
+// unrenewed for its duration. A set that already says DriverNotServed is
+// not given the grace again (a restart of the controller).
+func TestDriverClaimsTellWaitingFromNotServed(t *testing.T) {
+	class := validClass("sim")
+	class.Status.Conditions = nil
+	f := newFixture(t, class, newSet(2))
+	now := testNow
+	f.controller.now = func() time.Time { return now }
+	judged := func(reason, message string) {
+		t.Helper()
+		require.NoError(t, f.sync())
+		assert.Empty(t, f.nodeCreates())
+		accepted := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetAccepted)
+		require.NotNil(t, accepted)
+		assert.Equal(t, reason, accepted.Reason, accepted.Message)
+		assert.Contains(t, accepted.Message, message)
+	}
+	judged(ReasonNodeClassNotValidated, `no node controller has claimed driver "simulated" yet (Lease nodeset-system/nodeset-driver-simulated)`)
+	now = now.Add(DefaultDriverClaimGrace - time.Second)
+	judged(ReasonNodeClassNotValidated, "no node controller has claimed")
+	now = now.Add(time.Second)
+	judged(ReasonDriverNotServed, `no node controller serves driver "simulated", so nothing validates NodeClass "sim": no node controller has claimed driver "simulated" (Lease nodeset-system/nodeset-driver-simulated) for 2m0s`)
+
+	claim := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "nodeset-driver-simulated", Namespace: "nodeset-system", ResourceVersion: "1"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-controller"), LeaseDurationSeconds: ptr.To[int32](120)}}
+	require.NoError(t, f.claims.Add(claim))
+	judged(ReasonNodeClassNotValidated, `node-controller serves driver "simulated" (Lease nodeset-system/nodeset-driver-simulated)`)
+	now = now.Add(119 * time.Second)
+	judged(ReasonNodeClassNotValidated, "node-controller serves")
+	now = now.Add(time.Second)
+	judged(ReasonDriverNotServed, `node-controller claimed driver "simulated" (Lease nodeset-system/nodeset-driver-simulated) and has not renewed its claim for 2m0s`)
+	renewed := claim.DeepCopy()
+	renewed.ResourceVersion = "2"
+	require.NoError(t, f.claims.Update(renewed))
+	judged(ReasonNodeClassNotValidated, "node-controller serves")
+
+	other := claim.DeepCopy()
+	require.NoError(t, f.claims.Delete(other))
+	set := newSet(2)
+	set.Status.ObservedClassGeneration = class.Generation
+	set.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: ReasonDriverNotServed, Message: "before a restart"}}
+	f = newFixture(t, class, set)
+	judged(ReasonDriverNotServed, "no node controller has claimed")
 }
 
 // TestAScaleRightAfterCreateIsJudged: kubectl scale past the class's

@@ -179,6 +179,11 @@ func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 		res.templateHash = set.Status.TemplateHash
 		c.queue.AddAfter(key, time.Second)
 	} else if res.accepted.Status != metav1.ConditionTrue {
+		if res.recheck > 0 {
+			// The claim on the class's driver may expire, or its grace
+			// end, with no event: the set is looked at again then.
+			c.queue.AddAfter(key, res.recheck+time.Second)
+		}
 		old := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
 		if old == nil || old.Reason != res.accepted.Reason || old.Message != conditionMessage(res.accepted.Message) {
 			c.recorder.Event(set, corev1.EventTypeWarning, ReasonNotAccepted, res.accepted.Message)

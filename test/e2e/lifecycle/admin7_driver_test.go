@@ -139,7 +139,8 @@ func TestAdmin7NodesGoWithTheDriverThatMadeThem(t *testing.T) {
 // either format, and when the admin edits the class from one format to
 // the other (Amazon Linux 2 to 2023), the NodeSet is not refused for a
 // format it never wrote: it stays within the class's boundary (here no
-// node controller serves eks-asg, so it waits as DriverNotServed).
+// node controller serves eks-asg, so it waits: NodeClassNotValidated,
+// then DriverNotServed).
 func TestAdmin7AFormatEditKeepsSetsThatPassKubeletFlags(t *testing.T) {
 	startControllers(t)
 	ctx := context.Background()
@@ -173,7 +174,8 @@ func TestAdmin7AFormatEditKeepsSetsThatPassKubeletFlags(t *testing.T) {
 			if accepted == nil || accepted.ObservedGeneration != got.Generation {
 				return false, fmt.Sprintf("Accepted: %+v", accepted)
 			}
-			return accepted.Reason == "DriverNotServed", accepted.Reason + ": " + accepted.Message
+			waits := accepted.Reason == nodesetv1alpha1.ReasonNodeClassNotValidated || accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed
+			return waits, accepted.Reason + ": " + accepted.Message
 		})
 	}
 	judged("the set within the class's boundary")

@@ -457,7 +457,7 @@ func classHarmless(in badInput, name, probe string) func(s *corpusSnapshot) (boo
 		note := ""
 		switch {
 		case !served && valid == nil:
-			if ok, why := s.notAccepted(probe, "has validated NodeClass", "DriverNotServed"); !ok {
+			if ok, why := s.notAccepted(probe, "so nothing validates NodeClass", "DriverNotServed"); !ok {
 				return false, "its NodeSet: " + why
 			}
 			note = "unvalidated"

@@ -65,6 +65,7 @@ func TestTenantKubeletFlagsOnASharedClassWithoutTheWebhook(t *testing.T) {
 		if accepted == nil || accepted.ObservedGeneration != got.Generation {
 			return false, "no Accepted condition for this generation yet"
 		}
-		return accepted.Status == metav1.ConditionTrue || accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed, strings.Join([]string{accepted.Reason, accepted.Message}, ": ")
+		return accepted.Status == metav1.ConditionTrue || accepted.Reason == nodesetv1alpha1.ReasonNodeClassNotValidated ||
+			accepted.Reason == nodesetv1alpha1.ReasonDriverNotServed, strings.Join([]string{accepted.Reason, accepted.Message}, ": ")
 	})
 }

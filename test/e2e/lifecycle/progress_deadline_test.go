@@ -160,3 +160,42 @@ func TestKubectlNodesetRolloutStatusWaitsForTheRollout(t *testing.T) {
 	scale(t, ns, "stuck", 0)
 	eventually(t, 2*time.Minute, "no node left", converged(c, t, ns, "stuck", 0))
 }
+
+// TestRolloutStatusTellsAWaitFromADriverNobodyServes: run by the tenant
+// right after the admin made a class and the tenant a set of it, kubectl
+// nodeset rollout status waits while the class waits for its node
+// controller's verdict (NodeClassNotValidated) and returns once the set
+// is rolled out. For a class whose driver no node controller claims (here
+// eks-asg), the set says DriverNotServed once the claim grace has passed
+// (--driver-claim-grace, 15 s in these tests), naming the claim Lease,
+// and rollout status fails with that reason instead of waiting for its
+// --timeout.
+func TestRolloutStatusTellsAWaitFromADriverNobodyServes(t *testing.T) {
+	startControllers(t)
+	ctx := context.Background()
+	_, cs := clients(t)
+	ns := createNamespace(t, "claims")
+	tenant(t, "tenant-a", ns)
+
+	createClass(t, "claims-fresh-sim", nil)
+	createSet(t, ns, "web", "claims-fresh-sim", 1)
+	out, errText := plugin(t, "tenant-a", "-n", ns, "rollout", "status", "web", "--timeout=3m")
+	require.Empty(t, errText, out)
+	require.True(t, strings.HasSuffix(out, "NodeSet \"web\" successfully rolled out\n"), out)
+
+	createClass(t, "claims-unserved", func(class *nodesetv1alpha1.NodeClass) {
+		class.Spec.Driver, class.Spec.Simulated = nodesetv1alpha1.DriverEKSASG, nil
+		class.Spec.EKSAutoscalingGroup = &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Region: "eu-west-1", InstanceType: "m6i.large"}
+	})
+	createSet(t, ns, "unserved", "claims-unserved", 1)
+	start := time.Now()
+	out, errText = plugin(t, "tenant-a", "-n", ns, "rollout", "status", "unserved", "--timeout=3m")
+	require.Contains(t, errText, `NodeSet "unserved" is not accepted (DriverNotServed): no node controller serves driver "eks-asg", so nothing validates NodeClass "claims-unserved"`, out)
+	require.Contains(t, errText, "(Lease nodeset-system/nodeset-driver-eks-asg)", out)
+	require.Less(t, time.Since(start), 3*time.Minute, "failed, not timed out")
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "unserved", metav1.GetOptions{})
+	require.NoError(t, err)
+	nodes, err := setNodes(ctx, t, ns, "unserved")
+	require.NoError(t, err)
+	require.Empty(t, nodes, "a set nobody serves gets no Node: %+v", set.Status)
+}

@@ -25,7 +25,7 @@ type NodeSetStatusApplyConfiguration struct {
 	// reaches the class's metadata.generation the set does not show it.
 	// It stays behind while a node controller validates a new generation
 	// of a class that was valid (for up to 30 seconds; then the set is
-	// Accepted=False, DriverNotServed, until the verdict).
+	// Accepted=False, NodeClassNotValidated, until the verdict).
 	ObservedClassGeneration *int64 `json:"observedClassGeneration,omitempty"`
 	// replicas is the number of Nodes the set has, in any state but deleting.
 	Replicas *int32 `json:"replicas,omitempty"`

@@ -1,0 +1,136 @@
+package nodeset
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// DefaultDriverClaimGrace is how long a NodeClass generation may wait for
+// validation, with no node controller claiming its driver, before its
+// NodeSets say DriverNotServed: long enough for the node controllers of a
+// fresh install to start and claim their drivers.
+const DefaultDriverClaimGrace = 2 * time.Minute
+
+// defaultClaimDuration is the duration of a claim whose Lease declares none.
+const defaultClaimDuration = 2 * time.Minute
+
+// driverClaims reads the node controllers' driver claims: a Lease per
+// served driver, renewed while it is served (nodesetv1alpha1.DriverClaimLease).
+type driverClaims struct {
+	lister    coordinationlisters.LeaseLister // nil: no claim is ever seen
+	namespace string
+	grace     time.Duration
+
+	mu sync.Mutex
+	// seen is, per Lease, its resourceVersion and when this replica first
+	// saw it: a claim is unrenewed once it has not changed for its duration
+	// by this replica's clock, as the node controllers judge each other's.
+	seen map[string]sighting
+	// unclaimed is, per driver, when this replica first saw it unclaimed.
+	unclaimed map[string]time.Time
+}
+
+type sighting struct {
+	resourceVersion string
+	at              time.Time
+}
+
+// claimCheck is what the claims say about a class that waits for
+// validation.
+type claimCheck struct {
+	// notServed is the reason no node controller serves the driver, or "".
+	notServed string
+	// waiting says what the class waits for while it may still be served.
+	waiting string
+	// recheck is when the check may change by time alone; 0: only an
+	// event changes it.
+	recheck time.Duration
+}
+
+// check judges the claim on driver at now, for a class that waits for
+// validation. notServedBefore keeps a verdict the set's status already has
+// (after a restart, the grace is not given again to a driver still
+// unclaimed).
+func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool) claimCheck {
+	name := nodesetv1alpha1.DriverClaimLease(driver)
+	where := d.namespace + "/" + name
+	var lease *coordinationv1.Lease
+	if d.lister != nil {
+		lease, _ = d.lister.Leases(d.namespace).Get(name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
+		since, ok := d.unclaimed[driver]
+		if !ok {
+			since = now
+			d.unclaimed[driver] = since
+		}
+		if left := since.Add(d.grace).Sub(now); left > 0 && !notServedBefore {
+			return claimCheck{recheck: left,
+				waiting: fmt.Sprintf("no node controller has claimed driver %q yet (Lease %s)", driver, where)}
+		}
+		return claimCheck{notServed: fmt.Sprintf("no node controller has claimed driver %q (Lease %s) for %s", driver, where, d.grace)}
+	}
+	delete(d.unclaimed, driver)
+	holder := *lease.Spec.HolderIdentity
+	duration := defaultClaimDuration
+	if s := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); s > 0 {
+		duration = time.Duration(s) * time.Second
+	}
+	s, ok := d.seen[name]
+	if !ok || s.resourceVersion != lease.ResourceVersion {
+		s = sighting{resourceVersion: lease.ResourceVersion, at: now}
+		d.seen[name] = s
+	}
+	if left := s.at.Add(duration).Sub(now); left > 0 {
+		return claimCheck{recheck: left,
+			waiting: fmt.Sprintf("%s serves driver %q (Lease %s)", holder, driver, where)}
+	}
+	return claimCheck{notServed: fmt.Sprintf("%s claimed driver %q (Lease %s) and has not renewed its claim for %s", holder, driver, where, duration)}
+}
+
+// claimChanged is the handler of the claims' Lease events: a claim taken,
+// given up or passed to another holder may change the verdict of the
+// NodeSets whose class waits for validation. Renewals change nothing
+// the sets show until the claim's duration passes, which their syncs
+// schedule.
+func (c *Controller) claimChanged(old, cur any) {
+	lease := func(obj any) *coordinationv1.Lease {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		l, _ := obj.(*coordinationv1.Lease)
+		return l
+	}
+	before, after := lease(old), lease(cur)
+	l := after
+	if l == nil {
+		l = before
+	}
+	if l == nil || !strings.HasPrefix(l.Name, nodesetv1alpha1.DriverClaimLeasePrefix) {
+		return
+	}
+	if before != nil && after != nil && ptr.Deref(before.Spec.HolderIdentity, "") == ptr.Deref(after.Spec.HolderIdentity, "") {
+		return
+	}
+	driver := strings.TrimPrefix(l.Name, nodesetv1alpha1.DriverClaimLeasePrefix)
+	classes, err := c.nodeClassLister.List(everything)
+	if err != nil {
+		return
+	}
+	for _, class := range classes {
+		if class.Spec.Driver == driver {
+			c.enqueueClass(class)
+		}
+	}
+}
