@@ -1007,3 +1007,35 @@ func TestAHandLabelledNodeIsNoReplica(t *testing.T) {
 	assert.Empty(t, f.nodeDeletes())
 	assert.Len(t, f.nodeCreates(), 1)
 }
+
+// TestAClaimChangeSyncsTheSetsOfItsDriver: a claim taken, passed to another
+// holder or given up syncs the NodeSets of the driver's classes; a renewal,
+// another driver's claim or another Lease does not.
+func TestAClaimChangeSyncsTheSetsOfItsDriver(t *testing.T) {
+	f := newFixture(t, validClass("sim"), newSet(2))
+	queued := func() []string {
+		var keys []string
+		for f.controller.queue.Len() > 0 {
+			key, _ := f.controller.queue.Get()
+			f.controller.queue.Done(key)
+			keys = append(keys, key)
+		}
+		return keys
+	}
+	lease := func(name, holder, rv string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "nodeset-system", ResourceVersion: rv},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+	}
+	claim := lease("nodeset-driver-simulated", "node-controller", "1")
+	f.controller.claimChanged(nil, lease("nodeset-driver-eks-asg", "node-controller", "1"))
+	f.controller.claimChanged(nil, lease("nodeset-controller", "nodeset-controller-0", "1"))
+	assert.Empty(t, queued(), "another driver's claim, a leader Lease")
+	f.controller.claimChanged(nil, claim)
+	assert.Equal(t, []string{"team-a/web"}, queued(), "a claim taken")
+	f.controller.claimChanged(claim, lease("nodeset-driver-simulated", "node-controller", "2"))
+	assert.Empty(t, queued(), "a renewal")
+	f.controller.claimChanged(claim, lease("nodeset-driver-simulated", "example-node-controller", "3"))
+	assert.Equal(t, []string{"team-a/web"}, queued(), "a claim passed on")
+	f.controller.claimChanged(cache.DeletedFinalStateUnknown{Obj: claim}, nil)
+	assert.Equal(t, []string{"team-a/web"}, queued(), "a claim given up")
+}
