@@ -212,6 +212,9 @@ type fakeEKS struct {
 	// tokens are the updates made, by client request token: a request
 	// with a token EKS has seen is answered as the first one was.
 	tokens map[string]string
+	// refuses is a Kubernetes version EKS refuses for the node groups
+	// (one above the cluster's).
+	refuses string
 }
 
 func resourceInUse() error {
@@ -242,6 +245,10 @@ func (f *fakeEKS) UpdateNodegroupVersion(_ context.Context, in *eks.UpdateNodegr
 	}
 	if f.busy {
 		return nil, resourceInUse()
+	}
+	if v := aws.ToString(in.Version); v != "" && v == f.refuses {
+		return nil, &smithy.GenericAPIError{Code: "InvalidParameterException", Fault: smithy.FaultClient,
+			Message: "Requested Nodegroup version " + v + " is invalid. Allowed versions are equal or lower than the cluster's"}
 	}
 	id := fmt.Sprintf("update-%d", len(f.updates)+1)
 	if f.tokens == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"nodeset.dev/nodeset/drivers"
+	"nodeset.dev/nodeset/drivers/awscloud"
 )
 
 // TestAnUpdateEKSRefusesForAnotherIsWaitedFor: EKS runs one update of a
@@ -165,4 +166,22 @@ func TestAFailedUpdateSeenWithAConfigChangeIsKept(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, fake.calls, "UpdateNodegroupVersion 1.37", "the failed update is not started again")
 	assert.Contains(t, status.Message, "update update-1 failed: NodeCreationFailure: Instances failed to join")
+}
+
+// TestAVersionEKSRefusesIsARefusedConfiguration: EKS refuses an update to
+// a version above the cluster's outright. The driver says so as
+// ErrInvalidConfiguration (which the node controller records as
+// status.group.refused, and a Managed rollout then fails), and the group
+// stays at the template it had.
+func TestAVersionEKSRefusesIsARefusedConfiguration(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	fake.refuses = "1.37"
+	group := drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 2, MaxReplicas: 5, TemplateHash: "h2", ManagedRollout: true}
+	_, err := d.EnsureGroup(ctx, group)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
+	assert.Contains(t, err.Error(), "Requested Nodegroup version 1.37 is invalid")
+	assert.Contains(t, fake.calls, "UpdateNodegroupVersion 1.37")
+	assert.NotEqual(t, "h2", fake.groups["ng"].Tags[awscloud.TagTemplateHash], "the group is not at the refused template")
 }

@@ -342,6 +342,14 @@ type GroupStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	TemplateHash string `json:"templateHash,omitempty"`
+	// refused is true when the cloud refused the last attempt to bring the
+	// group in step with the NodeClass and the NodeSet as a configuration
+	// it will not take (a version above the cluster's, say; message says
+	// why): trying again does not help until one of them changes. A
+	// Managed rollout waiting for the group then fails (Progressing=False,
+	// GroupUpdateFailed).
+	// +optional
+	Refused bool `json:"refused,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -96,6 +96,14 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case plan.Rolling(set, res.templateHash, active):
 		progressing.Reason, progressing.Message = ReasonRollingUpdate,
 			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
+	case groupRefused(set, res.templateHash, outdated):
+		// Managed: the cloud refused the change the rollout waits for, and
+		// takes it on no retry: no progress is to come until the class or
+		// the set changes.
+		g := set.Status.Group
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonGroupUpdateFailed,
+			fmt.Sprintf("%d of %d nodes updated, %d outdated: cloud group %s refused the change to template %s: %s",
+				status.UpdatedReplicas, desired, outdated, g.Name, res.templateHash, g.Message)
 	case set.Status.Group != nil && (set.Status.Group.State == "CREATING" || plan.GroupUpdating(set.Status.Group)):
 		// A driver-native change (EKS managed node groups) is under way.
 		progressing.Reason, progressing.Message = ReasonGroupUpdating, groupProgress(set.Status.Group)
@@ -412,6 +420,22 @@ func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
 // driver-native one (EKS managed node groups), failed or was cancelled.
 func groupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
 	return g != nil && g.UpdateID != "" && (g.UpdateStatus == "Failed" || g.UpdateStatus == "Cancelled")
+}
+
+// groupRefused reports whether a Managed set's cloud group refused the
+// configuration its node controller last tried to bring it to
+// (status.group.refused) while the set waits for the group to take its
+// template: the group says it is at another one, or, for a group that
+// does not say, nodes are outdated.
+func groupRefused(set *nodesetv1alpha1.NodeSet, templateHash string, outdated int32) bool {
+	g := set.Status.Group
+	if set.Spec.Strategy.Type != nodesetv1alpha1.ManagedStrategy || g == nil || !g.Refused {
+		return false
+	}
+	if g.TemplateHash != "" {
+		return templateHash != "" && g.TemplateHash != templateHash
+	}
+	return outdated > 0
 }
 
 // groupBehind reports whether a Managed set's cloud group, which takes the

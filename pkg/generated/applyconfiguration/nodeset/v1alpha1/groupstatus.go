@@ -29,6 +29,13 @@ type GroupStatusApplyConfiguration struct {
 	// the node group's nodeset.dev/template-hash tag). With strategy
 	// Managed, a group not yet at status.templateHash is rolling out.
 	TemplateHash *string `json:"templateHash,omitempty"`
+	// refused is true when the cloud refused the last attempt to bring the
+	// group in step with the NodeClass and the NodeSet as a configuration
+	// it will not take (a version above the cluster's, say; message says
+	// why): trying again does not help until one of them changes. A
+	// Managed rollout waiting for the group then fails (Progressing=False,
+	// GroupUpdateFailed).
+	Refused *bool `json:"refused,omitempty"`
 }
 
 // GroupStatusApplyConfiguration constructs a declarative configuration of the GroupStatus type for use with
@@ -90,5 +97,13 @@ func (b *GroupStatusApplyConfiguration) WithMessage(value string) *GroupStatusAp
 // If called multiple times, the TemplateHash field is set to the value of the last call.
 func (b *GroupStatusApplyConfiguration) WithTemplateHash(value string) *GroupStatusApplyConfiguration {
 	b.TemplateHash = &value
+	return b
+}
+
+// WithRefused sets the Refused field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Refused field is set to the value of the last call.
+func (b *GroupStatusApplyConfiguration) WithRefused(value bool) *GroupStatusApplyConfiguration {
+	b.Refused = &value
 	return b
 }
