@@ -140,6 +140,11 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 	// kept until the outdated ones are gone, new Nodes that never come up
 	// would hold the set above replicas + maxSurge for good.
 	candidates = append(candidates, Victims(current, len(current)-replicas, set.Spec.DeletePolicy, templateHash, minReady, now)...)
+	if GroupRollsItsNodes(set) {
+		// The group replaces the outdated Nodes itself in its update (one
+		// started under Managed): the set's own rollout waits for its end.
+		candidates = nil
+	}
 	for _, n := range candidates {
 		if nodeutil.IsReady(n) {
 			if available-1 < minAvailable {
@@ -152,15 +157,25 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 	return p
 }
 
-// GroupRollsItsNodes reports whether the cloud group of a Managed set runs
-// its own update now (an EKS managed node group's, status.group): the group
+// GroupRollsItsNodes reports whether the set's cloud group runs its own
+// update now (an EKS managed node group's, status.group): the group
 // raises itself above replicas, brings its new nodes up, drains and
 // terminates its old ones and lowers itself again, by its own rules. The
 // Nodes above replicas are that update's surge, not a surplus to remove:
 // removed, each would lower the group under the update, which would then
-// lower it once more at its end.
+// lower it once more at its end. That is the case of a Managed set whose
+// group is UPDATING or whose update is InProgress, and of a set of any
+// strategy with an update InProgress: one started while the set was
+// Managed goes on after a switch to RollingUpdate or OnDelete, and a
+// rolling plan of the set's own would remove what the update brings up.
+// (A group UPDATING with no update tracked, under another strategy, is one
+// of nodeset's own scaling writes.)
 func GroupRollsItsNodes(set *nodesetv1alpha1.NodeSet) bool {
-	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && GroupUpdating(set.Status.Group)
+	g := set.Status.Group
+	if g != nil && g.UpdateStatus == "InProgress" {
+		return true
+	}
+	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && GroupUpdating(g)
 }
 
 // GroupUpdating reports whether the cloud group runs a change of its own,

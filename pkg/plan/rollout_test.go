@@ -283,6 +283,15 @@ func TestAGroupUpdateKeepsItsSurge(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			set, f := surgeOf(nodesetv1alpha1.ManagedStrategy, group)
 			assert.Equal(t, Plan{}, Decide(set, "new", f.nodes, testNow), "the update's surge stays")
+			if group.UpdateStatus == "InProgress" {
+				// The update goes on after a switch to another strategy.
+				set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.OnDeleteStrategy}
+				assert.Equal(t, Plan{}, Decide(set, "new", f.nodes, testNow), "OnDelete: the surge stays")
+				set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.RollingUpdateStrategy}
+				p := Decide(set, "new", f.nodes, testNow)
+				assert.Empty(t, p.Remove, "RollingUpdate: neither the surge nor the outdated Nodes go while the group replaces them")
+				set.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.ManagedStrategy}
+			}
 
 			set.Annotations = map[string]string{nodesetv1alpha1.AnnotationDeleteNodes: f.nodes[1].Name}
 			p := Decide(set, "new", f.nodes, testNow)
@@ -297,6 +306,7 @@ func TestAGroupUpdateKeepsItsSurge(t *testing.T) {
 		"Managed, the update done":     {nodesetv1alpha1.ManagedStrategy, &nodesetv1alpha1.GroupStatus{Name: "g", State: "ACTIVE", UpdateID: "u1", UpdateStatus: "Successful"}},
 		"Managed, no group yet":        {nodesetv1alpha1.ManagedStrategy, nil},
 		"OnDelete, the group UPDATING": {nodesetv1alpha1.OnDeleteStrategy, &nodesetv1alpha1.GroupStatus{Name: "g", State: "UPDATING"}},
+		"OnDelete, the update done":    {nodesetv1alpha1.OnDeleteStrategy, &nodesetv1alpha1.GroupStatus{Name: "g", State: "ACTIVE", UpdateID: "u1", UpdateStatus: "Failed"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			set, f := surgeOf(tt.strategy, tt.group)
