@@ -59,7 +59,7 @@ type claimCheck struct {
 // check judges the claim on driver at now, for a class that waits for
 // validation. notServedBefore keeps a verdict the set's status already has
 // (after a restart, the grace is not given again to a driver still
-// unclaimed).
+// unclaimed, nor the claim's duration again to a claim still unrenewed).
 func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool) claimCheck {
 	name := nodesetv1alpha1.DriverClaimLease(driver)
 	where := d.namespace + "/" + name
@@ -90,6 +90,11 @@ func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool)
 	s, ok := d.seen[name]
 	if !ok || s.resourceVersion != lease.ResourceVersion {
 		s = sighting{resourceVersion: lease.ResourceVersion, at: now}
+		if !ok && notServedBefore {
+			// Seen first by this replica (a restart, a new leader) as
+			// unrenewed by the one before: it stays so until it changes.
+			s.at = now.Add(-duration)
+		}
 		d.seen[name] = s
 	}
 	if left := s.at.Add(duration).Sub(now); left > 0 {

@@ -878,13 +878,23 @@ func TestDriverClaimsTellWaitingFromNotServed(t *testing.T) {
 	require.NoError(t, f.claims.Update(renewed))
 	judged(ReasonNodeClassNotValidated, "node-controller serves")
 
-	other := claim.DeepCopy()
-	require.NoError(t, f.claims.Delete(other))
 	set := newSet(2)
 	set.Status.ObservedClassGeneration = class.Generation
 	set.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: ReasonDriverNotServed, Message: "before a restart"}}
 	f = newFixture(t, class, set)
 	judged(ReasonDriverNotServed, "no node controller has claimed")
+
+	// After a restart, an unrenewed claim the set already says is
+	// unrenewed stays so until it changes.
+	f = newFixture(t, class, set)
+	now = testNow
+	f.controller.now = func() time.Time { return now }
+	require.NoError(t, f.claims.Add(claim))
+	judged(ReasonDriverNotServed, "has not renewed its claim for 2m0s")
+	renewed = claim.DeepCopy()
+	renewed.ResourceVersion = "3"
+	require.NoError(t, f.claims.Update(renewed))
+	judged(ReasonNodeClassNotValidated, "node-controller serves")
 }
 
 // TestAScaleRightAfterCreateIsJudged: kubectl scale past the class's
