@@ -342,14 +342,16 @@ type GroupStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	TemplateHash string `json:"templateHash,omitempty"`
-	// refused is true when the cloud refused the last attempt to bring the
-	// group in step with the NodeClass and the NodeSet as a configuration
-	// it will not take (a version above the cluster's, say; message says
-	// why): trying again does not help until one of them changes. A
-	// Managed rollout waiting for the group then fails (Progressing=False,
-	// GroupUpdateFailed).
+	// refusedTemplateHash is the NodeSet template (status.templateHash)
+	// the cloud refused in the last attempt to bring the group in step, as
+	// a configuration it will not take (a version above the cluster's, say;
+	// message says why): trying again does not help until the NodeClass or
+	// the NodeSet changes, which gives another template. Empty when the
+	// last attempt was not refused. A Managed rollout waiting for the group
+	// to take that template fails (Progressing=False, GroupUpdateFailed).
 	// +optional
-	Refused bool `json:"refused,omitempty"`
+	// +kubebuilder:validation:MaxLength=64
+	RefusedTemplateHash string `json:"refusedTemplateHash,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -210,7 +210,11 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonGroupFailed, "Driver %s could not bring cloud group %s to %d machine(s): %v",
 			driver.Name(), groupName, size, err)
 		refused := errors.Is(err, drivers.ErrInvalidConfiguration)
-		if patchErr := c.patchGroupStatus(ctx, set, nodesetv1alpha1.GroupStatus{Name: groupName, Message: err.Error(), Refused: refused}, true); patchErr != nil {
+		group := nodesetv1alpha1.GroupStatus{Name: groupName, Message: err.Error()}
+		if refused {
+			group.RefusedTemplateHash = groupHash(hash)
+		}
+		if patchErr := c.patchGroupStatus(ctx, set, group, true); patchErr != nil {
 			logger.V(2).Info("Could not record the group error", "err", patchErr)
 		}
 		if refused {
@@ -541,8 +545,8 @@ func (c *Controller) patchSetFinalizers(ctx context.Context, set *nodesetv1alpha
 
 // patchGroupStatus writes status.group when it changed (only that field, so
 // it never races the nodeset controller's writes of the rest). keepState
-// leaves the state and size as they were, for errors; refused is always
-// the last call's.
+// leaves the state and size as they were, for errors; refusedTemplateHash
+// is always the last call's.
 func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.NodeSet, group nodesetv1alpha1.GroupStatus, keepState bool) error {
 	if old := set.Status.Group; old != nil && keepState {
 		group.State, group.DesiredSize, group.UpdateID, group.UpdateStatus = old.State, old.DesiredSize, old.UpdateID, old.UpdateStatus
@@ -550,16 +554,13 @@ func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.
 	}
 	group.Message = c.scrub(group.Message)
 	if old := set.Status.Group; old != nil && old.Name == group.Name && old.State == group.State && old.Message == group.Message &&
-		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus && old.TemplateHash == group.TemplateHash && old.Refused == group.Refused &&
+		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus && old.TemplateHash == group.TemplateHash && old.RefusedTemplateHash == group.RefusedTemplateHash &&
 		(old.DesiredSize == nil) == (group.DesiredSize == nil) && (old.DesiredSize == nil || *old.DesiredSize == *group.DesiredSize) {
 		return nil
 	}
 	fields := map[string]any{"name": group.Name, "state": nullIfEmpty(group.State), "message": nullIfEmpty(group.Message),
 		"updateID": nullIfEmpty(group.UpdateID), "updateStatus": nullIfEmpty(group.UpdateStatus), "desiredSize": nil,
-		"templateHash": nullIfEmpty(group.TemplateHash), "refused": nil}
-	if group.Refused {
-		fields["refused"] = true
-	}
+		"templateHash": nullIfEmpty(group.TemplateHash), "refusedTemplateHash": nullIfEmpty(group.RefusedTemplateHash)}
 	if group.DesiredSize != nil {
 		fields["desiredSize"] = *group.DesiredSize
 	}

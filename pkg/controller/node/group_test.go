@@ -433,36 +433,37 @@ func TestTheTemplateAGroupHasTakenIsRecorded(t *testing.T) {
 }
 
 // TestARefusedConfigurationIsRecorded: a configuration the cloud refused
-// (the driver's ErrInvalidConfiguration) sets status.group.refused, with
-// the error in the message; any other failure, or the next call that
-// succeeds, clears it.
+// (the driver's ErrInvalidConfiguration) records the template refused in
+// status.group.refusedTemplateHash, with the error in the message; any
+// other failure, or the next call that succeeds, clears it.
 func TestARefusedConfigurationIsRecorded(t *testing.T) {
 	g := newGroupFixture(t, 1)
 	g.group.templateHash = "abc123"
 	require.NoError(t, g.syncGroup())
-	assert.False(t, g.getSet().Status.Group.Refused)
+	assert.Empty(t, g.getSet().Status.Group.RefusedTemplateHash)
 
 	require.NoError(t, g.setIndexer.Update(g.getSet()))
 	g.group.ensureErr = fmt.Errorf("updating the version of node group ng: %w: InvalidParameterException: version 1.99", drivers.ErrInvalidConfiguration)
 	require.NoError(t, g.syncGroup(), "retried in a minute, or when the class or the set changes")
 	group := g.getSet().Status.Group
-	assert.True(t, group.Refused)
+	require.NotEmpty(t, group.RefusedTemplateHash)
+	assert.Equal(t, g.group.ensured[len(g.group.ensured)-1].TemplateHash, group.RefusedTemplateHash, "the template the node controller asked for")
 	assert.Contains(t, group.Message, "InvalidParameterException: version 1.99")
 	assert.Equal(t, "abc123", group.TemplateHash, "a refused change leaves the group where it was")
 
 	require.NoError(t, g.setIndexer.Update(g.getSet()))
 	g.group.ensureErr = errors.New("connection refused")
 	require.Error(t, g.syncGroup())
-	assert.False(t, g.getSet().Status.Group.Refused, "a failure that is no refusal")
+	assert.Empty(t, g.getSet().Status.Group.RefusedTemplateHash, "a failure that is no refusal")
 
 	require.NoError(t, g.setIndexer.Update(g.getSet()))
 	g.group.ensureErr = fmt.Errorf("%w: refused again", drivers.ErrInvalidConfiguration)
 	require.NoError(t, g.syncGroup())
-	require.True(t, g.getSet().Status.Group.Refused)
+	require.NotEmpty(t, g.getSet().Status.Group.RefusedTemplateHash)
 	require.NoError(t, g.setIndexer.Update(g.getSet()))
 	g.group.ensureErr = nil
 	require.NoError(t, g.syncGroup())
-	assert.False(t, g.getSet().Status.Group.Refused, "taken at last")
+	assert.Empty(t, g.getSet().Status.Group.RefusedTemplateHash, "taken at last")
 	assert.Empty(t, g.getSet().Status.Group.Message)
 }
 

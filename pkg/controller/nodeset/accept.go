@@ -108,7 +108,7 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	switch {
 	case valid != nil && valid.ObservedGeneration != class.Generation && valid.Status == metav1.ConditionTrue && c.revalidating(class):
 		res.revalidating = true
-		res.accepted = notAccepted(ReasonDriverNotServed,
+		res.accepted = notAccepted(ReasonNodeClassNotValidated,
 			"the node controller serving driver %q is validating generation %d of NodeClass %q", class.Spec.Driver, class.Generation, class.Name)
 		return res
 	case valid == nil || valid.ObservedGeneration != class.Generation:
@@ -156,7 +156,9 @@ func createdAfterDeletion(set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.N
 }
 
 // revalidationGrace is how long a new generation of a valid class may wait
-// for its node controller's verdict before its NodeSets say DriverNotServed.
+// for its node controller's verdict before its NodeSets say so
+// (NodeClassNotValidated, or DriverNotServed when no node controller serves
+// its driver); meanwhile they keep the Accepted condition they had.
 const revalidationGrace = 30 * time.Second
 
 // revalidating reports whether the class's current generation has waited

@@ -23,10 +23,19 @@ const DefaultDriverClaimGrace = 2 * time.Minute
 // defaultClaimDuration is the duration of a claim whose Lease declares none.
 const defaultClaimDuration = 2 * time.Minute
 
+// claimsUnreadRecheck is how often a set whose class waits for validation
+// is looked at again while the claims have not been listed.
+const claimsUnreadRecheck = 5 * time.Second
+
 // driverClaims reads the node controllers' driver claims: a Lease per
 // served driver, renewed while it is served (nodesetv1alpha1.DriverClaimLease).
 type driverClaims struct {
-	lister    coordinationlisters.LeaseLister // nil: no claim is ever seen
+	lister coordinationlisters.LeaseLister // nil: no claim is ever seen
+	// synced says whether the lister has listed the claims once. It is no
+	// part of the controller's readiness: a nodeset-controller whose RBAC
+	// does not let it read Leases yet (an image upgraded before its Role)
+	// still serves, and its sets wait rather than say DriverNotServed.
+	synced    func() bool
 	namespace string
 	grace     time.Duration
 
@@ -65,6 +74,10 @@ func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool)
 	where := d.namespace + "/" + name
 	var lease *coordinationv1.Lease
 	if d.lister != nil {
+		if !d.synced() && !notServedBefore {
+			return claimCheck{recheck: claimsUnreadRecheck,
+				waiting: fmt.Sprintf("the node controllers' claims on their drivers (Leases in %s) are not read yet", d.namespace)}
+		}
 		lease, _ = d.lister.Leases(d.namespace).Get(name)
 	}
 	d.mu.Lock()
@@ -105,10 +118,10 @@ func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool)
 }
 
 // claimChanged is the handler of the claims' Lease events: a claim taken,
-// given up or passed to another holder may change the verdict of the
-// NodeSets whose class waits for validation. Renewals change nothing
-// the sets show until the claim's duration passes, which their syncs
-// schedule.
+// renewed, given up or passed to another holder may change the verdict of
+// the NodeSets whose class waits for validation (a renewal ends a lapse),
+// and of no other: only the sets of the driver's classes without a
+// verdict for their generation are synced.
 func (c *Controller) claimChanged(old, cur any) {
 	lease := func(obj any) *coordinationv1.Lease {
 		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -125,17 +138,24 @@ func (c *Controller) claimChanged(old, cur any) {
 	if l == nil || !strings.HasPrefix(l.Name, nodesetv1alpha1.DriverClaimLeasePrefix) {
 		return
 	}
-	if before != nil && after != nil && ptr.Deref(before.Spec.HolderIdentity, "") == ptr.Deref(after.Spec.HolderIdentity, "") {
-		return
-	}
 	driver := strings.TrimPrefix(l.Name, nodesetv1alpha1.DriverClaimLeasePrefix)
 	classes, err := c.nodeClassLister.List(everything)
 	if err != nil {
 		return
 	}
 	for _, class := range classes {
-		if class.Spec.Driver == driver {
-			c.enqueueClass(class)
+		if class.Spec.Driver != driver {
+			continue
+		}
+		if valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid); valid != nil && valid.ObservedGeneration == class.Generation {
+			continue
+		}
+		sets, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
+		if err != nil {
+			continue
+		}
+		for _, set := range sets {
+			c.enqueue(set)
 		}
 	}
 }

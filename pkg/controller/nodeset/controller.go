@@ -173,8 +173,7 @@ func NewController(
 		claims:         &driverClaims{namespace: opts.DriverClaimsNamespace, grace: opts.DriverClaimGrace, seen: map[string]sighting{}, unclaimed: map[string]time.Time{}},
 	}
 	if opts.DriverClaims != nil {
-		c.claims.lister = opts.DriverClaims.Lister()
-		c.synced = append(c.synced, opts.DriverClaims.Informer().HasSynced)
+		c.claims.lister, c.claims.synced = opts.DriverClaims.Lister(), opts.DriverClaims.Informer().HasSynced
 		if _, err := opts.DriverClaims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.claimChanged(nil, obj) },
 			UpdateFunc: c.claimChanged,

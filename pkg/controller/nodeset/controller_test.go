@@ -125,6 +125,7 @@ func newFixture(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1al
 		Options{Now: func() time.Time { return testNow }, DriverClaims: kubeFactory.Coordination().V1().Leases(), DriverClaimsNamespace: "nodeset-system"})
 	require.NoError(t, err)
 	f.claims = kubeFactory.Coordination().V1().Leases().Informer().GetIndexer()
+	c.claims.synced = func() bool { return true } // the informer is not run: its indexer is filled by hand
 	for _, n := range nodes {
 		require.NoError(t, kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
 	}
@@ -859,6 +860,12 @@ func TestDriverClaimsTellWaitingFromNotServed(t *testing.T) {
 		assert.Equal(t, reason, accepted.Reason, accepted.Message)
 		assert.Contains(t, accepted.Message, message)
 	}
+	f.controller.claims.synced = func() bool { return false }
+	judged(ReasonNodeClassNotValidated, `the node controllers' claims on their drivers (Leases in nodeset-system) are not read yet`)
+	now = now.Add(DefaultDriverClaimGrace)
+	judged(ReasonNodeClassNotValidated, "are not read yet") // no verdict from claims not read (the Role may not allow it yet)
+	f.controller.claims.synced = func() bool { return true }
+	now = testNow
 	judged(ReasonNodeClassNotValidated, `no node controller has claimed driver "simulated" yet (Lease nodeset-system/nodeset-driver-simulated)`)
 	now = now.Add(DefaultDriverClaimGrace - time.Second)
 	judged(ReasonNodeClassNotValidated, "no node controller has claimed")
@@ -1018,11 +1025,14 @@ func TestAHandLabelledNodeIsNoReplica(t *testing.T) {
 	assert.Len(t, f.nodeCreates(), 1)
 }
 
-// TestAClaimChangeSyncsTheSetsOfItsDriver: a claim taken, passed to another
-// holder or given up syncs the NodeSets of the driver's classes; a renewal,
-// another driver's claim or another Lease does not.
+// TestAClaimChangeSyncsTheSetsOfItsDriver: any event of a driver's claim
+// (taken, renewed: the end of a lapse, passed on, given up) syncs the
+// NodeSets of the driver's classes that wait for validation; not those of a
+// class with a verdict, nor for another driver's claim or another Lease.
 func TestAClaimChangeSyncsTheSetsOfItsDriver(t *testing.T) {
-	f := newFixture(t, validClass("sim"), newSet(2))
+	unvalidated := validClass("sim")
+	unvalidated.Status.Conditions = nil
+	f := newFixture(t, unvalidated, newSet(2))
 	queued := func() []string {
 		var keys []string
 		for f.controller.queue.Len() > 0 {
@@ -1043,9 +1053,13 @@ func TestAClaimChangeSyncsTheSetsOfItsDriver(t *testing.T) {
 	f.controller.claimChanged(nil, claim)
 	assert.Equal(t, []string{"team-a/web"}, queued(), "a claim taken")
 	f.controller.claimChanged(claim, lease("nodeset-driver-simulated", "node-controller", "2"))
-	assert.Empty(t, queued(), "a renewal")
+	assert.Equal(t, []string{"team-a/web"}, queued(), "a renewal, which may end a lapse")
 	f.controller.claimChanged(claim, lease("nodeset-driver-simulated", "example-node-controller", "3"))
 	assert.Equal(t, []string{"team-a/web"}, queued(), "a claim passed on")
 	f.controller.claimChanged(cache.DeletedFinalStateUnknown{Obj: claim}, nil)
 	assert.Equal(t, []string{"team-a/web"}, queued(), "a claim given up")
+
+	f = newFixture(t, validClass("sim"), newSet(2))
+	f.controller.claimChanged(nil, claim)
+	assert.Empty(t, queued(), "a class with a verdict: its sets do not look at the claims")
 }

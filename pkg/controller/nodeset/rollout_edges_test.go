@@ -396,14 +396,17 @@ func TestAManagedRolloutIsNotCompleteBeforeTheGroupTakesTheTemplate(t *testing.T
 	assert.Equal(t, ReasonGroupUpdateFailed, r, "a failed update is said as such")
 
 	refusal := "updating the version of node group ng: invalid configuration: InvalidParameterException: version 1.99 is above the cluster's"
-	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old", Refused: true, Message: refusal}
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old", RefusedTemplateHash: res.templateHash, Message: refusal}
 	r, msg = reason()
 	assert.Equal(t, ReasonGroupUpdateFailed, r, "a change the cloud refused is no rollout to wait for")
 	assert.Equal(t, "0 of 2 nodes updated, 2 outdated: cloud group ng refused the change to template "+res.templateHash+": "+refusal, msg)
-	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", Refused: true, Message: refusal}
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old", RefusedTemplateHash: "earlier", Message: refusal}
+	r, _ = reason()
+	assert.Equal(t, ReasonGroupUpdating, r, "the refusal of an earlier template says nothing of the current one, not tried yet")
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", RefusedTemplateHash: res.templateHash, Message: refusal}
 	r, _ = reason()
 	assert.Equal(t, ReasonGroupUpdateFailed, r, "a group that does not say its template: its outdated nodes")
-	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: res.templateHash, Refused: true, Message: refusal}
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: res.templateHash, RefusedTemplateHash: res.templateHash, Message: refusal}
 	r, _ = reason()
 	assert.Equal(t, ReasonComplete, r, "a refusal of something else once the group is at the template")
 
@@ -411,7 +414,7 @@ func TestAManagedRolloutIsNotCompleteBeforeTheGroupTakesTheTemplate(t *testing.T
 	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old"}
 	r, _ = reason()
 	assert.Equal(t, ReasonComplete, r, "OnDelete: the group's template is not the rollout's")
-	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old", Refused: true, Message: refusal}
+	set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "ng", State: "ACTIVE", TemplateHash: "old", RefusedTemplateHash: res.templateHash, Message: refusal}
 	r, _ = reason()
 	assert.Equal(t, ReasonComplete, r, "OnDelete: no rollout fails")
 }

@@ -423,13 +423,13 @@ func groupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
 }
 
 // groupRefused reports whether a Managed set's cloud group refused the
-// configuration its node controller last tried to bring it to
-// (status.group.refused) while the set waits for the group to take its
-// template: the group says it is at another one, or, for a group that
-// does not say, nodes are outdated.
+// set's current template (status.group.refusedTemplateHash; a refusal of
+// an earlier one says nothing of a fix the node controller has not tried
+// yet) while the set waits for the group to take it: the group says it is
+// at another one, or, for a group that does not say, nodes are outdated.
 func groupRefused(set *nodesetv1alpha1.NodeSet, templateHash string, outdated int32) bool {
 	g := set.Status.Group
-	if set.Spec.Strategy.Type != nodesetv1alpha1.ManagedStrategy || g == nil || !g.Refused {
+	if set.Spec.Strategy.Type != nodesetv1alpha1.ManagedStrategy || g == nil || templateHash == "" || g.RefusedTemplateHash != templateHash {
 		return false
 	}
 	if g.TemplateHash != "" {

@@ -29,13 +29,14 @@ type GroupStatusApplyConfiguration struct {
 	// the node group's nodeset.dev/template-hash tag). With strategy
 	// Managed, a group not yet at status.templateHash is rolling out.
 	TemplateHash *string `json:"templateHash,omitempty"`
-	// refused is true when the cloud refused the last attempt to bring the
-	// group in step with the NodeClass and the NodeSet as a configuration
-	// it will not take (a version above the cluster's, say; message says
-	// why): trying again does not help until one of them changes. A
-	// Managed rollout waiting for the group then fails (Progressing=False,
-	// GroupUpdateFailed).
-	Refused *bool `json:"refused,omitempty"`
+	// refusedTemplateHash is the NodeSet template (status.templateHash)
+	// the cloud refused in the last attempt to bring the group in step, as
+	// a configuration it will not take (a version above the cluster's, say;
+	// message says why): trying again does not help until the NodeClass or
+	// the NodeSet changes, which gives another template. Empty when the
+	// last attempt was not refused. A Managed rollout waiting for the group
+	// to take that template fails (Progressing=False, GroupUpdateFailed).
+	RefusedTemplateHash *string `json:"refusedTemplateHash,omitempty"`
 }
 
 // GroupStatusApplyConfiguration constructs a declarative configuration of the GroupStatus type for use with
@@ -100,10 +101,10 @@ func (b *GroupStatusApplyConfiguration) WithTemplateHash(value string) *GroupSta
 	return b
 }
 
-// WithRefused sets the Refused field in the declarative configuration to the given value
+// WithRefusedTemplateHash sets the RefusedTemplateHash field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
-// If called multiple times, the Refused field is set to the value of the last call.
-func (b *GroupStatusApplyConfiguration) WithRefused(value bool) *GroupStatusApplyConfiguration {
-	b.Refused = &value
+// If called multiple times, the RefusedTemplateHash field is set to the value of the last call.
+func (b *GroupStatusApplyConfiguration) WithRefusedTemplateHash(value string) *GroupStatusApplyConfiguration {
+	b.RefusedTemplateHash = &value
 	return b
 }
