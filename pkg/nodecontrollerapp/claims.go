@@ -3,7 +3,6 @@ package nodecontrollerapp
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/driverclaim"
 )
 
 // A driver is served by one node controller at a time. Each node
@@ -25,16 +25,9 @@ import (
 // serves anything, a leader therefore claims each of its drivers with a
 // Lease of its own, nodeset-driver-<driver>, held in the binary's name,
 // and renews the claims while it leads. A claim another binary renews is
-// waited for; one left unrenewed for claimDuration, as this replica
-// measures it, is taken over.
-const (
-	claimDuration = 2 * time.Minute
-	claimRenew    = 30 * time.Second
-	claimRetry    = 5 * time.Second
-)
-
-// ClaimName is the name of the Lease that claims driver.
-func ClaimName(driver string) string { return nodesetv1alpha1.DriverClaimLease(driver) }
+// waited for; one left unrenewed for its duration, as this replica
+// measures it (driverclaim.Sightings), is taken over.
+const claimRetry = 5 * time.Second
 
 // driverClaims takes and renews the claims of one binary.
 type driverClaims struct {
@@ -43,22 +36,12 @@ type driverClaims struct {
 	// holder is the binary's name: its replicas share the claims.
 	holder string
 	now    func() time.Time
-
-	mu sync.Mutex
-	// seen is, per driver, the resourceVersion of another holder's claim
-	// and when this replica first saw it: a claim is stale once it has not
-	// changed for claimDuration by this replica's own clock, whatever the
-	// holder's clock says.
-	seen map[string]sighting
-}
-
-type sighting struct {
-	resourceVersion string
-	at              time.Time
+	// seen judges another holder's claim by this replica's own clock.
+	seen *driverclaim.Sightings
 }
 
 func newDriverClaims(kube kubernetes.Interface, namespace, holder string, now func() time.Time) *driverClaims {
-	return &driverClaims{kube: kube, namespace: namespace, holder: holder, now: now, seen: map[string]sighting{}}
+	return &driverClaims{kube: kube, namespace: namespace, holder: holder, now: now, seen: driverclaim.NewSightings()}
 }
 
 // claim takes or renews the claim on driver. It returns the other
@@ -66,11 +49,11 @@ func newDriverClaims(kube kubernetes.Interface, namespace, holder string, now fu
 func (c *driverClaims) claim(ctx context.Context, driver string) (heldBy string, err error) {
 	leases := c.kube.CoordinationV1().Leases(c.namespace)
 	now := metav1.NewMicroTime(c.now())
-	lease, err := leases.Get(ctx, ClaimName(driver), metav1.GetOptions{})
+	lease, err := leases.Get(ctx, nodesetv1alpha1.DriverClaimLease(driver), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: ClaimName(driver), Namespace: c.namespace},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(c.holder), LeaseDurationSeconds: ptr.To(int32(claimDuration / time.Second)),
+			ObjectMeta: metav1.ObjectMeta{Name: nodesetv1alpha1.DriverClaimLease(driver), Namespace: c.namespace},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(c.holder), LeaseDurationSeconds: ptr.To(int32(nodesetv1alpha1.DriverClaimDuration / time.Second)),
 				AcquireTime: &now, RenewTime: &now},
 		}, metav1.CreateOptions{})
 		if apierrors.IsNotFound(err) {
@@ -86,32 +69,19 @@ func (c *driverClaims) claim(ctx context.Context, driver string) (heldBy string,
 		return "", err
 	}
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-	if holder != c.holder && holder != "" && !c.stale(driver, lease) {
+	if holder != c.holder && holder != "" && c.seen.Left(lease, c.now(), false) > 0 {
 		return holder, nil
 	}
 	if holder != c.holder {
 		lease.Spec.AcquireTime = &now
 	}
 	lease.Spec.HolderIdentity = ptr.To(c.holder)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(claimDuration / time.Second))
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(nodesetv1alpha1.DriverClaimDuration / time.Second))
 	lease.Spec.RenewTime = &now
 	// The resourceVersion read is the precondition: of two binaries taking
 	// over a stale claim at once, one gets a conflict.
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return "", err
-}
-
-// stale says whether another holder's claim has gone unrenewed for
-// claimDuration since this replica first saw it as it is.
-func (c *driverClaims) stale(driver string, lease *coordinationv1.Lease) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, ok := c.seen[driver]
-	if !ok || s.resourceVersion != lease.ResourceVersion {
-		c.seen[driver] = sighting{resourceVersion: lease.ResourceVersion, at: c.now()}
-		return false
-	}
-	return c.now().Sub(s.at) >= claimDuration
 }
 
 // claimAll claims every driver, retrying until each is this binary's or
@@ -126,10 +96,10 @@ func (c *driverClaims) claimAll(ctx context.Context, driverNames []string) error
 			}
 			switch {
 			case err != nil:
-				logger.Error(err, "Cannot claim the driver; retrying", "driver", driver, "lease", c.namespace+"/"+ClaimName(driver))
+				logger.Error(err, "Cannot claim the driver; retrying", "driver", driver, "lease", c.namespace+"/"+nodesetv1alpha1.DriverClaimLease(driver))
 			default:
 				logger.Error(nil, "Another node controller serves this driver: waiting until it stops renewing its claim (remove the driver from one of them with --drivers)",
-					"driver", driver, "servedBy", heldBy, "lease", c.namespace+"/"+ClaimName(driver), "takenOverAfter", claimDuration)
+					"driver", driver, "servedBy", heldBy, "lease", c.namespace+"/"+nodesetv1alpha1.DriverClaimLease(driver), "takenOverAfter", nodesetv1alpha1.DriverClaimDuration)
 			}
 			select {
 			case <-ctx.Done():
@@ -137,16 +107,16 @@ func (c *driverClaims) claimAll(ctx context.Context, driverNames []string) error
 			case <-time.After(claimRetry):
 			}
 		}
-		logger.Info("Claimed the driver", "driver", driver, "lease", c.namespace+"/"+ClaimName(driver))
+		logger.Info("Claimed the driver", "driver", driver, "lease", c.namespace+"/"+nodesetv1alpha1.DriverClaimLease(driver))
 	}
 	return nil
 }
 
-// renew renews the claims every claimRenew until ctx is done. It returns
+// renew renews the claims every DriverClaimRenewal until ctx is done. It returns
 // an error when another binary has taken one over (this replica's renewals
-// failed for claimDuration): the driver is no longer this binary's to serve.
+// failed for nodesetv1alpha1.DriverClaimDuration): the driver is no longer this binary's to serve.
 func (c *driverClaims) renew(ctx context.Context, driverNames []string) error {
-	ticker := time.NewTicker(claimRenew)
+	ticker := time.NewTicker(nodesetv1alpha1.DriverClaimRenewal)
 	defer ticker.Stop()
 	for {
 		select {
@@ -161,7 +131,7 @@ func (c *driverClaims) renew(ctx context.Context, driverNames []string) error {
 				continue
 			}
 			if heldBy != "" {
-				return fmt.Errorf("driver %s is claimed by %s now (Lease %s/%s): this node controller stops serving it", driver, heldBy, c.namespace, ClaimName(driver))
+				return fmt.Errorf("driver %s is claimed by %s now (Lease %s/%s): this node controller stops serving it", driver, heldBy, c.namespace, nodesetv1alpha1.DriverClaimLease(driver))
 			}
 		}
 	}

@@ -9,11 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
 
 // TestADriverIsServedByOneBinary: the first binary to claim a driver keeps
 // it while it renews; another waits, and takes it over only once the claim
-// has gone unrenewed for claimDuration by its own clock.
+// has gone unrenewed for nodesetv1alpha1.DriverClaimDuration by its own clock.
 func TestADriverIsServedByOneBinary(t *testing.T) {
 	ctx := context.Background()
 	kube := kubefake.NewClientset()
@@ -39,7 +41,7 @@ func TestADriverIsServedByOneBinary(t *testing.T) {
 	// the renewal is seen by its new renewTime only through a new object
 	// version: bump it as the API server would).
 	for range 5 {
-		now = now.Add(claimRenew)
+		now = now.Add(nodesetv1alpha1.DriverClaimRenewal)
 		heldBy, err = builtIn.claim(ctx, "simulated")
 		require.NoError(t, err)
 		require.Empty(t, heldBy)
@@ -49,8 +51,8 @@ func TestADriverIsServedByOneBinary(t *testing.T) {
 		assert.Equal(t, "node-controller", heldBy, "a renewed claim is never taken over")
 	}
 
-	// The holder stops renewing: the claim goes after claimDuration.
-	now = now.Add(claimDuration - time.Second)
+	// The holder stops renewing: the claim goes after nodesetv1alpha1.DriverClaimDuration.
+	now = now.Add(nodesetv1alpha1.DriverClaimDuration - time.Second)
 	heldBy, _ = other.claim(ctx, "simulated")
 	assert.Equal(t, "node-controller", heldBy, "not yet")
 	now = now.Add(time.Second)

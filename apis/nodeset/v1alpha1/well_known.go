@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "time"
+
 // Labels, annotations, taints and finalizers that nodeset puts on core v1 Nodes.
 // Keys under the nodeset.dev/ prefix are reserved: tenants cannot set them.
 const (
@@ -166,10 +168,19 @@ const (
 
 // A node controller claims each driver it serves with a Lease in its
 // leader-election namespace, named DriverClaimLeasePrefix + the driver's
-// name, which it renews while it serves the driver (every 30 s, declaring
-// a duration of 2 minutes). The NodeSetController reads these claims to
-// tell a class that waits for validation from a driver nobody serves.
+// name, which it renews every DriverClaimRenewal while it serves the
+// driver, declaring DriverClaimDuration. The NodeSetController reads these
+// claims to tell a class that waits for validation from a driver nobody
+// serves.
 const DriverClaimLeasePrefix = "nodeset-driver-"
+
+const (
+	// DriverClaimRenewal is how often a node controller renews its claims.
+	DriverClaimRenewal = 30 * time.Second
+	// DriverClaimDuration is how long a claim lasts unrenewed (the Lease's
+	// leaseDurationSeconds), as its readers measure it by their own clocks.
+	DriverClaimDuration = 2 * time.Minute
+)
 
 // DriverClaimLease is the name of the Lease that claims driver.
 func DriverClaimLease(driver string) string { return DriverClaimLeasePrefix + driver }

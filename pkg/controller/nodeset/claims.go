@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/pkg/driverclaim"
 )
 
 // DefaultDriverClaimGrace is how long a NodeClass generation may wait for
@@ -19,9 +20,6 @@ import (
 // NodeSets say DriverNotServed: long enough for the node controllers of a
 // fresh install to start and claim their drivers.
 const DefaultDriverClaimGrace = 2 * time.Minute
-
-// defaultClaimDuration is the duration of a claim whose Lease declares none.
-const defaultClaimDuration = 2 * time.Minute
 
 // claimsUnreadRecheck is how often a set whose class waits for validation
 // is looked at again while the claims have not been listed.
@@ -39,18 +37,17 @@ type driverClaims struct {
 	namespace string
 	grace     time.Duration
 
+	// seen judges a claim by this replica's clock, as the node
+	// controllers judge each other's.
+	seen *driverclaim.Sightings
+
 	mu sync.Mutex
-	// seen is, per Lease, its resourceVersion and when this replica first
-	// saw it: a claim is unrenewed once it has not changed for its duration
-	// by this replica's clock, as the node controllers judge each other's.
-	seen map[string]sighting
 	// unclaimed is, per driver, when this replica first saw it unclaimed.
 	unclaimed map[string]time.Time
 }
 
-type sighting struct {
-	resourceVersion string
-	at              time.Time
+func newDriverClaims(namespace string, grace time.Duration) *driverClaims {
+	return &driverClaims{namespace: namespace, grace: grace, seen: driverclaim.NewSightings(), unclaimed: map[string]time.Time{}}
 }
 
 // claimCheck is what the claims say about a class that waits for
@@ -80,41 +77,30 @@ func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool)
 		}
 		lease, _ = d.lister.Leases(d.namespace).Get(name)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
+		d.mu.Lock()
 		since, ok := d.unclaimed[driver]
 		if !ok {
 			since = now
 			d.unclaimed[driver] = since
 		}
+		d.mu.Unlock()
 		if left := since.Add(d.grace).Sub(now); left > 0 && !notServedBefore {
 			return claimCheck{recheck: left,
 				waiting: fmt.Sprintf("no node controller has claimed driver %q yet (Lease %s)", driver, where)}
 		}
 		return claimCheck{notServed: fmt.Sprintf("no node controller has claimed driver %q (Lease %s) for %s", driver, where, d.grace)}
 	}
+	d.mu.Lock()
 	delete(d.unclaimed, driver)
+	d.mu.Unlock()
 	holder := *lease.Spec.HolderIdentity
-	duration := defaultClaimDuration
-	if s := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); s > 0 {
-		duration = time.Duration(s) * time.Second
-	}
-	s, ok := d.seen[name]
-	if !ok || s.resourceVersion != lease.ResourceVersion {
-		s = sighting{resourceVersion: lease.ResourceVersion, at: now}
-		if !ok && notServedBefore {
-			// Seen first by this replica (a restart, a new leader) as
-			// unrenewed by the one before: it stays so until it changes.
-			s.at = now.Add(-duration)
-		}
-		d.seen[name] = s
-	}
-	if left := s.at.Add(duration).Sub(now); left > 0 {
+	if left := d.seen.Left(lease, now, notServedBefore); left > 0 {
 		return claimCheck{recheck: left,
 			waiting: fmt.Sprintf("%s serves driver %q (Lease %s)", holder, driver, where)}
 	}
-	return claimCheck{notServed: fmt.Sprintf("%s claimed driver %q (Lease %s) and has not renewed its claim for %s", holder, driver, where, duration)}
+	return claimCheck{notServed: fmt.Sprintf("%s claimed driver %q (Lease %s) and has not renewed its claim for %s",
+		holder, driver, where, driverclaim.Duration(lease))}
 }
 
 // claimChanged is the handler of the claims' Lease events: a claim taken,
@@ -139,12 +125,13 @@ func (c *Controller) claimChanged(old, cur any) {
 		return
 	}
 	driver := strings.TrimPrefix(l.Name, nodesetv1alpha1.DriverClaimLeasePrefix)
-	classes, err := c.nodeClassLister.List(everything)
+	classes, err := c.nodeClassIndexer.ByIndex(byDriverIndex, driver)
 	if err != nil {
 		return
 	}
-	for _, class := range classes {
-		if class.Spec.Driver != driver {
+	for _, obj := range classes {
+		class, ok := obj.(*nodesetv1alpha1.NodeClass)
+		if !ok {
 			continue
 		}
 		if valid := findCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid); valid != nil && valid.ObservedGeneration == class.Generation {

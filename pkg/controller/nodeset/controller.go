@@ -48,6 +48,10 @@ const FinalizerNodes = "nodeset.dev/nodes"
 
 const byClassIndex = "byNodeClass"
 
+// byDriverIndex indexes NodeClasses by their driver, so that a driver
+// claim's renewal looks up that driver's classes, not every class.
+const byDriverIndex = "byDriver"
+
 // byNodeSetIndex indexes Nodes by their NodeSet's key, so that a sync lists
 // its own Nodes and not every Node of the cluster.
 const byNodeSetIndex = "byNodeSet"
@@ -88,13 +92,14 @@ type Controller struct {
 	nodesetClient versioned.Interface
 	recorder      record.EventRecorder
 
-	nodeLister      corelisters.NodeLister
-	nodeIndexer     cache.Indexer
-	namespaceLister corelisters.NamespaceLister
-	nodeSetLister   listers.NodeSetLister
-	nodeClassLister listers.NodeClassLister
-	nodeSetIndexer  cache.Indexer
-	synced          []cache.InformerSynced
+	nodeLister       corelisters.NodeLister
+	nodeIndexer      cache.Indexer
+	namespaceLister  corelisters.NamespaceLister
+	nodeSetLister    listers.NodeSetLister
+	nodeClassLister  listers.NodeClassLister
+	nodeSetIndexer   cache.Indexer
+	nodeClassIndexer cache.Indexer
+	synced           []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
 	// classQueue holds the NodeClasses whose in-use finalizer may need
@@ -141,15 +146,16 @@ func NewController(
 		opts.DriverClaimGrace = DefaultDriverClaimGrace
 	}
 	c := &Controller{
-		kubeClient:      kubeClient,
-		nodesetClient:   nodesetClient,
-		recorder:        recorder,
-		nodeLister:      nodeInformer.Lister(),
-		nodeIndexer:     nodeInformer.Informer().GetIndexer(),
-		namespaceLister: namespaceInformer.Lister(),
-		nodeSetLister:   nodeSetInformer.Lister(),
-		nodeClassLister: nodeClassInformer.Lister(),
-		nodeSetIndexer:  nodeSetInformer.Informer().GetIndexer(),
+		kubeClient:       kubeClient,
+		nodesetClient:    nodesetClient,
+		recorder:         recorder,
+		nodeLister:       nodeInformer.Lister(),
+		nodeIndexer:      nodeInformer.Informer().GetIndexer(),
+		namespaceLister:  namespaceInformer.Lister(),
+		nodeSetLister:    nodeSetInformer.Lister(),
+		nodeClassLister:  nodeClassInformer.Lister(),
+		nodeSetIndexer:   nodeSetInformer.Informer().GetIndexer(),
+		nodeClassIndexer: nodeClassInformer.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{
 			nodeInformer.Informer().HasSynced, namespaceInformer.Informer().HasSynced,
 			nodeSetInformer.Informer().HasSynced, nodeClassInformer.Informer().HasSynced,
@@ -170,7 +176,7 @@ func NewController(
 		lastStatus:     map[string]time.Time{},
 		sizes:          map[string]int{},
 		revalidation:   map[string]generationSeen{},
-		claims:         &driverClaims{namespace: opts.DriverClaimsNamespace, grace: opts.DriverClaimGrace, seen: map[string]sighting{}, unclaimed: map[string]time.Time{}},
+		claims:         newDriverClaims(opts.DriverClaimsNamespace, opts.DriverClaimGrace),
 	}
 	if opts.DriverClaims != nil {
 		c.claims.lister, c.claims.synced = opts.DriverClaims.Lister(), opts.DriverClaims.Informer().HasSynced
@@ -189,6 +195,14 @@ func NewController(
 		}
 		return []string{set.Spec.NodeClassName}, nil
 	}, bySealIndex: nodeutil.IndexSetBySeal}); err != nil {
+		return nil, err
+	}
+	if err := nodeClassInformer.Informer().AddIndexers(cache.Indexers{byDriverIndex: func(obj any) ([]string, error) {
+		if class, ok := obj.(*nodesetv1alpha1.NodeClass); ok {
+			return []string{class.Spec.Driver}, nil
+		}
+		return nil, nil
+	}}); err != nil {
 		return nil, err
 	}
 	if err := nodeInformer.Informer().AddIndexers(cache.Indexers{byNodeSetIndex: func(obj any) ([]string, error) {

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeset.dev/nodeset/pkg/nodecontrollerapp"
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 )
 
 // TestADriverIsServedByOneNodeController: an out-of-tree node controller
@@ -23,7 +23,7 @@ func TestADriverIsServedByOneNodeController(t *testing.T) {
 	startControllers(t)
 	kube, _ := clients(t)
 	eventually(t, time.Minute, "the built-in node controller claims simulated", func(ctx context.Context) (bool, string) {
-		lease, err := kube.CoordinationV1().Leases("nodeset-system").Get(ctx, nodecontrollerapp.ClaimName("simulated"), metav1.GetOptions{})
+		lease, err := kube.CoordinationV1().Leases("nodeset-system").Get(ctx, nodesetv1alpha1.DriverClaimLease("simulated"), metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
