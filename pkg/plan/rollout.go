@@ -172,7 +172,7 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 // of nodeset's own scaling writes.)
 func GroupRollsItsNodes(set *nodesetv1alpha1.NodeSet) bool {
 	g := set.Status.Group
-	if g != nil && g.UpdateStatus == "InProgress" {
+	if g != nil && g.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusInProgress {
 		return true
 	}
 	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && GroupUpdating(g)
@@ -182,7 +182,38 @@ func GroupRollsItsNodes(set *nodesetv1alpha1.NodeSet) bool {
 // as its status reports it: the group is UPDATING, or an update of it is
 // InProgress (an EKS managed node group's).
 func GroupUpdating(g *nodesetv1alpha1.GroupStatus) bool {
-	return g != nil && (g.State == "UPDATING" || g.UpdateStatus == "InProgress")
+	return g != nil && (g.State == "UPDATING" || g.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusInProgress)
+}
+
+// GroupUpdateFailed reports whether the cloud group's last update, a
+// driver-native one (EKS managed node groups), failed or was cancelled.
+func GroupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
+	return g != nil && g.UpdateID != "" && (g.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusFailed || g.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusCancelled)
+}
+
+// GroupRefused reports whether a Managed set's cloud group refused the
+// set's current template (status.group.refusedTemplateHash; a refusal of
+// an earlier one says nothing of a fix the node controller has not tried
+// yet) while the set waits for the group to take it: the group says it is
+// at another one, or, for a group that does not say, nodes are outdated.
+func GroupRefused(set *nodesetv1alpha1.NodeSet, templateHash string, outdated int32) bool {
+	g := set.Status.Group
+	if set.Spec.Strategy.Type != nodesetv1alpha1.ManagedStrategy || g == nil || templateHash == "" || g.RefusedTemplateHash != templateHash {
+		return false
+	}
+	if g.TemplateHash != "" {
+		return templateHash != "" && g.TemplateHash != templateHash
+	}
+	return outdated > 0
+}
+
+// GroupBehind reports whether a Managed set's cloud group, which takes the
+// set's changes itself, says it is at another template than templateHash,
+// and no update of it failed (GroupUpdateFailed says that).
+func GroupBehind(set *nodesetv1alpha1.NodeSet, templateHash string) bool {
+	g := set.Status.Group
+	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && g != nil && g.TemplateHash != "" && templateHash != "" &&
+		g.TemplateHash != templateHash && !GroupUpdateFailed(g)
 }
 
 // pausedSurge is how many Nodes above replicas a paused rolling update

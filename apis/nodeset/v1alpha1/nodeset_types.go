@@ -313,6 +313,15 @@ type TemplateCapacity struct {
 	NodeCapacity `json:",inline"`
 }
 
+// The states of a cloud group's own update (status.group.updateStatus), in
+// the words of EKS, whose managed node groups run such updates.
+const (
+	GroupUpdateStatusInProgress = "InProgress"
+	GroupUpdateStatusSuccessful = "Successful"
+	GroupUpdateStatusFailed     = "Failed"
+	GroupUpdateStatusCancelled  = "Cancelled"
+)
+
 // GroupStatus is the state of the cloud group behind a NodeSet.
 type GroupStatus struct {
 	// name of the group in the cloud.

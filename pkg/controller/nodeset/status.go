@@ -96,7 +96,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case plan.Rolling(set, res.templateHash, active):
 		progressing.Reason, progressing.Message = ReasonRollingUpdate,
 			fmt.Sprintf("%d of %d nodes updated, %d outdated, %d available", status.UpdatedReplicas, desired, outdated, status.AvailableReplicas)
-	case groupRefused(set, res.templateHash, outdated):
+	case plan.GroupRefused(set, res.templateHash, outdated):
 		// Managed: the cloud refused the change the rollout waits for, and
 		// takes it on no retry: no progress is to come until the class or
 		// the set changes.
@@ -107,7 +107,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	case set.Status.Group != nil && (set.Status.Group.State == "CREATING" || plan.GroupUpdating(set.Status.Group)):
 		// A driver-native change (EKS managed node groups) is under way.
 		progressing.Reason, progressing.Message = ReasonGroupUpdating, groupProgress(set.Status.Group)
-	case groupBehind(set, res.templateHash):
+	case plan.GroupBehind(set, res.templateHash):
 		// Managed: the group has not taken the set's template yet (the
 		// node controller has not acted on the edit, or the cloud has not
 		// started its update): the rollout is not done, it has not begun.
@@ -133,7 +133,7 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		// After what the set waits for: a node replaced while its
 		// replacement is not Ready yet leaves the set waiting for it.
 		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes terminating", int32(len(nodes))-status.Replicas)
-	case outdated > 0 && set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && groupUpdateFailed(set.Status.Group):
+	case outdated > 0 && set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && plan.GroupUpdateFailed(set.Status.Group):
 		// The cloud group's own update, which was to replace the outdated
 		// nodes, failed and is not started again by itself: the set is not
 		// complete, and no progress is to come.
@@ -414,37 +414,6 @@ func onlyProgress(old, status nodesetv1alpha1.NodeSetStatus) bool {
 		}
 	}
 	return true
-}
-
-// groupUpdateFailed reports whether the cloud group's last update, a
-// driver-native one (EKS managed node groups), failed or was cancelled.
-func groupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
-	return g != nil && g.UpdateID != "" && (g.UpdateStatus == "Failed" || g.UpdateStatus == "Cancelled")
-}
-
-// groupRefused reports whether a Managed set's cloud group refused the
-// set's current template (status.group.refusedTemplateHash; a refusal of
-// an earlier one says nothing of a fix the node controller has not tried
-// yet) while the set waits for the group to take it: the group says it is
-// at another one, or, for a group that does not say, nodes are outdated.
-func groupRefused(set *nodesetv1alpha1.NodeSet, templateHash string, outdated int32) bool {
-	g := set.Status.Group
-	if set.Spec.Strategy.Type != nodesetv1alpha1.ManagedStrategy || g == nil || templateHash == "" || g.RefusedTemplateHash != templateHash {
-		return false
-	}
-	if g.TemplateHash != "" {
-		return templateHash != "" && g.TemplateHash != templateHash
-	}
-	return outdated > 0
-}
-
-// groupBehind reports whether a Managed set's cloud group, which takes the
-// set's changes itself, says it is at another template than templateHash,
-// and no update of it failed (GroupUpdateFailed says that).
-func groupBehind(set *nodesetv1alpha1.NodeSet, templateHash string) bool {
-	g := set.Status.Group
-	return set.Spec.Strategy.Type == nodesetv1alpha1.ManagedStrategy && g != nil && g.TemplateHash != "" && templateHash != "" &&
-		g.TemplateHash != templateHash && !groupUpdateFailed(g)
 }
 
 func groupProgress(g *nodesetv1alpha1.GroupStatus) string {
