@@ -530,7 +530,7 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 		// The API server names the Node it refused, with its random
 		// suffix: said as is, every retry would be a new status message
 		// and a new Event instead of one that counts up.
-		err = &stableError{err: err, message: generatedName(set.Name).ReplaceAllString(err.Error(), set.Name+"-<random>")}
+		err = &stableError{err: err, message: generatedName(set.Name).ReplaceAllString(err.Error(), nodeNamePrefix(set.Name)+"<random>")}
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating node: %v", err)
 		return fmt.Errorf("creating nodes for %s: %w", key, err)
 	}
@@ -540,7 +540,7 @@ func (c *Controller) createNodes(ctx context.Context, set *nodesetv1alpha1.NodeS
 // generatedName matches the names generateName makes for the set's Nodes:
 // the prefix and five characters of the API server's alphabet.
 func generatedName(set string) *regexp.Regexp {
-	return regexp.MustCompile(regexp.QuoteMeta(set+"-") + `[bcdfghjklmnpqrstvwxz2456789]{5}\b`)
+	return regexp.MustCompile(regexp.QuoteMeta(nodeNamePrefix(set)) + `[bcdfghjklmnpqrstvwxz2456789]{5}\b`)
 }
 
 // stableError is an error with its message made the same on every retry.
@@ -564,11 +564,17 @@ func (c *Controller) nodeTemplate(set *nodesetv1alpha1.NodeSet, res *resolution)
 // and five random characters of its alphabet), but here: a create whose
 // answer is lost can then be looked up by the name it asked for.
 func nodeName(set string) string {
+	return nodeNamePrefix(set) + utilrand.String(5)
+}
+
+// nodeNamePrefix is what every new Node name of the set starts with: the
+// set's name and "-", cut to maxGeneratedPrefix characters.
+func nodeNamePrefix(set string) string {
 	prefix := set + "-"
 	if len(prefix) > maxGeneratedPrefix {
 		prefix = prefix[:maxGeneratedPrefix]
 	}
-	return prefix + utilrand.String(5)
+	return prefix
 }
 
 // maxGeneratedPrefix is the API server's: 63 characters in all, and the
