@@ -2,12 +2,15 @@ package eksasg
 
 import (
 	"encoding/base64"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
 )
 
 // TestTheKubeletIsGivenOnlyLabelsItAccepts: the kubelet refuses to start
@@ -34,5 +37,28 @@ func TestTheKubeletIsGivenOnlyLabelsItAccepts(t *testing.T) {
 		assert.NotContains(t, text, "node-role.kubernetes.io", "format %q", format)
 		assert.NotContains(t, text, "example.k8s.io", "format %q", format)
 		assert.NotContains(t, text, "kubernetes.io/role", "format %q", format)
+	}
+}
+
+// TestUserDataOverEC2sLimitIsRefusedByName: EC2 refuses user data above
+// 16 KiB (before base64) with the whole encoded text in its message. A
+// class's bootstrap and a NodeSet's labels and kubelet arguments (each
+// allowed on its own) can add up to more: the driver says so, naming the
+// fields, before any call, as an invalid configuration (not retried).
+func TestUserDataOverEC2sLimitIsRefusedByName(t *testing.T) {
+	for _, format := range []nodesetv1alpha1.BootstrapFormat{"", nodesetv1alpha1.BootstrapScript} {
+		s := &nodesetv1alpha1.EKSAutoscalingGroup{ClusterName: "prod", Bootstrap: &nodesetv1alpha1.EKSBootstrap{
+			Format: format, APIServerEndpoint: "https://prod.example.com", CertificateAuthority: strings.Repeat("Q", 12<<10)}}
+		_, err := UserData(s, map[string]string{"tier": "web"}, nil)
+		require.NoError(t, err, "format %q: 12 KiB of CA fits", format)
+
+		labels := map[string]string{}
+		for i := range 64 {
+			labels[fmt.Sprintf("team.example.com/label-%02d", i)] = strings.Repeat("v", 63)
+		}
+		_, err = UserData(s, labels, nil)
+		require.ErrorIs(t, err, drivers.ErrInvalidConfiguration, "format %q", format)
+		assert.Contains(t, err.Error(), "spec.eksAutoscalingGroup.bootstrap", "format %q", format)
+		assert.Contains(t, err.Error(), "at most 16384", "format %q", format)
 	}
 }

@@ -207,7 +207,7 @@ func UserData(s *nodesetv1alpha1.EKSAutoscalingGroup, labels map[string]string, 
 			fmt.Fprintf(&out, " --kubelet-extra-args %s", shellQuote(strings.Join(flags, " ")))
 		}
 		out.WriteString("\n")
-		return base64.StdEncoding.EncodeToString([]byte(out.String())), nil
+		return encodeUserData(out.String())
 	}
 	const boundary = "NODESET"
 	fmt.Fprintf(&out, "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=%q\n\n", boundary)
@@ -227,7 +227,22 @@ func UserData(s *nodesetv1alpha1.EKSAutoscalingGroup, labels map[string]string, 
 		}
 	}
 	fmt.Fprintf(&out, "\n--%s--\n", boundary)
-	return base64.StdEncoding.EncodeToString([]byte(out.String())), nil
+	return encodeUserData(out.String())
+}
+
+// maxUserData is EC2's limit on an instance's user data, in raw form,
+// before base64.
+const maxUserData = 16 << 10
+
+// encodeUserData refuses user data EC2 would refuse (with a message that
+// echoes the whole encoded text back), naming what makes it up instead.
+func encodeUserData(raw string) (string, error) {
+	if len(raw) > maxUserData {
+		return "", drivers.InvalidConfiguration("spec.eksAutoscalingGroup.bootstrap",
+			"the instances' user data would be %d bytes, and EC2 takes at most %d (before base64): it holds the bootstrap's certificateAuthority, "+
+				"kubeletExtraArgs and preBootstrapCommands, and the Node's labels and taints; make them shorter", len(raw), maxUserData)
+	}
+	return base64.StdEncoding.EncodeToString([]byte(raw)), nil
 }
 
 // kubeletLabels are the keys of the kubernetes.io and k8s.io domains a
