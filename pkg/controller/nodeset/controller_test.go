@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -726,26 +727,38 @@ func TestObservedGenerationWaitsForTheDecision(t *testing.T) {
 // on every retry, so a failing set neither rewrites its status each time
 // nor floods Events.
 func TestRefusedCreateSaysTheSameEachTime(t *testing.T) {
-	f := newFixture(t, validClass("sim"), newSet(1))
-	attempt := 0
-	f.kube.PrependReactor("create", "nodes", func(core.Action) (bool, runtime.Object, error) {
-		attempt++
-		name := []string{"web-x7k2q", "web-b9zzt"}[attempt%2]
-		return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
-			Reason: metav1.StatusReasonInvalid, Message: fmt.Sprintf("Node %q is invalid: metadata.labels: Invalid value", name)}}
-	})
-	var messages []string
-	for range 2 {
-		err := f.sync()
-		require.Error(t, err)
-		assert.NotContains(t, err.Error(), "x7k2q")
-		assert.NotContains(t, err.Error(), "b9zzt")
-		failure := findCondition(f.status().Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
-		require.NotNil(t, failure)
-		messages = append(messages, failure.Message)
+	// A name of 58 to 63 characters (the schema allows 63) is cut in its
+	// Nodes' names: the refused Node's random name must be hidden too.
+	for name, prefix := range map[string]string{"web": "web-", strings.Repeat("a", 63): strings.Repeat("a", 58)} {
+		set := newSet(1)
+		set.Name = name
+		f := newFixture(t, validClass("sim"), set)
+		var refused []string
+		f.kube.PrependReactor("create", "nodes", func(a core.Action) (bool, runtime.Object, error) {
+			node := a.(core.CreateAction).GetObject().(*corev1.Node).Name
+			refused = append(refused, node)
+			return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
+				Reason: metav1.StatusReasonInvalid, Message: fmt.Sprintf("Node %q is invalid: metadata.labels: Invalid value", node)}}
+		})
+		var messages []string
+		for range 2 {
+			err := f.controller.syncNodeSet(context.Background(), "team-a/"+name)
+			require.Error(t, err)
+			got, getErr := f.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), name, metav1.GetOptions{})
+			require.NoError(t, getErr)
+			failure := findCondition(got.Status.Conditions, nodesetv1alpha1.NodeSetReplicaFailure)
+			require.NotNil(t, failure)
+			for _, node := range refused {
+				assert.NotContains(t, err.Error(), node)
+				assert.NotContains(t, failure.Message, node)
+			}
+			messages = append(messages, failure.Message)
+		}
+		require.Len(t, refused, 2, name)
+		assert.NotEqual(t, refused[0], refused[1], "each create names a Node anew")
+		assert.Equal(t, messages[0], messages[1], "the ReplicaFailure message changes on every retry (%s)", name)
+		assert.Contains(t, messages[0], fmt.Sprintf(`Node "%s<random>" is invalid`, prefix))
 	}
-	assert.Equal(t, messages[0], messages[1])
-	assert.Contains(t, messages[0], `Node "web-<random>" is invalid`)
 }
 
 // TestOwnStatusWritesDoNotQueueTheSet: a status this controller wrote is no
