@@ -188,7 +188,14 @@ func GroupUpdating(g *nodesetv1alpha1.GroupStatus) bool {
 // GroupUpdateFailed reports whether the cloud group's last update, a
 // driver-native one (EKS managed node groups), failed or was cancelled.
 func GroupUpdateFailed(g *nodesetv1alpha1.GroupStatus) bool {
-	return g != nil && g.UpdateID != "" && (g.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusFailed || g.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusCancelled)
+	return g != nil && g.UpdateID != "" && UpdateFailed(g.UpdateStatus)
+}
+
+// UpdateFailed reports whether a cloud group's update state says the
+// update failed or was cancelled: it ended, and the group did not take
+// what it was to bring.
+func UpdateFailed(updateStatus string) bool {
+	return updateStatus == nodesetv1alpha1.GroupUpdateStatusFailed || updateStatus == nodesetv1alpha1.GroupUpdateStatusCancelled
 }
 
 // GroupRefused reports whether a Managed set's cloud group refused the

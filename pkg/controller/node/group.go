@@ -228,7 +228,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	if old := set.Status.Group; status.UpdateID != "" && (old == nil || old.UpdateID != status.UpdateID || old.UpdateStatus != status.UpdateStatus) {
 		eventType := corev1.EventTypeNormal
-		if status.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusFailed || status.UpdateStatus == nodesetv1alpha1.GroupUpdateStatusCancelled {
+		if plan.UpdateFailed(status.UpdateStatus) {
 			eventType = corev1.EventTypeWarning
 		}
 		c.recorder.Eventf(set, eventType, ReasonGroupUpdate, "Update %s of cloud group %s: %s", status.UpdateID, groupName, status.UpdateStatus)
@@ -457,7 +457,7 @@ func (c *Controller) cappedGroupSize(class *nodesetv1alpha1.NodeClass, set *node
 // lastUpdateID is the driver-native update the set's status records, if it
 // may still be running.
 func lastUpdateID(set *nodesetv1alpha1.NodeSet) string {
-	if g := set.Status.Group; g != nil && g.UpdateStatus != nodesetv1alpha1.GroupUpdateStatusSuccessful && g.UpdateStatus != nodesetv1alpha1.GroupUpdateStatusFailed && g.UpdateStatus != nodesetv1alpha1.GroupUpdateStatusCancelled {
+	if g := set.Status.Group; g != nil && g.UpdateStatus != nodesetv1alpha1.GroupUpdateStatusSuccessful && !plan.UpdateFailed(g.UpdateStatus) {
 		return g.UpdateID
 	}
 	return ""
