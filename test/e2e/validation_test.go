@@ -142,6 +142,12 @@ func TestInvalidObjectsRejected(t *testing.T) {
 			[]string{"spec.registrationTimeout must be a duration of at least 1s and at most 24h"}},
 		{"registrationTimeout past time.Duration", nodeClass("c36", simulatedClass(object{"registrationTimeout": "9999999999h"})),
 			[]string{"spec.registrationTimeout must be a duration of at least 1s and at most 24h"}},
+		{"kubelet argument longer than user data", nodeClass("c37", object{"driver": "eks-asg", "eksAutoscalingGroup": object{
+			"clusterName": "prod", "region": "eu-west-1", "bootstrap": object{"kubeletExtraArgs": []any{"--v=" + strings.Repeat("2", 16381)}}}}),
+			[]string{"spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[0]", "Too long", "16384"}},
+		{"pre-bootstrap command longer than user data", nodeClass("c38", object{"driver": "eks-asg", "eksAutoscalingGroup": object{
+			"clusterName": "prod", "region": "eu-west-1", "bootstrap": object{"preBootstrapCommands": []any{"echo " + strings.Repeat("x", 16380)}}}}),
+			[]string{"spec.eksAutoscalingGroup.bootstrap.preBootstrapCommands[0]", "Too long", "16384"}},
 		// NodeSet
 		{"NodeSet name of 64", nodeSet(ns, strings.Repeat("s", 64), setSpec(nil)),
 			[]string{"metadata.name must be at most 63 characters", "nodeset.dev/nodeset label"}},
@@ -152,6 +158,9 @@ func TestInvalidObjectsRejected(t *testing.T) {
 			[]string{"spec.template.annotations", "keys and values together must be at most 256 KiB"}},
 		{"template label value of 64", nodeSet(ns, "s17", setSpec(object{"template": object{"labels": object{"tier": strings.Repeat("v", 64)}}})),
 			[]string{"spec.template.labels", "values at most 63"}},
+		{"kubelet argument of a set longer than user data", nodeSet(ns, "s21", setSpec(object{"eksAutoscalingGroup": object{
+			"bootstrap": object{"kubeletExtraArgs": []any{"--v=" + strings.Repeat("2", 16381)}}}})),
+			[]string{"spec.eksAutoscalingGroup.bootstrap.kubeletExtraArgs[0]", "Too long", "16384"}},
 		{"bootDelay past time.Duration", nodeSet(ns, "s18", setSpec(object{"simulated": object{"bootDelay": "9999999999h"}})),
 			[]string{"spec.simulated.bootDelay", "simulated.bootDelay must be a duration of at most 1h"}},
 		{"negative replicas", nodeSet(ns, "s1", setSpec(object{"replicas": -1})),

@@ -374,13 +374,17 @@ type EKSBootstrap struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
-	// kubeletExtraArgs are appended to the kubelet's flags.
+	// kubeletExtraArgs are appended to the kubelet's flags. An item longer
+	// than EC2's 16384 bytes of user data could never reach an instance.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=16384
 	KubeletExtraArgs []string `json:"kubeletExtraArgs,omitempty"`
-	// preBootstrapCommands run before the node joins.
+	// preBootstrapCommands run before the node joins. An item longer than
+	// EC2's 16384 bytes of user data could never reach an instance.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=16384
 	PreBootstrapCommands []string `json:"preBootstrapCommands,omitempty"`
 }
 

@@ -25,9 +25,11 @@ type EKSBootstrapApplyConfiguration struct {
 	CertificateAuthority *string `json:"certificateAuthority,omitempty"`
 	// serviceCIDR of the cluster, for the kubelet's cluster DNS address.
 	ServiceCIDR *string `json:"serviceCIDR,omitempty"`
-	// kubeletExtraArgs are appended to the kubelet's flags.
+	// kubeletExtraArgs are appended to the kubelet's flags. An item longer
+	// than EC2's 16384 bytes of user data could never reach an instance.
 	KubeletExtraArgs []string `json:"kubeletExtraArgs,omitempty"`
-	// preBootstrapCommands run before the node joins.
+	// preBootstrapCommands run before the node joins. An item longer than
+	// EC2's 16384 bytes of user data could never reach an instance.
 	PreBootstrapCommands []string `json:"preBootstrapCommands,omitempty"`
 }
 
