@@ -75,8 +75,40 @@ func capacityOf(t ec2types.InstanceTypeInfo) drivers.Capacity {
 			c.Labels[corev1.LabelArchStable] = arch
 		}
 	}
+	for name, n := range gpus(t.GpuInfo) {
+		c.Resources[name] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
 	c.Allocatable = eksAllocatable(c.Resources)
 	return c
+}
+
+// gpuResources are the extended resources the device plugins of EC2's GPU
+// manufacturers report, by the manufacturer EC2 names.
+var gpuResources = map[string]corev1.ResourceName{
+	"nvidia": "nvidia.com/gpu",
+	"amd":    "amd.com/gpu",
+	"habana": "habana.ai/gaudi",
+}
+
+// gpus are the GPUs of an instance type, by the extended resource their
+// device plugin reports them as: a template node without them fits no pod
+// that requests one (cluster-autoscaler's AWS provider puts them in its
+// template nodes too), and a Node's nodeset.dev/accelerator label comes
+// from them.
+func gpus(info *ec2types.GpuInfo) map[corev1.ResourceName]int64 {
+	if info == nil {
+		return nil
+	}
+	out := map[corev1.ResourceName]int64{}
+	for _, g := range info.Gpus {
+		if g.Count == nil || *g.Count <= 0 || g.Manufacturer == nil {
+			continue
+		}
+		if name, ok := gpuResources[strings.ToLower(*g.Manufacturer)]; ok {
+			out[name] += int64(*g.Count)
+		}
+	}
+	return out
 }
 
 // eksAllocatable is what the kubelet of an EKS-optimized AMI leaves pods of

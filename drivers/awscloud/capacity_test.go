@@ -61,3 +61,38 @@ func TestAllocatableIsWhatTheEKSKubeletLeaves(t *testing.T) {
 		})
 	}
 }
+
+// TestCapacityCountsGPUs: an instance type with GPUs offers them as the
+// extended resource their device plugin reports, as cluster-autoscaler's
+// own AWS provider puts them in its template nodes
+// (cloudprovider/aws/aws_manager.go buildNodeFromTemplate). Without it a
+// NodeSet of g4dn.xlarge at zero is never scaled up for a pod that
+// requests a GPU, and its Nodes carry no nodeset.dev/accelerator label.
+func TestCapacityCountsGPUs(t *testing.T) {
+	for _, tc := range []struct {
+		name, manufacturer string
+		count              int32
+		resource           corev1.ResourceName
+	}{
+		{"g4dn.xlarge", "NVIDIA", 1, "nvidia.com/gpu"},
+		{"p4d.24xlarge", "NVIDIA", 8, "nvidia.com/gpu"},
+		{"g4ad.xlarge", "AMD", 1, "amd.com/gpu"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := capacityOf(ec2types.InstanceTypeInfo{InstanceType: ec2types.InstanceType(tc.name),
+				GpuInfo: &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Count: &tc.count, Manufacturer: &tc.manufacturer}}}})
+			want := *resource.NewQuantity(int64(tc.count), resource.DecimalSI)
+			got, ok := c.Resources[tc.resource]
+			assert.True(t, ok, "capacity has %s", tc.resource)
+			assert.Equal(t, want.Value(), got.Value(), "capacity")
+			got, ok = c.Allocatable[tc.resource]
+			assert.True(t, ok, "allocatable has %s", tc.resource)
+			assert.Equal(t, want.Value(), got.Value(), "allocatable")
+		})
+	}
+	c := capacityOf(ec2types.InstanceTypeInfo{InstanceType: "m5.large"})
+	for _, r := range []corev1.ResourceName{"nvidia.com/gpu", "amd.com/gpu"} {
+		_, ok := c.Resources[r]
+		assert.False(t, ok, "m5.large has no %s", r)
+	}
+}
