@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
@@ -41,4 +43,44 @@ func TestPendingInstancesAreBounded(t *testing.T) {
 	got, err = f.server.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: past, ProviderID: past}})
 	require.NoError(t, err)
 	assert.Empty(t, got.NodeGroup.Id, "an instance never listed is no group's")
+}
+
+// TestADrainingNodeIsNoPendingReplica: a Node being deleted that spec.replicas
+// still counts (deleted by hand, replaced, interrupted; not one of
+// cluster-autoscaler's DeleteNodes) is still a registered Node of the group
+// to cluster-autoscaler: it maps to the group by NodeGroupForNode until it is
+// gone, so Registered already equals the target size
+// (clusterstate.go updateIncorrectNodeGroupSizes). Its replacement, which a
+// RollingUpdate set makes only once the surge allows (maxSurge 0 here, or
+// several Nodes draining at once), is no unregistered instance yet. Listed
+// as a nodeset-pending:// instance, it would be counted twice, and once that
+// fake node is older than --max-node-provision-time (a drain held by a
+// PodDisruptionBudget), cluster-autoscaler's removeOldUnregisteredNodes
+// deletes it, and the set loses a replica nobody asked to remove.
+func TestADrainingNodeIsNoPendingReplica(t *testing.T) {
+	set := testSet(3)
+	set.Spec.Strategy.RollingUpdate = &nodesetv1alpha1.RollingUpdateNodeSet{
+		MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromInt32(1))}
+	draining := setNode(set, "web-c", "simulated:///web-c", true)
+	draining.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true),
+		setNode(set, "web-b", "simulated:///web-b", true), draining)
+	ctx := context.Background()
+
+	resp, err := f.server.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: "team-a/web"})
+	require.NoError(t, err)
+	var ids []string
+	for _, i := range resp.Instances {
+		ids = append(ids, i.Id)
+	}
+	assert.Equal(t, []string{"simulated:///web-a", "simulated:///web-b", "simulated:///web-c"}, ids,
+		"three registered Nodes for a target size of 3: no unregistered instance besides them")
+
+	// cluster-autoscaler's removal of the long-unregistered fake node it
+	// was given (or still has in its cached instance list).
+	pendingFake := pendingID(set, 1)
+	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: pendingFake, ProviderID: pendingFake}}})
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), *f.set(t).Spec.Replicas, "the draining Node's replacement is no replica to give up")
 }

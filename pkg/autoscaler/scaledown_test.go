@@ -9,9 +9,11 @@ import (
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	"nodeset.dev/nodeset/pkg/plan"
 )
 
 // caSize is what cluster-autoscaler's clusterstate counts of a group:
@@ -111,4 +113,88 @@ func TestSetShortOfNodesIsNoIncorrectSize(t *testing.T) {
 	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web", Nodes: []*protos.ExternalGrpcNode{
 		{Name: "nodeset-pending://team-b/web/1", ProviderID: "nodeset-pending://team-b/web/1"}}})
 	assert.Equal(t, codes.InvalidArgument, code(err), "%v", err)
+}
+
+// TestDeletingANodeBeingReplacedLowersTheTarget: a Node deleted by someone
+// else (by hand, replaced by the node controller, interrupted) is still
+// counted by spec.replicas, and the NodeSetController makes its
+// replacement. nodeset's drain only cordons it, and cluster-autoscaler's
+// scale-down skips a node as being deleted only by its own ToBeDeleted
+// taint (actuation.IsNodeBeingDeleted), so an emptied draining Node is a
+// fine scale-down candidate. cluster-autoscaler's DeleteNodes means "this
+// node goes, and the group is one smaller" (externalgrpc_node_group.go
+// DeleteNodes; it checked size-1 >= min size): answered with success and
+// no decrement, the replacement is made, and the node cluster-autoscaler
+// removed comes back until it scales the group down again. The second call
+// for the same node (a retry) must not take a second one.
+func TestDeletingANodeBeingReplacedLowersTheTarget(t *testing.T) {
+	set := testSet(3)
+	draining := setNode(set, "web-c", "simulated:///web-c", true)
+	draining.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true),
+		setNode(set, "web-b", "simulated:///web-b", true), draining)
+	ctx := context.Background()
+
+	req := &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: "web-c", ProviderID: "simulated:///web-c"}}}
+	_, err := f.server.NodeGroupDeleteNodes(ctx, req)
+	require.NoError(t, err)
+	got := f.set(t)
+	assert.Equal(t, int32(2), *got.Spec.Replicas, "the group is one smaller: no replacement for web-c")
+	assert.True(t, plan.DeleteList(got)["web-c"], "written down, so that a retry takes no second replica")
+
+	require.NoError(t, f.sets.Update(got)) // the cache catches up
+	_, err = f.server.NodeGroupDeleteNodes(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *f.set(t).Spec.Replicas, "a retry takes nothing more")
+}
+
+// TestDeletingASurplusNodeTakesNoReplica: a Node being deleted because
+// spec.replicas went down (more Nodes than replicas stay) is no replica:
+// named by cluster-autoscaler, it takes nothing more.
+func TestDeletingASurplusNodeTakesNoReplica(t *testing.T) {
+	set := testSet(2)
+	surplus := setNode(set, "web-c", "simulated:///web-c", true)
+	surplus.DeletionTimestamp = ptr.To(metav1.Now())
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true),
+		setNode(set, "web-b", "simulated:///web-b", true), surplus)
+	_, err := f.server.NodeGroupDeleteNodes(context.Background(), &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: "web-c", ProviderID: "simulated:///web-c"}}})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *f.set(t).Spec.Replicas)
+	assert.Zero(t, f.writes())
+}
+
+// TestAFailedMachineGoesDuringARollout: cluster-autoscaler deletes every
+// instance NodeGroupNodes reports with a create error, in every loop
+// (static_autoscaler.go deleteCreatedNodesWithErrors, no min-size or other
+// check of its own), and an unregistered one past --max-node-provision-time
+// (removeOldUnregisteredNodes). Such a Node has no machine: deleting it
+// drains nothing and takes nothing the rollout counts as available. Refused
+// because the set is rolling out, the Node stays, its replica stays in the
+// target size, and each scale-up cluster-autoscaler retries after its
+// backoff (the pods are still pending) raises the target again for
+// machines that are never given up.
+func TestAFailedMachineGoesDuringARollout(t *testing.T) {
+	set := testSet(3)
+	set.Status.TemplateHash = "h2" // web-a and web-b are of h1: rolling out
+	failed := setNode(set, "web-c", "", false)
+	failed.Labels[nodesetv1alpha1.LabelTemplateHash] = "h2"
+	failed.Annotations = map[string]string{nodesetv1alpha1.AnnotationProvisioningError: "OutOfCapacity: no sim.small"}
+	f := newFixture(t, nil, set, setNode(set, "web-a", "simulated:///web-a", true),
+		setNode(set, "web-b", "simulated:///web-b", true), failed)
+	ctx := context.Background()
+
+	fake := unregisteredPrefix + "web-c" // cluster-autoscaler's fake node of the failed instance
+	_, err := f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: fake, ProviderID: fake}}})
+	require.NoError(t, err)
+	got := f.set(t)
+	assert.Equal(t, int32(2), *got.Spec.Replicas)
+	assert.True(t, plan.DeleteList(got)["web-c"], "the failed Node is the one that goes")
+
+	// A Node with a machine is still not drained mid-rollout.
+	_, err = f.server.NodeGroupDeleteNodes(ctx, &protos.NodeGroupDeleteNodesRequest{Id: "team-a/web",
+		Nodes: []*protos.ExternalGrpcNode{{Name: "web-a", ProviderID: "simulated:///web-a"}}})
+	assert.Equal(t, "FailedPrecondition", code(err).String())
 }

@@ -124,18 +124,17 @@ func listedPending(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) int32 {
 	return min(pending(set, nodes), maxPendingInstances)
 }
 
-// pending is how many of the set's replicas have no Node. A Node being
-// deleted, or named for deletion, is not one of them (spec.replicas no
-// longer counts it).
+// pending is how many of the set's replicas have no Node, as
+// cluster-autoscaler counts them: the target size less every Node of the
+// set it sees. A Node being deleted, or named for deletion, is still one:
+// it exists, NodeGroupForNode maps it to the set, and cluster-autoscaler
+// counts it as registered until it is gone. Counted out here, the
+// replacement a draining Node is waiting for (a RollingUpdate set makes it
+// within maxSurge, terminating Nodes included) would be an unregistered
+// instance beside it, deleted as long unregistered after
+// --max-node-provision-time, taking a replica nobody removed.
 func pending(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) int32 {
-	listed := plan.DeleteList(set)
-	var have int32
-	for _, n := range nodes {
-		if n.DeletionTimestamp == nil && !listed[n.Name] {
-			have++
-		}
-	}
-	return max(plan.Replicas(set)-have, 0)
+	return int32(max(int64(plan.Replicas(set))-int64(len(nodes)), 0))
 }
 
 // Server implements the CloudProvider service over NodeSets.
@@ -587,12 +586,25 @@ func (s *Server) NodeGroupIncreaseSize(ctx context.Context, req *protos.NodeGrou
 func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
 	var victims, stale []string
 	err := s.update(ctx, req.GetId(), func(set *nodesetv1alpha1.NodeSet) error {
+		machines := 0 // victims with a machine (a provider ID)
 		nodes, err := s.setNodes(set)
 		if err != nil {
 			return err
 		}
 		listed := plan.DeleteList(set)
-		victims, stale = victims[:0], stale[:0]
+		victims, stale, machines = victims[:0], stale[:0], 0
+		// Replacements the controller owes for Nodes being deleted that
+		// spec.replicas still counts (deleted by hand, replaced,
+		// interrupted): one such Node named here is a replica fewer, as
+		// for any other Node. A Node deleted because replicas went down
+		// (more Nodes than replicas stay) is no replica any more.
+		var staying int32
+		for _, n := range nodes {
+			if n.DeletionTimestamp == nil && !listed[n.Name] {
+				staying++
+			}
+		}
+		owed := plan.Replicas(set) - staying
 		// Replicas without a Node go by lowering the count alone, as
 		// DecreaseTargetSize would: no Node is named.
 		unmade := map[string]bool{}
@@ -618,17 +630,31 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 			if err != nil {
 				return err
 			}
-			if node.DeletionTimestamp != nil || listed[node.Name] {
+			if listed[node.Name] {
 				continue // already going: no second decrement
+			}
+			if node.DeletionTimestamp != nil {
+				if owed <= 0 {
+					continue // going, and no replica of spec.replicas
+				}
+				owed--
 			}
 			listed[node.Name] = true
 			victims = append(victims, node.Name)
+			if node.Spec.ProviderID != "" {
+				machines++
+			}
 		}
 		if len(victims) > 0 {
 			if err := s.unmanaged(set); err != nil {
 				return err
 			}
-			if plan.RollingOut(set, nodes) {
+			// A Node with no machine (a create that failed, or one that
+			// never registered) drains nothing and is no available node
+			// of the rollout: it goes also while the set rolls out, or
+			// cluster-autoscaler, which deletes such instances in every
+			// loop, would keep it and its replica for the whole rollout.
+			if machines > 0 && plan.RollingOut(set, nodes) {
 				return status.Errorf(codes.FailedPrecondition, "NodeSet %s is rolling out its nodes; scale-down waits until the rollout is complete", GroupID(set))
 			}
 		}
