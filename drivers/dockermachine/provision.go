@@ -216,8 +216,9 @@ func (d *Driver) provisionSSH(ctx context.Context, p Plugin, record *Record, joi
 		if other != nil {
 			// The tenant is told no more than that: which machine of
 			// which namespace has the host is the admin's to read.
+			// The address is the plugin's text: it may quote a credential.
 			klog.FromContext(ctx).Info("Refused a machine the host of another namespace's machine", "machine", name,
-				"namespace", record.Owner.Namespace, "address", address, "hostOf", other.Name, "hostOfNamespace", other.Owner.Namespace)
+				"namespace", record.Owner.Namespace, "address", credentialValues.String(address), "hostOf", other.Name, "hostOfNamespace", other.Owner.Namespace)
 			return fmt.Errorf("machine %s: not sending the join script to %s: the host there shows the SSH host key of a machine "+
 				"that is not of this NodeSet's namespace; a NodeSet may not take another tenant's host "+
 				"(point the machine at another host; the node controller's log names the machine that has it)", name, address)

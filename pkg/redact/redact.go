@@ -11,9 +11,12 @@
 package redact
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
+	"html"
 	"net/url"
 	"slices"
 	"sort"
@@ -88,7 +91,12 @@ func forms(value string) []string {
 		}
 		// In a URL: a query string, a path segment, userinfo.
 		userinfo := strings.TrimPrefix(url.UserPassword("", v).String(), ":")
-		for _, escaped := range []string{url.QueryEscape(v), url.PathEscape(v), userinfo} {
+		// In markup: an XML body (a SOAP request a plugin dumps), an HTML
+		// error page; quotes as numeric or named entities.
+		var x bytes.Buffer
+		_ = xml.EscapeText(&x, []byte(v))
+		named := strings.NewReplacer("&#34;", "&quot;", "&#39;", "&apos;").Replace(html.EscapeString(v))
+		for _, escaped := range []string{url.QueryEscape(v), url.PathEscape(v), userinfo, html.EscapeString(v), x.String(), named} {
 			if escaped != v && !slices.Contains(out, escaped) {
 				out = append(out, escaped)
 			}
@@ -99,8 +107,15 @@ func forms(value string) []string {
 		add(trimmed, MinValue)
 	}
 	if len(strings.TrimSpace(value)) >= MinValue {
-		out = append(out, base64.StdEncoding.EncodeToString([]byte(value)), base64.RawURLEncoding.EncodeToString([]byte(value)))
-		out = append(out, base64Inside(value)...)
+		// The value as it is and without its white space (a file's final
+		// newline, which what uses the value often drops before encoding it).
+		for _, v := range []string{value, strings.TrimSpace(value)} {
+			for _, encoded := range append([]string{base64.StdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v))}, base64Inside(v)...) {
+				if !slices.Contains(out, encoded) {
+					out = append(out, encoded)
+				}
+			}
+		}
 	}
 	if strings.ContainsAny(value, "\r\n") {
 		for _, line := range strings.FieldsFunc(value, func(r rune) bool { return r == '\n' || r == '\r' }) {

@@ -1,10 +1,13 @@
 package redact
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"html"
 	"net/url"
 	"strings"
 	"testing"
@@ -122,5 +125,43 @@ func TestCut(t *testing.T) {
 		assert.True(t, utf8.ValidString(got), got)
 		assert.True(t, strings.HasSuffix(got, " ... (cut)"), got)
 		assert.True(t, strings.HasPrefix(text, strings.TrimSuffix(got, " ... (cut)")), got)
+	}
+}
+
+// TestBase64OfTrimmedValue: a Secret made from a file holds the value with
+// the file's final newline, and what uses it often takes it without (the
+// AWS drivers trim every key, a plugin trims its flag). The value without
+// its white space, base64-encoded alone or with other text around it (an
+// HTTP Basic Authorization header in a plugin's debug dump), is found too.
+func TestBase64OfTrimmedValue(t *testing.T) {
+	const password = "Pl4nted-vCenter-Passw0rd"
+	creds := map[string][]byte{"password": []byte(password + "\n")}
+	for _, user := range []string{"", "a:", "ab:", "abc:"} { // each offset of the value in its 3-byte groups
+		for name, enc := range map[string]*base64.Encoding{"std": base64.StdEncoding, "raw std": base64.RawStdEncoding, "raw url": base64.RawURLEncoding} {
+			blob := enc.EncodeToString([]byte(user + password))
+			got := New(creds).String("> Authorization: Basic " + blob)
+			assert.Contains(t, got, "[redacted:password]", "%s, user %q: %s", name, user, got)
+			for _, needle := range base64Inside(password) {
+				assert.False(t, strings.Contains(got, needle), "%s, user %q: %s", name, user, got)
+			}
+		}
+	}
+}
+
+// TestMarkupEscaped: a credential quoted in XML (the body of a SOAP login a
+// plugin dumps at its debug level) or in an HTML error page is escaped
+// there: & < > ' " as entities.
+func TestMarkupEscaped(t *testing.T) {
+	const password = `Tr0ub4dor&3<x>"q'`
+	creds := map[string][]byte{"password": []byte(password)}
+	var b bytes.Buffer
+	_ = xml.EscapeText(&b, []byte(password))
+	for name, text := range map[string]string{
+		"xml":  "<Login><userName>admin</userName><password>" + b.String() + "</password></Login>",
+		"html": "<p>Bad password " + html.EscapeString(password) + "</p>",
+	} {
+		got := New(creds).String(text)
+		assert.Contains(t, got, "[redacted:password]", "%s: %s", name, got)
+		assert.NotContains(t, got, "Tr0ub4dor", "%s: %s", name, got)
 	}
 }
