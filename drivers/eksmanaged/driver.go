@@ -455,8 +455,14 @@ func (d *Driver) tagTemplateHash(ctx context.Context, api API, ng *ekstypes.Node
 		return nil
 	}
 	_, err := api.EKS.TagResource(ctx, &eks.TagResourceInput{ResourceArn: ng.NodegroupArn, Tags: map[string]string{awscloud.TagTemplateHash: hash}})
+	what := "tagging node group " + aws.ToString(ng.NodegroupName) + " with its template hash"
+	if awscloud.IsCode(err, "ResourceNotFoundException") {
+		// The group went since it was described: nothing is said of the
+		// template, and the next sync finds the group gone.
+		return awscloud.Classify(what, err)
+	}
 	if err != nil {
-		return classify("tagging node group "+aws.ToString(ng.NodegroupName)+" with its template hash", err)
+		return classify(what, err)
 	}
 	if ng.Tags == nil {
 		ng.Tags = map[string]string{}

@@ -215,6 +215,8 @@ type fakeEKS struct {
 	// refuses is a Kubernetes version EKS refuses for the node groups
 	// (one above the cluster's).
 	refuses string
+	// tagging, when set, answers TagResource in place of the fake.
+	tagging func(*eks.TagResourceInput) error
 }
 
 func resourceInUse() error {
@@ -295,6 +297,11 @@ func (f *fakeEKS) UpdateNodegroupConfig(_ context.Context, in *eks.UpdateNodegro
 
 func (f *fakeEKS) TagResource(_ context.Context, in *eks.TagResourceInput, _ ...func(*eks.Options)) (*eks.TagResourceOutput, error) {
 	f.call("TagResource")
+	if f.tagging != nil {
+		if err := f.tagging(in); err != nil {
+			return nil, err
+		}
+	}
 	for _, ng := range f.groups {
 		if aws.ToString(ng.NodegroupArn) == aws.ToString(in.ResourceArn) {
 			for k, v := range in.Tags {
@@ -469,6 +476,31 @@ func TestValidateCloudChecksTheClusterAndSubnets(t *testing.T) {
 	err = d.ValidateCloud(ctx, class)
 	require.ErrorIs(t, err, drivers.ErrInvalidConfiguration)
 	assert.ErrorContains(t, err, "spec.eksManagedNodeGroup.subnets subnet-0123456789abcdef0: invalid configuration: InvalidSubnetID.NotFound")
+}
+
+// TestAGroupGoneWhileTaggedIsNoRefusedTemplate: a node group deleted
+// between the describe and the tag (by hand, or by its NodeSet's deletion)
+// answers TagResource with ResourceNotFoundException. That says nothing of
+// the template, which must not be marked refused: the error is one to
+// retry, and the next sync finds the group gone.
+func TestAGroupGoneWhileTaggedIsNoRefusedTemplate(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	fake.groups["ng"].Version = aws.String("1.37")
+	group := drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 2, MaxReplicas: 5, TemplateHash: "h1"}
+	_, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+
+	fake.tagging = func(*eks.TagResourceInput) error {
+		delete(fake.groups, "ng")
+		return &smithy.GenericAPIError{Code: "ResourceNotFoundException", Message: "No node group found for name: ng.", Fault: smithy.FaultClient}
+	}
+	fake.calls, group.TemplateHash = nil, "h2"
+	_, err = d.EnsureGroup(ctx, group)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, drivers.ErrInvalidConfiguration, "a group gone is no refusal of its template")
+	assert.ErrorContains(t, err, "ResourceNotFoundException")
+	require.Contains(t, fake.calls, "TagResource", "the test reached the tag")
 }
 
 // TestTemplateHashTagFollowsTheConfiguration: the node group's
