@@ -45,6 +45,32 @@ func (o Owner) Matches(want Owner) bool {
 	return o.Cluster == want.Cluster && o.Namespace == want.Namespace && o.Name == want.Name && (o.UID == "" || o.UID == want.UID)
 }
 
+// NamedTo names the NodeSet o in text shown to whoever acts for viewer
+// (status, Events and errors a tenant reads): a NodeSet of viewer's own
+// cluster and namespace, or any when viewer is a static Node's (an
+// admin's), by namespace, name and UID; another namespace's or another
+// cluster's only as such, for a tenant must not learn another tenant's
+// objects from its own set's messages. The resource's owner tags still
+// name it for the admin.
+func (o Owner) NamedTo(viewer Owner) string {
+	switch {
+	case o.Namespace == "" && o.Name == "":
+		return "a static Node"
+	case viewer.Namespace != "" && o.Cluster != viewer.Cluster:
+		return "a NodeSet of another cluster"
+	case viewer.Namespace != "" && o.Namespace != viewer.Namespace:
+		return "a NodeSet of another namespace"
+	}
+	name := "NodeSet " + o.Namespace + "/" + o.Name
+	if o.UID != "" {
+		name += " (UID " + string(o.UID) + ")"
+	}
+	if o.Cluster != "" {
+		name += " of cluster " + o.Cluster
+	}
+	return name
+}
+
 // Class is the effective configuration of a machine: the NodeClass's driver
 // section with the NodeSet's permitted overrides merged in.
 type Class struct {

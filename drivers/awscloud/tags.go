@@ -52,7 +52,9 @@ func OwnerFromTagMap(tags map[string]string) drivers.Owner {
 // again under its old name (the orphan collection deletes the old UID's
 // group with whatever runs in it), two names cut to one prefix whose hashes
 // collide, a group made by hand. Acting on it would resize it, give it
-// another launch template and report its instances as want's.
+// another launch template and report its instances as want's. The error
+// names the other owner only when it is of want's own namespace
+// (Owner.NamedTo): want's tenant reads it.
 func CheckOwner(kind, name string, have, want drivers.Owner) error {
 	if have.Matches(want) {
 		return nil
@@ -61,9 +63,9 @@ func CheckOwner(kind, name string, have, want drivers.Owner) error {
 		return fmt.Errorf("%s %s exists but nodeset did not make it (it has no %s, %s and %s tags): it is left alone, and NodeSet %s/%s gets no group while it exists",
 			kind, name, TagCluster, TagNamespace, TagNodeSet, want.Namespace, want.Name)
 	}
-	return fmt.Errorf("%s %s belongs to NodeSet %s/%s (UID %s) of cluster %s, not to NodeSet %s/%s (UID %s) of cluster %s: it is left alone "+
+	return fmt.Errorf("%s %s belongs to %s, not to %s: it is left alone "+
 		"(once its own NodeSet is gone, the orphan collection deletes it)",
-		kind, name, have.Namespace, have.Name, have.UID, have.Cluster, want.Namespace, want.Name, want.UID, want.Cluster)
+		kind, name, have.NamedTo(want), want.NamedTo(want))
 }
 
 // MaxTags is how many tags a class (with its NodeSet's) may add: AWS allows

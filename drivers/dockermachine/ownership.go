@@ -131,26 +131,19 @@ func notTheNodes(record Record, machine drivers.Machine, plugin string) error {
 	}
 	return fmt.Errorf("machine %s exists and is not this Node's: it was made with %s; this Node asks for %s. "+
 		"Its Node was deleted without it; deleting this Node removes that machine, and a Node made again after gets one of its own",
-		record.Name, describeMachine(record.Plugin, record.Class, record.Owner), describeMachine(plugin, machine.Class.Name, machine.Owner))
+		record.Name, describeMachine(record.Plugin, record.Class, record.Owner, machine.Owner),
+		describeMachine(plugin, machine.Class.Name, machine.Owner, machine.Owner))
 }
 
-// describeMachine names a machine's plugin, class and owner.
-func describeMachine(plugin, class string, owner drivers.Owner) string {
+// describeMachine names a machine's plugin, class and owner, as told to
+// whoever acts for viewer: another namespace's NodeSet is not named to a
+// tenant (Owner.NamedTo). Every user may read NodeClasses.
+func describeMachine(plugin, class string, owner, viewer drivers.Owner) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "plugin %s", BinaryName(plugin))
 	if class != "" {
 		fmt.Fprintf(&b, ", class %s", class)
 	}
-	if owner.Namespace == "" && owner.Name == "" {
-		b.WriteString(", for a static Node")
-	} else {
-		fmt.Fprintf(&b, ", for NodeSet %s/%s", owner.Namespace, owner.Name)
-		if owner.UID != "" {
-			fmt.Fprintf(&b, " (UID %s)", owner.UID)
-		}
-	}
-	if owner.Cluster != "" {
-		fmt.Fprintf(&b, " of cluster %s", owner.Cluster)
-	}
+	fmt.Fprintf(&b, ", for %s", owner.NamedTo(viewer))
 	return b.String()
 }

@@ -33,10 +33,15 @@ func TestAMachineIsNeverHandedToAnotherNode(t *testing.T) {
 		// same plugin, in another directory).
 		otherClass bool
 		want       string
+		// unnamed is what the error must not say: another tenant's
+		// namespace, which the second Node's tenant reads.
+		unnamed string
 	}{
 		{name: "a static Node made again for another class", first: drivers.Owner{Cluster: "c"}, second: drivers.Owner{Cluster: "c"},
 			otherClass: true, want: "class dm-a"},
-		{name: "a Node of another NodeSet", first: web, second: drivers.Owner{Cluster: "c", Namespace: "team-b", Name: "web", UID: "uid-2"},
+		{name: "a Node of another namespace's NodeSet", first: web, second: drivers.Owner{Cluster: "c", Namespace: "team-b", Name: "web", UID: "uid-2"},
+			want: "for a NodeSet of another namespace", unnamed: "team-a"},
+		{name: "a Node of another NodeSet of the namespace", first: web, second: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "api", UID: "uid-2"},
 			want: "NodeSet team-a/web"},
 		{name: "a Node of a NodeSet made again under its name", first: web, second: drivers.Owner{Cluster: "c", Namespace: "team-a", Name: "web", UID: "uid-3"},
 			want: "uid-1"},
@@ -73,6 +78,9 @@ func TestAMachineIsNeverHandedToAnotherNode(t *testing.T) {
 			assert.Contains(t, err.Error(), "is not this Node's")
 			assert.Contains(t, err.Error(), tt.want)
 			assert.NotContains(t, err.Error(), "s3cret-token")
+			if tt.unnamed != "" {
+				assert.NotContains(t, err.Error(), tt.unnamed)
+			}
 			now, err := fakeplugin.Machines(dirA)
 			require.NoError(t, err)
 			assert.Equal(t, made, now, "the machine left behind is kept as it was")
