@@ -13,6 +13,7 @@ package redact
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -103,14 +104,18 @@ func forms(value string) []string {
 		}
 	}
 	add(value, MinValue)
-	if trimmed := strings.TrimSpace(value); trimmed != value {
+	trimmed := strings.TrimSpace(value)
+	if trimmed != value {
 		add(trimmed, MinValue)
 	}
-	if len(strings.TrimSpace(value)) >= MinValue {
+	if len(trimmed) >= MinValue {
 		// The value as it is and without its white space (a file's final
-		// newline, which what uses the value often drops before encoding it).
-		for _, v := range []string{value, strings.TrimSpace(value)} {
-			for _, encoded := range append([]string{base64.StdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v))}, base64Inside(v)...) {
+		// newline, which what uses the value often drops before encoding
+		// it), in base64 and in hex (a byte dump, in either case).
+		for _, v := range []string{value, trimmed} {
+			hexed := hex.EncodeToString([]byte(v))
+			encoded := []string{base64.StdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)), hexed, strings.ToUpper(hexed)}
+			for _, encoded := range append(encoded, base64Inside(v)...) {
 				if !slices.Contains(out, encoded) {
 					out = append(out, encoded)
 				}

@@ -165,3 +165,22 @@ func TestMarkupEscaped(t *testing.T) {
 		assert.NotContains(t, got, "Tr0ub4dor", "%s: %s", name, got)
 	}
 }
+
+// TestHexDumped: a credential in a byte dump (a request body a plugin
+// prints with %x or %X at its debug level), as stored and without the
+// Secret file's final newline.
+func TestHexDumped(t *testing.T) {
+	const secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	creds := map[string][]byte{"secret": []byte(secret + "\n")}
+	for name, text := range map[string]string{
+		"lower":         fmt.Sprintf("body=%x", secret),
+		"upper":         fmt.Sprintf("body=%X;", secret),
+		"with newline":  fmt.Sprintf("body=%x", secret+"\n"),
+		"inside a line": fmt.Sprintf("POST / 7b22%x227d", secret),
+	} {
+		got := New(creds).String(text)
+		assert.Contains(t, got, "[redacted:secret]", "%s: %s", name, got)
+		assert.NotContains(t, got, fmt.Sprintf("%x", secret[:8]), "%s: %s", name, got)
+		assert.NotContains(t, got, fmt.Sprintf("%X", secret[:8]), "%s: %s", name, got)
+	}
+}
