@@ -776,11 +776,11 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 	removeCtx, cancel := bounded(ctx, d.timeouts.remove, "removing the machine")
 	defer cancel()
 	err = d.withPlugin(removeCtx, record.Plugin, record.Config, func(p Plugin) error {
-		if _, err := p.GetState(); err != nil && !record.Created && machineGone(err) {
-			return nil // Create never finished and the plugin does not know the machine
-		}
-		// Otherwise the plugin knows the machine, or could not say (its
-		// API is down): the record stays until Remove succeeds.
+		// Remove, even when Create never finished and the plugin says the
+		// machine does not exist: a driver makes other things before the
+		// machine (azure its network interface, public IP and security
+		// group, amazonec2 its key pair), which only its Remove deletes.
+		// The record stays until Remove succeeds.
 		removeErr := p.Remove()
 		if removeErr == nil || removeCtx.Err() != nil {
 			return removeErr

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -128,5 +129,45 @@ func TestACloudThatCannotBeReachedIsNoGoneMachine(t *testing.T) {
 		assert.NotContains(t, store.records, name)
 		assert.Empty(t, machineFiles(t, dir))
 	}
+	assertNoPluginLeft(t)
+}
+
+// TestDeletingAHalfCreatedMachineRemovesWhatItMade: a plugin's Create makes
+// other things before the machine itself (azure its network interface,
+// public IP and security group, named after the machine; amazonec2 its key
+// pair) and the attempt stops before the machine exists. Its Node is then
+// deleted rather than tried again. The plugin says the machine does not
+// exist, but its Remove still deletes what Create made; skipping it would
+// leave those behind with no record to find them by.
+func TestDeletingAHalfCreatedMachineRemovesWhatItMade(t *testing.T) {
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, map[string]string{"fake-nic": "true", "fake-hang-create": "true"})
+	nic := filepath.Join(dir, "half.nic")
+	attempt, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Create(attempt, drivers.Machine{Name: "half", Class: class})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "half.hanging"))
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the plugin's Create started")
+	stop()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Create did not return after its context was canceled")
+	}
+	require.Contains(t, store.records, "half")
+	require.False(t, store.records["half"].Created)
+	require.FileExists(t, nic, "Create made the network interface before it stopped")
+	require.Empty(t, machineFiles(t, dir), "and no machine")
+
+	require.NoError(t, d.Delete(context.Background(), class, "half"))
+	assert.NotContains(t, store.records, "half")
+	assert.NoFileExists(t, nic, "Delete removed what the unfinished Create made")
 	assertNoPluginLeft(t)
 }

@@ -63,7 +63,6 @@ func TestAHungPluginCallIsBounded(t *testing.T) {
 		// A driver of its own: the flags are asked only once per binary.
 		{"flags, validating the class", fakeplugin.HangFlags, func() error { return bounded().Validate(ctx, class) }},
 		{"state", fakeplugin.HangState, func() error { _, err := d.Get(ctx, class, "m1"); return err }},
-		{"state, deleting", fakeplugin.HangState, func() error { return d.Delete(ctx, class, "m1") }},
 		{"remove", fakeplugin.HangRemove, func() error { return d.Delete(ctx, class, "m1") }},
 		{"pre-create check, at the registration timeout", fakeplugin.HangPreCreateCheck, func() error {
 			_, err := d.Create(ctx, drivers.Machine{Name: "m2", Class: quick})

@@ -24,7 +24,11 @@
 // fake-cloud-ids has Create give the machine an id of its own, kept in the
 // saved configuration, by which alone GetState and Remove find it;
 // fake-fail-after-create fails Create once the machine exists (a driver
-// whose wait for the new machine fails), and fake-outage names a file
+// whose wait for the new machine fails), fake-nic has Create make the
+// machine's network interface (<fake-dir>/<name>.nic) before the machine,
+// as azure does, which GetState does not look at and Remove deletes when it
+// exists (and then takes a machine that does not exist as removed, as
+// azure's does), and fake-outage names a file
 // while which exists every GetState and Remove fails (an API outage), with
 // the file's contents as the error when it has any. A file
 // <StorePath>/fake-crash-flags makes the plugin crash once, asked for its
@@ -99,6 +103,8 @@ type Driver struct {
 	MachineID       string
 	FailAfterCreate bool
 	OutageFile      string
+	// NIC: Create makes the machine's network interface first.
+	NIC bool
 }
 
 // New returns an unconfigured plugin driver.
@@ -175,6 +181,7 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		mcnflag.BoolFlag{Name: "fake-cloud-ids", Usage: "find machines by the id Create gives them, not by name"},
 		mcnflag.BoolFlag{Name: "fake-fail-after-create", Usage: "fail every Create once the machine exists"},
 		mcnflag.StringFlag{Name: "fake-outage", Usage: "a file while which exists every GetState and Remove fails"},
+		mcnflag.BoolFlag{Name: "fake-nic", Usage: "make a network interface before the machine"},
 	}
 }
 
@@ -209,6 +216,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.CloudIDs = opts.Bool("fake-cloud-ids")
 	d.FailAfterCreate = opts.Bool("fake-fail-after-create")
 	d.OutageFile = opts.String("fake-outage")
+	d.NIC = opts.Bool("fake-nic")
 	return nil
 }
 
@@ -257,6 +265,11 @@ func (d *Driver) Create() error {
 			fmt.Fprintf(&page, "<p>request refused for token=%s</p>\n", d.Token)
 		}
 		return errors.New(page.String())
+	}
+	if d.NIC {
+		if err := os.WriteFile(d.nicPath(), []byte(d.MachineName), 0o600); err != nil {
+			return err
+		}
 	}
 	if d.HangCreate {
 		if d.HangChild {
@@ -388,10 +401,23 @@ func (d *Driver) Remove() error {
 		}
 		return fmt.Errorf("fake: cannot remove machine %s", d.MachineName)
 	}
+	if d.NIC {
+		if err := os.Remove(d.nicPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("fake: removing the network interface of machine %s: %w", d.MachineName, err)
+		}
+		if _, err := os.Stat(d.path()); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
 	if err := os.Remove(d.path()); err != nil {
 		return fmt.Errorf("fake: removing machine %s: %w", d.MachineName, err)
 	}
 	return d.logCall("remove")
+}
+
+// nicPath is the file of the machine's network interface (fake-nic).
+func (d *Driver) nicPath() string {
+	return filepath.Join(d.Dir, d.MachineName+".nic")
 }
 
 // Call is one machine the plugin made or removed: when, for which process
