@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -698,7 +699,7 @@ func (d *Driver) saveConfig(ctx context.Context, p Plugin, record *Record) {
 // other failure keeps the record, and the next attempt tries again.
 func (d *Driver) undoCreate(ctx context.Context, p Plugin, record Record) error {
 	if removeErr := p.Remove(); removeErr != nil {
-		if _, stateErr := p.GetState(); stateErr == nil || !machineGone(stateErr) {
+		if _, stateErr := p.GetState(); stateErr == nil || !machineGone(stateErr, record.Name) {
 			return removeErr
 		}
 	}
@@ -788,7 +789,7 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 		// An earlier Remove may have succeeded just before the node
 		// controller stopped, leaving the record: a plugin that says the
 		// machine does not exist has nothing left to remove.
-		if _, stateErr := p.GetState(); stateErr != nil && machineGone(stateErr) {
+		if _, stateErr := p.GetState(); stateErr != nil && machineGone(stateErr, name) {
 			klog.FromContext(ctx).Info("Plugin no longer knows the machine; forgetting its record", "machine", name,
 				"removeError", d.scrubbed(name, removeErr).Error(), "stateError", d.scrubbed(name, stateErr).Error())
 			return nil
@@ -815,15 +816,32 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 var goneMarkers = []string{"not found", "does not exist", "doesn't exist", "no such", "notfound", "not exist"}
 
 // unaskedMarkers are what an error says when the plugin could not ask its
-// cloud at all (a name that does not resolve, a tool or a file of its own
-// that is missing), in words that would otherwise read as "gone": such an
-// error says nothing of the machine.
-var unaskedMarkers = []string{"no such host", "executable file not found", "no such file or directory", "file does not exist"}
+// cloud at all, in words that would otherwise read as "gone": a name that
+// does not resolve, a tool or a file of its own that is missing, or
+// credentials the cloud did not take (rancher/machine's azure, whose
+// service principal was deleted: "azure.BearerAuthorizer#WithAuthorization:
+// ... unauthorized_client ... AADSTS700016: Application with identifier
+// '...' was not found in the directory"; its tenant lookup: "Failed to
+// authenticate using client credentials: Header WWW-Authenticate not found";
+// an AWS key deleted: "InvalidAccessKeyId: The AWS Access Key Id you
+// provided does not exist in our records"). Such an error says nothing of
+// the machine.
+var unaskedMarkers = []string{"no such host", "executable file not found", "no such file or directory", "file does not exist",
+	"authenticat", "authoriz", "credential", "access key", "aadsts", "forbidden", "permission", "access denied", "accessdenied",
+	"security token", "api key", "apikey"}
 
-func machineGone(err error) bool {
+// machineGone reports whether err, a plugin's answer about machine name,
+// says the machine does not exist. The name itself is no word of the
+// answer: a machine named after a credential or a login is judged by what
+// is said of it.
+func machineGone(err error, name string) bool {
 	msg := strings.ToLower(err.Error())
+	unasked := msg
+	if name := strings.ToLower(name); name != "" && !slices.ContainsFunc(unaskedMarkers, func(m string) bool { return strings.Contains(m, name) }) {
+		unasked = strings.ReplaceAll(msg, name, "")
+	}
 	for _, m := range unaskedMarkers {
-		if strings.Contains(msg, m) {
+		if strings.Contains(unasked, m) {
 			return false
 		}
 	}

@@ -565,7 +565,24 @@ func TestMachineGone(t *testing.T) {
 		"RequestLimitExceeded: Request limit exceeded":             false,
 		"dial tcp 10.0.0.1:443: connection refused":                false,
 		"unexpected EOF": false,
+		// Credentials the cloud did not take say nothing of the machine.
+		`azure.BearerAuthorizer#WithAuthorization: Failed to refresh the Token for request: StatusCode=400 -- Original Error: adal: Refresh request failed. Status Code = '400'. Response body: {"error":"unauthorized_client","error_description":"AADSTS700016: Application with identifier '0f0e' was not found in the directory 'contoso'."}`: false,
+		"Failed to authenticate using client credentials: Header WWW-Authenticate not found in Get Subscription response":                                       false,
+		"InvalidAccessKeyId: The AWS Access Key Id you provided does not exist in our records.":                                                                 false,
+		`Status=404 Code="ResourceNotFound" Message="The Resource 'Microsoft.Compute/virtualMachines/m1' under resource group 'docker-machine' was not found."`: true,
 	} {
-		assert.Equal(t, gone, machineGone(errors.New(msg)), msg)
+		assert.Equal(t, gone, machineGone(errors.New(msg), "m1"), msg)
+	}
+	// A machine's name is not what is said of it.
+	for _, tt := range []struct {
+		name, msg string
+		gone      bool
+	}{
+		{"credentials-7xk2p", "fake: machine credentials-7xk2p not found", true},
+		{"login-authorized-1", "instance login-authorized-1 does not exist", true},
+		{"credentials-7xk2p", "fake: machine credentials-7xk2p not found: AuthFailure: credentials not accepted", false},
+		{"host", "lookup api.test: no such host", false},
+	} {
+		assert.Equal(t, tt.gone, machineGone(errors.New(tt.msg), tt.name), "%s: %s", tt.name, tt.msg)
 	}
 }

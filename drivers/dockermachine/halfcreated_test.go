@@ -101,9 +101,10 @@ func TestSSHEndpointIsScrubbed(t *testing.T) {
 
 // TestACloudThatCannotBeReachedIsNoGoneMachine: a plugin that cannot reach
 // its cloud (its API's name does not resolve, a tool it runs is missing, a
-// file it reads is gone) cannot say that a machine does not exist, however
-// its error is worded; the machine's record stays, and the machine is
-// removed once the cloud answers.
+// file it reads is gone, its cloud does not take its credentials) cannot
+// say that a machine does not exist, however its error is worded; the
+// machine's record stays, and the machine is removed once the cloud
+// answers.
 func TestACloudThatCannotBeReachedIsNoGoneMachine(t *testing.T) {
 	ctx := context.Background()
 	d, store, _ := newDriver(t)
@@ -114,6 +115,15 @@ func TestACloudThatCannotBeReachedIsNoGoneMachine(t *testing.T) {
 		`Post "https://api.fake.test/v1/machines": dial tcp: lookup api.fake.test on 10.96.0.10:53: no such host`,
 		`exec: "fakectl": executable file not found in $PATH`,
 		`open /var/lib/nodeset/docker-machine/machines/m/nodeset-credentials/fake-cacert: no such file or directory`,
+		// rancher/machine's azure once its service principal is deleted,
+		// and once its tenant cannot be looked up.
+		`compute.VirtualMachinesClient#InstanceView: Failure preparing request: StatusCode=0 -- Original Error: azure.BearerAuthorizer#WithAuthorization: ` +
+			`Failed to refresh the Token for request to https://management.azure.com/subscriptions/0000/resourceGroups/docker-machine/providers/Microsoft.Compute/virtualMachines/cloud-3/instanceView: ` +
+			`StatusCode=400 -- Original Error: adal: Refresh request failed. Status Code = '400'. Response body: ` +
+			`{"error":"unauthorized_client","error_description":"AADSTS700016: Application with identifier '0f0e' was not found in the directory 'contoso'."}`,
+		`Failed to authenticate using client credentials: Header WWW-Authenticate not found in Get Subscription response`,
+		// An AWS access key that was deleted.
+		`InvalidAccessKeyId: The AWS Access Key Id you provided does not exist in our records.`,
 	}
 	for i, failure := range failures {
 		name := fmt.Sprintf("cloud-%d", i)
