@@ -269,3 +269,69 @@ func TestAmazonEC2OptionsATenantCannotOverride(t *testing.T) {
 	}
 	assertNoPluginLeft(t)
 }
+
+// TestAnAmazonEC2CreateStoppedBeforeLaunchIsRemovedOnDelete: amazonec2's
+// Create imports a key pair before it launches the instance. An attempt
+// that stops in between (RunInstances held back until the plugin is gone)
+// leaves a record whose configuration names the key pair and no instance;
+// its Node is then deleted, not tried again. Asked for the state of an
+// instance it has no id of, amazonec2 answers with moto's
+// InvalidInstanceID.NotFound ("The instance ID ... does not exist", for
+// the empty id); its Remove deletes a key pair whose instance was never
+// made ("we may have generated a key but failed to create an instance"),
+// so Delete must call it even though the instance cannot be found.
+func TestAnAmazonEC2CreateStoppedBeforeLaunchIsRemovedOnDelete(t *testing.T) {
+	ctx := context.Background()
+	var hold atomic.Bool
+	cloud := framework.StartMotoEC2(t, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
+		if form.Get("Action") != "RunInstances" || !hold.Load() {
+			return false
+		}
+		<-r.Context().Done()
+		return true
+	})
+	ec2c := cloud.EC2
+	d, store, _ := newDriver(t)
+	class := amazonEC2Class(cloud)
+	keyPairs := func() []string {
+		out, err := ec2c.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{})
+		require.NoError(t, err)
+		var names []string
+		for _, k := range out.KeyPairs {
+			names = append(names, aws.ToString(k.KeyName))
+		}
+		return names
+	}
+
+	hold.Store(true)
+	attempt, stop := context.WithCancel(ctx)
+	created := make(chan error, 1)
+	go func() {
+		_, err := d.Create(attempt, drivers.Machine{Name: "ec2-early", Class: class})
+		created <- err
+	}()
+	var imported string
+	require.Eventually(t, func() bool {
+		if names := keyPairs(); len(names) == 1 {
+			imported = names[0]
+		}
+		return imported != ""
+	}, time.Minute, 50*time.Millisecond, "the key pair is imported")
+	require.Eventually(t, func() bool {
+		r, _ := store.Get(ctx, "ec2-early")
+		return strings.Contains(string(r.Config), imported)
+	}, 30*time.Second, 50*time.Millisecond, "the record learns the key pair while Create waits")
+	stop()
+	require.Error(t, <-created)
+	hold.Store(false)
+	require.Empty(t, liveInstances(t, ec2c), "no instance was launched")
+	r, err := store.Get(ctx, "ec2-early")
+	require.NoError(t, err)
+	require.False(t, r.Created)
+
+	require.NoError(t, d.Delete(ctx, class, "ec2-early"))
+	assert.Empty(t, keyPairs(), "the key pair of the stopped attempt is deleted")
+	_, err = store.Get(ctx, "ec2-early")
+	assert.ErrorIs(t, err, drivers.ErrNotFound)
+	assertNoPluginLeft(t)
+}
