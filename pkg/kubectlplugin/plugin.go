@@ -211,8 +211,18 @@ func valid(class *nodesetv1alpha1.NodeClass) string {
 	return string(cond.Status)
 }
 
-// allowed says whether namespace may use class, as the controller decides.
+// allowed says whether namespace may use class for a new NodeSet, as the
+// controller decides: a class being deleted takes none, from any namespace.
 func allowed(class *nodesetv1alpha1.NodeClass, namespace string, nsLabels labels.Set, nsErr error) string {
+	verdict := allowedNamespace(class, namespace, nsLabels, nsErr)
+	if class.DeletionTimestamp != nil && !strings.HasPrefix(verdict, "no") {
+		return "no (being deleted)"
+	}
+	return verdict
+}
+
+// allowedNamespace says whether the class's allowedNamespaces admit namespace.
+func allowedNamespace(class *nodesetv1alpha1.NodeClass, namespace string, nsLabels labels.Set, nsErr error) string {
 	a := class.Spec.AllowedNamespaces
 	if a == nil || a.From == "" || a.From == nodesetv1alpha1.NamespacesFromAll {
 		return "yes"

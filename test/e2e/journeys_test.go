@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -305,4 +306,56 @@ func TestJourneyDocsNameTestsThatExist(t *testing.T) {
 			assert.True(t, defined[m[1]], "%s names %s, which is no test of the repository", doc, m[1])
 		}
 	}
+}
+
+// TestJourneyPluginClassesTellsADeletedClassTakesNoNewSet: kubectl nodeset
+// classes answers "may this namespace use it" with no for a class being
+// deleted (it waits for its NodeSets to go and takes no new one), rather
+// than the yes its allowedNamespaces alone would give; a class the namespace
+// may not use reads no as before.
+func TestJourneyPluginClassesTellsADeletedClassTakesNoNewSet(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "plugin-deleting")
+	cs := clientset(t)
+	// A finalizer of the test's own holds the deleted class, as the
+	// controller's nodeset.dev/in-use does while NodeSets use it.
+	const hold = "e2e.nodeset.dev/hold"
+	newClass := func(name string, allowed *nodesetv1alpha1.AllowedNamespaces) {
+		_, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{hold}},
+			Spec: nodesetv1alpha1.NodeClassSpec{
+				Driver:            nodesetv1alpha1.DriverSimulated,
+				DriverSections:    nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{}},
+				AllowedNamespaces: allowed,
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = cs.NodesetV1alpha1().NodeClasses().Patch(context.Background(), name, types.JSONPatchType,
+				[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+			_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	suffix := ns[len("plugin-deleting-"):]
+	kept, deleting, elsewhere := "kept-"+suffix, "deleting-"+suffix, "elsewhere-"+suffix
+	newClass(kept, nil)
+	newClass(deleting, nil)
+	newClass(elsewhere, &nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"other"}})
+	for _, name := range []string{deleting, elsewhere} {
+		require.NoError(t, cs.NodesetV1alpha1().NodeClasses().Delete(ctx, name, metav1.DeleteOptions{}))
+	}
+
+	out := runPlugin(t, "-n", ns, "classes")
+	row := func(name string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, name+" ") {
+				return line
+			}
+		}
+		t.Fatalf("kubectl nodeset classes lists no %s:\n%s", name, out)
+		return ""
+	}
+	assert.Regexp(t, `\syes$`, row(kept))
+	assert.Regexp(t, `\sno \(being deleted\)$`, row(deleting), "a class being deleted takes no new NodeSet")
+	assert.Regexp(t, `\sno$`, row(elsewhere), "a class for other namespaces reads no, deleted or not")
 }
