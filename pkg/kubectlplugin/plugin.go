@@ -203,9 +203,12 @@ func capacity(class *nodesetv1alpha1.NodeClass) string {
 	return strings.Join(parts, ",")
 }
 
+// valid is the node controller's verdict on the class as it is now: Unknown
+// until it has judged the current generation, as the nodeset controller
+// waits for that verdict before it accepts a new NodeSet of the class.
 func valid(class *nodesetv1alpha1.NodeClass) string {
 	cond := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid)
-	if cond == nil {
+	if cond == nil || cond.ObservedGeneration != class.Generation {
 		return "Unknown"
 	}
 	return string(cond.Status)

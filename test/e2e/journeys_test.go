@@ -359,3 +359,52 @@ func TestJourneyPluginClassesTellsADeletedClassTakesNoNewSet(t *testing.T) {
 	assert.Regexp(t, `\sno \(being deleted\)$`, row(deleting), "a class being deleted takes no new NodeSet")
 	assert.Regexp(t, `\sno$`, row(elsewhere), "a class for other namespaces reads no, deleted or not")
 }
+
+// TestJourneyPluginClassesValidIsOfTheCurrentGeneration: the VALID column of
+// kubectl nodeset classes is the node controller's verdict on the class as it
+// is: after an edit it reads Unknown until that generation is judged (while
+// the nodeset controller accepts no new NodeSet of it), not the True of the
+// generation before.
+func TestJourneyPluginClassesValidIsOfTheCurrentGeneration(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "plugin-valid")
+	cs := clientset(t)
+	name := "valid-" + ns[len("plugin-valid-"):]
+	class, err := cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodesetv1alpha1.NodeClassSpec{
+			Driver:         nodesetv1alpha1.DriverSimulated,
+			DriverSections: nodesetv1alpha1.DriverSections{Simulated: &nodesetv1alpha1.SimulatedMachine{InstanceType: "sim.small"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	row := func() string {
+		t.Helper()
+		out := runPlugin(t, "-n", ns, "classes")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, name+" ") {
+				return line
+			}
+		}
+		t.Fatalf("kubectl nodeset classes lists no %s:\n%s", name, out)
+		return ""
+	}
+	assert.Regexp(t, `\sUnknown\s+yes$`, row(), "no verdict yet")
+
+	// The verdict on generation 1, written as the node controller writes it.
+	class.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionTrue,
+		Reason: "Valid", Message: "driver simulated accepts the configuration",
+		ObservedGeneration: class.Generation, LastTransitionTime: metav1.Now()}}
+	class, err = cs.NodesetV1alpha1().NodeClasses().UpdateStatus(ctx, class, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Regexp(t, `\sTrue\s+yes$`, row(), "the verdict on the current generation")
+
+	edited, err := cs.NodesetV1alpha1().NodeClasses().Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"spec":{"simulated":{"instanceType":"sim.large"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.Greater(t, edited.Generation, class.Generation)
+	assert.Regexp(t, `\sUnknown\s+yes$`, row(), "an edit not judged yet has no verdict")
+}
