@@ -491,7 +491,8 @@ type InterruptionSource interface {
 	// CompleteLifecycleAction lets the cloud go on terminating a machine it
 	// waits for; an action that is already over is not an error.
 	CompleteLifecycleAction(ctx context.Context, class Class, action LifecycleAction) error
-	// RecordLifecycleHeartbeat makes the cloud wait longer for a drain.
+	// RecordLifecycleHeartbeat makes the cloud wait longer for a drain; an
+	// action that is already over is not an error.
 	RecordLifecycleHeartbeat(ctx context.Context, class Class, action LifecycleAction) error
 	// LifecycleDeadline is when the drain of a machine of class, whose
 	// lifecycle action was announced at notice, must end: the class's own

@@ -460,7 +460,9 @@ func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Clas
 }
 
 // RecordLifecycleHeartbeat keeps the instance in Terminating:Wait for
-// another heartbeat timeout.
+// another heartbeat timeout. An action Auto Scaling no longer knows
+// (completed, or timed out: the instance goes on terminating) has nothing
+// left to keep waiting, and is not an error.
 func (d *Driver) RecordLifecycleHeartbeat(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
 	actions, err := d.lifecycleActions(ctx, class)
@@ -471,6 +473,12 @@ func (d *Driver) RecordLifecycleHeartbeat(ctx context.Context, class drivers.Cla
 		AutoScalingGroupName: aws.String(action.Group), LifecycleHookName: aws.String(action.Hook),
 		LifecycleActionToken: aws.String(action.Token), InstanceId: aws.String(action.MachineID),
 	})
+	if awscloud.IsCode(err, "ValidationError") {
+		// "No active Lifecycle Action found with token ...": the wait is
+		// over. As an error it would fail each look at the drain (every
+		// few seconds) with a call that cannot succeed.
+		return nil
+	}
 	return awscloud.Classify("recording a lifecycle heartbeat for "+action.MachineID, err)
 }
 
