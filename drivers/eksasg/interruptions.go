@@ -362,22 +362,22 @@ func (d *Driver) groupHeartbeatTimeout(ctx context.Context, class drivers.Class,
 	return fallback
 }
 
-// eventRegion is the region of an EventBridge event, else fallback.
+// eventRegion is the region of an EventBridge event when it is one the
+// SDK knows or fallback itself, else fallback. Each region read gets AWS
+// clients of its own, kept for the life of the process, and a call there
+// before the event is handled: a region only named like one (a message
+// sent to the queue by anyone who may) would make clients that are never
+// let go, one set per name, and a call to an endpoint with no DNS name
+// that the SDK retries while the queue's other notices wait.
 func eventRegion(body []byte, fallback string) string {
 	var e struct {
 		Region string `json:"region"`
 	}
-	if json.Unmarshal(body, &e) != nil || !regionPattern.MatchString(e.Region) {
-		// Each region read gets AWS clients of its own, kept: one from a
-		// forged message is not made.
+	if json.Unmarshal(body, &e) != nil || (e.Region != fallback && !awscloud.KnownRegion(e.Region)) {
 		return fallback
 	}
 	return e.Region
 }
-
-// regionPattern is an AWS region's name (us-east-1, us-gov-west-1,
-// eu-isoe-west-1).
-var regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]{1,16}){1,3}-[0-9]{1,2}$`)
 
 // AckInterruptions deletes handled messages from the class's queue in
 // batches of ten. A receipt already deleted, or expired, is not an error:

@@ -85,17 +85,25 @@ func TestTextOfANoticeIsBoundedAndPrintable(t *testing.T) {
 
 // TestTheRegionOfAnEventIsAnAWSRegion: a lifecycle action's hook is looked
 // up in the event's region, with AWS clients made for that region and
-// kept. A region no AWS region is named like is not used.
+// kept. A region the SDK does not know, however it is named, is not used
+// unless it is the class's own.
 func TestTheRegionOfAnEventIsAnAWSRegion(t *testing.T) {
 	for _, tc := range []struct{ region, want string }{
 		{"us-east-1", "us-east-1"},
 		{"us-gov-west-1", "us-gov-west-1"},
 		{"eu-isoe-west-1", "eu-isoe-west-1"},
 		{"", "eu-west-1"},
+		{"zz-forged-1", "eu-west-1"},
+		{"us-east-99", "eu-west-1"},
+		{"xx-newest-1", "xx-newest-1"}, // the class's own, known or not
 		{"evil.example.com/x#", "eu-west-1"},
 		{"us-east-1-" + strings.Repeat("a", 300<<10), "eu-west-1"},
 	} {
 		raw, _ := json.Marshal(map[string]string{"region": tc.region})
-		assert.Equal(t, tc.want, eventRegion(raw, "eu-west-1"), "%.40q", tc.region)
+		fallback := "eu-west-1"
+		if tc.region == "xx-newest-1" {
+			fallback = tc.region
+		}
+		assert.Equal(t, tc.want, eventRegion(raw, fallback), "%.40q", tc.region)
 	}
 }
