@@ -447,6 +447,10 @@ type LifecycleAction struct {
 	Hook      string `json:"hook"`
 	Token     string `json:"token"`
 	MachineID string `json:"machineID"`
+	// Region is the cloud region of the group, as the notice names it;
+	// empty: the class's. A group may be in another region than its class
+	// names now (a class whose region changed under a running NodeSet).
+	Region string `json:"region,omitempty"`
 	// HeartbeatTimeout is how long the cloud waits without a heartbeat.
 	HeartbeatTimeout time.Duration `json:"heartbeatTimeout,omitempty"`
 }

@@ -277,6 +277,8 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 			// class (LifecycleDeadline) once it knows the machine's Node.
 			heartbeat := d.groupHeartbeatTimeout(ctx, class, eventRegion(body, class.Spec.EKSAutoscalingGroup.Region), n.Lifecycle.Group)
 			n.Lifecycle.HeartbeatTimeout = heartbeat
+			// The action is heartbeaten and completed where its group is.
+			n.Lifecycle.Region = eventRegion(body, "")
 			n.Deadline = d.LifecycleDeadline(class, n.Notice, heartbeat)
 		}
 		n.Receipt = aws.ToString(m.ReceiptHandle)
@@ -421,13 +423,25 @@ func receiptGone(f sqstypes.BatchResultErrorEntry) bool {
 	return false
 }
 
-func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class) (LifecycleActions, error) {
-	s, asg, _, err := d.connect(ctx, class)
+// lifecycleActions is the client for the lifecycle actions of a group in
+// region (the class's when empty).
+func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class, region string) (LifecycleActions, error) {
+	s, err := section(class)
 	if err != nil {
 		return nil, err
 	}
+	if err := awscloud.CheckCredentials(class); err != nil {
+		return nil, err
+	}
+	if region == "" {
+		region = s.Region
+	}
 	if d.opts.Lifecycle != nil {
-		return d.opts.Lifecycle(ctx, s.Region, class.Credentials)
+		return d.opts.Lifecycle(ctx, region, class.Credentials)
+	}
+	asg, _, err := d.opts.Clients(ctx, region, class.Credentials)
+	if err != nil {
+		return nil, err
 	}
 	actions, ok := asg.(LifecycleActions)
 	if !ok {
@@ -436,12 +450,12 @@ func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class) (Lif
 	return actions, nil
 }
 
-// CompleteLifecycleAction completes the action with CONTINUE: the instance
-// goes on terminating. An action Auto Scaling no longer knows (completed
-// before, or timed out) is not an error.
+// CompleteLifecycleAction completes the action with CONTINUE, in its
+// group's region: the instance goes on terminating. An action Auto Scaling
+// no longer knows (completed before, or timed out) is not an error.
 func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	actions, err := d.lifecycleActions(ctx, class)
+	actions, err := d.lifecycleActions(ctx, class, action.Region)
 	if err != nil {
 		return err
 	}
@@ -454,18 +468,22 @@ func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Clas
 		return nil // no active lifecycle action: it is over
 	}
 	if err == nil {
-		d.invalidate(class.Spec.EKSAutoscalingGroup.Region, class.Credentials)
+		region := action.Region
+		if region == "" {
+			region = class.Spec.EKSAutoscalingGroup.Region
+		}
+		d.invalidate(region, class.Credentials)
 	}
 	return awscloud.Classify("completing the lifecycle action of "+action.MachineID, err)
 }
 
 // RecordLifecycleHeartbeat keeps the instance in Terminating:Wait for
-// another heartbeat timeout. An action Auto Scaling no longer knows
+// another heartbeat timeout, in its group's region. An action Auto Scaling no longer knows
 // (completed, or timed out: the instance goes on terminating) has nothing
 // left to keep waiting, and is not an error.
 func (d *Driver) RecordLifecycleHeartbeat(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	actions, err := d.lifecycleActions(ctx, class)
+	actions, err := d.lifecycleActions(ctx, class, action.Region)
 	if err != nil {
 		return err
 	}

@@ -350,7 +350,7 @@ func TestInterruptionsThroughSNS(t *testing.T) {
 	assert.Equal(t, notice.Add(2*time.Minute), spot.Deadline.UTC())
 	action := kinds[drivers.InterruptionTermination]
 	require.NotNil(t, action.Lifecycle, "%+v", got)
-	assert.Equal(t, drivers.LifecycleAction{Group: name, Hook: HookName, Token: "tok", MachineID: "i-0eee", HeartbeatTimeout: time.Minute}, *action.Lifecycle,
+	assert.Equal(t, drivers.LifecycleAction{Group: name, Hook: HookName, Token: "tok", MachineID: "i-0eee", Region: region, HeartbeatTimeout: time.Minute}, *action.Lifecycle,
 		"the heartbeat timeout of the group's own hook, looked up in the event's region")
 	require.NoError(t, d.AckInterruptions(ctx, reader, []string{got[0].Receipt, got[1].Receipt}))
 	assert.Zero(t, q.Depth(t), "both messages are acknowledged")
