@@ -143,5 +143,29 @@ func TestDeletingSetIsNoGroup(t *testing.T) {
 	instances, err := f.server.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: "team-a/web"})
 	require.NoError(t, err)
 	assert.Len(t, instances.Instances, 1, "its Node, and no pending instance")
+	// Its template is asked in that loop too: no template, and no error
+	// but Unimplemented, which is the only one that aborts nothing.
+	_, err = f.server.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "team-a/web"})
+	assert.Equal(t, codes.Unimplemented, code(err), "%v", err)
+	assert.ErrorContains(t, err, "being deleted")
+	assert.Zero(t, f.writes())
+}
+
+// TestNoTemplateOfASetNoLongerAGroupIsNoError: a set deleted, or stripped
+// of spec.autoscaling, after cluster-autoscaler listed the groups of its
+// loop has no template, told as Unimplemented: any other error from
+// NodeGroupTemplateNodeInfo aborts that loop for every group.
+func TestNoTemplateOfASetNoLongerAGroupIsNoError(t *testing.T) {
+	manual := testSet(2)
+	manual.Spec.Autoscaling = nil
+	f := newFixture(t, nil, manual)
+	ctx := context.Background()
+	for id, reason := range map[string]string{"team-a/web": "has no spec.autoscaling", "team-a/gone": "no NodeSet gone"} {
+		_, err := f.server.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: id})
+		assert.Equal(t, codes.Unimplemented, code(err), "%s: %v", id, err)
+		assert.ErrorContains(t, err, reason)
+	}
+	_, err := f.server.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "team-a"})
+	assert.Equal(t, codes.InvalidArgument, code(err), "an id no list holds: %v", err)
 	assert.Zero(t, f.writes())
 }

@@ -934,8 +934,21 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 // NodeGroupTemplateNodeInfo is the Node a new member of the set would be,
 // so that a NodeSet at zero can be scaled up. The Node goes in both the
 // field older releases read and the one newer releases read.
+//
+// cluster-autoscaler asks it of every group of the list its loop started
+// with (NodeGroups) that has no Node Ready for a minute to copy, and any
+// error but Unimplemented aborts that loop, every group's scale-ups and
+// scale-downs with it. So every answer that is not a template is
+// Unimplemented ("no template"), with the reason: a set deleted, being
+// deleted or no longer autoscaled since the list was made (which its
+// tenant may do again and again), as well as one nodeset makes no Nodes
+// for. Only an id that is no <namespace>/<nodeset> at all, which no list
+// holds, is refused as such.
 func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGroupTemplateNodeInfoRequest) (*protos.NodeGroupTemplateNodeInfoResponse, error) {
 	set, err := s.group(req.GetId())
+	if status.Code(err) == codes.NotFound {
+		return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -949,7 +962,9 @@ func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGr
 	}
 	node, err := s.TemplateNode(set)
 	if err != nil {
-		return nil, err
+		// Its class gone since mayGrow looked, or no capacity reported
+		// for its template yet.
+		return nil, status.Error(codes.Unimplemented, status.Convert(err).Message())
 	}
 	data, err := node.Marshal()
 	if err != nil {

@@ -20,10 +20,14 @@ import (
 // node groups once at the start of a loop (Refresh, then NodeGroups,
 // cached until the next Refresh) and then asks NodeGroupTargetSize and
 // NodeGroupNodes of every group of that list (clusterstate's
-// getTargetSizes and its instance cache). An error from either aborts the
-// whole loop: no group is scaled up or down in it. A tenant who deletes a
-// NodeSet, or takes its spec.autoscaling away, in the meantime must not
-// cost every other tenant that loop; scaling the set stays refused.
+// getTargetSizes and its instance cache), and NodeGroupTemplateNodeInfo of
+// every group of it with no Node Ready for a minute to copy (its template
+// node infos). An error from any of them, but Unimplemented from the
+// template ("no template"), aborts the whole loop: no group is scaled up
+// or down in it. A tenant who deletes a NodeSet, or takes its
+// spec.autoscaling away, in the meantime (again and again, if it likes)
+// must not cost every other tenant that loop; scaling the set stays
+// refused.
 func TestAutoscalerLoopOutlivesDeletedSets(t *testing.T) {
 	c := startControllers(t)
 	_, cs := clients(t)
@@ -99,6 +103,11 @@ func TestAutoscalerLoopOutlivesDeletedSets(t *testing.T) {
 		assert.NoError(t, err, "NodeGroupTargetSize(%s): an error aborts cluster-autoscaler's loop (getTargetSizes)", g.Id)
 		_, err = ca.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: g.Id})
 		assert.NoError(t, err, "NodeGroupNodes(%s): an error aborts cluster-autoscaler's loop (its instance cache)", g.Id)
+		_, err = ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: g.Id})
+		if err != nil {
+			assert.Equal(t, codes.Unimplemented.String(), status.Code(err).String(),
+				"NodeGroupTemplateNodeInfo(%s): any error but Unimplemented aborts cluster-autoscaler's loop (its template node infos): %v", g.Id, err)
+		}
 	}
 	// No pending instance of a set no longer a group: its fake nodes
 	// would be unregistered nodes of no group.

@@ -123,7 +123,7 @@ func autoscalerInputs() []rpcInput {
 		{"TemplateNodeInfo of an unknown group", func(ctx context.Context, ca protos.CloudProviderClient, e rpcEnv) error {
 			_, err := ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: e.ns + "/nope"})
 			return err
-		}, codes.NotFound, "no NodeSet nope"},
+		}, codes.Unimplemented, "no NodeSet nope"},
 		// NodeGroupNodes answers any NodeSet that exists, autoscaled or
 		// not (cluster-autoscaler asks it of every group of its loop's
 		// list, which may have lost spec.autoscaling since); it writes
