@@ -2,12 +2,14 @@ package autoscaler
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -83,4 +85,53 @@ func TestADrainingNodeIsNoPendingReplica(t *testing.T) {
 		Nodes: []*protos.ExternalGrpcNode{{Name: pendingFake, ProviderID: pendingFake}}})
 	require.NoError(t, err)
 	assert.Equal(t, int32(3), *f.set(t).Spec.Replicas, "the draining Node's replacement is no replica to give up")
+}
+
+// TestTargetSizeIsWhatClusterAutoscalerCanSeeBelowMinReplicas: a set short
+// of more Nodes than the pending instances NodeGroupNodes lists is of an
+// incorrect size to cluster-autoscaler (registered nodes fewer than the
+// target size less the unregistered instances), which it fixes with
+// DecreaseTargetSize down to the registered nodes whatever the min size.
+// Below minReplicas that is refused, and the refusal aborts its whole
+// loop; so there the target size it is told is the one it can see. At or
+// above minReplicas it is spec.replicas, and the fix lowers it as before.
+func TestTargetSizeIsWhatClusterAutoscalerCanSeeBelowMinReplicas(t *testing.T) {
+	tests := []struct {
+		name             string
+		replicas, min    int32
+		nodes            int
+		target, afterFix int32 // afterFix: spec.replicas after cluster-autoscaler's fix, if any
+	}{
+		{name: "short of fewer than are listed", replicas: 900, min: 900, nodes: 1, target: 900, afterFix: 900},
+		{name: "short of more than are listed, below minReplicas", replicas: 1500, min: 1500, nodes: 2, target: 1002, afterFix: 1500},
+		{name: "short of more than are listed, no Node, minReplicas 1", replicas: 1500, min: 1, nodes: 0, target: 1000, afterFix: 1500},
+		{name: "short of more than are listed, at minReplicas", replicas: 1500, min: 2, nodes: 2, target: 1500, afterFix: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := testSet(tt.replicas)
+			set.Spec.Autoscaling = &nodesetv1alpha1.Autoscaling{MinReplicas: tt.min, MaxReplicas: tt.replicas}
+			set.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: nodesetv1alpha1.ReasonLimitExceeded}}
+			var nodes []*corev1.Node
+			for i := range tt.nodes {
+				name := fmt.Sprintf("web-%d", i)
+				nodes = append(nodes, setNode(set, name, "simulated:///"+name, true))
+			}
+			f := newFixture(t, nil, set, nodes...)
+			ctx := context.Background()
+			target, err := f.server.NodeGroupTargetSize(ctx, &protos.NodeGroupTargetSizeRequest{Id: "team-a/web"})
+			require.NoError(t, err)
+			assert.Equal(t, tt.target, target.TargetSize)
+			instances, err := f.server.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: "team-a/web"})
+			require.NoError(t, err)
+			registered, unregistered := tt.nodes, len(instances.Instances)-tt.nodes
+			if registered < int(target.TargetSize)-unregistered {
+				// cluster-autoscaler's fixNodeGroupSize
+				_, err := f.server.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: "team-a/web",
+					Delta: int32(registered) - target.TargetSize})
+				require.NoError(t, err, "an error here aborts cluster-autoscaler's loop")
+			}
+			assert.Equal(t, tt.afterFix, *f.set(t).Spec.Replicas)
+		})
+	}
 }

@@ -115,8 +115,9 @@ func pendingOf(id string) (group string, n int32, ok bool) {
 // of one set: spec.replicas is the tenant's, up to 2^31-1, and the answer
 // is built in memory and must fit what a gRPC client receives (4 MiB by
 // default). A set short of more Nodes than that is a group of an incorrect
-// size to cluster-autoscaler, which lowers its target toward what it sees
-// (within minReplicas).
+// size to cluster-autoscaler, which lowers its target toward what it sees;
+// below minReplicas it is told a target size it can see instead
+// (targetSize).
 const maxPendingInstances = 1000
 
 // listedPending is how many pending instances of the set are listed.
@@ -508,7 +509,8 @@ func (s *Server) nodeFor(want *protos.ExternalGrpcNode) (*corev1.Node, error) {
 	return nil, nil
 }
 
-// NodeGroupTargetSize is the NodeSet's spec.replicas (0 once it is gone).
+// NodeGroupTargetSize is the NodeSet's spec.replicas (0 once it is gone),
+// as targetSize tells it.
 func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTargetSizeRequest) (*protos.NodeGroupTargetSizeResponse, error) {
 	set, err := s.readGroup(req.GetId())
 	if err != nil {
@@ -517,7 +519,35 @@ func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTar
 	if set == nil {
 		return &protos.NodeGroupTargetSizeResponse{}, nil
 	}
-	return &protos.NodeGroupTargetSizeResponse{TargetSize: plan.Replicas(set)}, nil
+	nodes, err := s.setNodes(set)
+	if err != nil {
+		return nil, err
+	}
+	return &protos.NodeGroupTargetSizeResponse{TargetSize: targetSize(set, nodes)}, nil
+}
+
+// targetSize is the target size cluster-autoscaler is told for the set:
+// spec.replicas, but for a set short of more Nodes than NodeGroupNodes
+// lists (maxPendingInstances) that has fewer Nodes than its minReplicas,
+// the Nodes and the pending instances listed. cluster-autoscaler finds a
+// group whose registered nodes are fewer than its target size less its
+// unregistered instances of an incorrect size, and after
+// --max-node-provision-time lowers the target to the registered nodes
+// (fixNodeGroupSize, with no regard to the min size). For such a set that
+// would go below minReplicas, which the API server refuses, and the
+// refusal aborts cluster-autoscaler's whole loop, every loop, for every
+// group: a tenant's set of a huge minReplicas in a class that gives it
+// fewer Nodes (its limits, a class its namespace may not use) would stop
+// all autoscaling. Told what it can see, it finds the size correct. A set
+// at or above its minReplicas is told spec.replicas, and lowered to its
+// Nodes as before.
+func targetSize(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) int32 {
+	replicas := plan.Replicas(set)
+	unlisted := pending(set, nodes) - listedPending(set, nodes)
+	if unlisted == 0 || !isGroup(set) || int64(len(nodes)) >= int64(set.Spec.Autoscaling.MinReplicas) {
+		return replicas
+	}
+	return replicas - unlisted
 }
 
 // NodeGroupIncreaseSize raises spec.replicas within maxReplicas and the

@@ -177,3 +177,74 @@ func TestAutoscalerSetShortOfNodesAtMinSize(t *testing.T) {
 	assert.Equal(t, 2, registered)
 	assert.Empty(t, unregistered)
 }
+
+// TestAutoscalerSetShortOfMoreThanItsListedInstances: a tenant's set whose
+// minReplicas is more than a thousand above the Nodes it can have (here its
+// namespace's share of the class is one Node; a class its namespace may not
+// use does the same; so does a limit the admin lowers under a set at its
+// minReplicas). NodeGroupNodes lists at most a thousand pending
+// instances, so cluster-autoscaler would see fewer registered nodes than
+// the target size less the unregistered ones, and after
+// --max-node-provision-time call DecreaseTargetSize down to what it sees,
+// below minReplicas: refused, and the refusal aborts its whole loop, every
+// loop, for every tenant. The target size it is told is what it can see:
+// the size is correct, nothing is lowered, and scaling the set stays
+// refused.
+func TestAutoscalerSetShortOfMoreThanItsListedInstances(t *testing.T) {
+	c := startControllers(t)
+	_, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "ca-huge")
+	createClass(t, "ca-huge", func(class *nodesetv1alpha1.NodeClass) {
+		twoCPUs(class)
+		class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodesPerNamespace: ptr.To[int32](1)}
+	})
+	withoutWebhook(t) // which refuses such a set when it is up
+	const wanted = 1002
+	_, err := cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: ns},
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "ca-huge", Replicas: ptr.To[int32](wanted),
+			Autoscaling: &nodesetv1alpha1.Autoscaling{MinReplicas: wanted, MaxReplicas: wanted}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	id := ns + "/huge"
+	eventually(t, 2*time.Minute, "one Ready node, the rest held back by the class's limit", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "huge")
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(nodes) != 1 || nodes[0].Spec.ProviderID == "" || !nodeutil.IsReady(&nodes[0]) {
+			return false, fmt.Sprintf("%d nodes", len(nodes))
+		}
+		set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "huge", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+		if accepted == nil || accepted.Reason != nodesetv1alpha1.ReasonLimitExceeded {
+			return false, fmt.Sprintf("Accepted %v", accepted)
+		}
+		return true, ""
+	})
+	ca := autoscalerClient(t, c)
+
+	// cluster-autoscaler's fixNodeGroupSize, two loops.
+	for loop := 1; loop <= 2; loop++ {
+		target, err := ca.NodeGroupTargetSize(ctx, &protos.NodeGroupTargetSizeRequest{Id: id})
+		require.NoError(t, err)
+		registered, unregistered := caGroupSize(ctx, t, ca, id)
+		if registered >= int(target.TargetSize)-len(unregistered) {
+			continue
+		}
+		delta := int32(registered) - target.TargetSize
+		_, err = ca.NodeGroupDecreaseTargetSize(ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: id, Delta: delta})
+		require.NoError(t, err, "loop %d: incorrect size (registered %d, target %d, unregistered %d): DecreaseTargetSize(%d) failing aborts cluster-autoscaler's loop",
+			loop, registered, target.TargetSize, len(unregistered), delta)
+		require.Equal(t, 1, loop, "the size is still incorrect after DecreaseTargetSize: cluster-autoscaler skips the rest of every loop")
+	}
+	set, err := cs.NodesetV1alpha1().NodeSets(ns).Get(ctx, "huge", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(wanted), *set.Spec.Replicas, "the tenant's replicas are its own")
+	_, err = ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: id, Delta: 1})
+	assert.Error(t, err, "no room, and past maxReplicas")
+}
