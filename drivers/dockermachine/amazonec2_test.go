@@ -182,16 +182,9 @@ func liveInstances(t *testing.T, ec2c *ec2.Client) []ec2types.Instance {
 // launches another, not leave them running unrecorded.
 func TestAnAmazonEC2CreateStoppedMidwayLeavesNoInstance(t *testing.T) {
 	ctx := context.Background()
-	var hold atomic.Bool
-	cloud := framework.StartMotoEC2(t, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
-		if form.Get("Action") != "DescribeInstances" || !hold.Load() {
-			return false
-		}
-		// The instance never runs, as far as the plugin can tell: its
-		// wait hangs until the plugin is gone.
-		<-r.Context().Done()
-		return true
-	})
+	// The instance never runs, as far as the plugin can tell: its wait
+	// hangs until the plugin is gone.
+	cloud, hold := motoHolding(t, "DescribeInstances")
 	ec2c := cloud.EC2
 	d, store, _ := newDriver(t)
 	class := amazonEC2Class(cloud)
@@ -282,14 +275,7 @@ func TestAmazonEC2OptionsATenantCannotOverride(t *testing.T) {
 // so Delete must call it even though the instance cannot be found.
 func TestAnAmazonEC2CreateStoppedBeforeLaunchIsRemovedOnDelete(t *testing.T) {
 	ctx := context.Background()
-	var hold atomic.Bool
-	cloud := framework.StartMotoEC2(t, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
-		if form.Get("Action") != "RunInstances" || !hold.Load() {
-			return false
-		}
-		<-r.Context().Done()
-		return true
-	})
+	cloud, hold := motoHolding(t, "RunInstances")
 	ec2c := cloud.EC2
 	d, store, _ := newDriver(t)
 	class := amazonEC2Class(cloud)
@@ -334,4 +320,19 @@ func TestAnAmazonEC2CreateStoppedBeforeLaunchIsRemovedOnDelete(t *testing.T) {
 	_, err = store.Get(ctx, "ec2-early")
 	assert.ErrorIs(t, err, drivers.ErrNotFound)
 	assertNoPluginLeft(t)
+}
+
+// motoHolding starts moto's EC2 with one action held: once hold is set, a
+// request for action is answered only when its client goes (the plugin
+// killed).
+func motoHolding(t *testing.T, action string) (cloud framework.MotoEC2, hold *atomic.Bool) {
+	hold = new(atomic.Bool)
+	cloud = framework.StartMotoEC2(t, func(_ http.ResponseWriter, r *http.Request, _ []byte, form url.Values) bool {
+		if form.Get("Action") != action || !hold.Load() {
+			return false
+		}
+		<-r.Context().Done()
+		return true
+	})
+	return cloud, hold
 }
