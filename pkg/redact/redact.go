@@ -3,7 +3,8 @@
 // anything stores, logs or shows it.
 //
 // A plugin or a cloud may quote any value it was given, in any of the ways
-// Go programs print strings: as is, quoted (%q, JSON), URL-escaped (in a
+// Go programs print strings: as is, quoted (%q, JSON; once, or twice when a
+// quoted error is quoted again), URL-escaped (in a
 // query string, a path or userinfo), base64-encoded (alone or inside a
 // longer encoded text), or a line at a time. A Set replaces every credential value in each of these
 // forms, and each line of a multi-line value (a PEM key), with
@@ -84,11 +85,17 @@ func forms(value string) []string {
 			return
 		}
 		out = append(out, v)
-		if q := strconv.Quote(v); q[1:len(q)-1] != v {
-			out = append(out, q[1:len(q)-1])
-		}
-		if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
-			out = append(out, string(j[1:len(j)-1]))
+		// Quoted once (%q, a JSON string) and twice (an error quoted
+		// inside another, a JSON document inside a JSON string).
+		for _, q := range quoted(v) {
+			if !slices.Contains(out, q) {
+				out = append(out, q)
+			}
+			for _, qq := range quoted(q) {
+				if !slices.Contains(out, qq) {
+					out = append(out, qq)
+				}
+			}
 		}
 		// In a URL: a query string, a path segment, userinfo.
 		userinfo := strings.TrimPrefix(url.UserPassword("", v).String(), ":")
@@ -126,6 +133,19 @@ func forms(value string) []string {
 		for _, line := range strings.FieldsFunc(value, func(r rune) bool { return r == '\n' || r == '\r' }) {
 			add(strings.TrimSpace(line), MinLine)
 		}
+	}
+	return out
+}
+
+// quoted are the texts v is, inside the quotes, as a Go quoted string and
+// as a JSON string, where either differs from v.
+func quoted(v string) []string {
+	var out []string
+	if q := strconv.Quote(v); q[1:len(q)-1] != v {
+		out = append(out, q[1:len(q)-1])
+	}
+	if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v && !slices.Contains(out, string(j[1:len(j)-1])) {
+		out = append(out, string(j[1:len(j)-1]))
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const pemKey = `-----BEGIN OPENSSH PRIVATE KEY-----
@@ -183,4 +184,33 @@ func TestHexDumped(t *testing.T) {
 		assert.NotContains(t, got, fmt.Sprintf("%x", secret[:8]), "%s: %s", name, got)
 		assert.NotContains(t, got, fmt.Sprintf("%X", secret[:8]), "%s: %s", name, got)
 	}
+}
+
+// A value with quotes or backslashes in it, in an error quoted inside
+// another error or a JSON document inside a JSON string.
+func TestDoublyQuoted(t *testing.T) {
+	const secret = `pa"ss\word-0123`
+	creds := map[string][]byte{"password": []byte(secret)}
+	inner := fmt.Errorf("login %q refused", secret)
+	doc, err := json.Marshal(map[string]string{"password": secret})
+	require.NoError(t, err)
+	wrapped, err := json.Marshal(map[string]string{"body": string(doc)})
+	require.NoError(t, err)
+	for name, text := range map[string]string{
+		"%q of %q":          fmt.Sprintf("plugin said %q", inner.Error()),
+		"JSON in JSON":      string(wrapped),
+		"%q of a JSON body": fmt.Sprintf("request %q failed", string(doc)),
+		"JSON of %q":        fmt.Sprintf(`{"error":%s}`, mustJSON(t, inner.Error())),
+	} {
+		got := New(creds).String(text)
+		assert.Contains(t, got, "[redacted:password]", "%s: %s", name, got)
+		assert.NotContains(t, got, "word-0123", "%s: %s", name, got)
+	}
+}
+
+func mustJSON(t *testing.T, v string) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
 }
