@@ -50,6 +50,10 @@ func TestMain(m *testing.M) {
 			plugin.RegisterDriver(amazonec2.NewDriver("", ""))
 			return
 		}
+		if filepath.Base(os.Args[0]) == BinaryName(oldServicePlugin) {
+			fakeplugin.ServeOldServiceName(fakeplugin.New())
+			return
+		}
 		plugin.RegisterDriver(fakeplugin.New())
 		return
 	}
@@ -65,7 +69,7 @@ func TestMain(m *testing.M) {
 	if err := os.Symlink(self, pluginPath); err != nil {
 		panic(err)
 	}
-	for _, name := range []string{"generic", "softlayer", "amazonec2"} {
+	for _, name := range []string{"generic", "softlayer", "amazonec2", oldServicePlugin} {
 		if err := os.Symlink(self, filepath.Join(dir, BinaryName(name))); err != nil {
 			panic(err)
 		}

@@ -10,8 +10,10 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/rancher/machine/libmachine/drivers"
 	"github.com/rancher/machine/libmachine/drivers/plugin/localbinary"
 	rpcdriver "github.com/rancher/machine/libmachine/drivers/rpc"
 	"github.com/rancher/machine/libmachine/log"
@@ -102,9 +104,9 @@ func (o RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plug
 	if err != nil {
 		return nil, nil, err
 	}
-	client := &rpcdriver.RPCClientDriver{Client: rpcdriver.NewInternalClient(proc.rpc)}
-	var apiVersion int
-	if err := client.Client.Call(rpcdriver.GetVersionMethod, struct{}{}, &apiVersion); err != nil {
+	client := rpcPlugin{proc}
+	apiVersion, err := proc.apiVersion()
+	if err != nil {
 		proc.stop()
 		return nil, nil, proc.failed(ctx, fmt.Errorf("asking its plugin API version: %w", err))
 	}
@@ -112,12 +114,38 @@ func (o RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plug
 		proc.stop()
 		return nil, nil, fmt.Errorf("plugin %s speaks plugin API version %d, not %d", proc.binary, apiVersion, version.APIVersion)
 	}
-	if err := client.SetConfigRaw(config); err != nil {
+	if err := client.call(rpcdriver.SetConfigRawMethod, config, nil); err != nil {
 		proc.stop()
 		return nil, nil, proc.failed(ctx, fmt.Errorf("loading the machine's saved configuration: %w", err))
 	}
-	client.Client.MachineName = client.GetMachineName()
-	return rpcPlugin{client}, proc.stop, nil
+	return client, proc.stop, nil
+}
+
+// apiVersion asks the plugin its plugin API version, and settles the name
+// of the RPC service its later calls go to. As libmachine's client does, a
+// plugin that does not answer under the current name (RPCServerDriver) is
+// asked once more under the name of libmachine before 0.5.1
+// (RpcServerDriver), which plugins built with it serve alone; the name
+// that answers is kept.
+func (p *pluginProcess) apiVersion() (int, error) {
+	var v int
+	err := p.rpc.Call(rpcdriver.RPCServiceNameV1+rpcdriver.GetVersionMethod, struct{}{}, &v)
+	if err == nil {
+		return v, nil
+	}
+	if err2 := p.rpc.Call(rpcdriver.RPCServiceNameV0+rpcdriver.GetVersionMethod, struct{}{}, &v); err2 != nil {
+		return 0, err
+	}
+	p.service.Store(rpcdriver.RPCServiceNameV0)
+	return v, nil
+}
+
+// serviceName is the name of the plugin's RPC service.
+func (p *pluginProcess) serviceName() string {
+	if s, ok := p.service.Load().(string); ok {
+		return s
+	}
+	return rpcdriver.RPCServiceNameV1
 }
 
 // pluginProcess is a running plugin and the RPC connection to it.
@@ -129,6 +157,9 @@ type pluginProcess struct {
 	exited   chan struct{}
 	stopping chan struct{}
 	stopOnce sync.Once
+	// service is the name of the plugin's RPC service when it is not
+	// rpcdriver.RPCServiceNameV1 (see apiVersion).
+	service atomic.Value
 
 	// secrets are values its output is scrubbed of besides
 	// credentialValues (withOutputSecrets), or nil.
@@ -310,7 +341,7 @@ func (p *pluginProcess) watch(ctx context.Context) {
 		case <-ticker.C:
 			// Asynchronous: a plugin that does not answer must not keep
 			// this loop from seeing ctx.
-			p.rpc.Go(rpcdriver.RPCServiceNameV1+rpcdriver.HeartbeatMethod, struct{}{}, nil, make(chan *rpc.Call, 1))
+			p.rpc.Go(p.serviceName()+rpcdriver.HeartbeatMethod, struct{}{}, nil, make(chan *rpc.Call, 1))
 		}
 	}
 }
@@ -319,7 +350,7 @@ func (p *pluginProcess) watch(ctx context.Context) {
 func (p *pluginProcess) stop() {
 	p.stopOnce.Do(func() {
 		close(p.stopping)
-		p.rpc.Go(rpcdriver.RPCServiceNameV1+rpcdriver.CloseMethod, struct{}{}, nil, make(chan *rpc.Call, 1))
+		p.rpc.Go(p.serviceName()+rpcdriver.CloseMethod, struct{}{}, nil, make(chan *rpc.Call, 1))
 		select {
 		case <-p.exited:
 		case <-time.After(pluginStopTimeout):
@@ -339,7 +370,20 @@ func (p *pluginProcess) awaitExit() {
 	}
 }
 
-type rpcPlugin struct{ *rpcdriver.RPCClientDriver }
+// rpcPlugin is libmachine's plugin RPC client: each call goes to the
+// service name the plugin answered to, with the arguments and replies
+// libmachine's RPCClientDriver sends and takes.
+type rpcPlugin struct{ p *pluginProcess }
+
+func (c rpcPlugin) call(method string, args, reply any) error {
+	return c.p.rpc.Call(c.p.serviceName()+method, args, reply)
+}
+
+func (c rpcPlugin) str(method string) (string, error) {
+	var s string
+	err := c.call(method, struct{}{}, &s)
+	return s, err
+}
 
 // fencedOpener opens plugins whose Create and Remove ask the fence first.
 type fencedOpener struct {
@@ -376,16 +420,65 @@ func (p fencedPlugin) Remove() error {
 
 // CreateFlags is the plugin's GetCreateFlags with its error, which
 // libmachine's client logs and drops (its answer is then no flags at all).
-func (p rpcPlugin) CreateFlags() ([]mcnflag.Flag, error) {
+func (c rpcPlugin) CreateFlags() ([]mcnflag.Flag, error) {
 	var flags []mcnflag.Flag
-	if err := p.Client.Call(rpcdriver.GetCreateFlagsMethod, struct{}{}, &flags); err != nil {
+	if err := c.call(rpcdriver.GetCreateFlagsMethod, struct{}{}, &flags); err != nil {
 		return nil, err
 	}
 	return flags, nil
 }
 
-func (p rpcPlugin) SetConfigFromFlags(values map[string]any) error {
-	return p.RPCClientDriver.SetConfigFromFlags(rpcdriver.RPCFlags{Values: values})
+func (c rpcPlugin) SetConfigFromFlags(values map[string]any) error {
+	// A pointer to the interface, as libmachine sends it: the plugin's
+	// gob decoder takes the registered RPCFlags out of it.
+	var opts drivers.DriverOptions = rpcdriver.RPCFlags{Values: values}
+	return c.call(rpcdriver.SetConfigFromFlagsMethod, &opts, nil)
+}
+
+func (c rpcPlugin) PreCreateCheck() error {
+	return c.call(rpcdriver.PreCreateCheckMethod, struct{}{}, nil)
+}
+
+func (c rpcPlugin) GetConfigRaw() ([]byte, error) {
+	var data []byte
+	if err := c.call(rpcdriver.GetConfigRawMethod, struct{}{}, &data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+func (c rpcPlugin) Create() error { return c.call(rpcdriver.CreateMethod, struct{}{}, nil) }
+
+func (c rpcPlugin) Remove() error { return c.call(rpcdriver.RemoveMethod, struct{}{}, nil) }
+
+func (c rpcPlugin) GetState() (state.State, error) {
+	var s state.State
+	if err := c.call(rpcdriver.GetStateMethod, struct{}{}, &s); err != nil {
+		return state.Error, err
+	}
+	return s, nil
+}
+
+func (c rpcPlugin) GetSSHHostname() (string, error) { return c.str(rpcdriver.GetSSHHostnameMethod) }
+
+func (c rpcPlugin) GetSSHPort() (int, error) {
+	var port int
+	if err := c.call(rpcdriver.GetSSHPortMethod, struct{}{}, &port); err != nil {
+		return 0, err
+	}
+	return port, nil
+}
+
+// GetSSHUsername and GetSSHKeyPath are empty when the call fails, as
+// libmachine's are (it logs the error).
+func (c rpcPlugin) GetSSHUsername() string {
+	s, _ := c.str(rpcdriver.GetSSHUsernameMethod)
+	return s
+}
+
+func (c rpcPlugin) GetSSHKeyPath() string {
+	s, _ := c.str(rpcdriver.GetSSHKeyPathMethod)
+	return s
 }
 
 type klogWriter struct{}

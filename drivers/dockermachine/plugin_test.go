@@ -268,3 +268,43 @@ func running(pid int) bool {
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z"
 }
+
+// oldServicePlugin is the fake plugin built with a libmachine before 0.5.1,
+// which serves its RPC service as RpcServerDriver only.
+const oldServicePlugin = "fakeold"
+
+// TestPluginOfAnOldLibmachine: a plugin that serves the RPC service under
+// libmachine's name before 0.5.1 (RpcServerDriver), as libmachine's client
+// allows, makes, reports and removes machines; its heartbeats and its close
+// go to that name too, so it neither exits while a call is in flight nor
+// has to be killed.
+func TestPluginOfAnOldLibmachine(t *testing.T) {
+	ctx := context.Background()
+	d, store, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, nil)
+	class.Spec.DockerMachine.DriverName = oldServicePlugin
+	require.NoError(t, d.Validate(ctx, class))
+	_, err := d.Create(ctx, drivers.Machine{Name: "m1", Class: class})
+	require.NoError(t, err)
+	require.True(t, store.records["m1"].Created)
+	status, err := d.Get(ctx, class, "m1")
+	require.NoError(t, err)
+	assert.Equal(t, drivers.MachineRunning, status.State)
+	require.NoError(t, d.Delete(ctx, class, "m1"))
+	names, err := fakeplugin.MachineNames(dir)
+	require.NoError(t, err)
+	assert.Empty(t, names)
+
+	home := t.TempDir()
+	p, closePlugin, err := RPCOpener{Home: home}.Open(ctx, oldServicePlugin, d.baseConfig("m2"))
+	require.NoError(t, err)
+	_, err = p.CreateFlags()
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(home, fakeplugin.HeartbeatsFile))
+		return err == nil
+	}, 3*pluginHeartbeat, 100*time.Millisecond, "the plugin gets its heartbeats")
+	closePlugin()
+	assert.FileExists(t, filepath.Join(home, fakeplugin.ClosedFile), "the plugin exited on being told to close, not killed")
+}

@@ -45,6 +45,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/rpc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +57,7 @@ import (
 	"time"
 
 	"github.com/rancher/machine/libmachine/drivers"
+	rpcdriver "github.com/rancher/machine/libmachine/drivers/rpc"
 	"github.com/rancher/machine/libmachine/log"
 	"github.com/rancher/machine/libmachine/mcnflag"
 	"github.com/rancher/machine/libmachine/state"
@@ -516,4 +520,47 @@ func Machines(dir string) (map[string]Machine, error) {
 		out[m.Name] = m
 	}
 	return out, nil
+}
+
+// Files in $HOME of a plugin served by ServeOldServiceName.
+const (
+	HeartbeatsFile = "fake-heartbeats"
+	ClosedFile     = "fake-closed"
+)
+
+// ServeOldServiceName serves d as plugin.RegisterDriver does, but under the
+// RPC service name of libmachine before 0.5.1 (RpcServerDriver) alone, as
+// a plugin built with it does: its client must fall back to that name.
+// Like a plugin, it exits when told to close, or when no heartbeat came for
+// 10 seconds. Each heartbeat is a line of $HOME/fake-heartbeats, and a close
+// writes $HOME/fake-closed before the plugin exits.
+func ServeOldServiceName(d drivers.Driver) {
+	server := rpc.NewServer()
+	rpcd := rpcdriver.NewRPCServerDriver(d)
+	if err := server.RegisterName(rpcdriver.RPCServiceNameV0, rpcd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(listener.Addr())
+	go http.Serve(listener, server) //nolint:errcheck // the process exits below
+	home := os.Getenv("HOME")
+	for {
+		select {
+		case <-rpcd.CloseCh:
+			_ = os.WriteFile(filepath.Join(home, ClosedFile), nil, 0o600)
+			os.Exit(0)
+		case <-rpcd.HeartbeatCh:
+			if f, err := os.OpenFile(filepath.Join(home, HeartbeatsFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+				_, _ = f.WriteString("heartbeat\n")
+				_ = f.Close()
+			}
+		case <-time.After(10 * time.Second):
+			os.Exit(1)
+		}
+	}
 }
