@@ -66,7 +66,10 @@ func TestNoAttemptOutlivesTheRegistrationTimeout(t *testing.T) {
 	release := filepath.Join(out, "release")
 	defer os.WriteFile(release, nil, 0o600) //nolint:errcheck // ends the script left on the host
 	stuck := fakeClass(dir, map[string]string{"fake-ssh-port": fmt.Sprint(sshd.Port), "fake-ssh-user": sshd.User, "fake-ssh-key": sshd.KeyFile})
-	stuck.Spec.RegistrationTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	// Long enough for the machine to be made and its join script started
+	// on a loaded machine; the script then holds the attempt until the
+	// deadline.
+	stuck.Spec.RegistrationTimeout = &metav1.Duration{Duration: 15 * time.Second}
 	stuck.Spec.DockerMachine.Provisioning = &nodesetv1alpha1.MachineProvisioning{
 		Method: nodesetv1alpha1.ProvisioningSSH,
 		Script: fmt.Sprintf("touch %[1]s/started-$NODE_NAME\nwhile [ ! -e %[2]s ]; do sleep 0.2; done\n", out, release),
@@ -77,6 +80,8 @@ func TestNoAttemptOutlivesTheRegistrationTimeout(t *testing.T) {
 	assert.FileExists(t, filepath.Join(out, "started-stuck"), "the join script ran")
 	assert.False(t, store.records["stuck"].Provisioned, "the machine is made, its join did not finish")
 	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	// The next attempt's time is not what is tested.
+	stuck.Spec.RegistrationTimeout = &metav1.Duration{Duration: time.Minute}
 	require.NoError(t, createReturns(t, d, drivers.Machine{Name: "stuck", Class: stuck}), "the next attempt joins the machine")
 	assert.True(t, store.records["stuck"].Provisioned)
 	require.NoError(t, d.Delete(context.Background(), stuck, "stuck"))
