@@ -145,6 +145,11 @@ const (
 // does not stop the set: its Nodes are capped at the limit.
 const ReasonLimitExceeded = "LimitExceeded"
 
+// ReasonNamespaceNotAllowed is the Accepted=False reason of a NodeSet whose
+// namespace its class's spec.allowedNamespaces does not admit, and of the
+// Event of a node controller that holds such a set's cloud group.
+const ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+
 // NodeConditionDraining is the Node condition the node controller keeps
 // while it drains a deleted Node, and ReasonDrainTimedOut its reason (and
 // the Event's) once the drain's timeout has passed.

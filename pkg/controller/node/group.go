@@ -172,6 +172,9 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		return nil
 	}
 	hash := resolve.TemplateHash(&spec, set)
+	if c.holdGroup(ctx, class, set, groupName, hash, nodes) {
+		return nil
+	}
 	if !slices.Contains(set.Finalizers, nodesetv1alpha1.FinalizerGroup) {
 		// Before the group exists: a NodeSet deleted from here on waits for
 		// its group to go.
@@ -251,6 +254,58 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	c.groups.AddAfter(key, next)
 	return nil
+}
+
+// holdGroup reports whether the set's cloud group is to be neither made nor
+// grown now because the set's namespace may not use its class as the class
+// (and, for a class that picks namespaces by a selector, the Namespace)
+// is now: its Accepted condition is the NodeSetController's verdict on the
+// class it saw last, and a class or Namespace changed since, with the
+// webhook away or not, must not see the group grow until that verdict
+// comes (then the set is Accepted=False, and the group waits above).
+// Only a make or a raise is held: a group that stays as it is, its Nodes,
+// and every way down (a Node deleted, the set deleted) go on, so a tenant
+// can always give nodes back. A Selector class's Namespace is read from
+// the API server, and only when the group would be made or raised (an
+// error reading it holds the group too).
+func (c *Controller) holdGroup(ctx context.Context, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, groupName, hash string, nodes []*corev1.Node) bool {
+	if known, made := c.knownGroupSize(set, class.Name, groupName); made && plan.GroupSize(set, hash, nodes) <= known {
+		return false
+	}
+	why := resolve.NamespaceRefusal(class, set.Namespace, func(namespace string) (map[string]string, error) {
+		ns, err := c.kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return ns.Labels, nil
+	})
+	if why == "" {
+		return false
+	}
+	message := resolve.NamespaceNotAllowedMessage(class, set.Namespace, why)
+	klog.FromContext(ctx).V(2).Info("Cloud group held: the NodeSet's namespace may not use its class", "group", groupName, "why", message)
+	c.recorder.Eventf(set, corev1.EventTypeWarning, nodesetv1alpha1.ReasonNamespaceNotAllowed,
+		"Cloud group %s is neither made nor grown: %s", groupName, message)
+	// The NodeSetController's verdict (a status write) or a change of the
+	// class brings the set back; a Namespace relabelled back does not.
+	c.groups.AddAfter(set.Namespace+"/"+set.Name, c.opts.GroupPollInterval)
+	return true
+}
+
+// knownGroupSize is the size the set's cloud group groupName is known to
+// have: what the set's status.group records (written once the group
+// reported it), or less if this controller last saw it smaller; made is
+// false when the status records no such group.
+func (c *Controller) knownGroupSize(set *nodesetv1alpha1.NodeSet, class, groupName string) (size int32, made bool) {
+	g := set.Status.Group
+	if g == nil || g.DesiredSize == nil || g.Name != groupName {
+		return 0, false
+	}
+	size = *g.DesiredSize
+	if e, ok := c.groupSizes.get(set.Namespace + "/" + set.Name); ok && e.uid == set.UID && e.group == groupName && e.class == class {
+		size = min(size, e.size)
+	}
+	return size, true
 }
 
 // groupSizes remembers, for each NodeSet (namespace/name) whose cloud group

@@ -22,7 +22,7 @@ const (
 	ReasonNodeClassInvalid      = "NodeClassInvalid"
 	ReasonDriverNotServed       = nodesetv1alpha1.ReasonDriverNotServed
 	ReasonNodeClassNotValidated = nodesetv1alpha1.ReasonNodeClassNotValidated
-	ReasonNamespaceNotAllowed   = "NamespaceNotAllowed"
+	ReasonNamespaceNotAllowed   = nodesetv1alpha1.ReasonNamespaceNotAllowed
 	ReasonOverrideNotAllowed    = "OverrideNotAllowed"
 	ReasonInvalidTemplate       = "InvalidTemplate"
 	ReasonLimitExceeded         = nodesetv1alpha1.ReasonLimitExceeded
@@ -80,8 +80,7 @@ func (c *Controller) resolveWith(set *nodesetv1alpha1.NodeSet, class *nodesetv1a
 	var err error
 	res := resolution{class: class}
 	if ok, why := c.namespaceAllowed(class, set.Namespace); !ok {
-		res.accepted = notAccepted(ReasonNamespaceNotAllowed,
-			"namespace %q may not use NodeClass %q: %s", set.Namespace, class.Name, why)
+		res.accepted = notAccepted(ReasonNamespaceNotAllowed, "%s", resolve.NamespaceNotAllowedMessage(class, set.Namespace, why))
 		return res
 	}
 	res.effective, err = resolve.EffectiveSpec(class, set)
@@ -198,38 +197,22 @@ type generationSeen struct {
 	since      time.Time
 }
 
+// namespaceAllowed is resolve.NamespaceRefusal with the Namespace read
+// from the cache, or from the API server when the cache does not hold it
+// yet.
 func (c *Controller) namespaceAllowed(class *nodesetv1alpha1.NodeClass, namespace string) (bool, string) {
-	allowed := class.Spec.AllowedNamespaces
-	if allowed == nil || allowed.From == "" || allowed.From == nodesetv1alpha1.NamespacesFromAll {
-		return true, ""
-	}
-	switch allowed.From {
-	case nodesetv1alpha1.NamespacesFromList:
-		for _, ns := range allowed.Namespaces {
-			if ns == namespace {
-				return true, ""
-			}
-		}
-		return false, "it is not in spec.allowedNamespaces.namespaces"
-	case nodesetv1alpha1.NamespacesFromSelector:
-		selector, err := metav1.LabelSelectorAsSelector(allowed.Selector)
-		if err != nil {
-			return false, fmt.Sprintf("the class's namespace selector is invalid: %v", err)
-		}
+	why := resolve.NamespaceRefusal(class, namespace, func(namespace string) (map[string]string, error) {
 		ns, err := c.namespaceLister.Get(namespace)
 		if apierrors.IsNotFound(err) {
 			// Just created, maybe, and not in the cache yet.
 			ns, err = c.kubeClient.CoreV1().Namespaces().Get(context.TODO(), namespace, metav1.GetOptions{})
 		}
 		if err != nil {
-			return false, fmt.Sprintf("cannot read the namespace: %v", err)
+			return nil, err
 		}
-		if !selector.Matches(labels.Set(ns.Labels)) {
-			return false, fmt.Sprintf("its labels do not match spec.allowedNamespaces.selector (%s)", selector)
-		}
-		return true, ""
-	}
-	return false, fmt.Sprintf("unknown spec.allowedNamespaces.from %q", allowed.From)
+		return ns.Labels, nil
+	})
+	return why == "", why
 }
 
 func findCondition(conditions []metav1.Condition, conditionType string) *metav1.Condition {
