@@ -340,6 +340,16 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 // size its class's limits allow (maxSize). cluster-autoscaler reads a
 // group's max size for scale-ups from this list only; NodeGroupForNode,
 // asked once for every node, answers maxReplicas without counting.
+//
+// A set nodeset makes no Nodes for (unmanaged: a class its namespace may
+// not use, labels it may not set) is listed only while it has Nodes: they
+// stay in a group whose min size holds them (NodeGroupForNode), and a
+// scale-up cluster-autoscaler plans from a copy of one is refused and the
+// group backed off. With none, the group could only cost every loop its
+// reads (target size, instances, a template refused), and a tenant may
+// make such sets without bound where no ResourceQuota counts them; left
+// out, the refused groups in a loop are at most the Nodes their tenants
+// were given while allowed.
 func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
 	sets, err := s.sets.List(labels.Everything())
 	if err != nil {
@@ -348,7 +358,23 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 	sort.Slice(sets, func(i, j int) bool { return GroupID(sets[i]) < GroupID(sets[j]) })
 	resp := &protos.NodeGroupsResponse{}
 	views := map[string]classView{}
+	var labelled map[string]bool // sets some Node is labelled with, read once a refused set needs it
 	for _, set := range sets {
+		if isGroup(set) && s.unmanaged(set) != nil {
+			if labelled == nil {
+				if labelled, err = s.labelledSets(); err != nil {
+					return nil, err
+				}
+			}
+			if !labelled[GroupID(set)] {
+				continue // refused, and no Node to keep in a group
+			}
+			if nodes, err := s.setNodes(set); err != nil {
+				return nil, err
+			} else if len(nodes) == 0 {
+				continue
+			}
+		}
 		if isGroup(set) {
 			group := protoGroup(set)
 			if size, binding := s.maxSize(set, sets, views); size < group.MaxSize {
@@ -359,6 +385,23 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 		}
 	}
 	return resp, nil
+}
+
+// labelledSets is the group ids of the NodeSets some Node is labelled
+// with (nodeutil.NodeSetOf), read in one pass over the Nodes: a refused
+// set's exact Nodes (setNodes) are read only when some Node names it.
+func (s *Server) labelledSets() (map[string]bool, error) {
+	nodes, err := s.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing Nodes: %v", err)
+	}
+	out := map[string]bool{}
+	for _, node := range nodes {
+		if namespace, name, ok := nodeutil.NodeSetOf(node.Labels); ok {
+			out[namespace+"/"+name] = true
+		}
+	}
+	return out, nil
 }
 
 // NodeGroupForNode finds a Node's NodeSet by its nodeset labels; a Node of
@@ -451,7 +494,7 @@ func (s *Server) pendingGroup(id string, n int32) (*protos.NodeGroupForNodeRespo
 	if err != nil {
 		return nil, err
 	}
-	if n > listedPending(set, nodes) {
+	if n > s.pendingInstances(set, nodes) {
 		return none, nil
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: protoGroup(set)}, nil
@@ -523,7 +566,27 @@ func (s *Server) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTar
 	if err != nil {
 		return nil, err
 	}
+	if s.unmanaged(set) != nil {
+		// nodeset neither adds nor removes a Node of it: its size is
+		// the Nodes it has (pendingInstances).
+		return &protos.NodeGroupTargetSizeResponse{TargetSize: int32(len(nodes))}, nil
+	}
 	return &protos.NodeGroupTargetSizeResponse{TargetSize: targetSize(set, nodes)}, nil
+}
+
+// pendingInstances is how many pending instances NodeGroupNodes lists of
+// the set: none for a set that is no group, or that nodeset makes no
+// Nodes for (unmanaged). For such a set no machine is coming, and listed,
+// its tenant's spec.replicas (raised while the webhook was away) would be
+// up to maxPendingInstances upcoming nodes to cluster-autoscaler, each a
+// copy of the set's Node that other tenants' pending pods are simulated
+// onto instead of being given a real scale-up, for
+// --max-node-provision-time.
+func (s *Server) pendingInstances(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node) int32 {
+	if !isGroup(set) || s.unmanaged(set) != nil {
+		return 0
+	}
+	return listedPending(set, nodes)
 }
 
 // targetSize is the target size cluster-autoscaler is told for the set:
@@ -954,7 +1017,7 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 		}
 		resp.Instances = append(resp.Instances, instance)
 	}
-	for n, listed := int32(1), listedPending(set, nodes); isGroup(set) && n <= listed; n++ {
+	for n, listed := int32(1), s.pendingInstances(set, nodes); n <= listed; n++ {
 		resp.Instances = append(resp.Instances, &protos.Instance{Id: pendingID(set, n),
 			Status: &protos.InstanceStatus{InstanceState: protos.InstanceStatus_instanceCreating}})
 	}
