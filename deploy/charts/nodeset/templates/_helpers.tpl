@@ -29,10 +29,15 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if not .Values.drivers.enabled }}
 {{- fail "drivers.enabled: name at least one driver" }}
 {{- end }}
+{{- $listed := dict }}
 {{- range .Values.drivers.enabled }}
 {{- if not (has . (list "simulated" "docker-machine" "eks-asg" "eks-managed")) }}
 {{- fail (printf "drivers.enabled: unknown driver %q; the built-in drivers are simulated, docker-machine, eks-asg and eks-managed" .) }}
 {{- end }}
+{{- if hasKey $listed . }}
+{{- fail (printf "drivers.enabled: driver %q is listed twice; name each driver once" .) }}
+{{- end }}
+{{- $_ := set $listed . true }}
 {{- end }}
 {{- if and (include "nodeset.aws" .) (not .Values.drivers.aws.clusterName) }}
 {{- fail "drivers.aws.clusterName: set a cluster name unique in the AWS account with eks-asg or eks-managed" }}
