@@ -215,43 +215,30 @@ func valid(class *nodesetv1alpha1.NodeClass) string {
 }
 
 // allowed says whether namespace may use class for a new NodeSet, as the
-// controller decides: a class being deleted takes none, from any namespace.
+// controller decides (resolve.NamespaceRefusal): a class being deleted
+// takes none, from any namespace. A tenant who may not read its
+// Namespace (nsErr) is told what the class's selector asks of its labels.
 func allowed(class *nodesetv1alpha1.NodeClass, namespace string, nsLabels labels.Set, nsErr error) string {
-	verdict := allowedNamespace(class, namespace, nsLabels, nsErr)
-	if class.DeletionTimestamp != nil && !strings.HasPrefix(verdict, "no") {
+	askedLabels := false
+	why := resolve.NamespaceRefusal(class, namespace, func(string) (map[string]string, error) {
+		askedLabels = true
+		return nsLabels, nsErr
+	})
+	switch {
+	case why != "" && askedLabels && nsErr != nil:
+		if class.DeletionTimestamp != nil {
+			return "no (being deleted)"
+		}
+		selector, _ := metav1.LabelSelectorAsSelector(class.Spec.AllowedNamespaces.Selector)
+		return "if labels match " + selector.String()
+	case why != "" && !askedLabels && class.Spec.AllowedNamespaces.From == nodesetv1alpha1.NamespacesFromSelector:
+		return "no (invalid selector)"
+	case why != "":
+		return "no"
+	case class.DeletionTimestamp != nil:
 		return "no (being deleted)"
 	}
-	return verdict
-}
-
-// allowedNamespace says whether the class's allowedNamespaces admit namespace.
-func allowedNamespace(class *nodesetv1alpha1.NodeClass, namespace string, nsLabels labels.Set, nsErr error) string {
-	a := class.Spec.AllowedNamespaces
-	if a == nil || a.From == "" || a.From == nodesetv1alpha1.NamespacesFromAll {
-		return "yes"
-	}
-	switch a.From {
-	case nodesetv1alpha1.NamespacesFromList:
-		for _, n := range a.Namespaces {
-			if n == namespace {
-				return "yes"
-			}
-		}
-		return "no"
-	case nodesetv1alpha1.NamespacesFromSelector:
-		selector, err := metav1.LabelSelectorAsSelector(a.Selector)
-		if err != nil {
-			return "no (invalid selector)"
-		}
-		if nsErr != nil {
-			return "if labels match " + selector.String()
-		}
-		if selector.Matches(nsLabels) {
-			return "yes"
-		}
-		return "no"
-	}
-	return "no"
+	return "yes"
 }
 
 // statusCommand shows a NodeSet, its nodes' phases and its last events.
