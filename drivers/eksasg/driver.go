@@ -8,6 +8,7 @@
 package eksasg
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -125,10 +126,11 @@ func section(class drivers.Class) (*nodesetv1alpha1.EKSAutoscalingGroup, error) 
 	return drivers.RequireSection(class.Spec.EKSAutoscalingGroup, "spec.eksAutoscalingGroup", nodesetv1alpha1.DriverEKSASG)
 }
 
-// connect returns the class's section and the API clients of its region and
-// credentials; a class that names a credentials Secret without the keys is
-// refused, never served with the node controller's own identity.
-func (d *Driver) connect(ctx context.Context, class drivers.Class) (*nodesetv1alpha1.EKSAutoscalingGroup, awscloud.AutoScaling, awscloud.EC2, error) {
+// connect returns the class's section and the API clients of region (the
+// class's when empty) with its credentials; a class that names a
+// credentials Secret without the keys is refused, never served with the
+// node controller's own identity.
+func (d *Driver) connect(ctx context.Context, class drivers.Class, region string) (*nodesetv1alpha1.EKSAutoscalingGroup, awscloud.AutoScaling, awscloud.EC2, error) {
 	s, err := section(class)
 	if err != nil {
 		return nil, nil, nil, err
@@ -136,7 +138,7 @@ func (d *Driver) connect(ctx context.Context, class drivers.Class) (*nodesetv1al
 	if err := awscloud.CheckCredentials(class); err != nil {
 		return nil, nil, nil, err
 	}
-	asg, ec2c, err := d.opts.Clients(ctx, s.Region, class.Credentials)
+	asg, ec2c, err := d.opts.Clients(ctx, cmp.Or(region, s.Region), class.Credentials)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -192,7 +194,7 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 // work.
 func (d *Driver) ValidateCloud(ctx context.Context, class drivers.Class) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	s, _, ec2c, err := d.connect(ctx, class)
+	s, _, ec2c, err := d.connect(ctx, class, "")
 	if err != nil {
 		return err
 	}
@@ -294,7 +296,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	if err := d.Validate(ctx, group.Class); err != nil {
 		return drivers.GroupStatus{}, err
 	}
-	s, asg, ec2c, err := d.connect(ctx, group.Class)
+	s, asg, ec2c, err := d.connect(ctx, group.Class, "")
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
@@ -514,7 +516,7 @@ func rebalanceSuspended(g *asgtypes.AutoScalingGroup) bool {
 // among the running), or ErrNotFound.
 func (d *Driver) DescribeGroup(ctx context.Context, class drivers.Class, name string) (_ drivers.GroupStatus, err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	_, asg, ec2c, err := d.connect(ctx, class)
+	_, asg, ec2c, err := d.connect(ctx, class, "")
 	if err != nil {
 		return drivers.GroupStatus{}, err
 	}
@@ -554,7 +556,7 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 // template: ErrInProgress until the group is gone.
 func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name string) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	s, asg, ec2c, err := d.connect(ctx, class)
+	s, asg, ec2c, err := d.connect(ctx, class, "")
 	if err != nil {
 		return err
 	}
@@ -749,7 +751,7 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 	if instanceType == "" && s.MixedInstances != nil && len(s.MixedInstances.InstanceTypes) > 0 {
 		instanceType = s.MixedInstances.InstanceTypes[0]
 	}
-	_, _, ec2c, err := d.connect(ctx, class)
+	_, _, ec2c, err := d.connect(ctx, class, "")
 	if err != nil {
 		return drivers.Capacity{}, err
 	}

@@ -1,6 +1,7 @@
 package eksasg
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -265,20 +266,22 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 		return nil, awscloud.Classify("receiving from "+queueURL, err)
 	}
 	maxDrain := maxDrainTime(class)
+	classRegion := class.Spec.EKSAutoscalingGroup.Region
 	notices := make([]drivers.Interruption, 0, len(out.Messages))
 	for _, m := range out.Messages {
 		body := unwrapped([]byte(aws.ToString(m.Body)))
 		n := ParseEvent(body, maxDrain)
 		if n.Lifecycle != nil {
+			// The action is heartbeaten and completed where its group is.
+			region := eventRegion(body, "")
+			n.Lifecycle.Region = region
 			// Classes of other heartbeat timeouts may share the queue: the
 			// action waits by its own group's hook, and no longer than
 			// Auto Scaling keeps an instance waiting with it. The node
 			// controller sets the deadline again by the machine's own
 			// class (LifecycleDeadline) once it knows the machine's Node.
-			heartbeat := d.groupHeartbeatTimeout(ctx, class, eventRegion(body, class.Spec.EKSAutoscalingGroup.Region), n.Lifecycle.Group)
+			heartbeat := d.groupHeartbeatTimeout(ctx, class, cmp.Or(region, classRegion), n.Lifecycle.Group)
 			n.Lifecycle.HeartbeatTimeout = heartbeat
-			// The action is heartbeaten and completed where its group is.
-			n.Lifecycle.Region = eventRegion(body, "")
 			n.Deadline = d.LifecycleDeadline(class, n.Notice, heartbeat)
 		}
 		n.Receipt = aws.ToString(m.ReceiptHandle)
@@ -423,25 +426,25 @@ func receiptGone(f sqstypes.BatchResultErrorEntry) bool {
 	return false
 }
 
-// lifecycleActions is the client for the lifecycle actions of a group in
-// region (the class's when empty).
-func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class, region string) (LifecycleActions, error) {
-	s, err := section(class)
+// actionRegion is the region of a lifecycle action's group: the one its
+// notice named, else the class's.
+func actionRegion(class drivers.Class, action drivers.LifecycleAction) string {
+	if s := class.Spec.EKSAutoscalingGroup; s != nil {
+		return cmp.Or(action.Region, s.Region)
+	}
+	return action.Region
+}
+
+// lifecycleActions is the client for the lifecycle actions of action's
+// group, in its region (actionRegion).
+func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (LifecycleActions, error) {
+	region := actionRegion(class, action)
+	_, asg, _, err := d.connect(ctx, class, region)
 	if err != nil {
 		return nil, err
-	}
-	if err := awscloud.CheckCredentials(class); err != nil {
-		return nil, err
-	}
-	if region == "" {
-		region = s.Region
 	}
 	if d.opts.Lifecycle != nil {
 		return d.opts.Lifecycle(ctx, region, class.Credentials)
-	}
-	asg, _, err := d.opts.Clients(ctx, region, class.Credentials)
-	if err != nil {
-		return nil, err
 	}
 	actions, ok := asg.(LifecycleActions)
 	if !ok {
@@ -455,7 +458,7 @@ func (d *Driver) lifecycleActions(ctx context.Context, class drivers.Class, regi
 // no longer knows (completed before, or timed out) is not an error.
 func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	actions, err := d.lifecycleActions(ctx, class, action.Region)
+	actions, err := d.lifecycleActions(ctx, class, action)
 	if err != nil {
 		return err
 	}
@@ -468,11 +471,7 @@ func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Clas
 		return nil // no active lifecycle action: it is over
 	}
 	if err == nil {
-		region := action.Region
-		if region == "" {
-			region = class.Spec.EKSAutoscalingGroup.Region
-		}
-		d.invalidate(region, class.Credentials)
+		d.invalidate(actionRegion(class, action), class.Credentials)
 	}
 	return awscloud.Classify("completing the lifecycle action of "+action.MachineID, err)
 }
@@ -483,7 +482,7 @@ func (d *Driver) CompleteLifecycleAction(ctx context.Context, class drivers.Clas
 // left to keep waiting, and is not an error.
 func (d *Driver) RecordLifecycleHeartbeat(ctx context.Context, class drivers.Class, action drivers.LifecycleAction) (err error) {
 	defer awscloud.Redact(class.Credentials, &err)
-	actions, err := d.lifecycleActions(ctx, class, action.Region)
+	actions, err := d.lifecycleActions(ctx, class, action)
 	if err != nil {
 		return err
 	}
