@@ -504,4 +504,9 @@ type InterruptionSource interface {
 	// action's timeout. Classes of different drain times may share a
 	// queue, so the class is the machine's, not the queue's.
 	LifecycleDeadline(class Class, notice time.Time, heartbeat time.Duration) time.Time
+	// LifecycleHeartbeatTimeout is the heartbeat timeout of a lifecycle
+	// action of a machine of class: heartbeat, as the notice's hook has it,
+	// when known (not 0), else the class's own. A queue is read with one of
+	// the classes that share it, so the class is the machine's.
+	LifecycleHeartbeatTimeout(class Class, heartbeat time.Duration) time.Duration
 }

@@ -277,9 +277,12 @@ func (d *Driver) ReceiveInterruptions(ctx context.Context, class drivers.Class) 
 			n.Lifecycle.Region = region
 			// Classes of other heartbeat timeouts may share the queue: the
 			// action waits by its own group's hook, and no longer than
-			// Auto Scaling keeps an instance waiting with it. The node
-			// controller sets the deadline again by the machine's own
-			// class (LifecycleDeadline) once it knows the machine's Node.
+			// Auto Scaling keeps an instance waiting with it. When the
+			// hook cannot be looked up, its timeout is left unknown (0),
+			// not taken from the class the queue was read with. The node
+			// controller sets both again by the machine's own class
+			// (LifecycleHeartbeatTimeout, LifecycleDeadline) once it knows
+			// the machine's Node.
 			heartbeat := d.groupHeartbeatTimeout(ctx, class, cmp.Or(region, classRegion), n.Lifecycle.Group)
 			n.Lifecycle.HeartbeatTimeout = heartbeat
 			n.Deadline = d.LifecycleDeadline(class, n.Notice, heartbeat)
@@ -319,6 +322,16 @@ func maxDrainTime(class drivers.Class) time.Duration {
 	return maxDrain
 }
 
+// LifecycleHeartbeatTimeout is heartbeat, the timeout of the action's hook
+// as read from it, else (0: unknown) the class's: nodeset puts the hook on
+// each group of the class with the class's heartbeat timeout.
+func (d *Driver) LifecycleHeartbeatTimeout(class drivers.Class, heartbeat time.Duration) time.Duration {
+	if heartbeat > 0 {
+		return heartbeat
+	}
+	return HeartbeatTimeout(interruptionsOf(class))
+}
+
 // LifecycleDeadline is notice plus the class's maxDrainTime, and no later
 // than Auto Scaling keeps an instance waiting with heartbeats of the hook's
 // timeout (the class's when unknown): 100 timeouts, at most 48 hours.
@@ -331,9 +344,10 @@ func (d *Driver) LifecycleDeadline(class drivers.Class, notice time.Time, heartb
 
 // groupHeartbeatTimeout is the heartbeat timeout of nodeset's hook on
 // group: as this process put or last saw it, else as Auto Scaling describes
-// it (in region, with the class's credentials), else the class's.
+// it (in region, with the class's credentials), else 0 (unknown): the
+// class the queue was read with may be another than the group's.
 func (d *Driver) groupHeartbeatTimeout(ctx context.Context, class drivers.Class, region, group string) time.Duration {
-	fallback := HeartbeatTimeout(interruptionsOf(class))
+	const fallback = 0
 	d.mu.Lock()
 	known := d.hooks[group]
 	d.mu.Unlock()

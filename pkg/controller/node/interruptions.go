@@ -410,9 +410,11 @@ func (c *Controller) actOn(ctx context.Context, driver, queue string, node *core
 	return c.interrupt(ctx, queue, node.Name, c.byOwnClass(driver, node, n))
 }
 
-// byOwnClass is notice n with a lifecycle action's deadline set by the
-// class of the machine's Node: the queue may be shared by classes of other
-// drain times, and the notice was read with one of them.
+// byOwnClass is notice n with a lifecycle action's heartbeat timeout and
+// deadline set by the class of the machine's Node: the queue may be shared
+// by classes of other heartbeat and drain times, and the notice was read
+// with one of them (a hook whose timeout could not be read then is timed
+// by the Node's class, not the queue's).
 func (c *Controller) byOwnClass(driver string, node *corev1.Node, n drivers.Interruption) drivers.Interruption {
 	if n.Lifecycle == nil {
 		return n
@@ -425,7 +427,17 @@ func (c *Controller) byOwnClass(driver string, node *corev1.Node, n drivers.Inte
 	if err != nil {
 		return n
 	}
-	n.Deadline = source.LifecycleDeadline(drivers.Class{Name: class.Name, Spec: class.Spec}, n.Notice, n.Lifecycle.HeartbeatTimeout)
+	return timedBy(source, class, n)
+}
+
+// timedBy is notice n, of a lifecycle action, with its heartbeat timeout
+// and deadline set by class.
+func timedBy(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass, n drivers.Interruption) drivers.Interruption {
+	own := drivers.Class{Name: class.Name, Spec: class.Spec}
+	action := *n.Lifecycle
+	action.HeartbeatTimeout = source.LifecycleHeartbeatTimeout(own, action.HeartbeatTimeout)
+	n.Lifecycle = &action
+	n.Deadline = source.LifecycleDeadline(own, n.Notice, action.HeartbeatTimeout)
 	return n
 }
 

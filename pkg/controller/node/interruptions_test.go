@@ -99,6 +99,15 @@ func (*recordingSource) LifecycleDeadline(class drivers.Class, notice time.Time,
 	return notice.Add(class.Spec.Drain.Timeout.Duration)
 }
 
+// LifecycleHeartbeatTimeout is heartbeat when known, else a tenth of the
+// class's drain timeout.
+func (*recordingSource) LifecycleHeartbeatTimeout(class drivers.Class, heartbeat time.Duration) time.Duration {
+	if heartbeat > 0 {
+		return heartbeat
+	}
+	return class.Spec.Drain.Timeout.Duration / 10
+}
+
 // groupSource is a group driver whose cloud sends interruption notices.
 type groupSource struct {
 	*recordingDriver

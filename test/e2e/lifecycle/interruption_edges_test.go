@@ -156,6 +156,10 @@ func (d *noticeDriver) LifecycleDeadline(_ drivers.Class, notice time.Time, _ ti
 	return notice.Add(time.Hour)
 }
 
+func (d *noticeDriver) LifecycleHeartbeatTimeout(_ drivers.Class, heartbeat time.Duration) time.Duration {
+	return heartbeat
+}
+
 // put sends a notice.
 func (d *noticeDriver) put(n drivers.Interruption) {
 	d.mu.Lock()
