@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	autoscalingtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -161,27 +162,37 @@ func (d *Driver) ensureHook(ctx context.Context, asg awscloud.AutoScaling, group
 	if err != nil {
 		return awscloud.Classify("describing the lifecycle hook of "+group, err)
 	}
-	current := int32(0)
-	for _, h := range out.LifecycleHooks {
+	var current *autoscalingtypes.LifecycleHook
+	for i, h := range out.LifecycleHooks {
 		if aws.ToString(h.LifecycleHookName) == HookName {
-			current = max(aws.ToInt32(h.HeartbeatTimeout), 1)
+			current = &out.LifecycleHooks[i]
 		}
 	}
 	switch {
-	case current == want:
+	case want == 0 && current == nil:
 	case want == 0:
 		if _, err := hooks.DeleteLifecycleHook(ctx, &autoscaling.DeleteLifecycleHookInput{
 			AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(HookName)}); err != nil {
 			return awscloud.Classify("deleting the lifecycle hook of "+group, err)
 		}
+	case current != nil && hookAsPut(*current, want):
 	default:
-		// CONTINUE when nodeset does not answer in time: the instance goes
-		// as it would have without the hook.
-		if _, err := hooks.PutLifecycleHook(ctx, &autoscaling.PutLifecycleHookInput{
+		// The hook is nodeset's (named for it, put by it): whatever was
+		// changed on it is put back. CONTINUE when nodeset does not answer
+		// in time: the instance goes as it would have without the hook
+		// (ABANDON would terminate it just the same, and the group's
+		// replacement would come later). No notification target: Auto
+		// Scaling sends the lifecycle events to EventBridge by itself, and
+		// a target it was given besides is cleared with an empty ARN.
+		put := &autoscaling.PutLifecycleHookInput{
 			AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(HookName),
-			LifecycleTransition: aws.String("autoscaling:EC2_INSTANCE_TERMINATING"),
-			HeartbeatTimeout:    aws.Int32(want), DefaultResult: aws.String("CONTINUE"),
-		}); err != nil {
+			LifecycleTransition: aws.String(terminatingTransition),
+			HeartbeatTimeout:    aws.Int32(want), DefaultResult: aws.String(hookDefaultResult),
+		}
+		if current != nil && aws.ToString(current.NotificationTargetARN) != "" {
+			put.NotificationTargetARN = aws.String("")
+		}
+		if _, err := hooks.PutLifecycleHook(ctx, put); err != nil {
 			return awscloud.Classify("putting the termination lifecycle hook on "+group, err)
 		}
 	}
@@ -189,6 +200,19 @@ func (d *Driver) ensureHook(ctx context.Context, asg awscloud.AutoScaling, group
 	d.hooks[group] = want
 	d.mu.Unlock()
 	return nil
+}
+
+// What nodeset's termination hook is, besides its heartbeat timeout.
+const (
+	terminatingTransition = "autoscaling:EC2_INSTANCE_TERMINATING"
+	hookDefaultResult     = "CONTINUE"
+)
+
+// hookAsPut reports whether h is nodeset's termination hook as ensureHook
+// puts it, with a heartbeat timeout of heartbeat seconds.
+func hookAsPut(h autoscalingtypes.LifecycleHook, heartbeat int32) bool {
+	return aws.ToInt32(h.HeartbeatTimeout) == heartbeat && aws.ToString(h.DefaultResult) == hookDefaultResult &&
+		aws.ToString(h.LifecycleTransition) == terminatingTransition && aws.ToString(h.NotificationTargetARN) == ""
 }
 
 // hookKnown reports whether the group's hook is known to be as the class
@@ -372,9 +396,13 @@ func (d *Driver) groupHeartbeatTimeout(ctx context.Context, class drivers.Class,
 	}
 	for _, h := range out.LifecycleHooks {
 		if seconds := aws.ToInt32(h.HeartbeatTimeout); aws.ToString(h.LifecycleHookName) == HookName && seconds > 0 {
-			d.mu.Lock()
-			d.hooks[group] = seconds
-			d.mu.Unlock()
+			if hookAsPut(h, seconds) {
+				// Remembered as ensureHook would: a hook changed
+				// otherwise is put back at the group's next look.
+				d.mu.Lock()
+				d.hooks[group] = seconds
+				d.mu.Unlock()
+			}
 			return time.Duration(seconds) * time.Second
 		}
 	}
