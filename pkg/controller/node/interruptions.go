@@ -307,6 +307,10 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 			logger.V(2).Info("Interruption notice kept until its Node is released", "id", n.ID, "kind", n.Kind)
 			continue
 		}
+		if errors.Is(err, errDrainingFirst) {
+			logger.V(2).Info("Interruption notice kept until its Node is drained", "id", n.ID, "kind", n.Kind)
+			continue
+		}
 		if errors.Is(err, errKeptEarly) {
 			continue // it comes again, to whoever leads then
 		}
@@ -360,7 +364,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 		return nil
 	}
 	var errs []error
-	kept, keptEarly, repeats := false, false, 0
+	kept, keptEarly, draining, repeats := false, false, false, 0
 	for _, id := range n.MachineIDs {
 		node := c.nodeOfMachine(driver, queue, id)
 		if node == nil {
@@ -370,6 +374,10 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 			}
 			if errors.Is(err, errKeptEarly) {
 				keptEarly = true
+				continue
+			}
+			if errors.Is(err, errDrainingFirst) {
+				draining = true
 				continue
 			}
 			errs = append(errs, err)
@@ -394,6 +402,8 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 		return err
 	case kept:
 		return errUntilReleased
+	case draining:
+		return errDrainingFirst
 	case keptEarly:
 		return errKeptEarly
 	}
@@ -443,14 +453,19 @@ func timedBy(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass
 
 // machineWithoutNode handles a notice, received on queue, for a machine no
 // Node of a NodeSet of a class that reads queue has: a lifecycle action of
-// one of the groups of those classes (its Node already drained and gone,
-// or never made) is completed at once; a warning that still means
+// one of the groups of those classes is completed at once when no Node at
+// all has the machine (its Node already drained and gone, or never made),
+// and only after the drain of the one there is otherwise (a kubelet's own
+// Node, not adopted yet: pods may run on it); a warning that still means
 // something is kept in early for a Node that may yet appear; anything else
 // is not ours. It reports whether the notice is one kept or acted on
 // already, come again.
 func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver, queue string, n drivers.Interruption, id string) (repeat bool, err error) {
 	if n.Lifecycle != nil {
 		if c.ownGroup(n.Lifecycle.Group, queue) {
+			if c.anyNodeOfMachine(id) {
+				return false, c.drainBeforeCompleting(ctx, queue, n, id)
+			}
 			return false, c.interruptedNodeGone(ctx, queue, n)
 		}
 	} else {
@@ -474,18 +489,8 @@ func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarning
 // notice on one queue completes no lifecycle action of another class's
 // group.
 func (c *Controller) ownGroup(group, queue string) bool {
-	sets, err := c.sets.List(labels.Everything())
-	if err != nil {
-		return false
-	}
-	for _, set := range sets {
-		if set.Status.Group != nil && set.Status.Group.Name == group {
-			class, driver, ok := c.groupOf(set)
-			_, handles := driver.(drivers.InterruptionSource)
-			return ok && handles && c.readsQueue(class, queue)
-		}
-	}
-	return false
+	_, _, _, ok := c.groupSource(group, queue)
+	return ok
 }
 
 // completeLifecycleAction lets the cloud terminate a machine it waits for.
@@ -607,26 +612,151 @@ func (c *Controller) interrupt(ctx context.Context, queue, name string, n driver
 // on queue, whose Node finished its drain and is gone; only for a group of
 // a class that reads queue.
 func (c *Controller) interruptedNodeGone(ctx context.Context, queue string, n drivers.Interruption) error {
-	sets, err := c.sets.List(labels.Everything())
+	_, source, class, ok := c.groupSource(n.Lifecycle.Group, queue)
+	if !ok {
+		return nil
+	}
+	credentials, err := c.credentials(ctx, class)
 	if err != nil {
 		return err
 	}
+	return c.completeLifecycleAction(ctx, source, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}, *n.Lifecycle, nil)
+}
+
+// groupSource is the group driver, interruption source and class of the
+// NodeSet whose cloud group is group, when its class reads queue.
+func (c *Controller) groupSource(group, queue string) (drivers.GroupDriver, drivers.InterruptionSource, *nodesetv1alpha1.NodeClass, bool) {
+	sets, err := c.sets.List(labels.Everything())
+	if err != nil {
+		return nil, nil, nil, false
+	}
 	for _, set := range sets {
-		if set.Status.Group == nil || set.Status.Group.Name != n.Lifecycle.Group {
+		if set.Status.Group == nil || set.Status.Group.Name != group {
 			continue
 		}
 		class, driver, ok := c.groupOf(set)
 		source, isSource := driver.(drivers.InterruptionSource)
 		if !ok || !isSource || !c.readsQueue(class, queue) {
-			return nil
+			return nil, nil, nil, false
 		}
-		credentials, err := c.credentials(ctx, class)
-		if err != nil {
-			return err
+		return driver, source, class, true
+	}
+	return nil, nil, nil, false
+}
+
+// errDrainingFirst is the answer for a lifecycle notice whose machine has a
+// Node that is none of a NodeSet's replicas, drained from the consumer: the
+// notice comes again (after the queue's visibility timeout) for the next
+// look at the drain, and its action is completed once the drain is over.
+var errDrainingFirst = errors.New("lifecycle action of a machine whose Node is draining: the notice is kept until the drain is over")
+
+// anyNodeOfMachine reports whether a Node, whoever made it, has machine
+// id in its providerID.
+func (c *Controller) anyNodeOfMachine(id string) bool {
+	objs, err := c.nodeIndexer.ByIndex(machineIDIndex, id)
+	return err == nil && len(objs) > 0
+}
+
+// machineNode is the Node of the group's machine id as its kubelet
+// registers it (ensureMachineNode adopts only such a one): the machine's
+// providerID, and its name when the cloud gives one; nil when there is
+// none, or the machine is not the group's.
+func (c *Controller) machineNode(status drivers.GroupStatus, id string) *corev1.Node {
+	for _, m := range status.Machines {
+		if path.Base(m.ProviderID) != id {
+			continue
 		}
-		return c.completeLifecycleAction(ctx, source, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}, *n.Lifecycle, nil)
+		for _, node := range c.nodesOfProviderID(m.ProviderID) {
+			if m.Name == "" || node.Name == m.Name {
+				return node
+			}
+		}
 	}
 	return nil
+}
+
+// nodesOfProviderID are the Nodes whose spec.providerID is providerID, by
+// name.
+func (c *Controller) nodesOfProviderID(providerID string) []*corev1.Node {
+	objs, err := c.nodeIndexer.ByIndex(providerIDIndex, providerID)
+	if err != nil {
+		return nil
+	}
+	var nodes []*corev1.Node
+	for _, obj := range objs {
+		if node, ok := obj.(*corev1.Node); ok {
+			nodes = append(nodes, node)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return cmpString(a.Name, b.Name) })
+	return nodes
+}
+
+// drainBeforeCompleting handles lifecycle notice n (received on queue) of
+// a machine id that has a Node, but none of a NodeSet's replicas: a
+// kubelet registered it and the group's sync has not adopted it, which it
+// never does for an instance that is terminating. Pods may run on it, so
+// the action is completed only after its drain, and a deletion of a Node
+// nodeset does not hold would take it away undrained. Each delivery of
+// the notice cordons the Node, evicts its pods and keeps the action
+// waiting (errDrainingFirst); the one that finds it drained, gone, or past
+// the deadline of the group's class completes the action. The notice's
+// word alone drains no Node: the machine must be the group's as the cloud
+// describes it, and the Node the one its kubelet registered for it (its
+// providerID and name); otherwise the action is completed at once, as for
+// a machine with no Node.
+func (c *Controller) drainBeforeCompleting(ctx context.Context, queue string, n drivers.Interruption, id string) error {
+	driver, source, class, ok := c.groupSource(n.Lifecycle.Group, queue)
+	if !ok {
+		return nil
+	}
+	if err := c.mayAct(opCompleteLifecycle); err != nil {
+		return err
+	}
+	credentials, err := c.credentials(ctx, class)
+	if err != nil {
+		return err
+	}
+	groupClass := drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}
+	start := c.opts.Now()
+	status, err := driver.DescribeGroup(ctx, groupClass, n.Lifecycle.Group)
+	c.metrics.driverCall(driver.Name(), opDescribeGroup, start, err)
+	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+		return err
+	}
+	cached := c.machineNode(status, id)
+	if cached == nil {
+		return c.completeLifecycleAction(ctx, source, groupClass, *n.Lifecycle, nil)
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", cached.Name, "machine", id)
+	ctx = klog.NewContext(ctx, logger)
+	n = timedBy(source, class, n)
+	rec := interruptionRecord{}.merged(n)
+	// Read from the API server: the cache may not have this drain's last
+	// write yet, on which the cordon's patch is conditioned.
+	node, err := c.kube.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && node.UID != cached.UID) {
+		return c.completeLifecycleAction(ctx, source, groupClass, *n.Lifecycle, nil)
+	}
+	if err != nil {
+		return err
+	}
+	node, started, err := c.cordon(ctx, node)
+	if err != nil {
+		return err
+	}
+	done, err := c.drain(ctx, node, rec.capped(drainPolicyOf(class), started), started)
+	if err != nil {
+		return err
+	}
+	if !done {
+		if err := c.lifecycleHeartbeat(ctx, node, rec, source, groupClass); err != nil {
+			return err
+		}
+		logger.V(2).Info("Draining a Node that is no NodeSet's replica before completing its machine's lifecycle action")
+		return errDrainingFirst
+	}
+	return c.completeLifecycleAction(ctx, source, groupClass, *n.Lifecycle, node)
 }
 
 func recordsEqual(a, b interruptionRecord) bool {

@@ -1,0 +1,93 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+	"nodeset.dev/nodeset/drivers"
+)
+
+// kubeletNode is a Node a kubelet registered for instance, before its
+// group's sync made or adopted one: none of a NodeSet's replicas, not held.
+func kubeletNode(name, instance string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///eu-west-1a/" + instance}}
+}
+
+// evictionsOf counts the evictions posted for pods of namespace/name.
+func evictionsOf(f *fixture, namespace, name string) int {
+	count := 0
+	for _, action := range f.kube.Actions() {
+		if action.GetVerb() == "create" && action.GetSubresource() == "eviction" && action.GetNamespace() == namespace {
+			if create, ok := action.(core.CreateAction); ok {
+				if eviction, ok := create.GetObject().(*policyv1.Eviction); ok && eviction.Name == name {
+					count++
+				}
+			}
+		}
+	}
+	return count
+}
+
+// TestALifecycleActionOfAMachineWithAnUnheldNodeWaitsForItsDrain: a
+// kubelet may register its Node before the group's sync makes or adopts
+// one, and pods may be scheduled there; once its instance is terminating
+// the sync adopts it no more. A lifecycle action of that instance is
+// completed only after the Node is cordoned and its pods evicted, the
+// action heartbeaten meanwhile and its message left on the queue. An
+// instance with no Node at all has its action completed at once; so has
+// one that is not the group's, whatever Node has its id (the notice's
+// word alone drains no Node).
+func TestALifecycleActionOfAMachineWithAnUnheldNodeWaitsForItsDrain(t *testing.T) {
+	ctx := context.Background()
+	queued := asgClassOf("queued", "https://sqs.eu-west-1.amazonaws.com/111122223333/queued", "")
+	const nodeName, otherName = "ip-10-0-0-1.eu-west-1.compute.internal", "ip-10-0-0-2.eu-west-1.compute.internal"
+	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, kubeletNode(nodeName, "i-0kubelet"), podOn("app", nodeName),
+		kubeletNode(otherName, "i-0other"), podOn("other-app", otherName))
+	group := f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
+		*recordingGroupDriver
+		*specQueue
+	}).recordingGroupDriver
+	group.groups["queued-group"] = &drivers.GroupStatus{Name: "queued-group", Machines: []drivers.MachineStatus{
+		{Name: nodeName, ProviderID: "aws:///eu-west-1a/i-0kubelet", State: drivers.MachineStopping}}}
+
+	action := lifecycleNotice("r-kubelet", "queued-group", "i-0kubelet")
+	action.Lifecycle.HeartbeatTimeout = 0 // its hook could not be read
+	gone := lifecycleNotice("r-gone", "queued-group", "i-0gone")
+	other := lifecycleNotice("r-other", "queued-group", "i-0other") // not the group's
+	queue.notices = []drivers.Interruption{action, gone, other}
+	require.Equal(t, consumeOK, f.controller.consumeOnce(ctx, "queued", nil))
+	assert.Equal(t, []string{"queued-group", "queued-group"}, queue.completed, "the actions of the instances with no Node of theirs are completed at once")
+	assert.Equal(t, []string{"r-gone", "r-other"}, queue.acked, "the draining one's message comes again")
+	assert.False(t, f.get(otherName).Spec.Unschedulable, "a Node of an instance that is not the group's is left alone")
+	assert.Zero(t, evictionsOf(f, "team-a", "other-app"))
+	node := f.get(nodeName)
+	assert.True(t, node.Spec.Unschedulable, "the Node is cordoned")
+	assert.Equal(t, 1, evictionsOf(f, "team-a", "app"), "its pod is evicted")
+	assert.Empty(t, node.Finalizers, "the Node is not taken")
+
+	// The next delivery, past half the heartbeat timeout of the group's
+	// class (recordingSource: a tenth of its 5-minute drain timeout).
+	f.now = testNow.Add(20 * time.Second)
+	queue.notices = []drivers.Interruption{action}
+	require.Equal(t, consumeOK, f.controller.consumeOnce(ctx, "queued", nil))
+	assert.Len(t, queue.completed, 2, "not completed while a pod is there")
+	assert.Equal(t, 1, queue.beats, "the action is kept waiting by the heartbeat timeout of the group's class")
+	assert.Equal(t, []string{"r-gone", "r-other"}, queue.acked)
+
+	require.NoError(t, f.kube.CoreV1().Pods("team-a").Delete(ctx, "app", metav1.DeleteOptions{}))
+	queue.notices = []drivers.Interruption{action}
+	require.Equal(t, consumeOK, f.controller.consumeOnce(ctx, "queued", nil))
+	assert.Len(t, queue.completed, 3, "drained: the action is completed")
+	assert.Equal(t, []string{"r-gone", "r-other", "r-kubelet"}, queue.acked)
+}
