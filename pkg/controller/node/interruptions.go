@@ -392,9 +392,11 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 		}
 		errs = append(errs, err)
 	}
-	if (len(n.MachineIDs) == 0 || repeats < len(n.MachineIDs)) && (early == nil || early.counts(n, c.opts.Now())) {
+	if len(n.MachineIDs) > 0 && repeats < len(n.MachineIDs) && (early == nil || early.counts(n, c.opts.Now())) {
 		// Not counted again when its message comes again while it is
-		// kept for its Node, or after it was acted on.
+		// kept for its Node, or after it was acted on; nor at all when it
+		// names no machine to act on (an instance that is pending or
+		// running, a scheduled change that is over or not about EC2).
 		c.metrics.interruptionReceived(n.Kind)
 	}
 	switch err := errors.Join(errs...); {
