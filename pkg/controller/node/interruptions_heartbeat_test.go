@@ -2,13 +2,11 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	core "k8s.io/client-go/testing"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
@@ -37,19 +35,7 @@ func TestALifecycleActionWhoseHookWasNotReadIsTimedByTheNodesClass(t *testing.T)
 				Deadline:  testNow.Add(time.Minute),
 				Lifecycle: &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-0aaa", HeartbeatTimeout: tc.heartbeat}}
 			require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, testQueue, notice, nil))
-			var recorded *interruptionRecord
-			for _, action := range f.kube.Actions() {
-				if patch, ok := action.(core.PatchAction); ok && action.GetResource().Resource == "nodes" {
-					var body struct {
-						Metadata struct{ Annotations map[string]string } `json:"metadata"`
-					}
-					require.NoError(t, json.Unmarshal(patch.GetPatch(), &body))
-					if raw := body.Metadata.Annotations[nodesetv1alpha1.AnnotationInterruption]; raw != "" {
-						recorded = &interruptionRecord{}
-						require.NoError(t, json.Unmarshal([]byte(raw), recorded))
-					}
-				}
-			}
+			recorded := lastRecordedInterruption(t, f)
 			require.NotNil(t, recorded)
 			require.NotNil(t, recorded.Lifecycle)
 			assert.Equal(t, tc.want, recorded.Lifecycle.HeartbeatTimeout)

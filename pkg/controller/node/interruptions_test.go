@@ -148,19 +148,7 @@ func TestLifecycleDeadlineIsTheMachinesClass(t *testing.T) {
 		Deadline:  testNow.Add(time.Minute), // as the queue's first class, of 1 minute, read it
 		Lifecycle: &drivers.LifecycleAction{Group: "g", Hook: "h", Token: "t", MachineID: "i-0aaa", HeartbeatTimeout: time.Minute}}
 	require.NoError(t, f.controller.handleInterruption(context.Background(), nodesetv1alpha1.DriverEKSASG, testQueue, notice, nil))
-	var recorded *interruptionRecord
-	for _, action := range f.kube.Actions() {
-		if patch, ok := action.(core.PatchAction); ok && action.GetResource().Resource == "nodes" {
-			var body struct {
-				Metadata struct{ Annotations map[string]string } `json:"metadata"`
-			}
-			require.NoError(t, json.Unmarshal(patch.GetPatch(), &body))
-			if raw := body.Metadata.Annotations[nodesetv1alpha1.AnnotationInterruption]; raw != "" {
-				recorded = &interruptionRecord{}
-				require.NoError(t, json.Unmarshal([]byte(raw), recorded))
-			}
-		}
-	}
+	recorded := lastRecordedInterruption(t, f)
 	require.NotNil(t, recorded, "the notice is recorded on the Node")
 	require.NotNil(t, recorded.Deadline)
 	assert.Equal(t, testNow.Add(30*time.Minute).UTC(), recorded.Deadline.UTC(), "the Node's class drains for 30 minutes")
@@ -301,4 +289,24 @@ func TestALifecycleActionRecordedWhileTheNodeIsReleasedIsCompleted(t *testing.T)
 	}
 	assert.True(t, acked, "the notice is acknowledged in the end")
 	assert.Equal(t, 1, source.completed, "the lifecycle action is completed once the Node is released")
+}
+
+// lastRecordedInterruption is the interruption record the last patch of a
+// Node that wrote one put in its annotation, or nil.
+func lastRecordedInterruption(t *testing.T, f *fixture) *interruptionRecord {
+	t.Helper()
+	var recorded *interruptionRecord
+	for _, action := range f.kube.Actions() {
+		if patch, ok := action.(core.PatchAction); ok && action.GetResource().Resource == "nodes" {
+			var body struct {
+				Metadata struct{ Annotations map[string]string } `json:"metadata"`
+			}
+			require.NoError(t, json.Unmarshal(patch.GetPatch(), &body))
+			if raw := body.Metadata.Annotations[nodesetv1alpha1.AnnotationInterruption]; raw != "" {
+				recorded = &interruptionRecord{}
+				require.NoError(t, json.Unmarshal([]byte(raw), recorded))
+			}
+		}
+	}
+	return recorded
 }
