@@ -4,7 +4,9 @@
 # nodes are empty, down by draining when their pods fit elsewhere, never by
 # draining a node of a NodeSet that is rolling out or not Accepted, and
 # past a not-Accepted NodeSet's refused scale-up, or a cloud out of
-# capacity, to another set. Prints each step's nodes
+# capacity, to another set; and that its loop goes on scaling other sets
+# while NodeSets are deleted or stop being autoscaled, and past a NodeSet
+# below a min size its class gives it no room for. Prints each step's nodes
 # needed and nodes added, and fails on a mismatch.
 #
 # cluster-autoscaler's Go module is not served by the module proxy, so this
@@ -81,8 +83,12 @@ YAML
 
 cleanup() {
   [[ -n "${ca_pid:-}" ]] && kill "${ca_pid}" 2>/dev/null || true
-  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small ca-fallback ca-scarce-load --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll ca-refused ca-fallback ca-scarce ca-plenty --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  [[ -n "${unadmitted:-}" ]] && admit_all >/dev/null 2>&1 || true
+  rm -f "${run}/churn"
+  [[ -n "${churn_pid:-}" ]] && kill "${churn_pid}" 2>/dev/null || true
+  kubectl delete deployment -n "${ns}" ca-load ca-small ca-wide ca-roll-big ca-roll-small ca-fallback ca-scarce-load ca-steady-load --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete nodeset -n "${ns}" ca-left ca-right ca-roll ca-refused ca-fallback ca-scarce ca-plenty ca-steady ca-toggle ca-short ca-huge --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl get nodesets -n "${ns}" -o name 2>/dev/null | grep '/ca-churn-' | xargs -r "${bin}/kubectl" delete -n "${ns}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   # The classes the steps change, back as the steps make them, for the next run.
   kubectl patch nodeclass ca-roll --type=json -p '[{"op":"remove","path":"/spec/simulated/failurePercent"}]' >/dev/null 2>&1 || true
   kubectl patch nodeclass ca-closed --type=json -p '[{"op":"remove","path":"/spec/allowedNamespaces"}]' >/dev/null 2>&1 || true
@@ -96,14 +102,20 @@ for _ in $(seq 1 120); do
 done
 
 printf 'address: "127.0.0.1:18086"\n' >"${run}/cluster-autoscaler-cloud.yaml"
-"${ca}" --cloud-provider=externalgrpc --cloud-config="${run}/cluster-autoscaler-cloud.yaml" \
-  --kubeconfig="${KUBECONFIG}" --leader-elect=false --address=127.0.0.1:18087 \
-  --scan-interval=5s --scale-down-unneeded-time=30s --scale-down-delay-after-add=30s \
-  --scale-down-delay-after-delete=10s --balance-similar-node-groups \
-  --balancing-ignore-label=nodeset.dev/nodeset --balancing-ignore-label=nodeset.dev/nodeset-namespace \
-  --balancing-ignore-label=nodeset.dev/template-hash \
-  --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner --v=4 >"${ca_log}" 2>&1 &
-ca_pid=$!
+# start_ca [FLAG...]: starts cluster-autoscaler with the check's flags and
+# FLAGs, its log appended to ${ca_log}.
+start_ca() {
+  "${ca}" --cloud-provider=externalgrpc --cloud-config="${run}/cluster-autoscaler-cloud.yaml" \
+    --kubeconfig="${KUBECONFIG}" --leader-elect=false --address=127.0.0.1:18087 \
+    --scan-interval=5s --scale-down-unneeded-time=30s --scale-down-delay-after-add=30s \
+    --scale-down-delay-after-delete=10s --balance-similar-node-groups \
+    --balancing-ignore-label=nodeset.dev/nodeset --balancing-ignore-label=nodeset.dev/nodeset-namespace \
+    --balancing-ignore-label=nodeset.dev/template-hash \
+    --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner --v=4 "$@" >>"${ca_log}" 2>&1 &
+  ca_pid=$!
+}
+: >"${ca_log}"
+start_ca
 say "${ca} started (log: ${run}/cluster-autoscaler.log)"
 
 # deployment NAME REPLICAS CPU [soft anti-affinity]: pods only the check's NodeSet can take
@@ -357,4 +369,147 @@ plenty=$(set_nodes ca-plenty)
 (( $(set_nodes ca-scarce) == 1 )) || fail "out of capacity: the set has $(set_nodes ca-scarce) nodes, 1 kept"
 say "out of capacity: the other set grew by ${plenty}; all 3 pods bound"
 kubectl delete deployment -n "${ns}" ca-scarce-load --wait=true >/dev/null
+
+# loops_since LINE: how many loops cluster-autoscaler started since LINE.
+loops_since() { log_from "$1" | grep -c "Starting main loop" || true; }
+# loop_errors: how many of its loops cluster-autoscaler counted failed
+# (its errors_total metric), since it started.
+loop_errors() { curl -sf http://127.0.0.1:18087/metrics | awk '/^cluster_autoscaler_errors_total/ {s += $2} END {print s + 0}'; }
+# failed_reads LINE: cluster-autoscaler's lines since LINE that say a loop
+# ended on a cloud provider's error, or that a call a loop reads every
+# group with failed.
+failed_reads() {
+  log_from "$1" | grep -E "Failed to refresh cloud provider|Failed to recompute template node infos|Failed to update node registry|Failed to update cluster state|Failed to fix node group sizes|Unable to build proper template node|Error on gRPC call (NodeGroups|NodeGroupTargetSize|NodeGroupNodes|NodeGroupTemplateNodeInfo|NodeGroupForNode)\b" || true
+}
+ready_nodes() { kubectl get nodes -l "nodeset.dev/nodeset=$1" --no-headers 2>/dev/null | grep -cw Ready || true; }
+# expect_set SET WANT SECONDS WHAT: as expect, for SET and the pods of
+# ca-steady-load.
+expect_set() {
+  local set=$1 want=$2 limit=$3 what=$4 n most pending
+  most=$(set_nodes "${set}")
+  local bound=$(( most > want ? most : want ))
+  local deadline=$(( $(date +%s) + limit ))
+  while (( $(date +%s) < deadline )); do
+    n=$(set_nodes "${set}")
+    (( n > most )) && most=$n
+    (( most > bound )) && fail "${what}: ${most} nodes, ${want} needed"
+    pending=$(kubectl get pods -n "${ns}" -l app=ca-steady-load --field-selector=spec.nodeName= --no-headers 2>/dev/null | wc -l)
+    if (( n == want && pending == 0 )); then
+      say "${what}: ${want} needed, ${most} at most, ${n} now"
+      return 0
+    fi
+    sleep 1
+  done
+  fail "${what}: not ${want} nodes within ${limit}s (${n} now, ${pending} pods pending)"
+}
+
+# A loop outlives NodeSets deleted, being deleted or stripped of
+# spec.autoscaling while it runs. cluster-autoscaler lists the node groups
+# once a loop and then reads every group of that list: an error from its
+# target size or its instances ends the loop for every group, and so, up
+# to cluster-autoscaler 1.33, does one from its template but
+# Unimplemented. A tenant churns NodeSets (each round makes four and
+# deletes the four of the round before, and takes spec.autoscaling off
+# another set and puts it back) while a third set is scaled up and down:
+# it must scale exactly, and no loop may fail or read a group with an
+# error. Whether a round lands between a loop's list and its reads is
+# chance; the churn lasts dozens of loops.
+{ set_yaml ca-steady ca-check steady; set_yaml ca-toggle ca-check churn; } | kubectl apply -f - >/dev/null
+churn_sets() { local i; for i in 1 2 3 4; do echo "ca-churn-$1-$i"; done; }
+churn() {
+  local round=0
+  while [[ -f "${run}/churn" ]]; do
+    round=$(( round + 1 ))
+    for name in $(churn_sets "${round}"); do set_yaml "${name}" ca-check churn; done | kubectl apply -f - >/dev/null 2>&1 &
+    (( round > 1 )) && kubectl delete nodeset -n "${ns}" $(churn_sets $(( round - 1 ))) --wait=false >/dev/null 2>&1 &
+    kubectl patch nodeset -n "${ns}" ca-toggle --type=json -p '[{"op":"remove","path":"/spec/autoscaling"}]' >/dev/null 2>&1 &
+    wait
+    kubectl patch nodeset -n "${ns}" ca-toggle --type=merge -p '{"spec":{"autoscaling":{"minReplicas":0,"maxReplicas":10}}}' >/dev/null 2>&1 || true
+    echo "${round}" >"${run}/churn-rounds"
+  done
+  kubectl delete nodeset -n "${ns}" $(churn_sets "${round}") --wait=false >/dev/null 2>&1 || true
+}
+churn_from=$(log_mark)
+errors_before=$(loop_errors)
+touch "${run}/churn"
+churn &
+churn_pid=$!
+selector=steady deployment ca-steady-load 2 1500m
+expect_set ca-steady 2 180 "NodeSets churning: scale-up of another set from zero (2 pods of 1.5 CPU)"
+kubectl delete deployment -n "${ns}" ca-steady-load --wait=true >/dev/null
+expect_set ca-steady 0 300 "NodeSets churning: scale-down of that set to zero"
+wait_for 120 "20 loops of cluster-autoscaler during the churn" eval '(( $(loops_since "${churn_from}") >= 20 ))'
+rm -f "${run}/churn"
+wait "${churn_pid}" || true
+churn_pid=
+failed=$(failed_reads "${churn_from}")
+[[ -z "${failed}" ]] || fail "NodeSets churning: cluster-autoscaler read a group with an error or ended a loop:
+$(head -n 5 <<<"${failed}")"
+(( $(loop_errors) == errors_before )) || fail "NodeSets churning: cluster-autoscaler counted $(( $(loop_errors) - errors_before )) failed loops"
+say "NodeSets churning: $(cat "${run}/churn-rounds") rounds (4 sets made and 4 deleted, spec.autoscaling off and on, each) over $(loops_since "${churn_from}") loops; no loop failed, no group read with an error"
+
+# A NodeSet below its minReplicas that its class gives fewer Nodes: one
+# of 3 and one of 1005 (min = max = replicas), each in a class with room
+# for one Node, made as a tenant may with the webhook away (it refuses
+# them; here it is told to pass over objects with a label of the check's
+# while they are made). nodeset lists each missing replica as a pending instance,
+# at most 1000 a set, and answers the larger one's target size as its
+# Node and those 1000. cluster-autoscaler must find both sizes correct:
+# past --max-node-provision-time (30 s here) it would otherwise lower the
+# target to the registered Node (fixNodeGroupSize), which cannot go below
+# the min size, and that refusal ends every loop for every group. It
+# gives up on none of the pending instances (min size reached), leaves
+# both sets' replicas alone, and goes on scaling another set.
+# admit_all: the webhook back on every NodeSet.
+admit_all() {
+  kubectl patch validatingwebhookconfiguration nodeset.dev --type=json -p '[{"op":"replace","path":"/webhooks/0/objectSelector","value":{}}]' >/dev/null
+  unadmitted=
+}
+short_yaml() {
+  cat <<YAML
+---
+apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata: {name: $1, namespace: ${ns}, labels: {example.com/ca-check-unadmitted: "true"}}
+spec:
+  nodeClassName: $2
+  replicas: $3
+  autoscaling: {minReplicas: $3, maxReplicas: $3}
+  template:
+    labels: {example.com/ca-check: short}
+YAML
+}
+{ class_yaml ca-tight-a '' 'limits: {maxNodes: 1}'; class_yaml ca-tight-b '' 'limits: {maxNodes: 1}'; } | kubectl apply -f - >/dev/null
+[[ "$(kubectl get validatingwebhookconfiguration nodeset.dev -o jsonpath='{.webhooks[0].name}')" == nodesets.nodeset.dev ]] ||
+  fail "the webhook configuration nodeset.dev does not start with nodesets.nodeset.dev"
+unadmitted=1
+kubectl patch validatingwebhookconfiguration nodeset.dev --type=json -p '[{"op":"add","path":"/webhooks/0/objectSelector","value":{"matchExpressions":[{"key":"example.com/ca-check-unadmitted","operator":"DoesNotExist"}]}}]' >/dev/null
+{ short_yaml ca-short ca-tight-a 3; short_yaml ca-huge ca-tight-b 1005; } | kubectl apply -f - >/dev/null
+admit_all
+wait_for 120 "one Ready node of each set below its min size" eval '(( $(ready_nodes ca-short) == 1 && $(ready_nodes ca-huge) == 1 ))'
+kill "${ca_pid}"
+wait "${ca_pid}" 2>/dev/null || true
+short_from=$(log_mark)
+start_ca --max-node-provision-time=30s
+say "cluster-autoscaler restarted with --max-node-provision-time=30s; ca-short: 1 node of 3, ca-huge: 1 node of 1005"
+wait_for 60 "cluster-autoscaler's metrics" eval '[[ -n "$(loop_errors)" ]] && curl -sf http://127.0.0.1:18087/metrics >/dev/null'
+min_size_skip() { log_from "${short_from}" | grep -cE "Node group team-a/$1 min size reached, skipping removal of $2 unregistered nodes" || true; }
+wait_for 180 "cluster-autoscaler finding the pending instances long unregistered" eval \
+  '(( $(min_size_skip ca-huge 1000) > 0 && $(min_size_skip ca-short 2) > 0 ))'
+# fixNodeGroupSize runs after that in each loop: two more loops.
+skip_from=$(log_mark)
+wait_for 60 "two more loops" eval '(( $(loops_since "${skip_from}") >= 2 ))'
+selector=steady deployment ca-steady-load 2 1500m
+expect_set ca-steady 2 180 "below min size: scale-up of another set from zero (2 pods of 1.5 CPU)"
+failed=$(failed_reads "${short_from}")
+[[ -z "${failed}" ]] || fail "below min size: cluster-autoscaler ended a loop or read a group with an error:
+$(head -n 5 <<<"${failed}")"
+if log_from "${short_from}" | grep -E "Decreasing size of team-a/ca-(short|huge)" >&2; then
+  fail "below min size: cluster-autoscaler lowered the target of a set below its min size"
+fi
+(( $(loop_errors) == 0 )) || fail "below min size: cluster-autoscaler counted $(loop_errors) failed loops"
+[[ "$(set_replicas ca-short) $(set_replicas ca-huge)" == "3 1005" ]] || fail "below min size: replicas $(set_replicas ca-short) and $(set_replicas ca-huge), 3 and 1005 wanted"
+say "below min size: over $(loops_since "${short_from}") loops, $(min_size_skip ca-short 2) and $(min_size_skip ca-huge 1000) 'min size reached, skipping removal' lines for ca-short (2 pending) and ca-huge (1000 pending); no size fixed, no loop failed, replicas still 3 and 1005"
+kubectl delete deployment -n "${ns}" ca-steady-load --wait=true >/dev/null
+kubectl delete nodeset -n "${ns}" ca-short ca-huge --wait=false >/dev/null
 say "cluster-autoscaler scaled the NodeSet exactly in every step"
