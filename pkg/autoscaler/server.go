@@ -1029,9 +1029,10 @@ func (s *Server) NodeGroupNodes(_ context.Context, req *protos.NodeGroupNodesReq
 // field older releases read and the one newer releases read.
 //
 // cluster-autoscaler asks it of every group of the list its loop started
-// with (NodeGroups) that has no Node Ready for a minute to copy, and any
-// error but Unimplemented aborts that loop, every group's scale-ups and
-// scale-downs with it. So every answer that is not a template is
+// with (NodeGroups) that has no Node Ready for a minute to copy. Up to
+// cluster-autoscaler 1.33 any error but Unimplemented aborts that loop,
+// every group's scale-ups and scale-downs with it (1.34 and later log it
+// and go on without a template). So every answer that is not a template is
 // Unimplemented ("no template"), with the reason: a set deleted, being
 // deleted or no longer autoscaled since the list was made (which its
 // tenant may do again and again), as well as one nodeset makes no Nodes

@@ -22,9 +22,10 @@ import (
 // NodeGroupNodes of every group of that list (clusterstate's
 // getTargetSizes and its instance cache), and NodeGroupTemplateNodeInfo of
 // every group of it with no Node Ready for a minute to copy (its template
-// node infos). An error from any of them, but Unimplemented from the
-// template ("no template"), aborts the whole loop: no group is scaled up
-// or down in it. A tenant who deletes a NodeSet, or takes its
+// node infos). An error from either of the first two aborts the whole
+// loop: no group is scaled up or down in it; so does one from the
+// template, but Unimplemented ("no template"), up to cluster-autoscaler
+// 1.33 (1.34 and later log it and go on without that group's template). A tenant who deletes a NodeSet, or takes its
 // spec.autoscaling away, in the meantime (again and again, if it likes)
 // must not cost every other tenant that loop; scaling the set stays
 // refused.
@@ -106,7 +107,7 @@ func TestAutoscalerLoopOutlivesDeletedSets(t *testing.T) {
 		_, err = ca.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: g.Id})
 		if err != nil {
 			assert.Equal(t, codes.Unimplemented.String(), status.Code(err).String(),
-				"NodeGroupTemplateNodeInfo(%s): any error but Unimplemented aborts cluster-autoscaler's loop (its template node infos): %v", g.Id, err)
+				"NodeGroupTemplateNodeInfo(%s): any error but Unimplemented aborts cluster-autoscaler's loop up to 1.33 (its template node infos): %v", g.Id, err)
 		}
 	}
 	// No pending instance of a set no longer a group: its fake nodes
