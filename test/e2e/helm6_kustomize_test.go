@@ -27,7 +27,11 @@ type kustomizeCluster struct {
 func newKustomizeCluster(t *testing.T) *kustomizeCluster {
 	t.Helper()
 	shared := framework.Shared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// A bound on the whole test, control plane start included, not a wait:
+	// the uninstall test takes about a minute, but on a machine running
+	// other control planes beside it, it ran past 5 minutes in kubectl
+	// delete, which waits for nodeset-system's deletion.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
 	cp, err := framework.Start(ctx, framework.Options{Dir: t.TempDir(), BinDir: shared.BinDir})
 	require.NoError(t, err)
