@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -918,6 +920,7 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 		return status.Errorf(codes.DeadlineExceeded, "node group %s: waiting for the other writes to it: %v", id, err)
 	}
 	defer release()
+	var written *nodesetv1alpha1.NodeSet
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		set, err := s.client.NodesetV1alpha1().NodeSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
 		if err != nil {
@@ -937,12 +940,13 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 		if !changed {
 			return nil
 		}
-		_, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		written, err = s.client.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 	var st interface{ GRPCStatus() *status.Status }
 	switch {
 	case err == nil:
+		s.awaitCached(ctx, written)
 		return nil
 	case errors.As(err, &st):
 		return err
@@ -951,6 +955,41 @@ func (s *Server) update(ctx context.Context, id string, mutate func(*nodesetv1al
 	default:
 		return status.Errorf(codes.Unavailable, "node group %s: %v", id, err)
 	}
+}
+
+// cacheWait bounds how long a write waits for the cache to show it.
+const cacheWait = 2 * time.Second
+
+// awaitCached waits, for at most cacheWait, until the NodeSet cache holds
+// written (the NodeSet as a write returned it) or a later version of it.
+// The calls that read a group (NodeGroupTargetSize, NodeGroupNodes) read
+// the cache: without the wait, cluster-autoscaler's next loop, run before
+// the cache has the new spec.replicas, would read the target size from
+// before its scale-up, count none of it as upcoming, and scale up again
+// for the same pods. The write stands whether or not the cache catches up
+// in time. resourceVersions are compared as the integers etcd makes them;
+// one that is not waits for nothing.
+func (s *Server) awaitCached(ctx context.Context, written *nodesetv1alpha1.NodeSet) {
+	if written == nil {
+		return
+	}
+	want, err := strconv.ParseUint(written.ResourceVersion, 10, 64)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, cacheWait)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+		cached, err := s.sets.NodeSets(written.Namespace).Get(written.Name)
+		if err != nil {
+			return apierrors.IsNotFound(err), nil // deleted since: nothing to wait for
+		}
+		if cached.UID != written.UID {
+			return true, nil
+		}
+		have, err := strconv.ParseUint(cached.ResourceVersion, 10, 64)
+		return err != nil || have >= want, nil
+	})
 }
 
 // scalePatch is the merge patch that writes what mutate changed of the set
