@@ -63,8 +63,8 @@ func TestDeployOverlays(t *testing.T) {
 			assert.Equal(t, 2, kinds["Deployment"])
 			assert.Equal(t, 1, kinds["ValidatingWebhookConfiguration"])
 			assert.Equal(t, 2, kinds["FlowSchema"], "the controllers' requests have a priority level of their own, their leader election another")
-			assert.Equal(t, 2, kinds["ValidatingAdmissionPolicy"], "Dedicated tenancy is enforced at pod admission, kubelets' Node claims at Node admission")
-			assert.Equal(t, 2, kinds["ValidatingAdmissionPolicyBinding"])
+			assert.Equal(t, 3, kinds["ValidatingAdmissionPolicy"], "Dedicated tenancy is enforced at pod admission, kubelets' Node claims at Node admission, the depth of spec.parameters at NodeSet and NodeClass admission")
+			assert.Equal(t, 3, kinds["ValidatingAdmissionPolicyBinding"])
 			assert.Equal(t, 1, kinds["Job"], "certificates are provisioned at install")
 			assert.Equal(t, 1, kinds["CronJob"], "and renewed")
 			assertHighlyAvailable(t, objects)
@@ -124,6 +124,7 @@ func TestDeployOverlays(t *testing.T) {
 			assert.Contains(t, out, "flowschema.flowcontrol.apiserver.k8s.io/nodeset-leader-election created (server dry run)")
 			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/dedicated-tenancy.nodeset.dev created (server dry run)")
 			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/kubelet-node-claims.nodeset.dev created (server dry run)")
+			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/parameters-depth.nodeset.dev created (server dry run)")
 			assert.Contains(t, out, "job.batch/nodeset-certs created (server dry run)")
 		})
 	}
