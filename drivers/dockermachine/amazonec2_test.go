@@ -336,3 +336,51 @@ func motoHolding(t *testing.T, action string) (cloud framework.MotoEC2, hold *at
 	})
 	return cloud, hold
 }
+
+// TestAnAmazonEC2MachineGoesWithTheClassCurrentCredentials: the class's
+// AWS access key is rotated (the Secret holds a new one, the old one is
+// deleted at AWS, which then refuses it: AuthFailure) while a machine made
+// with the old one runs. rancher/machine's amazonec2 takes its
+// credentials, when it loads a saved configuration, from the environment
+// variables of their flags (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), as
+// rancher-machine is given the current ones; the machine's state and
+// removal go through with the class's current key, and are not stuck on
+// the one saved at its Create.
+func TestAnAmazonEC2MachineGoesWithTheClassCurrentCredentials(t *testing.T) {
+	ctx := context.Background()
+	var revoked atomic.Value // the access key id AWS no longer takes
+	var refused atomic.Int32
+	cloud := framework.StartMotoEC2(t, func(w http.ResponseWriter, r *http.Request, _ []byte, _ url.Values) bool {
+		key, _ := revoked.Load().(string)
+		if key == "" || !strings.Contains(r.Header.Get("Authorization"), "Credential="+key+"/") {
+			return false
+		}
+		refused.Add(1)
+		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>AuthFailure</Code><Message>AWS was not able to validate the provided access credentials</Message></Error></Errors><RequestID>0d1e5a2c-7b4f-4c1e-8f0a-3c2b9d6e5f71</RequestID></Response>`))
+		return true
+	})
+	d, store, _ := newDriver(t)
+	class := amazonEC2Class(cloud)
+	_, err := d.Create(ctx, drivers.Machine{Name: "ec2-rotated", Class: class})
+	require.NoError(t, err)
+	require.Len(t, liveInstances(t, cloud.EC2), 1)
+
+	const newAccessKey, newSecretKey = "AKIAROTATEDEC2KEY9X4", "rotated/EC2+secret+Jd7pQ2sV"
+	class.Credentials = map[string][]byte{"access-key": []byte(newAccessKey), "secret-key": []byte(newSecretKey)}
+	revoked.Store(ec2AccessKey)
+
+	status, err := d.Get(ctx, class, "ec2-rotated")
+	require.NoError(t, err, "the state is asked with the class's current key")
+	assert.Equal(t, drivers.MachineRunning, status.State)
+	require.NoError(t, d.Delete(ctx, class, "ec2-rotated"), "the machine is removed with the class's current key")
+	assert.Empty(t, liveInstances(t, cloud.EC2), "its instance is terminated")
+	keyPairs, err := cloud.EC2.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{})
+	require.NoError(t, err)
+	assert.Empty(t, keyPairs.KeyPairs, "and its key pair deleted")
+	assert.Empty(t, store.records)
+	assert.Zero(t, refused.Load(), "no call went out with the revoked key")
+	assertNoPluginLeft(t)
+}

@@ -282,6 +282,66 @@ func (d *Driver) baseConfig(name string) []byte {
 	return data
 }
 
+// withCurrentCredentials is ctx with the environment that hands a plugin
+// loading the record's saved configuration the class's current credential
+// values: each credentialOptions value in the environment variable its
+// flag names (mcnflag's EnvVar). rancher/machine's drivers take their
+// credentials from there (or from the command line) when they load a saved
+// configuration (their UnmarshalJSON reads them through
+// rpcdriver.GetDriverOpts), which is how rancher-machine gives a machine
+// made before the credentials were rotated the ones in use now: the saved
+// ones may be revoked, and the machine could then never be removed.
+// Only for the class and plugin the machine was made with; a plugin that
+// reads no such variable keeps what it saved.
+func (d *Driver) withCurrentCredentials(ctx context.Context, class drivers.Class, record Record) context.Context {
+	dm := class.Spec.DockerMachine
+	if dm == nil || len(dm.CredentialOptions) == 0 || class.Credentials == nil || dm.DriverName != record.Plugin ||
+		(record.Class != "" && record.Class != class.Name) {
+		return ctx
+	}
+	flags, err := d.createFlags(ctx, record.Plugin)
+	if err != nil {
+		return ctx
+	}
+	var env []string
+	for _, f := range flags {
+		name := flagEnvVar(f)
+		key, ok := dm.CredentialOptions[f.String()]
+		if name == "" || strings.ContainsAny(name, "=\x00") || !ok {
+			continue
+		}
+		value, ok := class.Credentials[key]
+		if !ok || bytes.IndexByte(value, 0) >= 0 {
+			continue
+		}
+		env = append(env, name+"="+string(value))
+	}
+	return withPluginEnv(ctx, env)
+}
+
+// flagEnvVar is the environment variable a flag declares it is read from.
+func flagEnvVar(flag mcnflag.Flag) string {
+	switch f := flag.(type) {
+	case mcnflag.StringFlag:
+		return f.EnvVar
+	case *mcnflag.StringFlag:
+		return f.EnvVar
+	case mcnflag.IntFlag:
+		return f.EnvVar
+	case *mcnflag.IntFlag:
+		return f.EnvVar
+	case mcnflag.BoolFlag:
+		return f.EnvVar
+	case *mcnflag.BoolFlag:
+		return f.EnvVar
+	case mcnflag.StringSliceFlag:
+		return f.EnvVar
+	case *mcnflag.StringSliceFlag:
+		return f.EnvVar
+	}
+	return ""
+}
+
 // withPlugin runs fn against a plugin loaded with config, and closes it.
 func (d *Driver) withPlugin(ctx context.Context, plugin string, config []byte, fn func(Plugin) error) error {
 	p, closer, err := d.plugins.Open(ctx, plugin, config)
@@ -502,7 +562,7 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 	if err == nil && leftBehind(record, machine, dm.DriverName) {
 		// The machine of the Node's predecessor under its name, deleted
 		// without it: its deletion was to remove it, which is done now.
-		if err := d.delete(ctx, machine.Name); err != nil {
+		if err := d.delete(ctx, machine.Class, machine.Name); err != nil {
 			return "", fmt.Errorf("removing machine %s, left behind by an earlier Node of the name (UID %s): %w", machine.Name, record.NodeUID, err)
 		}
 		klog.FromContext(ctx).Info("Removed the machine an earlier Node of the name left behind", "machine", machine.Name,
@@ -531,7 +591,8 @@ func (d *Driver) create(ctx context.Context, machine drivers.Machine) (_ string,
 		if err := d.prepareMachineDir(dm, machine.Name, machine.Class.Credentials); err != nil {
 			return "", err
 		}
-		if err := d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error { return d.undoCreate(ctx, p, record) }); err != nil {
+		undoCtx := d.withCurrentCredentials(ctx, machine.Class, record)
+		if err := d.withPlugin(undoCtx, record.Plugin, record.Config, func(p Plugin) error { return d.undoCreate(undoCtx, p, record) }); err != nil {
 			return "", fmt.Errorf("plugin %s: undoing the unfinished creation of machine %s: %w", BinaryName(record.Plugin), machine.Name, err)
 		}
 	case !errors.Is(err, drivers.ErrNotFound):
@@ -731,7 +792,7 @@ func (d *Driver) resumeProvisioning(ctx context.Context, machine drivers.Machine
 		return err
 	}
 	defer cleanup()
-	err = d.withPlugin(ctx, record.Plugin, record.Config, func(p Plugin) error {
+	err = d.withPlugin(d.withCurrentCredentials(ctx, machine.Class, record), record.Plugin, record.Config, func(p Plugin) error {
 		return d.provisionSSH(ctx, p, &record, join)
 	})
 	if err != nil {
@@ -758,10 +819,10 @@ func (d *Driver) state(ctx context.Context, record Record) (state.State, error) 
 // without a record was never created, or is already gone.
 func (d *Driver) Delete(ctx context.Context, class drivers.Class, name string) error {
 	remember(class.Credentials)
-	return d.scrubbed(name, d.delete(ctx, name))
+	return d.scrubbed(name, d.delete(ctx, class, name))
 }
 
-func (d *Driver) delete(ctx context.Context, name string) error {
+func (d *Driver) delete(ctx context.Context, class drivers.Class, name string) error {
 	record, err := d.record(ctx, name)
 	if errors.Is(err, drivers.ErrNotFound) {
 		if err := d.removeMachineDir(name); err != nil {
@@ -776,6 +837,7 @@ func (d *Driver) delete(ctx context.Context, name string) error {
 	// says nothing of the machine, whose record stays.
 	removeCtx, cancel := bounded(ctx, d.timeouts.remove, "removing the machine")
 	defer cancel()
+	removeCtx = d.withCurrentCredentials(removeCtx, class, record)
 	err = d.withPlugin(removeCtx, record.Plugin, record.Config, func(p Plugin) error {
 		// Remove, even when Create never finished and the plugin says the
 		// machine does not exist: a driver makes other things before the
@@ -866,11 +928,11 @@ func (d *Driver) record(ctx context.Context, name string) (Record, error) {
 // Get reports the machine's state as its plugin sees it.
 func (d *Driver) Get(ctx context.Context, class drivers.Class, name string) (drivers.MachineStatus, error) {
 	remember(class.Credentials)
-	status, err := d.get(ctx, name)
+	status, err := d.get(ctx, class, name)
 	return status, d.scrubbed(name, err)
 }
 
-func (d *Driver) get(ctx context.Context, name string) (drivers.MachineStatus, error) {
+func (d *Driver) get(ctx context.Context, class drivers.Class, name string) (drivers.MachineStatus, error) {
 	record, err := d.record(ctx, name)
 	if err != nil {
 		return drivers.MachineStatus{}, err
@@ -880,7 +942,7 @@ func (d *Driver) get(ctx context.Context, name string) (drivers.MachineStatus, e
 		status.State = drivers.MachinePending
 		return status, nil
 	}
-	st, err := d.state(ctx, record)
+	st, err := d.state(d.withCurrentCredentials(ctx, class, record), record)
 	if err != nil {
 		return drivers.MachineStatus{}, fmt.Errorf("plugin %s: state of machine %s: %w", BinaryName(record.Plugin), name, err)
 	}

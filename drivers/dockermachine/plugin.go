@@ -8,6 +8,7 @@ import (
 	"net/rpc"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,7 +101,7 @@ func (o RPCOpener) Open(ctx context.Context, plugin string, config []byte) (Plug
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugin binary %s is not installed in the node controller's PATH", BinaryName(plugin))
 	}
-	proc, err := startPlugin(ctx, path, plugin, pluginEnv(plugin, o.Home))
+	proc, err := startPlugin(ctx, path, plugin, append(extraPluginEnv(ctx), pluginEnv(plugin, o.Home)...))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -195,6 +196,26 @@ func pluginEnv(plugin, home string) []string {
 		env = append(env, "HOME="+home)
 	}
 	return append(env, localbinary.PluginEnvKey+"="+localbinary.PluginEnvVal, localbinary.PluginEnvDriverName+"="+plugin)
+}
+
+// pluginEnvKey keys the variables, besides pluginEnv's, that a plugin
+// opened with the context gets (withPluginEnv).
+type pluginEnvKey struct{}
+
+// withPluginEnv is ctx with variables (KEY=value) that a plugin opened
+// with it gets in its environment; pluginEnv's own come after them, so
+// none of them is replaced.
+func withPluginEnv(ctx context.Context, env []string) context.Context {
+	if len(env) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, pluginEnvKey{}, env)
+}
+
+// extraPluginEnv are the variables withPluginEnv gave ctx.
+func extraPluginEnv(ctx context.Context) []string {
+	env, _ := ctx.Value(pluginEnvKey{}).([]string)
+	return slices.Clone(env)
 }
 
 // startPlugin starts the plugin binary at path, with environment env, and
