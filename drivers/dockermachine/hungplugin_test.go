@@ -2,6 +2,8 @@ package dockermachine
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -152,4 +154,35 @@ func TestPluginsGetAMinimalEnvironment(t *testing.T) {
 	assert.Equal(t, "10.0.0.0/8", env["NO_PROXY"])
 	assert.Equal(t, fakeplugin.Name, env["MACHINE_PLUGIN_DRIVER_NAME"])
 	assertNoPluginLeft(t)
+}
+
+// TestAPluginThatNeverAnswersAtItsAddressIsBounded: a plugin that prints
+// the address it listens on and then never answers there (stuck before it
+// serves: the connection is accepted by the kernel, the RPC handshake gets
+// no answer) holds the call for its limit only, and its process goes.
+func TestAPluginThatNeverAnswersAtItsAddressIsBounded(t *testing.T) {
+	ctx := context.Background()
+	listener, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: connections wait in its backlog
+	require.NoError(t, err)
+	defer listener.Close() //nolint:errcheck // a test listener
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	installPlugin(t, "mute", fmt.Sprintf("#!/bin/sh\necho $$ > %s\necho %s\nexec sleep 600\n", pidFile, listener.Addr()))
+	d := New(Options{Store: newMemStore(), Joiner: &fakeJoiner{}, StorePath: t.TempDir(), FlagsTimeout: 2 * time.Second})
+	class := fakeClass(t.TempDir(), nil)
+	class.Spec.DockerMachine.DriverName = "mute"
+	goroutines := runtime.NumGoroutine()
+
+	err = returnsWithin(t, time.Minute, func() error { return d.Validate(ctx, class) })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "docker-machine-driver-mute")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, drivers.ErrInvalidConfiguration, "a plugin that did not answer says nothing of the class")
+	data, err := os.ReadFile(pidFile)
+	require.NoError(t, err, "the plugin ran")
+	pid := strings.TrimSpace(string(data))
+	assert.Eventually(t, func() bool {
+		_, err := os.Stat("/proc/" + pid)
+		return os.IsNotExist(err)
+	}, 10*time.Second, 50*time.Millisecond, "the plugin process is killed and waited for")
+	assertNothingLeaks(t, goroutines)
 }

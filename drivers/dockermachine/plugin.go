@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/rpc"
 	"os"
 	"os/exec"
@@ -270,11 +272,53 @@ func startPlugin(ctx context.Context, path, plugin string, env []string) (*plugi
 			return fail(fmt.Errorf("plugin %s closed its output before serving%s", p.binary, p.tail()))
 		}
 	}
-	if p.rpc, err = rpc.DialHTTP("tcp", address); err != nil {
+	if p.rpc, err = dialPlugin(ctx, address); err != nil {
 		return fail(fmt.Errorf("plugin %s: connecting to %q: %w%s", p.binary, address, err, p.tail()))
 	}
 	go p.watch(ctx)
 	return p, nil
+}
+
+// rpcConnected is the answer of a Go RPC server over HTTP to CONNECT
+// (net/rpc's own, which it does not export).
+const rpcConnected = "200 Connected to Go RPC"
+
+// dialPlugin connects to the plugin RPC at address as rpc.DialHTTP does,
+// bounded by ctx and by pluginStartTimeout: a plugin that prints an
+// address and never answers there (its connection accepted by the kernel,
+// the handshake unanswered) would otherwise hold the call forever, before
+// anything watches it.
+func dialPlugin(ctx context.Context, address string) (*rpc.Client, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, pluginStartTimeout,
+		fmt.Errorf("%w: the plugin did not answer at its address within %s", context.DeadlineExceeded, pluginStartTimeout))
+	defer cancel()
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "tcp", address)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	_, err = io.WriteString(conn, "CONNECT "+rpc.DefaultRPCPath+" HTTP/1.0\n\n")
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+	}
+	if !stop() {
+		// ctx ended: the connection is closed, whatever was read.
+		_ = conn.Close()
+		return nil, context.Cause(ctx)
+	}
+	if err == nil && resp.Status != rpcConnected {
+		err = fmt.Errorf("unexpected HTTP response: %s", resp.Status)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return rpc.NewClient(conn), nil
 }
 
 // readOutput logs each line of a plugin's stdout or stderr, scrubbed, as
