@@ -267,7 +267,11 @@ func startPlugin(ctx context.Context, path, plugin string, env []string) (*plugi
 		// Its stdout closed without an address: it exited, or is about to.
 		select {
 		case <-p.exited:
-			return nil, fmt.Errorf("plugin %s exited before serving (%v)%s", p.binary, waitErr, p.tail())
+			status := "exit status 0" // a clean exit: Wait's error is nil
+			if waitErr != nil {
+				status = waitErr.Error()
+			}
+			return nil, fmt.Errorf("plugin %s exited before serving (%s)%s", p.binary, status, p.tail())
 		case <-time.After(pluginStopTimeout):
 			return fail(fmt.Errorf("plugin %s closed its output before serving%s", p.binary, p.tail()))
 		}

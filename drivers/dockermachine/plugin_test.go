@@ -308,3 +308,20 @@ func TestPluginOfAnOldLibmachine(t *testing.T) {
 	closePlugin()
 	assert.FileExists(t, filepath.Join(home, fakeplugin.ClosedFile), "the plugin exited on being told to close, not killed")
 }
+
+// TestPluginThatExitsCleanlyBeforeServing: a binary that exits with status
+// 0 without serving (not a plugin at all, or one that only prints its
+// usage) is told apart from one that failed, with what it printed.
+func TestPluginThatExitsCleanlyBeforeServing(t *testing.T) {
+	installPlugin(t, "usage", "#!/bin/sh\necho 'usage: docker-machine-driver-usage [flags]' >&2\nexit 0\n")
+	d, _, _ := newDriver(t)
+	class := fakeClass(t.TempDir(), nil)
+	class.Spec.DockerMachine.DriverName = "usage"
+	goroutines := runtime.NumGoroutine()
+	err := d.Validate(context.Background(), class)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "plugin docker-machine-driver-usage exited before serving (exit status 0)")
+	assert.NotContains(t, err.Error(), "<nil>")
+	assert.Contains(t, err.Error(), "usage: docker-machine-driver-usage", "the error says what it printed")
+	assertNothingLeaks(t, goroutines)
+}
