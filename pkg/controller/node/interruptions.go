@@ -34,13 +34,23 @@ const (
 )
 
 // machineIDIndex indexes Nodes by the last element of spec.providerID (the
-// cloud's id of the machine, as interruption notices name it).
+// cloud's id of the machine, as interruption notices name it), and those
+// with no providerID yet under noProviderID.
 const machineIDIndex = "machineID"
+
+// noProviderID is the machineIDIndex key of the Nodes without
+// spec.providerID: a kubelet run with an external cloud provider registers
+// its Node without one, and the cloud controller manager sets it later. No
+// machine id is empty (path.Base never gives "").
+const noProviderID = ""
 
 func indexByMachineID(obj any) ([]string, error) {
 	node, ok := obj.(*corev1.Node)
-	if !ok || node.Spec.ProviderID == "" {
+	if !ok {
 		return nil, nil
+	}
+	if node.Spec.ProviderID == "" {
+		return []string{noProviderID}, nil
 	}
 	return []string{path.Base(node.Spec.ProviderID)}, nil
 }
@@ -465,7 +475,7 @@ func timedBy(source drivers.InterruptionSource, class *nodesetv1alpha1.NodeClass
 func (c *Controller) machineWithoutNode(ctx context.Context, early *earlyWarnings, driver, queue string, n drivers.Interruption, id string) (repeat bool, err error) {
 	if n.Lifecycle != nil {
 		if c.ownGroup(n.Lifecycle.Group, queue) {
-			if c.anyNodeOfMachine(id) {
+			if c.anyNodeOfMachine(id) || c.anyNodeOfMachine(noProviderID) {
 				return false, c.drainBeforeCompleting(ctx, queue, n, id)
 			}
 			return false, c.interruptedNodeGone(ctx, queue, n)
@@ -660,9 +670,17 @@ func (c *Controller) anyNodeOfMachine(id string) bool {
 }
 
 // machineNode is the Node of the group's machine id as its kubelet
-// registers it (ensureMachineNode adopts only such a one): the machine's
-// providerID, and its name when the cloud gives one; nil when there is
-// none, or the machine is not the group's.
+// registers it: the machine's providerID, and its name when the cloud gives
+// one (ensureMachineNode adopts only such a one); or, with no providerID
+// yet, the machine's name as the cloud gives it. A kubelet run with an
+// external cloud provider registers without spec.providerID (the cloud
+// controller manager sets it later), named as EKS names its Nodes: the
+// instance's private DNS name, which EC2 describes (aws-node-termination-
+// handler finds an instance's Node by that name too). The name comes from
+// the cloud's description of the group's machine, never from the notice,
+// and on EKS a kubelet may register only the Node of its own instance's
+// private DNS name (system:node:{{EC2PrivateDNSName}} and NodeRestriction).
+// nil when there is none, or the machine is not the group's.
 func (c *Controller) machineNode(status drivers.GroupStatus, id string) *corev1.Node {
 	for _, m := range status.Machines {
 		if path.Base(m.ProviderID) != id {
@@ -670,6 +688,14 @@ func (c *Controller) machineNode(status drivers.GroupStatus, id string) *corev1.
 		}
 		for _, node := range c.nodesOfProviderID(m.ProviderID) {
 			if m.Name == "" || node.Name == m.Name {
+				return node
+			}
+		}
+		if m.Name == "" {
+			continue
+		}
+		if obj, ok, err := c.nodeIndexer.GetByKey(m.Name); err == nil && ok {
+			if node, ok := obj.(*corev1.Node); ok && node.Spec.ProviderID == "" {
 				return node
 			}
 		}
@@ -737,7 +763,10 @@ func (c *Controller) drainBeforeCompleting(ctx context.Context, queue string, n 
 	// Read from the API server: the cache may not have this drain's last
 	// write yet, on which the cordon's patch is conditioned.
 	node, err := c.kube.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || (err == nil && node.UID != cached.UID) {
+	if apierrors.IsNotFound(err) || (err == nil && (node.UID != cached.UID ||
+		(node.Spec.ProviderID != "" && path.Base(node.Spec.ProviderID) != id))) {
+		// Gone, another Node of the name, or given another machine's
+		// providerID since.
 		return c.completeLifecycleAction(ctx, source, groupClass, *n.Lifecycle, nil)
 	}
 	if err != nil {

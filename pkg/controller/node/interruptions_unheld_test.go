@@ -91,3 +91,55 @@ func TestALifecycleActionOfAMachineWithAnUnheldNodeWaitsForItsDrain(t *testing.T
 	assert.Len(t, queue.completed, 3, "drained: the action is completed")
 	assert.Equal(t, []string{"r-gone", "r-other", "r-kubelet"}, queue.acked)
 }
+
+// TestALifecycleActionWaitsForTheDrainOfANodeWithoutProviderID: a kubelet
+// run with an external cloud provider registers its Node without
+// spec.providerID (the cloud controller manager sets it later), named as
+// EKS names Nodes: the instance's private DNS name. Such a Node of the
+// group's instance, named as the cloud describes the instance, is drained
+// before the action is completed. A Node without providerID of another
+// name is left alone, and so is the one of an instance the group does not
+// have or whose name the cloud does not give yet.
+func TestALifecycleActionWaitsForTheDrainOfANodeWithoutProviderID(t *testing.T) {
+	ctx := context.Background()
+	queued := asgClassOf("queued", "https://sqs.eu-west-1.amazonaws.com/111122223333/queued", "")
+	const nodeName, otherName, unnamedName = "ip-10-0-0-1.eu-west-1.compute.internal", "ip-10-0-0-2.eu-west-1.compute.internal", "ip-10-0-0-3.eu-west-1.compute.internal"
+	unregistered := func(name string) *corev1.Node {
+		node := kubeletNode(name, "")
+		node.Spec.ProviderID = ""
+		return node
+	}
+	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, unregistered(nodeName), podOn("app", nodeName),
+		unregistered(otherName), podOn("other-app", otherName), unregistered(unnamedName), podOn("unnamed-app", unnamedName))
+	group := f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
+		*recordingGroupDriver
+		*specQueue
+	}).recordingGroupDriver
+	group.groups["queued-group"] = &drivers.GroupStatus{Name: "queued-group", Machines: []drivers.MachineStatus{
+		{Name: nodeName, ProviderID: "aws:///eu-west-1a/i-0kubelet", State: drivers.MachineStopping},
+		{ProviderID: "aws:///eu-west-1a/i-0unnamed", State: drivers.MachineStopping}, // EC2 does not describe it yet
+	}}
+
+	action := lifecycleNotice("r-kubelet", "queued-group", "i-0kubelet")
+	other := lifecycleNotice("r-other", "queued-group", "i-0other") // not the group's
+	unnamed := lifecycleNotice("r-unnamed", "queued-group", "i-0unnamed")
+	queue.notices = []drivers.Interruption{action, other, unnamed}
+	require.Equal(t, consumeOK, f.controller.consumeOnce(ctx, "queued", nil))
+	assert.Equal(t, []string{"queued-group", "queued-group"}, queue.completed, "the actions with no Node of theirs are completed at once")
+	assert.Equal(t, []string{"r-other", "r-unnamed"}, queue.acked, "the draining one's message comes again")
+	for _, name := range []string{otherName, unnamedName} {
+		assert.False(t, f.get(name).Spec.Unschedulable, "%s: a Node not named as the group's instance is left alone", name)
+	}
+	assert.Zero(t, evictionsOf(f, "team-a", "other-app"))
+	assert.Zero(t, evictionsOf(f, "team-a", "unnamed-app"))
+	node := f.get(nodeName)
+	assert.True(t, node.Spec.Unschedulable, "the Node of the instance's private DNS name is cordoned")
+	assert.Equal(t, 1, evictionsOf(f, "team-a", "app"), "its pod is evicted")
+	assert.Empty(t, node.Finalizers, "the Node is not taken")
+
+	require.NoError(t, f.kube.CoreV1().Pods("team-a").Delete(ctx, "app", metav1.DeleteOptions{}))
+	queue.notices = []drivers.Interruption{action}
+	require.Equal(t, consumeOK, f.controller.consumeOnce(ctx, "queued", nil))
+	assert.Len(t, queue.completed, 3, "drained: the action is completed")
+	assert.Equal(t, []string{"r-other", "r-unnamed", "r-kubelet"}, queue.acked)
+}
