@@ -88,9 +88,8 @@ type Driver struct {
 	templates map[string]string
 	// clusters are the EKS clusters looked up, by region and name.
 	clusters map[string]ClusterInfo
-	// hooks are the heartbeat timeouts (seconds; 0 for none) of the
-	// termination hooks known to be on the groups, by group.
-	hooks map[string]int32
+	// hooks are the termination hooks known to be on the groups, by group.
+	hooks map[string]hookState
 	// shortfalls are the last looks at groups that run short of their
 	// desired capacity, by group (activities.go).
 	shortfalls map[string]shortfall
@@ -115,7 +114,7 @@ func New(opts Options) *Driver {
 	if opts.VisibilityTimeout <= 0 {
 		opts.VisibilityTimeout = 30 * time.Second
 	}
-	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}, hooks: map[string]int32{},
+	return &Driver{opts: opts, views: map[viewKey]*view{}, templates: map[string]string{}, clusters: map[string]ClusterInfo{}, hooks: map[string]hookState{},
 		shortfalls: map[string]shortfall{}}
 }
 
@@ -315,6 +314,13 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			launchesFromLatest(g, group.Name) && protectedFromScaleIn(g) {
 			if err := awscloud.CheckOwner("Auto Scaling group", group.Name, awscloud.OwnerFromTags(g.Tags), owner); err != nil {
 				return drivers.GroupStatus{}, err
+			}
+			// A hook changed or deleted by hand is put back at its next
+			// look: every hookRelook, one group per look at the region.
+			if d.hookDue(group.Name, s.Interruptions) && v.hookLook.CompareAndSwap(false, true) {
+				if err := d.lookAtHook(ctx, asg, group.Name, s.Interruptions); err != nil {
+					return drivers.GroupStatus{}, err
+				}
 			}
 			status, standby := statusOf(group.Name, g, v.instances)
 			status, err := d.lowerUnlaunched(ctx, asg, s.Region, group.Class.Credentials, group.Replicas, status, standby)

@@ -129,27 +129,67 @@ func validateInterruptions(in *nodesetv1alpha1.EKSInterruptions) error {
 	return nil
 }
 
+// hookRelook is how often the termination hook of a group is looked at
+// again, to put back what was changed or deleted by hand: at most one
+// group's hook per look at the region's groups (view.hookLook), the most
+// overdue ones first as they come.
+const hookRelook = 10 * time.Minute
+
+// hookState is what the driver knows of a group's termination hook.
+type hookState struct {
+	// seconds is the hook's heartbeat timeout; 0 for no hook.
+	seconds int32
+	// looked is when Auto Scaling last described it (or it was put); zero
+	// when it was never looked at (a class without interruptions).
+	looked time.Time
+}
+
+// wantHook is the heartbeat timeout, in seconds, of the hook the class
+// wants; 0 for none.
+func wantHook(in *nodesetv1alpha1.EKSInterruptions) int32 {
+	if in == nil {
+		return 0
+	}
+	return int32(HeartbeatTimeout(in) / time.Second)
+}
+
 // ensureHook puts the termination lifecycle hook on the group when the
 // class handles interruptions, and removes nodeset's hook when it stopped.
-// It is remembered per group, so a steady group costs no call.
+// It is remembered per group, so a steady group costs no call; lookAtHook
+// looks at it again.
 func (d *Driver) ensureHook(ctx context.Context, asg awscloud.AutoScaling, group string, in *nodesetv1alpha1.EKSInterruptions) error {
-	want := int32(0)
-	if in != nil {
-		want = int32(HeartbeatTimeout(in) / time.Second)
-	}
+	want := wantHook(in)
 	d.mu.Lock()
 	have, known := d.hooks[group]
 	if !known && want == 0 {
 		// A class without interruptions costs no call: a hook is looked
 		// for (and removed) only when this process put it, or saw the
 		// class with it.
-		d.hooks[group] = 0
-		known = true
+		d.hooks[group] = hookState{}
+		have, known = d.hooks[group], true
 	}
 	d.mu.Unlock()
-	if known && have == want {
+	if known && have.seconds == want {
 		return nil
 	}
+	return d.lookAtHook(ctx, asg, group, in)
+}
+
+// hookDue reports whether the group's hook, known to be as the class wants
+// it, was last looked at hookRelook ago or more. A group without a hook
+// is never due: a class without interruptions costs no hook call.
+func (d *Driver) hookDue(group string, in *nodesetv1alpha1.EKSInterruptions) bool {
+	want := wantHook(in)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	have, ok := d.hooks[group]
+	return ok && want != 0 && have.seconds == want && d.opts.Now().Sub(have.looked) >= hookRelook
+}
+
+// lookAtHook describes the group's hook and puts it as the class wants
+// it, or removes it when the class wants none.
+func (d *Driver) lookAtHook(ctx context.Context, asg awscloud.AutoScaling, group string, in *nodesetv1alpha1.EKSInterruptions) error {
+	want := wantHook(in)
 	hooks, ok := asg.(LifecycleHooks)
 	if !ok {
 		if want == 0 {
@@ -197,7 +237,7 @@ func (d *Driver) ensureHook(ctx context.Context, asg awscloud.AutoScaling, group
 		}
 	}
 	d.mu.Lock()
-	d.hooks[group] = want
+	d.hooks[group] = hookState{seconds: want, looked: d.opts.Now()}
 	d.mu.Unlock()
 	return nil
 }
@@ -218,14 +258,11 @@ func hookAsPut(h autoscalingtypes.LifecycleHook, heartbeat int32) bool {
 // hookKnown reports whether the group's hook is known to be as the class
 // wants it.
 func (d *Driver) hookKnown(group string, in *nodesetv1alpha1.EKSInterruptions) bool {
-	want := int32(0)
-	if in != nil {
-		want = int32(HeartbeatTimeout(in) / time.Second)
-	}
+	want := wantHook(in)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	have, ok := d.hooks[group]
-	return (ok && have == want) || (!ok && want == 0)
+	return (ok && have.seconds == want) || (!ok && want == 0)
 }
 
 // InterruptionQueue is the class's queue URL, "" when it handles no
@@ -367,16 +404,17 @@ func (d *Driver) LifecycleDeadline(class drivers.Class, notice time.Time, heartb
 }
 
 // groupHeartbeatTimeout is the heartbeat timeout of nodeset's hook on
-// group: as this process put or last saw it, else as Auto Scaling describes
-// it (in region, with the class's credentials), else 0 (unknown): the
-// class the queue was read with may be another than the group's.
+// group: as this process put or last saw it within hookRelook, else as
+// Auto Scaling describes it (in region, with the class's credentials), else
+// 0 (unknown): the class the queue was read with may be another than the
+// group's.
 func (d *Driver) groupHeartbeatTimeout(ctx context.Context, class drivers.Class, region, group string) time.Duration {
 	const fallback = 0
 	d.mu.Lock()
 	known := d.hooks[group]
 	d.mu.Unlock()
-	if known > 0 {
-		return time.Duration(known) * time.Second
+	if known.seconds > 0 && d.opts.Now().Sub(known.looked) < hookRelook {
+		return time.Duration(known.seconds) * time.Second
 	}
 	if d.opts.Clients == nil {
 		return fallback
@@ -400,7 +438,7 @@ func (d *Driver) groupHeartbeatTimeout(ctx context.Context, class drivers.Class,
 				// Remembered as ensureHook would: a hook changed
 				// otherwise is put back at the group's next look.
 				d.mu.Lock()
-				d.hooks[group] = seconds
+				d.hooks[group] = hookState{seconds: seconds, looked: d.opts.Now()}
 				d.mu.Unlock()
 			}
 			return time.Duration(seconds) * time.Second

@@ -32,6 +32,10 @@ type view struct {
 	takenAt    uint64
 	groups     map[string]*asgtypes.AutoScalingGroup
 	instances  map[string]ec2types.Instance
+	// hookLook is set once a group's termination hook was looked at again
+	// with this look: one such look per look at the region, so the calls of
+	// a poll do not grow with the groups.
+	hookLook atomic.Bool
 }
 
 // view returns a look at the region's groups no older than PollInterval and
@@ -72,6 +76,7 @@ func (d *Driver) view(ctx context.Context, asg awscloud.AutoScaling, ec2c awsclo
 		}
 	}
 	v.groups, v.instances, v.taken, v.takenAt = groups, instances, taken, generation
+	v.hookLook.Store(false)
 	return v, nil
 }
 
