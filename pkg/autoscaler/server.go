@@ -345,9 +345,9 @@ func (s *Server) setNodes(set *nodesetv1alpha1.NodeSet) ([]*corev1.Node, error) 
 //
 // A set nodeset makes no Nodes for (unmanaged: a class its namespace may
 // not use, labels it may not set) is listed only while it has Nodes: they
-// stay in a group whose min size holds them (NodeGroupForNode), and a
-// scale-up cluster-autoscaler plans from a copy of one is refused and the
-// group backed off. With none, the group could only cost every loop its
+// stay in a group whose min size, its Nodes, holds them (refusedMinSize),
+// and a scale-up cluster-autoscaler plans from a copy of one is refused
+// and the group backed off. With none, the group could only cost every loop its
 // reads (target size, instances, a template refused), and a tenant may
 // make such sets without bound where no ResourceQuota counts them; left
 // out, the refused groups in a loop are at most the Nodes their tenants
@@ -362,7 +362,11 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 	views := map[string]classView{}
 	var labelled map[string]bool // sets some Node is labelled with, read once a refused set needs it
 	for _, set := range sets {
-		if isGroup(set) && s.unmanaged(set) != nil {
+		if !isGroup(set) {
+			continue
+		}
+		var refused []*corev1.Node // the Nodes of a set nodeset makes none for
+		if s.unmanaged(set) != nil {
 			if labelled == nil {
 				if labelled, err = s.labelledSets(); err != nil {
 					return nil, err
@@ -371,20 +375,22 @@ func (s *Server) NodeGroups(context.Context, *protos.NodeGroupsRequest) (*protos
 			if !labelled[GroupID(set)] {
 				continue // refused, and no Node to keep in a group
 			}
-			if nodes, err := s.setNodes(set); err != nil {
+			if refused, err = s.setNodes(set); err != nil {
 				return nil, err
-			} else if len(nodes) == 0 {
+			}
+			if len(refused) == 0 {
 				continue
 			}
 		}
-		if isGroup(set) {
-			group := protoGroup(set)
-			if size, binding := s.maxSize(set, sets, views); size < group.MaxSize {
-				group.MaxSize = size
-				group.Debug += fmt.Sprintf("; max size %d: %s", size, binding)
-			}
-			resp.NodeGroups = append(resp.NodeGroups, group)
+		group := protoGroup(set)
+		if size, binding := s.maxSize(set, sets, views); size < group.MaxSize {
+			group.MaxSize = size
+			group.Debug += fmt.Sprintf("; max size %d: %s", size, binding)
 		}
+		if refused != nil {
+			refusedMinSize(group, refused)
+		}
+		resp.NodeGroups = append(resp.NodeGroups, group)
 	}
 	return resp, nil
 }
@@ -412,8 +418,9 @@ func (s *Server) labelledSets() (map[string]bool, error) {
 // provider ID (named by the instance id, without labels): a placeholder id
 // belongs to the NodeSet of its Node while that Node still has no provider
 // ID, and a provider ID to the NodeSet of the Node that carries it. The
-// min size of a set whose nodes cannot be deleted now is its target size
-// (scaleDownHeld).
+// min size of a set whose nodes cannot be deleted now is its target size:
+// the Nodes of a set that is not Accepted (refusedMinSize), spec.replicas
+// of one rolling out (scaleDownHeld).
 func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNodeRequest) (*protos.NodeGroupForNodeResponse, error) {
 	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
 	if req.GetNode() == nil {
@@ -446,33 +453,57 @@ func (s *Server) NodeGroupForNode(_ context.Context, req *protos.NodeGroupForNod
 		return none, nil // no group, as in NodeGroups
 	}
 	group := protoGroup(set)
-	if held := s.scaleDownHeld(set); held != "" {
+	if s.unmanaged(set) != nil {
+		// Read only for the Nodes of refused sets, which NodeGroups
+		// lists only while they have Nodes.
+		nodes, err := s.setNodes(set)
+		if err != nil {
+			return nil, err
+		}
+		refusedMinSize(group, nodes)
+	} else if held := s.scaleDownHeld(set); held != "" {
 		group.MinSize = max(group.MinSize, plan.Replicas(set))
 		group.Debug += "; scale-down held: " + held
 	}
 	return &protos.NodeGroupForNodeResponse{NodeGroup: group}, nil
 }
 
-// scaleDownHeld says why NodeGroupDeleteNodes would refuse the set's
-// registered nodes now, or "": the set is not Accepted, or it is rolling
-// out. cluster-autoscaler drains a node before it asks to delete it, and
-// gives the node back, its pods evicted, when the deletion is refused.
-// The one check before the drain that nodeset answers is the min size of
-// the node's group, from NodeGroupForNode: a node is no scale-down
-// candidate while its group's target size is not above it. So the min
-// size NodeGroupForNode answers for a held set is its target size
-// (NodeGroups keeps minReplicas, which cluster-autoscaler's deletions of
-// instances without a Node are weighed against).
+// refusedMinSize makes the min size of the group of a set nodeset adds and
+// removes no node of (unmanaged) its target size, the Nodes it has
+// (NodeGroupTargetSize), in NodeGroups and NodeGroupForNode alike.
+// cluster-autoscaler weighs every way down against the min size: a node
+// is no scale-down candidate while its group's target size is not above
+// it, and it gives up on long-unregistered instances only down to it;
+// and with --enforce-node-group-min-size it raises every group whose
+// target size is below it. For such a set each of those calls would be
+// refused, and a refusal costs more than the call: one of
+// NodeGroupDeleteNodes ends cluster-autoscaler's removal of unregistered
+// nodes for the groups after it in that loop, one of
+// NodeGroupIncreaseSize the raises to the min size of the groups after
+// it. minReplicas (lower or higher than the Nodes the set kept) or its
+// spec.replicas (raised by its tenant) would ask for them.
+func refusedMinSize(group *protos.NodeGroup, nodes []*corev1.Node) {
+	group.MinSize = int32(len(nodes))
+	group.Debug += fmt.Sprintf("; min size %d, its Nodes: nodeset adds and removes none while the NodeSet is not Accepted", len(nodes))
+}
+
+// scaleDownHeld says why NodeGroupDeleteNodes would refuse the registered
+// nodes of a set nodeset manages now, or "": it is rolling out.
+// cluster-autoscaler drains a node before it asks to delete it, and gives
+// the node back, its pods evicted, when the deletion is refused. The one
+// check before the drain that nodeset answers is the min size of the
+// node's group, from NodeGroupForNode: a node is no scale-down candidate
+// while its group's target size is not above it. So the min size
+// NodeGroupForNode answers for a held set is its target size (NodeGroups
+// keeps minReplicas, which cluster-autoscaler's deletions of instances
+// without a Node are weighed against). A set that is not Accepted is held
+// by refusedMinSize.
 //
 // A rollout is read from the set's status (nodes not of its template
 // hash, unless paused), not from its Nodes: NodeGroupForNode is asked for
 // every node of every loop. A status behind the Nodes only delays the
 // answer; the deletion itself checks the Nodes.
 func (s *Server) scaleDownHeld(set *nodesetv1alpha1.NodeSet) string {
-	if err := s.unmanaged(set); err != nil {
-		accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
-		return fmt.Sprintf("the NodeSet is not Accepted (%s)", accepted.Reason)
-	}
 	st := set.Status
 	if st.TemplateHash != "" && plan.RollingUpdate(set) && !set.Spec.Paused && st.UpdatedReplicas < st.Replicas {
 		return fmt.Sprintf("rolling out, %d of %d nodes updated", st.UpdatedReplicas, st.Replicas)
