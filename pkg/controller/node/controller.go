@@ -126,7 +126,9 @@ type Controller struct {
 	// cloud group is to be synced.
 	groups workqueue.TypedRateLimitingInterface[string]
 	// groupSizes are the cloud groups sized, and the sizes last given.
-	groupSizes  groupSizes
+	groupSizes groupSizes
+	// heldGroups are the refusals told for the cloud groups held.
+	heldGroups  heldGroups
 	nodeIndexer cache.Indexer
 	// setIndexer indexes the NodeSets by the seal of their Nodes.
 	setIndexer cache.Indexer

@@ -119,6 +119,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 	}
 	cached, err := c.sets.NodeSets(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.heldGroups.forget(key)
 		return c.removeGoneSetsGroup(ctx, key)
 	}
 	if err != nil {
@@ -153,10 +154,13 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		return err
 	}
 	if set.DeletionTimestamp != nil {
+		c.heldGroups.forget(key)
 		return c.deleteGroup(ctx, set, drivers.Class{Name: class.Name, Spec: class.Spec, Credentials: credentials}, driver, groupName, nodes)
 	}
 	if accepted := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted == nil ||
 		(accepted.Status != metav1.ConditionTrue && accepted.Reason != nodesetv1alpha1.ReasonLimitExceeded) {
+		// A verdict the hold was waiting for: a later hold is news.
+		c.heldGroups.forget(key)
 		return nil // the nodeset controller says why; the group waits (over its limits, it is capped below)
 	}
 	if valid := meta.FindStatusCondition(class.Status.Conditions, nodesetv1alpha1.NodeClassValid); valid == nil ||
@@ -267,9 +271,12 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 // and every way down (a Node deleted, the set deleted) go on, so a tenant
 // can always give nodes back. A Selector class's Namespace is read from
 // the API server, and only when the group would be made or raised (an
-// error reading it holds the group too).
+// error reading it holds the group too). The hold is told in an Event
+// once for each refusal (heldGroups), not at every poll.
 func (c *Controller) holdGroup(ctx context.Context, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet, groupName, hash string, nodes []*corev1.Node) bool {
+	key := set.Namespace + "/" + set.Name
 	if known, made := c.knownGroupSize(set, class.Name, groupName); made && plan.GroupSize(set, hash, nodes) <= known {
+		c.heldGroups.forget(key)
 		return false
 	}
 	why := resolve.NamespaceRefusal(class, set.Namespace, func(namespace string) (map[string]string, error) {
@@ -280,16 +287,61 @@ func (c *Controller) holdGroup(ctx context.Context, class *nodesetv1alpha1.NodeC
 		return ns.Labels, nil
 	})
 	if why == "" {
+		c.heldGroups.forget(key)
 		return false
 	}
 	message := resolve.NamespaceNotAllowedMessage(class, set.Namespace, why)
 	klog.FromContext(ctx).V(2).Info("Cloud group held: the NodeSet's namespace may not use its class", "group", groupName, "why", message)
-	c.recorder.Eventf(set, corev1.EventTypeWarning, nodesetv1alpha1.ReasonNamespaceNotAllowed,
-		"Cloud group %s is neither made nor grown: %s", groupName, message)
+	if c.heldGroups.tell(key, set.UID, message) {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, nodesetv1alpha1.ReasonNamespaceNotAllowed,
+			"Cloud group %s is neither made nor grown: %s", groupName, message)
+	}
 	// The NodeSetController's verdict (a status write) or a change of the
 	// class brings the set back; a Namespace relabelled back does not.
-	c.groups.AddAfter(set.Namespace+"/"+set.Name, c.opts.GroupPollInterval)
+	c.groups.AddAfter(key, c.opts.GroupPollInterval)
 	return true
+}
+
+// heldGroups remembers, for each NodeSet (namespace/name) whose cloud group
+// holdGroup holds, the refusal last told in an Event. The hold is looked
+// at again every poll (GroupPollInterval) until the NodeSetController's
+// verdict comes, and as long as it does not (that controller down or
+// behind) an Event each time would be an API write for every held set
+// every poll; the recorder's spam filter lets 25 through per set before
+// it slows them to one in five minutes. A refusal is told again once it
+// changes (another class, another reason), once the hold has ended (the
+// group grown, a verdict given) and begun again, and for a new set of the
+// same name.
+type heldGroups struct {
+	mu   sync.Mutex
+	told map[string]heldGroup
+}
+
+type heldGroup struct {
+	uid     types.UID
+	message string
+}
+
+// tell reports whether message is news for the set: not the refusal last
+// told for it. It is written down as told.
+func (h *heldGroups) tell(key string, uid types.UID, message string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.told == nil {
+		h.told = map[string]heldGroup{}
+	}
+	if last, ok := h.told[key]; ok && last.uid == uid && last.message == message {
+		return false
+	}
+	h.told[key] = heldGroup{uid: uid, message: message}
+	return true
+}
+
+// forget ends the set's hold: a refusal after it is news.
+func (h *heldGroups) forget(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.told, key)
 }
 
 // knownGroupSize is the size the set's cloud group groupName is known to

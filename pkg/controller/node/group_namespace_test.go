@@ -100,3 +100,77 @@ func TestAGroupIsNotGrownForANamespaceItsClassNoLongerAllows(t *testing.T) {
 		})
 	}
 }
+
+// TestAHeldGroupIsToldOncePerRefusal: a group held because the set's
+// namespace may no longer use its class is looked at again every poll
+// until the NodeSetController's verdict comes. Each look is no new Event
+// (an API write per held set per poll while that controller is away);
+// a refusal that changes, or a hold that ends and begins again, is told.
+func TestAHeldGroupIsToldOncePerRefusal(t *testing.T) {
+	g := newGroupFixture(t, 2, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"tier": "gold"}}})
+	require.NoError(t, g.syncGroup())
+	require.Len(t, g.group.ensured, 1, "allowed: the group is made")
+	g.events()
+	told := func(syncs int) []string {
+		t.Helper()
+		for range syncs {
+			require.NoError(t, g.syncGroup())
+		}
+		var held []string
+		for _, e := range g.events() {
+			if strings.HasPrefix(e, "Warning "+nodesetv1alpha1.ReasonNamespaceNotAllowed) {
+				held = append(held, e)
+			}
+		}
+		return held
+	}
+	editClass := func(allowed nodesetv1alpha1.AllowedNamespaces) {
+		class, err := g.controller.classes.Get("asg")
+		require.NoError(t, err)
+		class = class.DeepCopy()
+		class.Generation++
+		class.Status.Conditions[0].ObservedGeneration = class.Generation
+		class.Spec.AllowedNamespaces = &allowed
+		require.NoError(t, g.classIndexer.Update(class))
+	}
+	update := func(mutate func(set *nodesetv1alpha1.NodeSet)) {
+		set := g.getSet()
+		mutate(set)
+		updated, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Update(context.Background(), set, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		updated, err = g.nodesets.NodesetV1alpha1().NodeSets("team-a").UpdateStatus(context.Background(), updated, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, g.setIndexer.Update(updated))
+	}
+	scale := func(replicas int32) {
+		update(func(set *nodesetv1alpha1.NodeSet) { set.Spec.Replicas = ptr.To(replicas) })
+	}
+
+	editClass(nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"team-b"}})
+	scale(4) // before the NodeSetController's verdict: Accepted is still True
+	held := told(5)
+	require.Len(t, held, 1, "five polls of one hold, one Event: %q", held)
+	assert.Contains(t, held[0], "it is not in spec.allowedNamespaces.namespaces")
+	assert.Len(t, g.group.ensured, 1, "the group is not grown")
+
+	editClass(nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromSelector,
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "platinum"}}})
+	held = told(3)
+	require.Len(t, held, 1, "another refusal is told: %q", held)
+	assert.Contains(t, held[0], "its labels do not match spec.allowedNamespaces.selector")
+
+	scale(2) // the size the group has: no hold
+	assert.Empty(t, told(1))
+	scale(4)
+	assert.Len(t, told(3), 1, "a hold begun again is told again")
+
+	update(func(set *nodesetv1alpha1.NodeSet) {
+		set.Status.Conditions[0].Status, set.Status.Conditions[0].Reason = metav1.ConditionFalse, nodesetv1alpha1.ReasonNamespaceNotAllowed
+	})
+	assert.Empty(t, told(2), "the verdict says it: the group waits without a hold")
+	update(func(set *nodesetv1alpha1.NodeSet) {
+		set.Status.Conditions[0].Status, set.Status.Conditions[0].Reason = metav1.ConditionTrue, "Accepted"
+	})
+	assert.Len(t, told(3), 1, "a hold after a verdict is told again")
+	assert.Len(t, g.group.ensured, 2, "kept at the size it has, and never grown")
+}
