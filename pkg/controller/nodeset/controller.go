@@ -4,9 +4,11 @@
 package nodeset
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +31,7 @@ import (
 	informers "nodeset.dev/nodeset/pkg/generated/informers/externalversions/nodeset/v1alpha1"
 	listers "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/plan"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -370,26 +373,89 @@ func onlyOwnStatusChanged(old, cur *nodesetv1alpha1.NodeSet) bool {
 }
 
 // wakeLimited syncs at once the NodeSets of a class that wait for room in
-// its limits, when a machine of the class is gone or a creation the count
-// held as pending is settled. The set with key except ("" for none) is left
-// to its own sync's requeue.
-func (c *Controller) wakeLimited(class, except string) {
-	if class == "" {
+// its limits (LimitExceeded), when a machine of the class is gone or a
+// creation the count held as pending is settled: as many as there is room
+// for, the one that has waited longest first (waitedLonger), and no more.
+// The class is counted once here, not once by each waiting set's sync: with
+// thousands of waiting sets, syncing them all for each machine gone would
+// cost sets × sets per machine and hold up every other tenant's sets in the
+// queue behind them. The set with key except ("" for none) is left to its
+// own sync's requeue.
+func (c *Controller) wakeLimited(className, except string) {
+	if className == "" {
 		return
 	}
-	sets, err := c.nodeSetIndexer.ByIndex(byClassIndex, class)
+	objs, err := c.nodeSetIndexer.ByIndex(byClassIndex, className)
 	if err != nil {
 		return
 	}
-	for _, obj := range sets {
+	var waiting []*nodesetv1alpha1.NodeSet
+	for _, obj := range objs {
 		set := obj.(*nodesetv1alpha1.NodeSet)
-		if set.Namespace+"/"+set.Name == except {
-			continue
+		if set.Namespace+"/"+set.Name == except || set.DeletionTimestamp != nil {
+			continue // a deleted set grows no more
 		}
 		if accepted := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Reason == ReasonLimitExceeded {
-			c.enqueue(set)
+			waiting = append(waiting, set)
 		}
 	}
+	if len(waiting) == 0 {
+		return
+	}
+	class, err := c.nodeClassLister.Get(className)
+	if err != nil || !plan.Limited(class) {
+		// No limit left to wait for: each set is told so by its sync.
+		for _, set := range waiting {
+			c.enqueue(set)
+		}
+		return
+	}
+	count, err := c.ClassCount(class)
+	if err != nil {
+		utilruntime.HandleError(err)
+		for _, set := range waiting {
+			c.enqueue(set)
+		}
+		return
+	}
+	slices.SortFunc(waiting, waitedLonger)
+	var given plan.Usage // the room handed out so far, class-wide
+	givenIn := map[string]int64{}
+	for _, set := range waiting {
+		key := set.Namespace + "/" + set.Name
+		others := count.Usage(set.Namespace, key)
+		others.Class += given.Class
+		others.Namespace += givenIn[set.Namespace]
+		own, want := count.Machines(key), int64(plan.Replicas(set))
+		room, _ := plan.Room(class, set.Namespace, others)
+		if room <= own && want > room {
+			continue // neither grows nor fits: left waiting
+		}
+		// It grows into the room, or fits again (a lowered limit now met).
+		c.enqueue(set)
+		take := max(min(want, room)-own, 0)
+		given.Class += take
+		givenIn[set.Namespace] += take
+	}
+}
+
+// waitedLonger orders NodeSets waiting for room by how long they have
+// waited: since their Accepted condition turned False, then since they
+// were made, then by key.
+func waitedLonger(a, b *nodesetv1alpha1.NodeSet) int {
+	since := func(set *nodesetv1alpha1.NodeSet) time.Time {
+		if accepted := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil {
+			return accepted.LastTransitionTime.Time
+		}
+		return time.Time{}
+	}
+	if d := since(a).Compare(since(b)); d != 0 {
+		return d
+	}
+	if d := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); d != 0 {
+		return d
+	}
+	return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 }
 
 func (c *Controller) namespaceUpdated(oldObj, newObj any) {

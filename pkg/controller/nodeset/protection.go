@@ -58,18 +58,9 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 	if !has {
 		return nil
 	}
-	// Asked of the API server, not the cache: a NodeSet created a moment
-	// ago must hold the class too.
-	sets, err := c.nodesetClient.NodesetV1alpha1().NodeSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	users, err := c.classSets(ctx, class)
 	if err != nil {
 		return err
-	}
-	var users []string // the NodeSets, then the static Nodes
-	for i := range sets.Items {
-		set := &sets.Items[i]
-		if set.Spec.NodeClassName == name && !createdAfterDeletion(set, class) {
-			users = append(users, "NodeSet "+set.Namespace+"/"+set.Name)
-		}
 	}
 	slices.Sort(users)
 	holdingSets := len(users)
@@ -103,6 +94,51 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 		return nil
 	}
 	return c.patchClassFinalizers(ctx, class, nodeutil.WithoutString(class.Finalizers, nodesetv1alpha1.FinalizerInUse))
+}
+
+// classSetsPage is how many NodeSets a page of classSets' list holds.
+const classSetsPage = 500
+
+// classSets names the NodeSets that hold the deleted class: those of the
+// class but the ones created after its deletion began. While the cache
+// shows one, the class is in use, and that is the answer: the sync is
+// repeated each time one of them goes, and listing every NodeSet of the
+// cluster each time would cost all NodeSets per NodeSet deleted. Once the
+// cache shows none, the API server is asked, a page at a time: a NodeSet
+// created a moment ago must hold the class too.
+func (c *Controller) classSets(ctx context.Context, class *nodesetv1alpha1.NodeClass) ([]string, error) {
+	var users []string
+	holds := func(set *nodesetv1alpha1.NodeSet) {
+		if set.Spec.NodeClassName == class.Name && !createdAfterDeletion(set, class) {
+			users = append(users, "NodeSet "+set.Namespace+"/"+set.Name)
+		}
+	}
+	cached, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
+	if err != nil {
+		return nil, err
+	}
+	for _, obj := range cached {
+		holds(obj.(*nodesetv1alpha1.NodeSet))
+	}
+	if len(users) > 0 {
+		return users, nil
+	}
+	opts := metav1.ListOptions{Limit: classSetsPage}
+	for {
+		// The first page is a consistent read; the rest continue from the
+		// same snapshot.
+		list, err := c.nodesetClient.NodesetV1alpha1().NodeSets(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing the NodeSets of NodeClass %s: %w", class.Name, err)
+		}
+		for i := range list.Items {
+			holds(&list.Items[i])
+		}
+		if list.Continue == "" {
+			return users, nil
+		}
+		opts.Continue = list.Continue
+	}
 }
 
 // classNodes lists from the API server the Nodes labelled with the class,
