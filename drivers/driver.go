@@ -131,6 +131,10 @@ type MachineStatus struct {
 	// driver recorded it (Machine.NodeUID); empty otherwise. A Node of the
 	// machine's name with another UID does not account for it.
 	NodeUID types.UID
+	// Class is the name of the NodeClass the machine was made with, when
+	// the driver recorded it (machine drivers); empty otherwise. Orphan
+	// collection removes the machine with that class, as it is now.
+	Class string
 	// CreatedAt is when the machine was created, as Unix seconds; 0 if unknown.
 	CreatedAt int64
 	// TemplateHash is the template hash of the configuration the machine was

@@ -937,7 +937,8 @@ func (d *Driver) get(ctx context.Context, class drivers.Class, name string) (dri
 	if err != nil {
 		return drivers.MachineStatus{}, err
 	}
-	status := drivers.MachineStatus{Name: name, ProviderID: ProviderID(record.Plugin, name), Owner: record.Owner, NodeUID: record.NodeUID, CreatedAt: record.CreatedAt}
+	status := drivers.MachineStatus{Name: name, ProviderID: ProviderID(record.Plugin, name), Owner: record.Owner, NodeUID: record.NodeUID,
+		Class: record.Class, CreatedAt: record.CreatedAt}
 	if !record.Created {
 		status.State = drivers.MachinePending
 		return status, nil
@@ -974,7 +975,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.MachineStatus, error) {
 			st = drivers.MachinePending
 		}
 		out = append(out, drivers.MachineStatus{Name: r.Name, ProviderID: ProviderID(r.Plugin, r.Name), State: st, Owner: r.Owner, NodeUID: r.NodeUID,
-			CreatedAt: r.CreatedAt})
+			Class: r.Class, CreatedAt: r.CreatedAt})
 	}
 	return out, nil
 }

@@ -36,6 +36,13 @@
 // by one of the Hang constants exists, that call never returns, once it has
 // written <StorePath>/<call>.hung. A file <StorePath>/fake-env gets the
 // plugin's environment, one variable a line, when it is asked for its flags.
+//
+// As rancher/machine's cloud drivers do with their credentials, it takes
+// fake-token anew from its flag's environment variable (TokenEnvVar), when
+// set, each time it loads a saved configuration; while a line of
+// <fake-dir>/revoked (RevokedFile) is the token it holds, GetState and
+// Remove fail as a cloud refusing a revoked key does. Each call log line
+// names the token the call was made with.
 package fakeplugin
 
 import (
@@ -132,6 +139,13 @@ const (
 	HangPreCreateCheck = "fake-hang-precreatecheck"
 )
 
+// TokenEnvVar is the environment variable fake-token declares.
+const TokenEnvVar = "FAKE_TOKEN"
+
+// RevokedFile, in fake-dir, lists the tokens the cloud no longer takes,
+// one a line.
+const RevokedFile = "revoked"
+
 // EnvFile is the file in the store path which, when it exists, gets the
 // plugin's environment when it is asked for its flags.
 const EnvFile = "fake-env"
@@ -163,13 +177,18 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 		fmt.Fprintln(os.Stderr, "fatal error: runtime: out of memory")
 		os.Exit(2)
 	}
+	return createFlags()
+}
+
+// createFlags are the plugin's flags.
+func createFlags() []mcnflag.Flag {
 	return []mcnflag.Flag{
 		mcnflag.StringFlag{Name: "fake-dir", Usage: "directory the machines are recorded in"},
 		mcnflag.IntFlag{Name: "fake-cpus", Usage: "CPUs of a machine", Value: 2},
 		mcnflag.StringSliceFlag{Name: "fake-tags", Usage: "tags of a machine"},
 		mcnflag.BoolFlag{Name: "fake-debug", Usage: "debug output"},
 		mcnflag.StringFlag{Name: "fake-userdata", Usage: "file with the machine's user data"},
-		mcnflag.StringFlag{Name: "fake-token", Usage: "an API token, as clouds take"},
+		mcnflag.StringFlag{Name: "fake-token", Usage: "an API token, as clouds take", EnvVar: TokenEnvVar},
 		mcnflag.StringFlag{Name: "fake-ssh-host", Usage: "SSH host of every machine", Value: "127.0.0.1"},
 		mcnflag.IntFlag{Name: "fake-ssh-port", Usage: "SSH port of every machine", Value: 22},
 		mcnflag.StringFlag{Name: "fake-ssh-user", Usage: "SSH user of every machine", Value: "root"},
@@ -193,6 +212,37 @@ func (d *Driver) GetCreateFlags() []mcnflag.Flag {
 // words for EC2's InsufficientInstanceCapacity, as the AWS SDK quotes it.
 const NoRoomError = "Error launching instance: InsufficientInstanceCapacity: We currently do not have sufficient m5.large capacity " +
 	"in the Availability Zone you requested (us-east-1a).\n\tstatus code: 500, request id: 6f1c0b5e-fake"
+
+// UnmarshalJSON loads a saved configuration, and then takes fake-token from
+// the command line or its environment variable when it is set there, as
+// rancher/machine's amazonec2 does with its access keys.
+func (d *Driver) UnmarshalJSON(data []byte) error {
+	type saved Driver
+	target := saved(*d)
+	if err := json.Unmarshal(data, &target); err != nil {
+		return fmt.Errorf("error unmarshalling driver config from JSON: %w", err)
+	}
+	*d = Driver(target)
+	opts := rpcdriver.GetDriverOpts(createFlags(), os.Args)
+	if _, ok := opts.Values["fake-token"]; ok {
+		d.Token = opts.String("fake-token")
+	}
+	return nil
+}
+
+// refused is the cloud's error for a call made with a revoked token.
+func (d *Driver) refused() error {
+	data, err := os.ReadFile(filepath.Join(d.Dir, RevokedFile))
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line != "" && line == d.Token {
+			return errors.New("fake: AuthFailure: the token was revoked, the cloud could not authenticate the request")
+		}
+	}
+	return nil
+}
 
 // SetConfigFromFlags reads the flags.
 func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
@@ -387,6 +437,9 @@ func (d *Driver) GetState() (state.State, error) {
 	if err := d.outage("fake: the API is down, cannot look up machine " + d.MachineName); err != nil {
 		return state.Error, err
 	}
+	if err := d.refused(); err != nil {
+		return state.Error, err
+	}
 	if _, err := os.Stat(d.path()); err != nil {
 		return state.None, fmt.Errorf("fake: machine %s not found", d.MachineName)
 	}
@@ -397,6 +450,9 @@ func (d *Driver) GetState() (state.State, error) {
 func (d *Driver) Remove() error {
 	d.hangWhile(HangRemove)
 	if err := d.outage("fake: the API is down, cannot remove machine " + d.MachineName); err != nil {
+		return err
+	}
+	if err := d.refused(); err != nil {
 		return err
 	}
 	if _, err := os.Stat(d.path()); err == nil && d.FailRemove {
@@ -431,13 +487,15 @@ type Call struct {
 	Parent int       `json:"parent"`
 	Op     string    `json:"op"`
 	Name   string    `json:"name"`
+	// Token is the fake-token the call was made with.
+	Token string `json:"token,omitempty"`
 }
 
 const callLog = "calls.log"
 
 // logCall appends the change just made to the directory's call log.
 func (d *Driver) logCall(op string) error {
-	line, err := json.Marshal(Call{At: time.Now(), Parent: os.Getppid(), Op: op, Name: d.MachineName})
+	line, err := json.Marshal(Call{At: time.Now(), Parent: os.Getppid(), Op: op, Name: d.MachineName, Token: d.Token})
 	if err != nil {
 		return err
 	}

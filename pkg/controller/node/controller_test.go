@@ -48,7 +48,10 @@ type recordingDriver struct {
 	createErr error
 	deleteErr error
 	listErr   error
-	createdAt map[string]int64 // name -> Unix seconds, for List
+	createdAt map[string]int64  // name -> Unix seconds, for List
+	classes   map[string]string // name -> NodeClass made with, for List
+	// deletedWith is the class each Delete was given, by machine name.
+	deletedWith map[string]drivers.Class
 }
 
 func newRecordingDriver(name string) *recordingDriver {
@@ -75,10 +78,14 @@ func (d *recordingDriver) Create(_ context.Context, m drivers.Machine) (string, 
 	return d.machines[m.Name], nil
 }
 
-func (d *recordingDriver) Delete(_ context.Context, _ drivers.Class, name string) error {
+func (d *recordingDriver) Delete(_ context.Context, class drivers.Class, name string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.deletes = append(d.deletes, name)
+	if d.deletedWith == nil {
+		d.deletedWith = map[string]drivers.Class{}
+	}
+	d.deletedWith[name] = class
 	if d.deleteErr != nil {
 		return d.deleteErr
 	}
@@ -105,7 +112,7 @@ func (d *recordingDriver) List(context.Context) ([]drivers.MachineStatus, error)
 	var out []drivers.MachineStatus
 	for name, id := range d.machines {
 		out = append(out, drivers.MachineStatus{Name: name, ProviderID: id, State: drivers.MachineRunning,
-			CreatedAt: d.createdAt[name], Owner: drivers.Owner{Namespace: "team-a", Name: "web"}})
+			CreatedAt: d.createdAt[name], Owner: drivers.Owner{Namespace: "team-a", Name: "web"}, Class: d.classes[name]})
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // ReasonOrphanMachineDeleted is the Event reason of a collected orphan.
@@ -235,7 +236,7 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 		}
 		driver, _ := c.registry.Machine(cand.driver)
 		start := time.Now()
-		err := driver.Delete(ctx, drivers.Class{}, m.Name)
+		err := driver.Delete(ctx, c.orphanClass(ctx, cand.driver, m), m.Name)
 		c.metrics.driverCall(cand.driver, opDelete, start, err)
 		if err != nil {
 			logger.Error(c.scrubbedError(err), "Deleting an orphan machine", "driver", cand.driver, "machine", m.Name)
@@ -320,6 +321,42 @@ func (c *Controller) collectOrphans(ctx context.Context, minAge time.Duration) (
 	}
 	c.metrics.orphanRound(roundCompleted)
 	return removed, nil
+}
+
+// orphanClass is the class an orphan machine of driver was made with
+// (m.Class), as it is now, with its NodeSet's permitted overrides when that
+// NodeSet is still there, and the credentials its Secret holds now: the
+// ones the machine was made with may have been rotated and revoked since,
+// and its driver removes it with the class's current ones (docker-machine
+// hands them to the plugin). Empty when the machine names no class, the
+// class is gone or now of another driver, or its Secret cannot be read:
+// the driver then removes the machine with what it saved. The driver
+// itself checks the class against the machine's record (docker-machine
+// hands the credentials only to a plugin of the class's driverName).
+func (c *Controller) orphanClass(ctx context.Context, driver string, m drivers.MachineStatus) drivers.Class {
+	if m.Class == "" {
+		return drivers.Class{}
+	}
+	class, err := c.classes.Get(m.Class)
+	if err != nil || class.Spec.Driver != driver {
+		return drivers.Class{}
+	}
+	var set *nodesetv1alpha1.NodeSet
+	if s, err := c.sets.NodeSets(m.Owner.Namespace).Get(m.Owner.Name); err == nil && s.Spec.NodeClassName == class.Name &&
+		(m.Owner.UID == "" || s.UID == m.Owner.UID) {
+		set = s
+	}
+	spec, err := resolve.EffectiveSpec(class, set)
+	if err != nil {
+		spec = *class.Spec.DeepCopy()
+	}
+	credentials, err := c.credentials(ctx, class)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot read the credentials of an orphan machine's class; removing it with the ones it was made with",
+			"machine", m.Name, "nodeclass", class.Name, "err", c.scrub(err.Error()))
+		return drivers.Class{}
+	}
+	return drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}
 }
 
 // unaccounted reports whether no Node accounts for the machine of driver

@@ -280,3 +280,35 @@ func TestOrphanCollectionAfterARestartScrubsTheClassesCredentials(t *testing.T) 
 	assert.NotContains(t, logged, planted)
 	assert.NotContains(t, err.Error(), planted)
 }
+
+// TestAnOrphanGoesWithItsClassCurrentCredentials: an orphan machine is
+// removed with the class it was made with as it is now, credentials read
+// from its Secret now (the ones it was made with may be revoked); one
+// whose class is gone, is now of another driver, or that names none is
+// removed with no class, and so with what its driver saved.
+func TestAnOrphanGoesWithItsClassCurrentCredentials(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeset-system", Name: "sim-creds"},
+		Data: map[string][]byte{"token": []byte("rotated-token")}}
+	sim, moved := testClass("sim"), testClass("moved")
+	sim.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "sim-creds"}
+	moved.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
+	moved.Spec.CredentialsSecretRef = sim.Spec.CredentialsSecretRef
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{sim, moved}, secret)
+	synced(f)
+	old := f.now.Add(-time.Hour).Unix()
+	f.driver.machines = map[string]string{"web-sim": "test:///web-sim", "web-gone": "test:///web-gone",
+		"web-moved": "test:///web-moved", "web-unnamed": "test:///web-unnamed"}
+	f.driver.createdAt = map[string]int64{"web-sim": old, "web-gone": old, "web-moved": old, "web-unnamed": old}
+	f.driver.classes = map[string]string{"web-sim": "sim", "web-gone": "gone", "web-moved": "moved"}
+
+	removed, err := f.controller.CollectOrphans(context.Background(), 10*time.Minute)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"web-sim", "web-gone", "web-moved", "web-unnamed"}, removed)
+	got := f.driver.deletedWith["web-sim"]
+	assert.Equal(t, "sim", got.Name)
+	assert.Equal(t, sim.Spec, got.Spec)
+	assert.Equal(t, map[string][]byte{"token": []byte("rotated-token")}, got.Credentials, "the Secret's credentials as they are now")
+	for _, name := range []string{"web-gone", "web-moved", "web-unnamed"} {
+		assert.Equal(t, drivers.Class{}, f.driver.deletedWith[name], "%s: no class", name)
+	}
+}
