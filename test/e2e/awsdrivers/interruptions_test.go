@@ -1,6 +1,7 @@
 package awsdrivers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,7 +9,9 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,24 +60,31 @@ type lifecycleRecorder struct {
 	// does and moto does not: a decrement below the group's minimum size is
 	// a ValidationError.
 	minSize bool
+	// terminating are instances DescribeAutoScalingGroups answers in state
+	// Terminating:Wait (describedTerminating).
+	terminating []string
 }
 
 func (r *lifecycleRecorder) start(t *testing.T, upstream string) string {
 	asg, _, err := awscloud.SDKClients(upstream)(context.Background(), region, awsCredentials)
 	require.NoError(t, err)
-	return framework.StartInterceptor(t, upstream, func(w http.ResponseWriter, req *http.Request, _ []byte, form url.Values) bool {
+	return framework.StartInterceptor(t, upstream, func(w http.ResponseWriter, req *http.Request, body []byte, form url.Values) bool {
 		r.mu.Lock()
 		refuse := r.refuseAcks && req.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessageBatch"
 		if refuse {
 			r.refused++
 		}
 		minSize := r.minSize
+		terminating := slices.Clone(r.terminating)
 		r.mu.Unlock()
 		if refuse {
 			http.Error(w, `{"__type":"ServiceUnavailable","message":"refused by the test"}`, http.StatusServiceUnavailable)
 			return true
 		}
 		action := form.Get("Action")
+		if action == "DescribeAutoScalingGroups" && len(terminating) > 0 {
+			return describedTerminating(w, req, upstream, body, terminating)
+		}
 		if minSize && action == "TerminateInstanceInAutoScalingGroup" && form.Get("ShouldDecrementDesiredCapacity") == "true" {
 			return belowMinSize(w, asg, form.Get("InstanceId"))
 		}
@@ -120,6 +130,59 @@ func belowMinSize(w http.ResponseWriter, asg awscloud.AutoScaling, instance stri
 		`Either set shouldDecrementDesiredCapacity flag to false or lower group's min size constraint.</Message></Error>`+
 		`<RequestId>00000000-0000-4000-8000-000000000002</RequestId></ErrorResponse>`, aws.ToInt32(g.MinSize))
 	return true
+}
+
+// describedTerminating answers a DescribeAutoScalingGroups with moto's
+// answer in which each of the instances is in state Terminating:Wait, as
+// Auto Scaling describes an instance whose termination waits on a
+// lifecycle hook (moto holds no instance for a hook), and reports whether
+// it answered.
+func describedTerminating(w http.ResponseWriter, req *http.Request, upstream string, body []byte, instances []string) bool {
+	forward, err := http.NewRequestWithContext(req.Context(), req.Method, upstream+req.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	forward.Header = req.Header.Clone()
+	forward.Header.Del("Accept-Encoding")
+	resp, err := http.DefaultClient.Do(forward)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false
+	}
+	text := string(answer)
+	for _, id := range instances {
+		for at := 0; ; {
+			i := strings.Index(text[at:], "<InstanceId>"+id+"</InstanceId>")
+			if i < 0 {
+				break
+			}
+			i += at
+			start, end := strings.LastIndex(text[:i], "<member>"), strings.Index(text[i:], "</member>")
+			if start < 0 || end < 0 {
+				break
+			}
+			end += i
+			member := strings.Replace(text[start:end], "<LifecycleState>InService</LifecycleState>", "<LifecycleState>Terminating:Wait</LifecycleState>", 1)
+			text = text[:start] + member + text[end:]
+			at = start + len(member)
+		}
+	}
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.WriteString(w, text)
+	return true
+}
+
+// holdForHook has DescribeAutoScalingGroups describe the instance as
+// waiting on a termination lifecycle hook from now on.
+func (r *lifecycleRecorder) holdForHook(instance string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.terminating = append(r.terminating, instance)
 }
 
 func (r *lifecycleRecorder) enforceMinSize() {
