@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
-	"nodeset.dev/nodeset/drivers/dockermachine/fakeplugin"
 	"nodeset.dev/nodeset/pkg/kubestore"
 )
 
@@ -33,23 +32,7 @@ func TestDockerMachineNodeOfTheSameNameIsAnotherNode(t *testing.T) {
 	const name = "dm4-reused"
 	dirs := map[string]string{"dm4-class-a": t.TempDir(), "dm4-class-b": t.TempDir()}
 	for class, dir := range dirs {
-		_, err := kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: class + "-credentials"},
-			StringData: map[string]string{"token": dmCredential},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		createClass(t, class, func(c *nodesetv1alpha1.NodeClass) {
-			c.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
-			c.Spec.Simulated = nil
-			c.Spec.RegistrationTimeout = &metav1.Duration{Duration: 30 * time.Minute}
-			c.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: class + "-credentials"}
-			c.Spec.DockerMachine = &nodesetv1alpha1.DockerMachine{
-				DriverName:        fakeplugin.Name,
-				Options:           map[string]string{"fake-dir": dir},
-				CredentialOptions: map[string]string{"fake-token": "token"},
-			}
-		})
-		waitClassValid(t, class)
+		joinlessDockerMachineClass(t, class, dir)
 	}
 	staticNode := func(class string) {
 		t.Helper()

@@ -28,23 +28,7 @@ func TestDockerMachineStaticNodeMadeAgainGetsANewMachine(t *testing.T) {
 	kube, _ := clients(t)
 	const name, class = "dm5-again", "dm5-class"
 	dir := t.TempDir()
-	_, err := kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: class + "-credentials"},
-		StringData: map[string]string{"token": dmCredential},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	createClass(t, class, func(c *nodesetv1alpha1.NodeClass) {
-		c.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
-		c.Spec.Simulated = nil
-		c.Spec.RegistrationTimeout = &metav1.Duration{Duration: 30 * time.Minute}
-		c.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: class + "-credentials"}
-		c.Spec.DockerMachine = &nodesetv1alpha1.DockerMachine{
-			DriverName:        fakeplugin.Name,
-			Options:           map[string]string{"fake-dir": dir},
-			CredentialOptions: map[string]string{"fake-token": "token"},
-		}
-	})
-	waitClassValid(t, class)
+	joinlessDockerMachineClass(t, class, dir)
 	staticNode := func() {
 		t.Helper()
 		_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,

@@ -31,24 +31,8 @@ func TestDockerMachineOrphanGoesWithItsClassCurrentCredentials(t *testing.T) {
 	const name, class, rotated = "dm6-orphan", "dm6-class", "dm6-r0tated-api-token"
 	dir := t.TempDir()
 	secret := class + "-credentials"
-	_, err := kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: secret},
-		StringData: map[string]string{"token": dmCredential},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	createClass(t, class, func(c *nodesetv1alpha1.NodeClass) {
-		c.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
-		c.Spec.Simulated = nil
-		c.Spec.RegistrationTimeout = &metav1.Duration{Duration: 30 * time.Minute}
-		c.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: secret}
-		c.Spec.DockerMachine = &nodesetv1alpha1.DockerMachine{
-			DriverName:        fakeplugin.Name,
-			Options:           map[string]string{"fake-dir": dir},
-			CredentialOptions: map[string]string{"fake-token": "token"},
-		}
-	})
-	waitClassValid(t, class)
-	_, err = kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+	joinlessDockerMachineClass(t, class, dir)
+	_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
 		Labels: map[string]string{nodesetv1alpha1.LabelNodeClass: class}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	eventually(t, time.Minute, "the Node's machine", func(ctx context.Context) (bool, string) {

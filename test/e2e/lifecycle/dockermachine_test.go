@@ -59,6 +59,32 @@ func dockerMachineClass(t *testing.T, name string, sshd *framework.SSHD) (machin
 	return machineDir, joinDir
 }
 
+// joinlessDockerMachineClass makes a docker-machine class of the fake
+// plugin with its machines in dir, which never join (its registration
+// timeout is 30 minutes), and its credentials Secret (class-credentials,
+// token dmCredential), and waits for the class to be Valid.
+func joinlessDockerMachineClass(t *testing.T, class, dir string) {
+	t.Helper()
+	kube, _ := clients(t)
+	_, err := kube.CoreV1().Secrets("nodeset-system").Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: class + "-credentials"},
+		StringData: map[string]string{"token": dmCredential},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	createClass(t, class, func(c *nodesetv1alpha1.NodeClass) {
+		c.Spec.Driver = nodesetv1alpha1.DriverDockerMachine
+		c.Spec.Simulated = nil
+		c.Spec.RegistrationTimeout = &metav1.Duration{Duration: 30 * time.Minute}
+		c.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: class + "-credentials"}
+		c.Spec.DockerMachine = &nodesetv1alpha1.DockerMachine{
+			DriverName:        fakeplugin.Name,
+			Options:           map[string]string{"fake-dir": dir},
+			CredentialOptions: map[string]string{"fake-token": "token"},
+		}
+	})
+	waitClassValid(t, class)
+}
+
 func pluginMachines(t *testing.T, dir string) []string {
 	t.Helper()
 	names, err := fakeplugin.MachineNames(dir)
