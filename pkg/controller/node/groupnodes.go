@@ -302,7 +302,7 @@ func (c *Controller) syncGroupNode(ctx context.Context, node *corev1.Node, class
 				"NodeClass %s is gone, or of another driver now: machine %s cannot be terminated from here", node.Labels[nodesetv1alpha1.LabelNodeClass], node.Spec.ProviderID)
 			return nil
 		}
-		machineClass, err := c.terminationClass(ctx, node, class)
+		machineClass, err := c.terminationClass(ctx, class, c.setOf(node))
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,6 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
-	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // ReasonOrphanMachineDeleted is the Event reason of a collected orphan.
@@ -346,17 +345,13 @@ func (c *Controller) orphanClass(ctx context.Context, driver string, m drivers.M
 		(m.Owner.UID == "" || s.UID == m.Owner.UID) {
 		set = s
 	}
-	spec, err := resolve.EffectiveSpec(class, set)
-	if err != nil {
-		spec = *class.Spec.DeepCopy()
-	}
-	credentials, err := c.credentials(ctx, class)
+	removal, err := c.terminationClass(ctx, class, set)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Cannot read the credentials of an orphan machine's class; removing it with the ones it was made with",
 			"machine", m.Name, "nodeclass", class.Name, "err", c.scrub(err.Error()))
 		return drivers.Class{}
 	}
-	return drivers.Class{Name: class.Name, Spec: spec, Credentials: credentials}
+	return removal
 }
 
 // unaccounted reports whether no Node accounts for the machine of driver

@@ -124,7 +124,7 @@ func (c *Controller) reconcileNode(ctx context.Context, name string) error {
 		}
 		if class != nil {
 			// With the class's credentials, read when the machine is to go.
-			classOf = func(ctx context.Context) (drivers.Class, error) { return c.terminationClass(ctx, node, class) }
+			classOf = func(ctx context.Context) (drivers.Class, error) { return c.terminationClass(ctx, class, c.setOf(node)) }
 		}
 		return c.terminate(ctx, node, class, machineDeprovisioner(driver, node.Name, classOf))
 	}
@@ -195,11 +195,11 @@ func (c *Controller) provisioningSpec(class *nodesetv1alpha1.NodeClass, set *nod
 	return resolve.ProvisioningSpec(catalogue, class, set)
 }
 
-// terminationClass is machineClass for taking the Node's machine away: an
-// edit of its NodeSet that breaks a rule never keeps a machine from going,
-// the class's own spec is used then.
-func (c *Controller) terminationClass(ctx context.Context, node *corev1.Node, class *nodesetv1alpha1.NodeClass) (drivers.Class, error) {
-	spec, err := resolve.EffectiveSpec(class, c.setOf(node))
+// terminationClass is machineClass for taking a machine of set (nil for
+// none) away: an edit of the NodeSet that breaks a rule never keeps a
+// machine from going, the class's own spec is used then.
+func (c *Controller) terminationClass(ctx context.Context, class *nodesetv1alpha1.NodeClass, set *nodesetv1alpha1.NodeSet) (drivers.Class, error) {
+	spec, err := resolve.EffectiveSpec(class, set)
 	if err != nil {
 		spec = *class.Spec.DeepCopy()
 	}
@@ -644,7 +644,7 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 	// same one. A crash in between finds the Node overdue again (once the
 	// restarted controller has given it the whole timeout, unhealthyFor),
 	// and Delete and Create are idempotent.
-	machineClass, err := c.terminationClass(ctx, node, class)
+	machineClass, err := c.terminationClass(ctx, class, c.setOf(node))
 	if err != nil {
 		return err
 	}
