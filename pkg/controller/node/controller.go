@@ -127,8 +127,16 @@ type Controller struct {
 	groups workqueue.TypedRateLimitingInterface[string]
 	// groupSizes are the cloud groups sized, and the sizes last given.
 	groupSizes groupSizes
-	// heldGroups are the refusals told for the cloud groups held.
-	heldGroups  heldGroups
+	// heldGroups are the refusals told in an Event for the NodeSets whose
+	// cloud groups holdGroup holds. The hold is looked at again every poll
+	// until the NodeSetController's verdict comes, and as long as it does
+	// not (that controller down or behind) an Event each time would be an
+	// API write for every held set every poll; the recorder's spam filter
+	// lets 25 through per set before it slows them to one in five minutes.
+	// A refusal is told again once it changes (another class, another
+	// reason), once the hold has ended (the group grown, a verdict given)
+	// and begun again, and for a new set of the same name.
+	heldGroups  *objectMemory[string]
 	nodeIndexer cache.Indexer
 	// setIndexer indexes the NodeSets by the seal of their Nodes.
 	setIndexer cache.Indexer
@@ -142,34 +150,34 @@ type Controller struct {
 
 	// made are the machines made for Nodes whose providerID is not
 	// recorded yet (Options.ProviderIDWait).
-	made *nodeMemory[madeMachine]
+	made *objectMemory[madeMachine]
 	// released are the Nodes whose finalizer this controller removed, until
 	// the cache sees them gone: a sync on the cache's older copy would
 	// otherwise deprovision and release them again.
-	released *nodeMemory[struct{}]
+	released *objectMemory[struct{}]
 	// deprovisioned are the Nodes whose machine the driver confirmed gone
 	// and whose release failed: the release is retried alone, without a
 	// second drain (its pod list, Event and duration) or delete.
-	deprovisioned *nodeMemory[struct{}]
+	deprovisioned *objectMemory[struct{}]
 	// recorded are the Nodes whose machine (and registration) this
 	// controller wrote, until the cache shows the write: a sync on the
 	// cache's older copy would otherwise make the same write again, and
 	// be refused for the taints it tests.
-	recorded *nodeMemory[recordedMachine]
+	recorded *objectMemory[recordedMachine]
 	// drainConditions are the Draining conditions this controller wrote,
 	// until the cache sees the Node gone (drainConditionOf).
-	drainConditions *nodeMemory[corev1.NodeCondition]
+	drainConditions *objectMemory[corev1.NodeCondition]
 	// heartbeats are when the lifecycle action of a draining interrupted
 	// Node was last kept waiting.
-	heartbeats *nodeMemory[time.Time]
+	heartbeats *objectMemory[time.Time]
 	// tamperedReported are the relabelled Nodes told about, with the
 	// resourceVersion told about: once per change of the Node.
-	tamperedReported *nodeMemory[string]
+	tamperedReported *objectMemory[string]
 	// restored are the relabelled Nodes whose labels were put back lately.
-	restored *nodeMemory[restoreRecord]
+	restored *objectMemory[restoreRecord]
 	// waiting are the Nodes whose machine the cloud had no room for
 	// (retryWaiting).
-	waiting *nodeMemory[waitingForRoom]
+	waiting *objectMemory[waitingForRoom]
 
 	routine *routineEvents
 	pods    *PodLists
@@ -244,15 +252,16 @@ func NewController(
 		nodeIndexer:      nodeInformer.Informer().GetIndexer(),
 		groupSizes:       groupSizes{sizes: map[string]groupSize{}},
 		terminated:       map[string]time.Time{},
-		made:             newNodeMemory[madeMachine](),
-		released:         newNodeMemory[struct{}](),
-		deprovisioned:    newNodeMemory[struct{}](),
-		recorded:         newNodeMemory[recordedMachine](),
-		drainConditions:  newNodeMemory[corev1.NodeCondition](),
-		heartbeats:       newNodeMemory[time.Time](),
-		tamperedReported: newNodeMemory[string](),
-		restored:         newNodeMemory[restoreRecord](),
-		waiting:          newNodeMemory[waitingForRoom](),
+		made:             newObjectMemory[madeMachine](),
+		released:         newObjectMemory[struct{}](),
+		deprovisioned:    newObjectMemory[struct{}](),
+		recorded:         newObjectMemory[recordedMachine](),
+		drainConditions:  newObjectMemory[corev1.NodeCondition](),
+		heartbeats:       newObjectMemory[time.Time](),
+		tamperedReported: newObjectMemory[string](),
+		restored:         newObjectMemory[restoreRecord](),
+		waiting:          newObjectMemory[waitingForRoom](),
+		heldGroups:       newObjectMemory[string](),
 		setIndexer:       nodeSetInformer.Informer().GetIndexer(),
 		routine:          newRoutineEvents(recorder, nodeSetInformer.Lister()),
 		pods:             NewPodLists(opts.Drain),

@@ -292,7 +292,8 @@ func (c *Controller) holdGroup(ctx context.Context, class *nodesetv1alpha1.NodeC
 	}
 	message := resolve.NamespaceNotAllowedMessage(class, set.Namespace, why)
 	klog.FromContext(ctx).V(2).Info("Cloud group held: the NodeSet's namespace may not use its class", "group", groupName, "why", message)
-	if c.heldGroups.tell(key, set.UID, message) {
+	if told, ok := c.heldGroups.get(set); !ok || told != message {
+		c.heldGroups.set(set, message)
 		c.recorder.Eventf(set, corev1.EventTypeWarning, nodesetv1alpha1.ReasonNamespaceNotAllowed,
 			"Cloud group %s is neither made nor grown: %s", groupName, message)
 	}
@@ -300,48 +301,6 @@ func (c *Controller) holdGroup(ctx context.Context, class *nodesetv1alpha1.NodeC
 	// class brings the set back; a Namespace relabelled back does not.
 	c.groups.AddAfter(key, c.opts.GroupPollInterval)
 	return true
-}
-
-// heldGroups remembers, for each NodeSet (namespace/name) whose cloud group
-// holdGroup holds, the refusal last told in an Event. The hold is looked
-// at again every poll (GroupPollInterval) until the NodeSetController's
-// verdict comes, and as long as it does not (that controller down or
-// behind) an Event each time would be an API write for every held set
-// every poll; the recorder's spam filter lets 25 through per set before
-// it slows them to one in five minutes. A refusal is told again once it
-// changes (another class, another reason), once the hold has ended (the
-// group grown, a verdict given) and begun again, and for a new set of the
-// same name.
-type heldGroups struct {
-	mu   sync.Mutex
-	told map[string]heldGroup
-}
-
-type heldGroup struct {
-	uid     types.UID
-	message string
-}
-
-// tell reports whether message is news for the set: not the refusal last
-// told for it. It is written down as told.
-func (h *heldGroups) tell(key string, uid types.UID, message string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.told == nil {
-		h.told = map[string]heldGroup{}
-	}
-	if last, ok := h.told[key]; ok && last.uid == uid && last.message == message {
-		return false
-	}
-	h.told[key] = heldGroup{uid: uid, message: message}
-	return true
-}
-
-// forget ends the set's hold: a refusal after it is news.
-func (h *heldGroups) forget(key string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.told, key)
 }
 
 // knownGroupSize is the size the set's cloud group groupName is known to

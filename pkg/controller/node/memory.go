@@ -3,14 +3,17 @@ package node
 import (
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 )
 
-// nodeMemory keeps a value per Node in memory, by name, for that Node's UID
-// only: a new Node of the same name finds nothing. Entries are forgotten by
-// name, when the cache sees the Node gone or the value is used up.
-type nodeMemory[V any] struct {
+// objectMemory keeps a value per object (a Node, a NodeSet) in memory, by
+// its key (a Node's name, a NodeSet's namespace/name), for that object's
+// UID only: a new object of the same name finds nothing. Entries are
+// forgotten by key, when the cache sees the object gone or the value is
+// used up.
+type objectMemory[V any] struct {
 	mu      sync.Mutex
 	entries map[string]remembered[V]
 }
@@ -20,38 +23,43 @@ type remembered[V any] struct {
 	value V
 }
 
-func newNodeMemory[V any]() *nodeMemory[V] {
-	return &nodeMemory[V]{entries: map[string]remembered[V]{}}
+func newObjectMemory[V any]() *objectMemory[V] {
+	return &objectMemory[V]{entries: map[string]remembered[V]{}}
 }
 
-// set remembers value for node.
-func (m *nodeMemory[V]) set(node *corev1.Node, value V) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.entries[node.Name] = remembered[V]{uid: node.UID, value: value}
+// memoryKey is obj's key: its name, or namespace/name.
+func memoryKey(obj metav1.Object) string {
+	return cache.MetaObjectToName(obj).String()
 }
 
-// get is the value remembered for node, if any.
-func (m *nodeMemory[V]) get(node *corev1.Node) (V, bool) {
+// set remembers value for obj.
+func (m *objectMemory[V]) set(obj metav1.Object, value V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.entries[node.Name]
-	if !ok || e.uid != node.UID {
+	m.entries[memoryKey(obj)] = remembered[V]{uid: obj.GetUID(), value: value}
+}
+
+// get is the value remembered for obj, if any.
+func (m *objectMemory[V]) get(obj metav1.Object) (V, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[memoryKey(obj)]
+	if !ok || e.uid != obj.GetUID() {
 		var zero V
 		return zero, false
 	}
 	return e.value, true
 }
 
-// has reports whether something is remembered for node.
-func (m *nodeMemory[V]) has(node *corev1.Node) bool {
-	_, ok := m.get(node)
+// has reports whether something is remembered for obj.
+func (m *objectMemory[V]) has(obj metav1.Object) bool {
+	_, ok := m.get(obj)
 	return ok
 }
 
-// oldest is the name of the entry that match accepts and that orders
+// oldest is the key of the entry that match accepts and that orders
 // first by before, "" when none is accepted.
-func (m *nodeMemory[V]) oldest(match func(V) bool, before func(a, b V) bool) string {
+func (m *objectMemory[V]) oldest(match func(V) bool, before func(a, b V) bool) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var name string
@@ -64,9 +72,9 @@ func (m *nodeMemory[V]) oldest(match func(V) bool, before func(a, b V) bool) str
 	return name
 }
 
-// forget forgets the Node name.
-func (m *nodeMemory[V]) forget(name string) {
+// forget forgets the object of key (memoryKey).
+func (m *objectMemory[V]) forget(key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.entries, name)
+	delete(m.entries, key)
 }
