@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // podPage is how many pods one request of a list of every pod returns.
@@ -99,24 +101,16 @@ func (p *PodLists) read(ctx context.Context, nodes map[string]bool) (map[string]
 	out := make(map[string][]corev1.Pod, len(nodes))
 	if len(nodes) > 1 && pages < len(nodes) {
 		total := 0
-		opts := metav1.ListOptions{Limit: podPage}
-		for {
-			// The first page is a consistent read; the rest continue
-			// from the same snapshot.
-			list, err := p.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
-			if err != nil {
-				return nil, fmt.Errorf("listing pods: %w", err)
-			}
+		err := nodeutil.ListInPages(ctx, podPage, p.kube.CoreV1().Pods(metav1.NamespaceAll).List, func(list *corev1.PodList) {
 			total += len(list.Items)
 			for _, pod := range list.Items {
 				if nodes[pod.Spec.NodeName] {
 					out[pod.Spec.NodeName] = append(out[pod.Spec.NodeName], pod)
 				}
 			}
-			if list.Continue == "" {
-				break
-			}
-			opts.Continue = list.Continue
+		})
+		if err != nil {
+			return nil, fmt.Errorf("listing pods: %w", err)
 		}
 		p.mu.Lock()
 		p.seen = total

@@ -123,22 +123,16 @@ func (c *Controller) classSets(ctx context.Context, class *nodesetv1alpha1.NodeC
 	if len(users) > 0 {
 		return users, nil
 	}
-	opts := metav1.ListOptions{Limit: classSetsPage}
-	for {
-		// The first page is a consistent read; the rest continue from the
-		// same snapshot.
-		list, err := c.nodesetClient.NodesetV1alpha1().NodeSets(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("listing the NodeSets of NodeClass %s: %w", class.Name, err)
-		}
-		for i := range list.Items {
-			holds(&list.Items[i])
-		}
-		if list.Continue == "" {
-			return users, nil
-		}
-		opts.Continue = list.Continue
+	err = nodeutil.ListInPages(ctx, classSetsPage, c.nodesetClient.NodesetV1alpha1().NodeSets(metav1.NamespaceAll).List,
+		func(list *nodesetv1alpha1.NodeSetList) {
+			for i := range list.Items {
+				holds(&list.Items[i])
+			}
+		})
+	if err != nil {
+		return nil, fmt.Errorf("listing the NodeSets of NodeClass %s: %w", class.Name, err)
 	}
+	return users, nil
 }
 
 // classNodes lists from the API server the Nodes labelled with the class,
