@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -672,15 +673,16 @@ func (c *Controller) anyNodeOfMachine(id string) bool {
 // machineNode is the Node of the group's machine id as its kubelet
 // registers it: the machine's providerID, and its name when the cloud gives
 // one (ensureMachineNode adopts only such a one); or, with no providerID
-// yet, the machine's name as the cloud gives it. A kubelet run with an
-// external cloud provider registers without spec.providerID (the cloud
-// controller manager sets it later), named as EKS names its Nodes: the
-// instance's private DNS name, which EC2 describes (aws-node-termination-
-// handler finds an instance's Node by that name too). The name comes from
-// the cloud's description of the group's machine, never from the notice,
-// and on EKS a kubelet may register only the Node of its own instance's
-// private DNS name (system:node:{{EC2PrivateDNSName}} and NodeRestriction).
-// nil when there is none, or the machine is not the group's.
+// yet, the machine's name as the cloud gives it, or its id
+// (nodeNamedByID). A kubelet run with an external cloud provider registers
+// without spec.providerID (the cloud controller manager sets it later),
+// named as EKS names its Nodes: the instance's private DNS name, which EC2
+// describes (aws-node-termination-handler finds an instance's Node by that
+// name too). The name comes from the cloud's description of the group's
+// machine, never from the notice, and on EKS a kubelet may register only
+// the Node of its own instance's private DNS name
+// (system:node:{{EC2PrivateDNSName}} and NodeRestriction). nil when there
+// is none, or the machine is not the group's.
 func (c *Controller) machineNode(status drivers.GroupStatus, id string) *corev1.Node {
 	for _, m := range status.Machines {
 		if path.Base(m.ProviderID) != id {
@@ -691,13 +693,38 @@ func (c *Controller) machineNode(status drivers.GroupStatus, id string) *corev1.
 				return node
 			}
 		}
-		if m.Name == "" {
-			continue
-		}
-		if obj, ok, err := c.nodeIndexer.GetByKey(m.Name); err == nil && ok {
-			if node, ok := obj.(*corev1.Node); ok && node.Spec.ProviderID == "" {
-				return node
+		if m.Name != "" {
+			if obj, ok, err := c.nodeIndexer.GetByKey(m.Name); err == nil && ok {
+				if node, ok := obj.(*corev1.Node); ok && node.Spec.ProviderID == "" {
+					return node
+				}
 			}
+		}
+		if node := c.nodeNamedByID(id); node != nil {
+			return node
+		}
+	}
+	return nil
+}
+
+// nodeNamedByID is the Node without providerID named by machine id, as
+// EC2's resource-based hostnames name an instance: the id alone (as kops
+// and the AWS cloud controller manager set it) or the id's host name
+// (i-0123456789abcdef0.eu-west-1.compute.internal, as EKS's bootstrap
+// does). The AWS cloud controller manager reads an instance id from such a
+// name the same way (the name up to its first dot, when it starts with
+// "i-"), and EC2 describes such an instance's private DNS name with its
+// region's domain or the VPC's own, so the name cannot be matched whole.
+// nil when there is none.
+func (c *Controller) nodeNamedByID(id string) *corev1.Node {
+	objs, err := c.nodeIndexer.ByIndex(machineIDIndex, noProviderID)
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		node, ok := obj.(*corev1.Node)
+		if ok && node.Spec.ProviderID == "" && (node.Name == id || strings.HasPrefix(node.Name, id+".")) {
+			return node
 		}
 	}
 	return nil

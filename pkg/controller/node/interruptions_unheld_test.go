@@ -143,3 +143,45 @@ func TestALifecycleActionWaitsForTheDrainOfANodeWithoutProviderID(t *testing.T) 
 	assert.Len(t, queue.completed, 3, "drained: the action is completed")
 	assert.Equal(t, []string{"r-other", "r-unnamed", "r-kubelet"}, queue.acked)
 }
+
+// TestALifecycleActionWaitsForTheDrainOfANodeNamedByItsInstanceID: with
+// EC2's resource-based hostnames a kubelet without a cloud provider's
+// providerID registers its Node under the instance's id (as kops and the
+// AWS cloud controller manager name it) or the id's host name in a domain
+// of the VPC's choosing, which is not the private DNS name EC2 describes.
+// Such a Node is the instance's, and is drained before the action is
+// completed; a Node whose name only starts with the id's characters is not.
+func TestALifecycleActionWaitsForTheDrainOfANodeNamedByItsInstanceID(t *testing.T) {
+	ctx := context.Background()
+	queued := asgClassOf("queued", "https://sqs.eu-west-1.amazonaws.com/111122223333/queued", "")
+	const bareName, hostName, longerName = "i-0bare", "i-0host.corp.example", "i-0shortened"
+	unregistered := func(name string) *corev1.Node {
+		node := kubeletNode(name, "")
+		node.Spec.ProviderID = ""
+		return node
+	}
+	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, unregistered(bareName), podOn("bare-app", bareName),
+		unregistered(hostName), podOn("host-app", hostName), unregistered(longerName), podOn("longer-app", longerName))
+	group := f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
+		*recordingGroupDriver
+		*specQueue
+	}).recordingGroupDriver
+	group.groups["queued-group"] = &drivers.GroupStatus{Name: "queued-group", Machines: []drivers.MachineStatus{
+		{Name: "i-0bare.eu-west-1.compute.internal", ProviderID: "aws:///eu-west-1a/i-0bare", State: drivers.MachineStopping},
+		{ProviderID: "aws:///eu-west-1a/i-0host", State: drivers.MachineStopping},
+		{Name: "i-0short.eu-west-1.compute.internal", ProviderID: "aws:///eu-west-1a/i-0short", State: drivers.MachineStopping},
+	}}
+
+	queue.notices = []drivers.Interruption{lifecycleNotice("r-bare", "queued-group", "i-0bare"),
+		lifecycleNotice("r-host", "queued-group", "i-0host"), lifecycleNotice("r-short", "queued-group", "i-0short")}
+	require.Equal(t, consumeOK, f.controller.consumeOnce(ctx, "queued", nil))
+	assert.Equal(t, []string{"queued-group"}, queue.completed, "only the instance with no Node of its id has its action completed")
+	assert.Equal(t, []string{"r-short"}, queue.acked, "the draining ones' messages come again")
+	for _, name := range []string{bareName, hostName} {
+		assert.True(t, f.get(name).Spec.Unschedulable, "%s: the Node named by the instance's id is cordoned", name)
+	}
+	assert.Equal(t, 1, evictionsOf(f, "team-a", "bare-app"))
+	assert.Equal(t, 1, evictionsOf(f, "team-a", "host-app"))
+	assert.False(t, f.get(longerName).Spec.Unschedulable, "a Node whose name only starts with the id is left alone")
+	assert.Zero(t, evictionsOf(f, "team-a", "longer-app"))
+}
