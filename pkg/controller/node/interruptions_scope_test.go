@@ -76,6 +76,14 @@ func classNode(name, class, instance string) *corev1.Node {
 	return node
 }
 
+// scopeGroups is the group driver of a newScopeFixture.
+func scopeGroups(f *fixture) *recordingGroupDriver {
+	return f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
+		*recordingGroupDriver
+		*specQueue
+	}).recordingGroupDriver
+}
+
 // newScopeFixture is a fixture serving classes through a group driver
 // whose interruption source is specQueue, with a NodeSet of each class
 // whose group is <class>-group.

@@ -54,10 +54,7 @@ func TestALifecycleActionOfAMachineWithAnUnheldNodeWaitsForItsDrain(t *testing.T
 	const nodeName, otherName = "ip-10-0-0-1.eu-west-1.compute.internal", "ip-10-0-0-2.eu-west-1.compute.internal"
 	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, kubeletNode(nodeName, "i-0kubelet"), podOn("app", nodeName),
 		kubeletNode(otherName, "i-0other"), podOn("other-app", otherName))
-	group := f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
-		*recordingGroupDriver
-		*specQueue
-	}).recordingGroupDriver
+	group := scopeGroups(f)
 	group.groups["queued-group"] = &drivers.GroupStatus{Name: "queued-group", Machines: []drivers.MachineStatus{
 		{Name: nodeName, ProviderID: "aws:///eu-west-1a/i-0kubelet", State: drivers.MachineStopping}}}
 
@@ -104,17 +101,9 @@ func TestALifecycleActionWaitsForTheDrainOfANodeWithoutProviderID(t *testing.T) 
 	ctx := context.Background()
 	queued := asgClassOf("queued", "https://sqs.eu-west-1.amazonaws.com/111122223333/queued", "")
 	const nodeName, otherName, unnamedName = "ip-10-0-0-1.eu-west-1.compute.internal", "ip-10-0-0-2.eu-west-1.compute.internal", "ip-10-0-0-3.eu-west-1.compute.internal"
-	unregistered := func(name string) *corev1.Node {
-		node := kubeletNode(name, "")
-		node.Spec.ProviderID = ""
-		return node
-	}
-	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, unregistered(nodeName), podOn("app", nodeName),
-		unregistered(otherName), podOn("other-app", otherName), unregistered(unnamedName), podOn("unnamed-app", unnamedName))
-	group := f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
-		*recordingGroupDriver
-		*specQueue
-	}).recordingGroupDriver
+	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, nodeWithoutProviderID(nodeName), podOn("app", nodeName),
+		nodeWithoutProviderID(otherName), podOn("other-app", otherName), nodeWithoutProviderID(unnamedName), podOn("unnamed-app", unnamedName))
+	group := scopeGroups(f)
 	group.groups["queued-group"] = &drivers.GroupStatus{Name: "queued-group", Machines: []drivers.MachineStatus{
 		{Name: nodeName, ProviderID: "aws:///eu-west-1a/i-0kubelet", State: drivers.MachineStopping},
 		{ProviderID: "aws:///eu-west-1a/i-0unnamed", State: drivers.MachineStopping}, // EC2 does not describe it yet
@@ -155,17 +144,9 @@ func TestALifecycleActionWaitsForTheDrainOfANodeNamedByItsInstanceID(t *testing.
 	ctx := context.Background()
 	queued := asgClassOf("queued", "https://sqs.eu-west-1.amazonaws.com/111122223333/queued", "")
 	const bareName, hostName, longerName = "i-0bare", "i-0host.corp.example", "i-0shortened"
-	unregistered := func(name string) *corev1.Node {
-		node := kubeletNode(name, "")
-		node.Spec.ProviderID = ""
-		return node
-	}
-	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, unregistered(bareName), podOn("bare-app", bareName),
-		unregistered(hostName), podOn("host-app", hostName), unregistered(longerName), podOn("longer-app", longerName))
-	group := f.controller.registry[nodesetv1alpha1.DriverEKSASG].(struct {
-		*recordingGroupDriver
-		*specQueue
-	}).recordingGroupDriver
+	f, queue := newScopeFixture(t, []*nodesetv1alpha1.NodeClass{queued}, nodeWithoutProviderID(bareName), podOn("bare-app", bareName),
+		nodeWithoutProviderID(hostName), podOn("host-app", hostName), nodeWithoutProviderID(longerName), podOn("longer-app", longerName))
+	group := scopeGroups(f)
 	group.groups["queued-group"] = &drivers.GroupStatus{Name: "queued-group", Machines: []drivers.MachineStatus{
 		{Name: "i-0bare.eu-west-1.compute.internal", ProviderID: "aws:///eu-west-1a/i-0bare", State: drivers.MachineStopping},
 		{ProviderID: "aws:///eu-west-1a/i-0host", State: drivers.MachineStopping},
@@ -184,4 +165,12 @@ func TestALifecycleActionWaitsForTheDrainOfANodeNamedByItsInstanceID(t *testing.
 	assert.Equal(t, 1, evictionsOf(f, "team-a", "host-app"))
 	assert.False(t, f.get(longerName).Spec.Unschedulable, "a Node whose name only starts with the id is left alone")
 	assert.Zero(t, evictionsOf(f, "team-a", "longer-app"))
+}
+
+// nodeWithoutProviderID is a kubelet's Node as one run with an external
+// cloud provider registers it: no spec.providerID yet.
+func nodeWithoutProviderID(name string) *corev1.Node {
+	node := kubeletNode(name, "")
+	node.Spec.ProviderID = ""
+	return node
 }
