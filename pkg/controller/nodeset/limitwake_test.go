@@ -287,3 +287,28 @@ func TestAMachineGoneInOneNamespaceWakesNoSetOfAnotherThatIsFull(t *testing.T) {
 	key, _ := f.controller.queue.Get()
 	assert.Equal(t, "team-a/web", key, "the set of the namespace with room, alone")
 }
+
+// TestLimitExceededWaitsFromWhenTheSetAskedForRoom: the Accepted
+// condition's lastTransitionTime orders the sets waiting for room. A set
+// refused for another reason turns LimitExceeded without leaving
+// Accepted=False, and waits from then, not from that refusal; a set that
+// goes on waiting keeps its time.
+func TestLimitExceededWaitsFromWhenTheSetAskedForRoom(t *testing.T) {
+	set := newSet(1)
+	parkedAt := metav1.NewTime(testNow.Add(-24 * time.Hour))
+	set.Status.Conditions = []metav1.Condition{{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse,
+		Reason: ReasonInvalidTemplate, Message: "a label it may not set", LastTransitionTime: parkedAt}}
+	waiting := &resolution{accepted: notAccepted(ReasonLimitExceeded, "no room")}
+
+	status := computeStatus(set, waiting, nil, nil, testNow)
+	accepted := findCondition(status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonLimitExceeded, accepted.Reason)
+	assert.True(t, accepted.LastTransitionTime.Time.Equal(testNow), "waits from %s, when it asked for room, not from %s", accepted.LastTransitionTime, parkedAt)
+
+	set.Status = status
+	later := computeStatus(set, waiting, nil, nil, testNow.Add(time.Hour))
+	accepted = findCondition(later.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.True(t, accepted.LastTransitionTime.Time.Equal(testNow), "still waiting since %s, got %s", testNow, accepted.LastTransitionTime)
+}

@@ -64,6 +64,18 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
 	setCondition(res.accepted)
+	if res.accepted.Reason == ReasonLimitExceeded {
+		// The Accepted condition's lastTransitionTime is when the set began
+		// waiting for room in its class's limits, and the room a machine
+		// gone frees goes to the set that waited longest (wakeLimited). A
+		// set refused for another reason before (a label it may not set,
+		// parked there by its tenant for as long as it likes) stays False
+		// when it turns LimitExceeded, and would keep the time of that
+		// refusal: its wait for room starts now.
+		if before := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); before != nil && before.Reason != ReasonLimitExceeded {
+			meta.FindStatusCondition(status.Conditions, nodesetv1alpha1.NodeSetAccepted).LastTransitionTime = metav1.NewTime(now)
+		}
+	}
 
 	desired := plan.Replicas(set)
 	minAvailable := desired - maxUnavailable(set, desired)
