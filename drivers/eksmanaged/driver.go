@@ -160,9 +160,15 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.releaseVersion", "needs version (the Kubernetes version it is a release of)")
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
-		if p := eksReserved(k); p != "" {
+		if why := eksRefusesLabel(k, s.Labels[k]); why != "" {
 			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.labels["+k+"]",
-				"EKS refuses node group labels containing %s (set such a label in the NodeClass's nodeTemplate: nodeset puts it on the Nodes)", p)
+				"%s (set such a label in the NodeClass's nodeTemplate: nodeset puts it on the Nodes)", why)
+		}
+	}
+	for i, t := range s.Taints {
+		if len(t.Key) > eksMaxTaintKey {
+			return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d].key", i),
+				"EKS refuses node group taint keys longer than %d characters, prefix included (set such a taint in the NodeClass's nodeTemplate: nodeset puts it on the Nodes)", eksMaxTaintKey)
 		}
 	}
 	return awscloud.ValidateTags("spec.eksManagedNodeGroup.tags", s.Tags)
@@ -295,6 +301,10 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	}
 	if err := d.Validate(ctx, group.Class); err != nil {
 		return drivers.GroupStatus{}, err
+	}
+	if n := len(taints(s, group)); n > eksMaxTaints {
+		return drivers.GroupStatus{}, drivers.InvalidConfiguration("taints",
+			"EKS allows at most %d taints on a node group, and the class's eksManagedNodeGroup.taints with the NodeSet's Node taints make %d", eksMaxTaints, n)
 	}
 	_, api, err := d.connect(ctx, group.Class)
 	if err != nil {

@@ -2,6 +2,7 @@ package eksmanaged
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -42,7 +43,7 @@ func (d *Driver) tags(owner drivers.Owner, hash string, extra map[string]string)
 }
 
 // labels are the node group's Kubernetes labels: the section's, then the
-// NodeSet's Nodes', but those EKS refuses (eksReserved), which nodeset
+// NodeSet's Nodes', but those EKS refuses (eksRefusesLabel), which nodeset
 // puts on the Nodes it makes itself.
 func labels(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) map[string]string {
 	out := maps.Clone(s.Labels)
@@ -52,8 +53,33 @@ func labels(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) map[str
 	for k, v := range group.Labels {
 		out[k] = v
 	}
-	maps.DeleteFunc(out, func(k, _ string) bool { return eksReserved(k) != "" })
+	maps.DeleteFunc(out, func(k, v string) bool { return eksRefusesLabel(k, v) != "" })
 	return out
+}
+
+// EKS's limits of a node group's Kubernetes labels and taints (API
+// reference, CreateNodegroup, UpdateLabelsPayload and Taint): a label's
+// key and value are 1 to 63 characters, the key counted whole, prefix
+// included (Kubernetes allows a 253-character prefix, and an empty
+// value); a taint's key is 1 to 63 characters; a node group has at most 50
+// taints.
+const (
+	eksMaxLabelKey = 63
+	eksMaxTaintKey = 63
+	eksMaxTaints   = 50
+)
+
+// eksRefusesLabel says why EKS refuses a node group label, or "".
+func eksRefusesLabel(key, value string) string {
+	switch {
+	case eksReserved(key) != "":
+		return "EKS refuses node group labels containing " + eksReserved(key)
+	case len(key) > eksMaxLabelKey:
+		return fmt.Sprintf("EKS refuses node group label keys longer than %d characters, prefix included", eksMaxLabelKey)
+	case value == "":
+		return "EKS refuses node group labels with an empty value"
+	}
+	return ""
 }
 
 // eksReservedPrefixes are what EKS refuses in a node group label's key
@@ -72,7 +98,9 @@ func eksReserved(key string) string {
 }
 
 // taints are the node group's taints: the section's, then the NodeSet's
-// Nodes' (a later one replaces an earlier one with the same key and effect).
+// Nodes' (a later one replaces an earlier one with the same key and
+// effect), but those of the Nodes' with a key EKS refuses (longer than
+// eksMaxTaintKey), which nodeset puts on the Nodes it makes itself.
 func taints(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) []ekstypes.Taint {
 	var out []ekstypes.Taint
 	add := func(key, value string, effect ekstypes.TaintEffect) {
@@ -88,7 +116,9 @@ func taints(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) []eksty
 		add(t.Key, t.Value, ekstypes.TaintEffect(t.Effect))
 	}
 	for _, t := range group.Taints {
-		add(t.Key, t.Value, eksEffect(t.Effect))
+		if len(t.Key) <= eksMaxTaintKey {
+			add(t.Key, t.Value, eksEffect(t.Effect))
+		}
 	}
 	return out
 }
