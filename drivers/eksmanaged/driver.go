@@ -395,6 +395,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		if awscloud.IsCode(err, "ResourceInUseException") {
 			return d.status(ctx, api, ng, update) // another update runs: this one waits for it
 		}
+		if err := goneMeanwhile("updating node group "+group.Name, err); err != nil {
+			return drivers.GroupStatus{}, err
+		}
 		if err != nil {
 			return drivers.GroupStatus{}, classify("updating node group "+group.Name, err)
 		}
@@ -435,6 +438,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		out, err := api.EKS.UpdateNodegroupVersion(ctx, version)
 		if awscloud.IsCode(err, "ResourceInUseException") {
 			return d.status(ctx, api, ng, update) // another update runs: this one waits for it
+		}
+		if err := goneMeanwhile("updating the version of node group "+group.Name, err); err != nil {
+			return drivers.GroupStatus{}, err
 		}
 		if err != nil {
 			return drivers.GroupStatus{}, classify("updating the version of node group "+group.Name, err)
@@ -706,8 +712,11 @@ func (d *Driver) TerminateMachine(ctx context.Context, class drivers.Class, grou
 		ScalingConfig: &ekstypes.NodegroupScalingConfig{DesiredSize: aws.Int32(lowered),
 			MinSize: aws.Int32(min(aws.ToInt32(ng.ScalingConfig.MinSize), lowered)), MaxSize: ng.ScalingConfig.MaxSize},
 	})
-	if awscloud.IsCode(err, "ResourceInUseException") {
+	switch {
+	case awscloud.IsCode(err, "ResourceInUseException"):
 		return nil // an update runs; the next EnsureGroup sees the lower size
+	case awscloud.IsCode(err, "ResourceNotFoundException"):
+		return nil // deleted meanwhile, with its instances: nothing is left to lower
 	}
 	return classify("lowering node group "+group+" after terminating "+providerID, err)
 }
@@ -844,6 +853,19 @@ func (d *Driver) ListGroupsIn(ctx context.Context, name string) (_ []drivers.Gro
 		}
 	}
 	return out, nil
+}
+
+// goneMeanwhile is the error of an update of a node group that EKS
+// answers ResourceNotFoundException, or nil for another answer: the node
+// group was described a moment ago and is gone since (deleted by hand).
+// That is no refusal of the NodeSet's template, as classify would make it
+// (ResourceNotFoundException also means a cluster that does not exist):
+// the next sync finds the node group gone and makes it again.
+func goneMeanwhile(what string, err error) error {
+	if !awscloud.IsCode(err, "ResourceNotFoundException") {
+		return nil
+	}
+	return awscloud.Classify(what+" (deleted since it was described)", err)
 }
 
 // classify is awscloud.Classify with EKS's own codes.
