@@ -358,6 +358,9 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		return drivers.GroupStatus{}, err
 	}
 	d.removeFormerGroupsQuietly(ctx, api, s, group.Class.Credentials, ng, group.Owner)
+	if ng.Status == ekstypes.NodegroupStatusCreateFailed {
+		return d.remakeFailed(ctx, api, s, ng, group)
+	}
 
 	var update *ekstypes.Update
 	if group.UpdateID != "" {
@@ -455,6 +458,32 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		return drivers.GroupStatus{}, err
 	}
 	return d.status(ctx, api, ng, update)
+}
+
+// remakeFailed answers for a node group whose creation failed, which EKS
+// can neither update nor bring back to ACTIVE: once the NodeSet's template
+// differs from the one it was made with (its template-hash tag), a class
+// or set edit that may fix the cause (a subnet, the node role, the
+// instance types), it is deleted, and the next sync makes it again with
+// the template. Made with the current template, it is left as it is, with
+// its health issues: made again it would most likely fail the same way.
+func (d *Driver) remakeFailed(ctx context.Context, api API, s *nodesetv1alpha1.EKSManagedNodeGroup, ng *ekstypes.Nodegroup, group drivers.Group) (drivers.GroupStatus, error) {
+	status, err := d.status(ctx, api, ng, nil)
+	if err != nil {
+		return drivers.GroupStatus{}, err
+	}
+	name := aws.ToString(ng.NodegroupName)
+	if made := ng.Tags[awscloud.TagTemplateHash]; group.TemplateHash == "" || made == group.TemplateHash {
+		status.Message = joinMessages(status.Message, "EKS cannot change a node group whose creation failed: it is deleted and made again "+
+			"once the NodeClass or the NodeSet's template changes, or once you delete it")
+		return status, nil
+	}
+	_, err = api.EKS.DeleteNodegroup(ctx, &eks.DeleteNodegroupInput{ClusterName: aws.String(s.ClusterName), NodegroupName: ng.NodegroupName})
+	if err != nil && !awscloud.IsCode(err, "ResourceNotFoundException") && !awscloud.IsCode(err, "ResourceInUseException") {
+		return drivers.GroupStatus{}, classify("deleting node group "+name+", whose creation failed", err)
+	}
+	status.Message = joinMessages(status.Message, "its creation failed, and the template changed since: it is deleted, to be made again")
+	return status, nil
 }
 
 // checkOwner refuses a node group whose tags name another owner than the
