@@ -47,3 +47,27 @@ func TestANodeGroupWhoseCreationFailedIsMadeAgainOnceTheTemplateChanges(t *testi
 	assert.Contains(t, status.Message, "deleted, to be made again")
 	assert.Equal(t, ekstypes.NodegroupStatusDeleting, fake.groups["ng"].Status)
 }
+
+// TestAFailedDeletionIsSaid: a node group whose deletion failed
+// (DELETE_FAILED: a security group still in use) is asked to be deleted
+// again, as EKS allows, but DeleteGroup says why it failed, and does not
+// answer "in progress" (which the node controller looks at again in two
+// seconds without a word), so that its NodeSet's Event names the cause and
+// the retries back off.
+func TestAFailedDeletionIsSaid(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	ng := fake.groups["ng"]
+	ng.Status = ekstypes.NodegroupStatusDeleteFailed
+	ng.Health = &ekstypes.NodegroupHealth{Issues: []ekstypes.Issue{{Code: ekstypes.NodegroupIssueCodeEc2SecurityGroupDeletionFailure,
+		Message: aws.String("DependencyViolation - resource has a dependent object"), ResourceIds: []string{"sg-0123abcd"}}}}
+	fake.calls = nil
+	err := d.DeleteGroup(ctx, w.class(), "ng")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, drivers.ErrInProgress)
+	assert.ErrorContains(t, err, "Ec2SecurityGroupDeletionFailure: DependencyViolation - resource has a dependent object (sg-0123abcd)")
+	assert.Contains(t, fake.calls, "DeleteNodegroup ng", "deleted again")
+
+	// The deletion asked again runs: in progress, as any.
+	assert.ErrorIs(t, d.DeleteGroup(ctx, w.class(), "ng"), drivers.ErrInProgress)
+}

@@ -549,17 +549,7 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 	if ng.CreatedAt != nil {
 		status.CreatedAt = ng.CreatedAt.Unix()
 	}
-	if h := ng.Health; h != nil {
-		var issues []string
-		for _, i := range h.Issues {
-			issue := fmt.Sprintf("%s: %s", i.Code, aws.ToString(i.Message))
-			if len(i.ResourceIds) > 0 {
-				issue += " (" + strings.Join(i.ResourceIds, ", ") + ")"
-			}
-			issues = append(issues, issue)
-		}
-		status.Message = strings.Join(issues, "; ")
-	}
+	status.Message = healthIssues(ng)
 	if update != nil {
 		status.UpdateID, status.UpdateStatus = aws.ToString(update.Id), string(update.Status)
 		if update.Status == ekstypes.UpdateStatusFailed {
@@ -606,6 +596,23 @@ func (d *Driver) status(ctx context.Context, api API, ng *ekstypes.Nodegroup, up
 		}
 	}
 	return status, nil
+}
+
+// healthIssues are the node group's health issues (code, message and
+// resources), or "".
+func healthIssues(ng *ekstypes.Nodegroup) string {
+	if ng.Health == nil {
+		return ""
+	}
+	var issues []string
+	for _, i := range ng.Health.Issues {
+		issue := fmt.Sprintf("%s: %s", i.Code, aws.ToString(i.Message))
+		if len(i.ResourceIds) > 0 {
+			issue += " (" + strings.Join(i.ResourceIds, ", ") + ")"
+		}
+		issues = append(issues, issue)
+	}
+	return strings.Join(issues, "; ")
 }
 
 // nodegroupLabels are the labels EKS gives every Node of a node group: its
@@ -782,6 +789,13 @@ func (d *Driver) DeleteGroup(ctx context.Context, class drivers.Class, name stri
 	}
 	if _, err := describe(ctx, api.EKS, s.ClusterName, name); errors.Is(err, drivers.ErrNotFound) {
 		return nil // gone at once
+	}
+	if ng.Status == ekstypes.NodegroupStatusDeleteFailed {
+		// Asked again, as EKS allows; but the deletion failed for a
+		// reason (a security group still in use, a launch template that
+		// could not be deleted), which it is tried again until, and
+		// which is said: not a deletion that merely takes its time.
+		return fmt.Errorf("node group %s: its deletion failed, and is tried again: %s", name, healthIssues(ng))
 	}
 	return fmt.Errorf("node group %s: %w", name, drivers.ErrInProgress)
 }
