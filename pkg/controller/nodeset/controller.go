@@ -51,6 +51,11 @@ const FinalizerNodes = "nodeset.dev/nodes"
 
 const byClassIndex = "byNodeClass"
 
+// byWaitingIndex indexes the NodeSets that wait for room in their class's
+// limits (LimitExceeded) by their class, so that a machine gone looks at
+// the sets waiting, not at every set of the class.
+const byWaitingIndex = "waitingByNodeClass"
+
 // byDriverIndex indexes NodeClasses by their driver, so that a driver
 // claim's renewal looks up that driver's classes, not every class.
 const byDriverIndex = "byDriver"
@@ -113,7 +118,10 @@ type Controller struct {
 	// nodeWrites holds a slot per Node create or delete in flight.
 	nodeWrites chan struct{}
 	classLocks sync.Map // NodeClass name -> *sync.Mutex
-	now        func() time.Time
+	// classCounts keeps each class's count for its limits until what it
+	// counts changes.
+	classCounts *classCounts
+	now         func() time.Time
 
 	statusInterval time.Duration
 	nodeEventBatch time.Duration
@@ -172,6 +180,7 @@ func NewController(
 		expectations: newExpectations(opts.Now),
 		burst:        opts.BurstReplicas,
 		nodeWrites:   make(chan struct{}, MaxNodeWritesInFlight),
+		classCounts:  newClassCounts(),
 		now:          opts.Now,
 
 		statusInterval: opts.StatusInterval,
@@ -197,6 +206,11 @@ func NewController(
 			return nil, nil
 		}
 		return []string{set.Spec.NodeClassName}, nil
+	}, byWaitingIndex: func(obj any) ([]string, error) {
+		if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok && waitingForRoom(set) {
+			return []string{set.Spec.NodeClassName}, nil
+		}
+		return nil, nil
 	}, bySealIndex: nodeutil.IndexSetBySeal}); err != nil {
 		return nil, err
 	}
@@ -223,12 +237,24 @@ func NewController(
 		handler  cache.ResourceEventHandler
 	}{
 		{nodeSetInformer.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueue,
-			UpdateFunc: c.nodeSetUpdated,
-			DeleteFunc: c.nodeSetDeleted,
+			AddFunc: func(obj any) {
+				c.setCounted(nil, obj)
+				c.enqueue(obj)
+			},
+			UpdateFunc: func(old, obj any) {
+				c.setCounted(old, obj)
+				c.nodeSetUpdated(old, obj)
+			},
+			DeleteFunc: func(obj any) {
+				c.setCounted(obj, nil)
+				c.nodeSetDeleted(obj)
+			},
 		}},
 		{nodeClassInformer.Informer(), cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {
+				if class, ok := obj.(*nodesetv1alpha1.NodeClass); ok {
+					c.classCounts.track(class.Name)
+				}
 				c.enqueueClass(obj)
 				if !initial {
 					c.stampsChanged(nil, obj)
@@ -239,6 +265,9 @@ func NewController(
 				c.stampsChanged(old, obj)
 			},
 			DeleteFunc: func(obj any) {
+				if class, ok := classOfEvent(obj); ok {
+					c.classCounts.untrack(class.Name)
+				}
 				c.enqueueClass(obj)
 				c.stampsChanged(obj, nil)
 			},
@@ -303,11 +332,17 @@ func (c *Controller) enqueue(obj any) {
 	c.queue.Add(key)
 }
 
-func (c *Controller) enqueueClass(obj any) {
+// classOfEvent is the NodeClass of an informer event, a deleted one's too.
+func classOfEvent(obj any) (*nodesetv1alpha1.NodeClass, bool) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
 	class, ok := obj.(*nodesetv1alpha1.NodeClass)
+	return class, ok
+}
+
+func (c *Controller) enqueueClass(obj any) {
+	class, ok := classOfEvent(obj)
 	if !ok {
 		return
 	}
@@ -385,17 +420,13 @@ func (c *Controller) wakeLimited(className, except string) {
 	if className == "" {
 		return
 	}
-	objs, err := c.nodeSetIndexer.ByIndex(byClassIndex, className)
+	objs, err := c.nodeSetIndexer.ByIndex(byWaitingIndex, className)
 	if err != nil {
 		return
 	}
 	var waiting []*nodesetv1alpha1.NodeSet
 	for _, obj := range objs {
-		set := obj.(*nodesetv1alpha1.NodeSet)
-		if set.Namespace+"/"+set.Name == except || set.DeletionTimestamp != nil {
-			continue // a deleted set grows no more
-		}
-		if accepted := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted); accepted != nil && accepted.Reason == ReasonLimitExceeded {
+		if set := obj.(*nodesetv1alpha1.NodeSet); set.Namespace+"/"+set.Name != except {
 			waiting = append(waiting, set)
 		}
 	}
@@ -437,6 +468,17 @@ func (c *Controller) wakeLimited(className, except string) {
 		given.Class += take
 		givenIn[set.Namespace] += take
 	}
+}
+
+// waitingForRoom reports whether a NodeSet waits for room in its class's
+// limits: refused for them (LimitExceeded), and not deleted (a deleted set
+// grows no more).
+func waitingForRoom(set *nodesetv1alpha1.NodeSet) bool {
+	if set.DeletionTimestamp != nil {
+		return false
+	}
+	accepted := findCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	return accepted != nil && accepted.Reason == ReasonLimitExceeded
 }
 
 // waitedLonger orders NodeSets waiting for room by how long they have
@@ -489,6 +531,7 @@ func nodeSetKey(node *corev1.Node) (string, bool) {
 
 func (c *Controller) nodeAdded(obj any) {
 	node := obj.(*corev1.Node)
+	c.nodeCounted(nil, node)
 	c.enqueueSealOwner(node)
 	key, ok := nodeSetKey(node)
 	if !ok {
@@ -569,6 +612,7 @@ func (c *Controller) nodeUpdated(oldObj, newObj any) {
 	if oldNode.ResourceVersion == newNode.ResourceVersion {
 		return
 	}
+	c.nodeCounted(oldNode, newNode)
 	c.enqueueSealOwner(newNode)
 	newKey, ok := nodeSetKey(newNode)
 	if ok {
@@ -591,6 +635,7 @@ func (c *Controller) nodeDeleted(obj any) {
 	if !ok {
 		return
 	}
+	c.nodeCounted(node, nil)
 	if key, ok := nodeSetKey(node); ok {
 		waiting := !c.expectations.satisfied(key)
 		c.expectations.deletionObserved(key, node.Name)

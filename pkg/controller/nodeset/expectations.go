@@ -24,6 +24,19 @@ type expectations struct {
 	mu    sync.Mutex
 	now   func() time.Time
 	items map[string]*expectation
+	// version is bumped by each change of what unobservedCreations reads
+	// (a creation expected, named, observed or given up, an expectation
+	// restarted or dropped), so that a class count made from one read is
+	// known to be out of date (classCounts).
+	version uint64
+}
+
+// unobservedRead is what a read of the unobserved creations saw: the
+// expectations' version, and when the first of the creations it counted
+// expires (zero for none).
+type unobservedRead struct {
+	version uint64
+	until   time.Time
 }
 
 type expectation struct {
@@ -140,6 +153,7 @@ func (e *expectations) unknownSettled(key, name string, stored bool) {
 	}
 	delete(exp.unknown, name)
 	if !stored {
+		e.version++
 		exp.named.Delete(name)
 		if exp.creations > 0 {
 			exp.creations--
@@ -194,6 +208,7 @@ func (e *expectations) expectCreations(key string, count int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.current(key).creations += count
+	e.version++
 }
 
 // expectDeletions records that the named Nodes' deletions were issued for key.
@@ -216,31 +231,46 @@ func (e *expectations) current(key string) *expectation {
 		exp = &expectation{deletions: sets.New[string](), named: sets.New[string](), unknown: map[string]time.Time{}, unknownDeletes: map[string]unknownDelete{}}
 		e.items[key] = exp
 	}
+	if exp.creations > 0 {
+		e.version++ // the counted creations expire later
+	}
 	exp.timestamp = e.now()
 	return exp
 }
 
 // pendingCreations are the unobserved creations of the keys match accepts.
 func (e *expectations) pendingCreations(match func(key string) bool) plan.Pending {
-	pending, _ := e.unobservedCreations(match)
+	pending, _, _ := e.unobservedCreations(match)
 	return pending
+}
+
+// currentVersion is the expectations' version (unobservedRead).
+func (e *expectations) currentVersion() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.version
 }
 
 // unobservedCreations are the unobserved creations of the keys match
 // accepts, and the names of the Nodes among them, read together: a Node
 // of those names that a cache read after this one shows is in both
-// counts, and is to be taken out of one (ClassCount).
-func (e *expectations) unobservedCreations(match func(key string) bool) (plan.Pending, map[string][]string) {
+// counts, and is to be taken out of one (countClass); and what the read
+// saw (unobservedRead).
+func (e *expectations) unobservedCreations(match func(key string) bool) (plan.Pending, map[string][]string, unobservedRead) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pending, names := plan.Pending{}, map[string][]string{}
+	read := unobservedRead{version: e.version}
 	for key, exp := range e.items {
 		if exp.creations > 0 && !e.expired(exp) && match(key) {
 			pending[key] += int64(exp.creations)
 			names[key] = exp.named.UnsortedList()
+			if until := exp.timestamp.Add(expectationsTTL); read.until.IsZero() || until.Before(read.until) {
+				read.until = until
+			}
 		}
 	}
-	return pending, names
+	return pending, names, read
 }
 
 // creating records the name of a Node whose creation, counted in key's
@@ -249,6 +279,7 @@ func (e *expectations) creating(key, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if exp, ok := e.items[key]; ok && !e.expired(exp) {
+		e.version++
 		exp.named.Insert(name)
 	}
 }
@@ -258,7 +289,8 @@ func (e *expectations) creating(key, name string) {
 func (e *expectations) createFailed(key, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if exp, ok := e.items[key]; ok {
+	if exp, ok := e.items[key]; ok && exp.named.Has(name) {
+		e.version++
 		exp.named.Delete(name)
 	}
 }
@@ -269,6 +301,7 @@ func (e *expectations) creationObserved(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if exp, ok := e.items[key]; ok && exp.creations > 0 {
+		e.version++
 		exp.creations--
 	}
 }
@@ -279,6 +312,7 @@ func (e *expectations) nodeObserved(key, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if exp, ok := e.items[key]; ok && exp.creations > 0 {
+		e.version++
 		exp.creations--
 		exp.named.Delete(name)
 	}
@@ -306,5 +340,8 @@ func (e *expectations) deleting(key, name string) bool {
 func (e *expectations) forget(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if exp, ok := e.items[key]; ok && exp.creations > 0 {
+		e.version++
+	}
 	delete(e.items, key)
 }

@@ -46,6 +46,7 @@ func newCrowdedClass(t *testing.T, waiting int) *crowdedClass {
 	f := &crowdedClass{fixture: newFixture(t, class, owner, nodes...), class: class, owner: owner}
 	c := f.controller
 	c.recorder = &record.FakeRecorder{} // Events dropped: thousands of sets tell theirs
+	c.classCounts.track(class.Name)     // the class's Add, as its informer would deliver it
 	free := validClass("free")
 	require.NoError(t, f.nodesets.Tracker().Add(free))
 	require.NoError(t, c.nodeClassIndexer.Add(free))

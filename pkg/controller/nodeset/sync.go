@@ -360,64 +360,6 @@ func (c *Controller) ClassUsage(class *nodesetv1alpha1.NodeClass, namespace, exc
 	return count.Usage(namespace, except), err
 }
 
-// ClassCount is plan.CountClass over this controller's view of a class:
-// its Nodes in the cache, the creations made and not yet observed, and the
-// instances of its cloud groups that have no Node yet.
-//
-// The unobserved creations are read before the cache: the informer adds a
-// Node to the cache before its handler lowers the expectations, so a Node
-// arriving between the two reads is in both. It is counted once: the
-// creations are read with the names of their Nodes, and those the cache
-// shows are taken out of them. Read the other way round, a Node arriving
-// between the reads would not be counted at all.
-func (c *Controller) ClassCount(class *nodesetv1alpha1.NodeClass) (plan.ClassCount, error) {
-	unobserved, named := c.expectations.unobservedCreations(func(key string) bool { return c.classOf(key) == class.Name })
-	nodes, err := c.nodeLister.List(nodeutil.ClassSelector(class.Name))
-	if err != nil {
-		return plan.ClassCount{}, err
-	}
-	if len(named) > 0 {
-		// The names are few (creations in flight), the Nodes many: the
-		// Nodes are looked up among the names, not the other way round.
-		keyOf := map[string]string{}
-		for key, names := range named {
-			for _, name := range names {
-				keyOf[name] = key
-			}
-		}
-		for _, n := range nodes {
-			if key, ok := keyOf[n.Name]; ok && unobserved[key] > 0 {
-				unobserved[key]--
-			}
-		}
-	}
-	objs, err := c.nodeSetIndexer.ByIndex(byClassIndex, class.Name)
-	if err != nil {
-		return plan.ClassCount{}, err
-	}
-	sets := make([]*nodesetv1alpha1.NodeSet, 0, len(objs))
-	for _, obj := range objs {
-		sets = append(sets, obj.(*nodesetv1alpha1.NodeSet))
-	}
-	pending := plan.UnseenGroupMachines(sets, class.Name, nodes)
-	for key, count := range unobserved {
-		pending[key] += count
-	}
-	// The set's Nodes that their kubelets relabelled (to another class, or
-	// another set) are still its machines: they count as the set's until
-	// their labels are back.
-	for _, set := range sets {
-		strayed, err := c.strayedNodes(set)
-		if err != nil {
-			return plan.ClassCount{}, err
-		}
-		if len(strayed) > 0 && (set.Status.Group == nil || set.Status.Group.DesiredSize == nil) {
-			pending[set.Namespace+"/"+set.Name] += int64(len(strayed))
-		}
-	}
-	return plan.CountClass(nodes, pending), nil
-}
-
 // deleteOrphanedNodes deletes the Nodes of a NodeSet that is gone. The
 // nodeset.dev/nodes finalizer holds a deleted NodeSet until its Nodes are
 // gone, but whoever may update the NodeSet (its tenant) may take the
