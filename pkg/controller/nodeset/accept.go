@@ -52,6 +52,8 @@ type resolution struct {
 	// generation (revalidating, or its earlier writes not all observed):
 	// the status keeps the observedGeneration it had.
 	unobserved bool
+	// created is true when the sync asked for Nodes.
+	created bool
 }
 
 func notAccepted(reason, format string, args ...any) metav1.Condition {

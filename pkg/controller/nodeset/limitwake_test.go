@@ -313,3 +313,38 @@ func TestLimitExceededWaitsFromWhenTheSetAskedForRoom(t *testing.T) {
 	require.NotNil(t, accepted)
 	assert.True(t, accepted.LastTransitionTime.Time.Equal(testNow), "still waiting since %s, got %s", testNow, accepted.LastTransitionTime)
 }
+
+// TestRoomAWokenSetDoesNotTakeGoesToTheNext: the set that has waited
+// longest is woken for the room a machine leaves, but its tenant changed
+// it meanwhile into one its class refuses for another reason: it takes
+// nothing, and the room goes to the next set waiting at once, not at the
+// next machine gone or the resync.
+func TestRoomAWokenSetDoesNotTakeGoesToTheNext(t *testing.T) {
+	f := newCrowdedClass(t, 3)
+	c := f.controller
+	refused := f.get(f.waiting[0]).DeepCopy()
+	refused.Spec.Strategy = nodesetv1alpha1.NodeSetStrategy{Type: nodesetv1alpha1.ManagedStrategy}
+	refused.Generation++
+	_, err := f.nodesets.NodesetV1alpha1().NodeSets(refused.Namespace).Update(context.Background(), refused, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.nodeSetIndexer.Update(refused)) // its own sync not yet run
+
+	f.machineGone(0)
+	f.drain()
+	var created []string
+	for _, a := range f.kube.Actions() {
+		if a.Matches("create", "nodes") {
+			node := a.(core.CreateAction).GetObject().(*corev1.Node)
+			if node.Labels[nodesetv1alpha1.LabelNodeClass] == "sim" {
+				created = append(created, node.Labels[nodesetv1alpha1.LabelNodeSet])
+			}
+		}
+	}
+	assert.Equal(t, []string{f.waiting[1].Name}, created, "the room goes to the next set waiting")
+	accepted := findCondition(f.get(f.waiting[0]).Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonStrategyNotSupported, accepted.Reason)
+	accepted = findCondition(f.get(f.waiting[2]).Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, accepted)
+	assert.Equal(t, ReasonLimitExceeded, accepted.Reason, "no room for the third")
+}

@@ -167,6 +167,15 @@ func (c *Controller) reconcileNodeSet(ctx context.Context, key string) error {
 	if res.accepted.Status == metav1.ConditionTrue && observed {
 		manageErr = c.manageReplicas(ctx, set, &res, nodes)
 	}
+	if waitingForRoom(cached) && !res.created && !res.revalidating && res.accepted.Reason != ReasonLimitExceeded &&
+		(res.accepted.Status != metav1.ConditionTrue || observed) {
+		// The set waited for room, and may have been woken for some
+		// (wakeLimited), but takes none: refused for another reason now,
+		// or it has all it wants. The room passes to the next set
+		// waiting, rather than waiting for the next machine gone. It
+		// waits no longer from this status on, so it passes room on once.
+		c.wakeLimited(set.Spec.NodeClassName, key)
+	}
 	if res.revalidating {
 		// A class edit is validated in a moment: the set keeps its Accepted
 		// condition meanwhile, with no Event, and is looked at again soon.
@@ -258,6 +267,7 @@ func (c *Controller) manageReplicas(ctx context.Context, set *nodesetv1alpha1.No
 			}
 		}
 		if want > 0 {
+			res.created = true
 			errs = append(errs, c.createNodes(ctx, set, res, key, want))
 		}
 	}
