@@ -112,7 +112,11 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	// classQueue holds the NodeClasses whose in-use finalizer may need
 	// adding or removing.
-	classQueue   workqueue.TypedRateLimitingInterface[string]
+	classQueue workqueue.TypedRateLimitingInterface[string]
+	// wakeQueue holds the NodeClasses whose sets waiting for room are to be
+	// looked at (wakeLimited): a burst of Node events of a class is one
+	// look, made by a worker, not one in the informer's handler per Node.
+	wakeQueue    workqueue.TypedRateLimitingInterface[string]
 	expectations *expectations
 	burst        int
 	// nodeWrites holds a slot per Node create or delete in flight.
@@ -177,6 +181,9 @@ func NewController(
 		classQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass_protection"}),
+		wakeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeclass_limit_wake"}),
 		expectations: newExpectations(opts.Now),
 		burst:        opts.BurstReplicas,
 		nodeWrites:   make(chan struct{}, MaxNodeWritesInFlight),
@@ -295,6 +302,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	defer c.classQueue.ShutDown()
+	defer c.wakeQueue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting NodeSetController")
 	if !cache.WaitForNamedCacheSync("nodeset", ctx.Done(), c.synced...) {
@@ -302,6 +310,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	component.StartWorkers(ctx, c.queue, workers, "nodeset", c.syncNodeSet)
 	component.StartWorkers(ctx, c.classQueue, 1, "nodeclass", c.syncClassProtection)
+	component.StartWorkers(ctx, c.wakeQueue, 1, "nodeclass-wake", c.syncLimitWake)
 	logger.Info("Started workers", "count", workers)
 	<-ctx.Done()
 	logger.Info("Shutting down NodeSetController")
@@ -409,7 +418,8 @@ func onlyOwnStatusChanged(old, cur *nodesetv1alpha1.NodeSet) bool {
 
 // wakeLimited syncs at once the NodeSets of a class that wait for room in
 // its limits (LimitExceeded), when a machine of the class is gone or a
-// creation the count held as pending is settled: as many as there is room
+// creation the count held as pending is settled (by the wake worker, for
+// the Node events: wakeClass): as many as there is room
 // for, the one that has waited longest first (waitedLonger), and no more.
 // The class is counted once here, not once by each waiting set's sync: with
 // thousands of waiting sets, syncing them all for each machine gone would
@@ -468,6 +478,21 @@ func (c *Controller) wakeLimited(className, except string) {
 		given.Class += take
 		givenIn[set.Namespace] += take
 	}
+}
+
+// wakeClass has the sets of a class waiting for room looked at by the
+// wake worker (syncLimitWake); "" is no class.
+func (c *Controller) wakeClass(className string) {
+	if className != "" {
+		c.wakeQueue.Add(className)
+	}
+}
+
+// syncLimitWake looks at the sets of a class waiting for room: the
+// events that queued the class while it waited are handled by one count.
+func (c *Controller) syncLimitWake(_ context.Context, className string) error {
+	c.wakeLimited(className, "")
+	return nil
 }
 
 // waitingForRoom reports whether a NodeSet waits for room in its class's
@@ -545,7 +570,7 @@ func (c *Controller) nodeAdded(obj any) {
 		if waiting {
 			// A set of the class held back by its limits while this Node
 			// was on its way counts again, with the creation settled.
-			c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass], key)
+			c.wakeClass(node.Labels[nodesetv1alpha1.LabelNodeClass])
 		}
 	}
 	c.enqueueForNode(key, waiting)
@@ -641,7 +666,7 @@ func (c *Controller) nodeDeleted(obj any) {
 		c.expectations.deletionObserved(key, node.Name)
 		c.enqueueForNode(key, waiting)
 	}
-	c.wakeLimited(node.Labels[nodesetv1alpha1.LabelNodeClass], "")
+	c.wakeClass(node.Labels[nodesetv1alpha1.LabelNodeClass])
 	if class, err := c.nodeClassLister.Get(node.Labels[nodesetv1alpha1.LabelNodeClass]); err == nil && class.DeletionTimestamp != nil {
 		c.classQueue.Add(class.Name) // a deleted class may wait for this Node
 	}

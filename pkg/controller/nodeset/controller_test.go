@@ -813,6 +813,7 @@ func limitedPair(t *testing.T) (f *fixture, class *nodesetv1alpha1.NodeClass, ot
 func TestFreedCapacityWakesLimitedSets(t *testing.T) {
 	f, class, other := limitedPair(t)
 	f.controller.nodeDeleted(setNode(t, other, class, "other-a", time.Hour, true))
+	require.Equal(t, 1, runWakes(f.controller), "the class is looked at by the wake worker")
 	require.Equal(t, 1, f.controller.queue.Len())
 	key, _ := f.controller.queue.Get()
 	assert.Equal(t, "team-a/web", key, "the set over its limit, at once")
@@ -984,6 +985,7 @@ func TestObservedCreationWakesLimitedSets(t *testing.T) {
 	f, class, other := limitedPair(t)
 	f.controller.expectations.expectCreations("team-a/other", 1)
 	f.controller.nodeAdded(setNode(t, other, class, "other-a", 0, false))
+	runWakes(f.controller)
 	var keys []string
 	for f.controller.queue.Len() > 0 {
 		key, _ := f.controller.queue.Get()

@@ -89,12 +89,30 @@ func (f *crowdedClass) get(set *nodesetv1alpha1.NodeSet) *nodesetv1alpha1.NodeSe
 	return got
 }
 
+// runWakes runs the wake worker (syncLimitWake) over the classes queued
+// for it, reporting how many.
+func runWakes(c *Controller) int {
+	ran := 0
+	for c.wakeQueue.Len() > 0 {
+		class, _ := c.wakeQueue.Get()
+		_ = c.syncLimitWake(context.Background(), class)
+		c.wakeQueue.Done(class)
+		c.wakeQueue.Forget(class)
+		ran++
+	}
+	return ran
+}
+
 // drain syncs what is queued, and what that queues, until nothing is,
-// delivering each write to the caches as the informers would.
+// delivering each write to the caches as the informers would; the wake
+// worker runs after each round of syncs.
 func (f *crowdedClass) drain() {
 	c := f.controller
 	for {
-		for c.queue.Len() > 0 {
+		for c.queue.Len() > 0 || runWakes(c) > 0 {
+			if c.queue.Len() == 0 {
+				continue
+			}
 			key, _ := c.queue.Get()
 			f.syncs = append(f.syncs, key)
 			_ = c.syncNodeSet(context.Background(), key)
@@ -284,6 +302,7 @@ func TestAMachineGoneInOneNamespaceWakesNoSetOfAnotherThatIsFull(t *testing.T) {
 	f.controller.nodeEventBatch = time.Hour
 
 	f.controller.nodeDeleted(setNode(t, web, class, "web-a", time.Hour, true))
+	require.Equal(t, 1, runWakes(f.controller))
 	require.Equal(t, 1, f.controller.queue.Len())
 	key, _ := f.controller.queue.Get()
 	assert.Equal(t, "team-a/web", key, "the set of the namespace with room, alone")
@@ -347,4 +366,35 @@ func TestRoomAWokenSetDoesNotTakeGoesToTheNext(t *testing.T) {
 	accepted = findCondition(f.get(f.waiting[2]).Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
 	require.NotNil(t, accepted)
 	assert.Equal(t, ReasonLimitExceeded, accepted.Reason, "no room for the third")
+}
+
+// TestMachinesGoneTogetherCountTheClassOnce: several machines of a class
+// with many sets waiting go at once (a drain wave). The informer's handler
+// counts nothing; the wake worker counts the class once for all of them,
+// and wakes as many waiting sets as they left room for.
+func TestMachinesGoneTogetherCountTheClassOnce(t *testing.T) {
+	f := newCrowdedClass(t, 300)
+	c := f.controller
+	lister := &countingNodeLister{NodeLister: c.nodeLister}
+	c.nodeLister = lister
+	for i := range 3 {
+		obj, ok, err := c.nodeIndexer.GetByKey(fmt.Sprintf("web-%d", i))
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, c.nodeIndexer.Delete(obj))
+		c.nodeDeleted(obj)
+	}
+	assert.Zero(t, lister.lists.Load(), "Node listings in the informer's handler")
+	require.Equal(t, 1, runWakes(c), "one look at the class")
+	assert.Equal(t, int64(1), lister.lists.Load(), "Node listings for three machines gone")
+	var woken []string
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		c.queue.Done(key)
+		if key != "team-a/web" {
+			woken = append(woken, key)
+		}
+	}
+	assert.ElementsMatch(t, []string{"hostile/" + f.waiting[0].Name, "hostile/" + f.waiting[1].Name, "hostile/" + f.waiting[2].Name}, woken,
+		"the three sets that waited longest")
 }
