@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,8 +14,8 @@ import (
 )
 
 // TestTwoAppliersOwnTheirOwnTaints: a GitOps tool and a policy controller
-// server-side apply taints to the same NodeSet (and NodeClass) under their own
-// field managers. Each owns the taints it applied: the second apply neither
+// server-side apply taints to the same NodeSet (and NodeClass, and an EKS
+// managed node group's section of either) under their own field managers. Each owns the taints it applied: the second apply neither
 // conflicts nor replaces the first one's taints, and when the GitOps tool
 // drops its taint from its manifest the policy's taint stays.
 func TestTwoAppliersOwnTheirOwnTaints(t *testing.T) {
@@ -27,6 +28,9 @@ func TestTwoAppliersOwnTheirOwnTaints(t *testing.T) {
 		// object is the applied manifest, with the given taints in its template.
 		object func(taints string) string
 		path   []string
+		// noSchedule and noExecute are the effects as the list spells them
+		// (the EKS API's spelling in an eksManagedNodeGroup section).
+		noSchedule, noExecute string
 	}{
 		{
 			name: "NodeSet spec.template.taints", gvr: nodeSetGVR, namespace: ns,
@@ -44,9 +48,33 @@ func TestTwoAppliersOwnTheirOwnTaints(t *testing.T) {
 			},
 			path: []string{"spec", "nodeTemplate", "taints"},
 		},
+		{
+			name: "NodeSet spec.eksManagedNodeGroup.taints", gvr: nodeSetGVR, namespace: ns,
+			object: func(taints string) string {
+				return `{apiVersion: nodeset.dev/v1alpha1, kind: NodeSet, metadata: {name: gpu, namespace: ` + ns + `},
+					spec: {nodeClassName: eks, eksManagedNodeGroup: {taints: ` + taints + `}}}`
+			},
+			path:       []string{"spec", "eksManagedNodeGroup", "taints"},
+			noSchedule: "NO_SCHEDULE", noExecute: "NO_EXECUTE",
+		},
+		{
+			name: "NodeClass spec.eksManagedNodeGroup.taints", gvr: nodeClassGVR,
+			object: func(taints string) string {
+				return `{apiVersion: nodeset.dev/v1alpha1, kind: NodeClass, metadata: {name: ssa-managed-taints},
+					spec: {driver: eks-managed, credentialsSecretRef: {name: aws, namespace: nodeset-system},
+						eksManagedNodeGroup: {region: eu-west-1, clusterName: prod, nodeRole: "arn:aws:iam::123456789012:role/eks-node",
+							subnets: [subnet-0a1b2c3d], instanceTypes: [m6i.large], taints: ` + taints + `}}}`
+			},
+			path:       []string{"spec", "eksManagedNodeGroup", "taints"},
+			noSchedule: "NO_SCHEDULE", noExecute: "NO_EXECUTE",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.noSchedule == "" {
+				tt.noSchedule, tt.noExecute = "NoSchedule", "NoExecute"
+			}
+			noSchedule, noExecute := tt.noSchedule, tt.noExecute
 			client := dynamicClient(t).Resource(tt.gvr).Namespace(tt.namespace)
 			apply := func(manager, doc string) error {
 				obj := &unstructured.Unstructured{}
@@ -67,7 +95,7 @@ func TestTwoAppliersOwnTheirOwnTaints(t *testing.T) {
 				return out
 			}
 
-			gitops := tt.object(`[{key: example.com/team, value: a, effect: NoSchedule}]`)
+			gitops := tt.object(`[{key: example.com/team, value: a, effect: ` + noSchedule + `}]`)
 			require.NoError(t, apply("gitops", gitops))
 			name := mustName(t, gitops)
 			if tt.gvr == nodeClassGVR {
@@ -75,21 +103,28 @@ func TestTwoAppliersOwnTheirOwnTaints(t *testing.T) {
 			}
 			// The policy controller adds its taint, and one with the same
 			// key as GitOps's but another effect: a different taint.
-			err := apply("policy", tt.object(`[{key: example.com/gpu, value: "true", effect: NoSchedule},
-				{key: example.com/team, value: a, effect: NoExecute}]`))
+			err := apply("policy", tt.object(`[{key: example.com/gpu, value: "true", effect: `+noSchedule+`},
+				{key: example.com/team, value: a, effect: `+noExecute+`}]`))
 			require.NoError(t, err, "a second applier's taints conflict with the first's")
-			assert.ElementsMatch(t, []string{"example.com/team=a:NoSchedule", "example.com/gpu=true:NoSchedule",
-				"example.com/team=a:NoExecute"}, taints(name))
+			assert.ElementsMatch(t, []string{"example.com/team=a:" + noSchedule, "example.com/gpu=true:" + noSchedule,
+				"example.com/team=a:" + noExecute}, taints(name))
 
 			// GitOps changes its taint's value: still no conflict, the
 			// policy's taints stay.
-			require.NoError(t, apply("gitops", tt.object(`[{key: example.com/team, value: b, effect: NoSchedule}]`)))
-			assert.ElementsMatch(t, []string{"example.com/team=b:NoSchedule", "example.com/gpu=true:NoSchedule",
-				"example.com/team=a:NoExecute"}, taints(name))
+			require.NoError(t, apply("gitops", tt.object(`[{key: example.com/team, value: b, effect: `+noSchedule+`}]`)))
+			assert.ElementsMatch(t, []string{"example.com/team=b:" + noSchedule, "example.com/gpu=true:" + noSchedule,
+				"example.com/team=a:" + noExecute}, taints(name))
 
 			// GitOps drops its taint: only its own goes.
 			require.NoError(t, apply("gitops", tt.object(`[]`)))
-			assert.ElementsMatch(t, []string{"example.com/gpu=true:NoSchedule", "example.com/team=a:NoExecute"}, taints(name))
+			assert.ElementsMatch(t, []string{"example.com/gpu=true:" + noSchedule, "example.com/team=a:" + noExecute}, taints(name))
+
+			// A second taint of the same key and effect is refused, naming
+			// the list and the key.
+			err = apply("gitops", tt.object(`[{key: example.com/x, value: a, effect: `+noSchedule+`},
+				{key: example.com/x, value: b, effect: `+noSchedule+`}]`))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "."+strings.Join(tt.path, ".")+": duplicate entries for key")
 		})
 	}
 }

@@ -454,8 +454,13 @@ type EKSManagedNodeGroup struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && self[k].size() <= 63)",message="eksManagedNodeGroup.labels: keys must be at most 317 characters and values at most 63"
 	Labels map[string]string `json:"labels,omitempty"`
-	// taints are the node group's Kubernetes taints.
+	// taints are the node group's Kubernetes taints, at most one per key and
+	// effect. Server-side apply merges them by key and effect, so each
+	// applier owns its own.
 	// +optional
+	// +listType=map
+	// +listMapKey=key
+	// +listMapKey=effect
 	// +kubebuilder:validation:MaxItems=50
 	Taints []ManagedTaint `json:"taints,omitempty"`
 }
