@@ -51,6 +51,15 @@ func TestChartValuesSchema(t *testing.T) {
 		{name: "extraArgs not a list", args: []string{"--set", "nodeController.extraArgs=-v=4"}, want: []string{"extraArgs"}},
 		{name: "an unknown failurePolicy", args: []string{"--set", "webhook.failurePolicy=ignore"}, want: []string{"failurePolicy"}},
 		{name: "a webhook timeout the API server refuses", args: []string{"--set", "webhook.timeoutSeconds=60"}, want: []string{"timeoutSeconds"}},
+		// Values that reach a flag or a field another program parses: the
+		// node controller would not start, or the API server would refuse
+		// the CronJob halfway through the install.
+		{name: "a poll interval without a unit", args: []string{"--set", "drivers.enabled={eks-asg}", "--set", "drivers.aws.clusterName=prod",
+			"--set-string", "drivers.aws.groupPollInterval=30"}, want: []string{"groupPollInterval"}},
+		{name: "a poll interval that is no duration", args: []string{"--set", "drivers.enabled={eks-asg}", "--set", "drivers.aws.clusterName=prod",
+			"--set", "drivers.aws.groupPollInterval=often"}, want: []string{"groupPollInterval"}},
+		{name: "a renew schedule that is no cron schedule", args: []string{"--set", "certificates.renewSchedule=weekly"}, want: []string{"renewSchedule"}},
+		{name: "a renew schedule of four fields", args: []string{"--set", "certificates.renewSchedule=17 3 * *"}, want: []string{"renewSchedule"}},
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
