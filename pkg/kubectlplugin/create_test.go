@@ -32,6 +32,10 @@ func TestLocalRefusals(t *testing.T) {
 		{name: "create without a class", args: []string{"create", "web"}, want: `required flag(s) "class" not set`},
 		{name: "create with a label without a value", args: []string{"create", "web", "--class", "c", "--label", "tier", "--dry-run=client"},
 			want: `--label "tier": want key=value`},
+		{name: "status with a negative number of events", args: []string{"status", "web", "--events=-1"},
+			want: "--events must be 0 or more"},
+		{name: "rollout status with a negative timeout", args: []string{"rollout", "status", "web", "--timeout=-1s"},
+			want: "--timeout must be 0 (wait for ever) or more, not -1s"},
 		{name: "an unknown output", args: []string{"create", "web", "--class", "c", "--dry-run=client", "-o", "wide"},
 			want: `--output must be "yaml" or "json"`},
 	}

@@ -249,6 +249,9 @@ func (o *options) statusCommand() *cobra.Command {
 		Short: "Show a NodeSet's nodes, each with its phase and age, and the last events",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if events < 0 {
+				return fmt.Errorf("--events must be 0 or more")
+			}
 			c, err := o.clients()
 			if err != nil {
 				return err

@@ -51,6 +51,9 @@ spec.progressDeadlineSeconds, its cloud group's own update (strategy Managed) fa
 deleted, and when --timeout passes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return fmt.Errorf("--timeout must be 0 (wait for ever) or more, not %s", timeout)
+			}
 			c, err := o.clients()
 			if err != nil {
 				return err
