@@ -160,19 +160,23 @@ func (o *options) create(ctx context.Context, name string, co *createOptions) er
 		set = created
 	}
 	set.APIVersion, set.Kind = nodesetv1alpha1.GroupVersion.String(), "NodeSet"
+	// What is printed: the NodeSet the server stored (or would store), or on
+	// a client dry run the manifest that would be sent, with no status and
+	// none of the type's empty fields.
+	var printed any = set
+	if co.dryRun == "client" {
+		printed = obj
+	}
 	switch co.output {
 	case "yaml":
-		if co.dryRun == "client" {
-			set.Status = nodesetv1alpha1.NodeSetStatus{}
-		}
-		data, err := yaml.Marshal(set)
+		data, err := yaml.Marshal(printed)
 		if err != nil {
 			return err
 		}
 		_, err = o.streams.Out.Write(data)
 		return err
 	case "json":
-		data, err := json.MarshalIndent(set, "", "    ")
+		data, err := json.MarshalIndent(printed, "", "    ")
 		if err != nil {
 			return err
 		}

@@ -51,3 +51,68 @@ func TestLocalRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateClientDryRunPrintsTheManifest: kubectl nodeset create
+// --dry-run=client -o yaml|json prints the NodeSet it would send, ready to
+// keep in Git and apply: no status (a set of no nodes it would claim to
+// be) and none of the type's empty fields (strategy: {}), which an applier
+// would otherwise own. No API server answers at the address given.
+func TestCreateClientDryRunPrintsTheManifest(t *testing.T) {
+	args := []string{"create", "web", "--class", "sim-small", "--replicas", "2", "--label", "tier=web",
+		"--taint", "dedicated=web:NoSchedule", "--dry-run=client"}
+	tests := []struct {
+		output string
+		want   string
+	}{
+		{output: "yaml", want: `apiVersion: nodeset.dev/v1alpha1
+kind: NodeSet
+metadata:
+  name: web
+  namespace: team-a
+spec:
+  nodeClassName: sim-small
+  replicas: 2
+  template:
+    labels:
+      tier: web
+    taints:
+    - effect: NoSchedule
+      key: dedicated
+      value: web
+`},
+		{output: "json", want: `{
+    "apiVersion": "nodeset.dev/v1alpha1",
+    "kind": "NodeSet",
+    "metadata": {
+        "name": "web",
+        "namespace": "team-a"
+    },
+    "spec": {
+        "nodeClassName": "sim-small",
+        "replicas": 2,
+        "template": {
+            "labels": {
+                "tier": "web"
+            },
+            "taints": [
+                {
+                    "effect": "NoSchedule",
+                    "key": "dedicated",
+                    "value": "web"
+                }
+            ]
+        }
+    }
+}
+`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.output, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			cmd := Command(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+			cmd.SetArgs(append([]string{"--server=https://127.0.0.1:1", "--namespace=team-a"}, append(args, "-o", tc.output)...))
+			require.NoError(t, cmd.ExecuteContext(context.Background()))
+			assert.Equal(t, tc.want, out.String())
+		})
+	}
+}
