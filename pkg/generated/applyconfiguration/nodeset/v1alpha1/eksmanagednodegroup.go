@@ -42,7 +42,9 @@ type EKSManagedNodeGroupApplyConfiguration struct {
 	Tags map[string]string `json:"tags,omitempty"`
 	// labels are the node group's Kubernetes labels.
 	Labels map[string]string `json:"labels,omitempty"`
-	// taints are the node group's Kubernetes taints.
+	// taints are the node group's Kubernetes taints, at most one per key and
+	// effect. Server-side apply merges them by key and effect, so each
+	// applier owns its own.
 	Taints []ManagedTaintApplyConfiguration `json:"taints,omitempty"`
 }
 
