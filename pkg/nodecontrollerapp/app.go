@@ -49,6 +49,7 @@ import (
 	nodesetlisters "nodeset.dev/nodeset/pkg/generated/listers/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/kubeletsim"
 	"nodeset.dev/nodeset/pkg/kubestore"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // Driver is a driver a node controller can serve: one of the built-in ones,
@@ -572,10 +573,7 @@ func watchCredentialsSecrets(ctx context.Context, config *rest.Config, resync ti
 	factory := metadatainformer.NewFilteredSharedInformerFactory(client, resync, credentialsNamespace, nil)
 	informer := factory.ForResource(corev1.SchemeGroupVersion.WithResource("secrets")).Informer()
 	enqueue := func(obj any) {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		if m, ok := nodeutil.EventObject[*metav1.PartialObjectMetadata](obj); ok {
 			if enqueued := classes.EnqueueClassesOfSecret(m.Namespace, m.Name); len(enqueued) > 0 {
 				klog.FromContext(ctx).V(2).Info("Credentials Secret changed; validating its NodeClasses again",
 					"secret", m.Namespace+"/"+m.Name, "nodeclasses", enqueued)

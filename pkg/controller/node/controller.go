@@ -291,10 +291,7 @@ func NewController(
 		},
 		DeleteFunc: func(obj any) {
 			c.enqueueNode(obj)
-			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tombstone.Obj
-			}
-			if node, ok := obj.(*corev1.Node); ok {
+			if node, ok := nodeutil.EventObject[*corev1.Node](obj); ok {
 				c.enqueueNodeGroup(node)
 			}
 		},
@@ -364,10 +361,7 @@ func (c *Controller) registryNames() []string {
 }
 
 func (c *Controller) enqueueNode(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	node, ok := obj.(*corev1.Node)
+	node, ok := nodeutil.EventObject[*corev1.Node](obj)
 	if !ok {
 		return
 	}

@@ -64,10 +64,7 @@ func (c *Controller) groupOf(set *nodesetv1alpha1.NodeSet) (*nodesetv1alpha1.Nod
 }
 
 func (c *Controller) enqueueGroup(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	set, ok := obj.(*nodesetv1alpha1.NodeSet)
+	set, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeSet](obj)
 	if !ok {
 		return
 	}

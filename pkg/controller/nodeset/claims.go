@@ -8,11 +8,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/driverclaim"
+	"nodeset.dev/nodeset/pkg/nodeutil"
 )
 
 // DefaultDriverClaimGrace is how long a NodeClass generation may wait for
@@ -109,14 +109,8 @@ func (d *driverClaims) check(driver string, now time.Time, notServedBefore bool)
 // and of no other: only the sets of the driver's classes without a
 // verdict for their generation are synced.
 func (c *Controller) claimChanged(old, cur any) {
-	lease := func(obj any) *coordinationv1.Lease {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		l, _ := obj.(*coordinationv1.Lease)
-		return l
-	}
-	before, after := lease(old), lease(cur)
+	before, _ := nodeutil.EventObject[*coordinationv1.Lease](old)
+	after, _ := nodeutil.EventObject[*coordinationv1.Lease](cur)
 	l := after
 	if l == nil {
 		l = before

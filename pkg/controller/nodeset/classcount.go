@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/client-go/tools/cache"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
@@ -158,14 +157,8 @@ func countedAlike(a, b *corev1.Node) bool {
 // moved, or when its cloud group's report (status.group) changed. A status
 // the nodeset controller wrote itself changes no count.
 func (c *Controller) setCounted(old, cur any) {
-	set := func(obj any) *nodesetv1alpha1.NodeSet {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		s, _ := obj.(*nodesetv1alpha1.NodeSet)
-		return s
-	}
-	o, n := set(old), set(cur)
+	o, _ := nodeutil.EventObject[*nodesetv1alpha1.NodeSet](old)
+	n, _ := nodeutil.EventObject[*nodesetv1alpha1.NodeSet](cur)
 	switch {
 	case o == nil && n == nil:
 	case o == nil:

@@ -343,10 +343,7 @@ func (c *Controller) enqueue(obj any) {
 
 // classOfEvent is the NodeClass of an informer event, a deleted one's too.
 func classOfEvent(obj any) (*nodesetv1alpha1.NodeClass, bool) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	class, ok := obj.(*nodesetv1alpha1.NodeClass)
+	class, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeClass](obj)
 	return class, ok
 }
 
@@ -371,10 +368,7 @@ func (c *Controller) enqueueClass(obj any) {
 // may set none of them (resolve.CatalogueConflicts).
 func (c *Controller) stampsChanged(old, cur any) {
 	stamped := func(obj any) map[string]string {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		if class, ok := obj.(*nodesetv1alpha1.NodeClass); ok {
+		if class, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeClass](obj); ok {
 			return resolve.StampedLabels(&class.Spec)
 		}
 		return map[string]string{}
@@ -653,10 +647,7 @@ func (c *Controller) nodeUpdated(oldObj, newObj any) {
 }
 
 func (c *Controller) nodeDeleted(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	node, ok := obj.(*corev1.Node)
+	node, ok := nodeutil.EventObject[*corev1.Node](obj)
 	if !ok {
 		return
 	}

@@ -78,6 +78,21 @@ func newCrowdedClass(t *testing.T, waiting int) *crowdedClass {
 	return f
 }
 
+// createdSetsOfClass names the NodeSet of each Node of class created so
+// far, in the order of their creation.
+func (f *crowdedClass) createdSetsOfClass(class string) []string {
+	var created []string
+	for _, a := range f.kube.Actions() {
+		if a.Matches("create", "nodes") {
+			node := a.(core.CreateAction).GetObject().(*corev1.Node)
+			if node.Labels[nodesetv1alpha1.LabelNodeClass] == class {
+				created = append(created, node.Labels[nodesetv1alpha1.LabelNodeSet])
+			}
+		}
+	}
+	return created
+}
+
 func (f *crowdedClass) add(set *nodesetv1alpha1.NodeSet) {
 	require.NoError(f.t, f.nodesets.Tracker().Add(set))
 	require.NoError(f.t, f.controller.nodeSetIndexer.Add(set))
@@ -223,15 +238,7 @@ func TestAMachineGoneWakesOnlyTheSetsItMakesRoomFor(t *testing.T) {
 
 		// The room went to the set that has waited longest.
 		oldest := f.waiting[round]
-		var created []string
-		for _, a := range f.kube.Actions() {
-			if a.Matches("create", "nodes") {
-				node := a.(core.CreateAction).GetObject().(*corev1.Node)
-				if node.Labels[nodesetv1alpha1.LabelNodeClass] == "sim" {
-					created = append(created, node.Labels[nodesetv1alpha1.LabelNodeSet])
-				}
-			}
-		}
+		created := f.createdSetsOfClass("sim")
 		require.Len(t, created, round+1, "one Node of the class per machine gone")
 		assert.Equal(t, oldest.Name, created[round], "the oldest waiting set")
 	}
@@ -350,15 +357,7 @@ func TestRoomAWokenSetDoesNotTakeGoesToTheNext(t *testing.T) {
 
 	f.machineGone(0)
 	f.drain()
-	var created []string
-	for _, a := range f.kube.Actions() {
-		if a.Matches("create", "nodes") {
-			node := a.(core.CreateAction).GetObject().(*corev1.Node)
-			if node.Labels[nodesetv1alpha1.LabelNodeClass] == "sim" {
-				created = append(created, node.Labels[nodesetv1alpha1.LabelNodeSet])
-			}
-		}
-	}
+	created := f.createdSetsOfClass("sim")
 	assert.Equal(t, []string{f.waiting[1].Name}, created, "the room goes to the next set waiting")
 	accepted := findCondition(f.get(f.waiting[0]).Status.Conditions, nodesetv1alpha1.NodeSetAccepted)
 	require.NotNil(t, accepted)

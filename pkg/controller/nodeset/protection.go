@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -26,10 +25,7 @@ const ReasonClassInUse = "NodeClassInUse"
 // its class, which may have been waiting for its last NodeSet to go.
 func (c *Controller) nodeSetDeleted(obj any) {
 	c.enqueue(obj)
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	if set, ok := obj.(*nodesetv1alpha1.NodeSet); ok {
+	if set, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeSet](obj); ok {
 		c.classQueue.Add(set.Spec.NodeClassName)
 	}
 }
