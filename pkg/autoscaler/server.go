@@ -804,15 +804,7 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 			set.Spec.Replicas = &target
 			return nil
 		}
-		names := make([]string, 0, len(listed))
-		for name := range listed {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		if set.Annotations == nil {
-			set.Annotations = map[string]string{}
-		}
-		set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] = strings.Join(names, ",")
+		setDeleteList(set, listed)
 		set.Spec.Replicas = &target
 		return nil
 	})
@@ -821,6 +813,19 @@ func (s *Server) NodeGroupDeleteNodes(ctx context.Context, req *protos.NodeGroup
 	}
 	klog.FromContext(ctx).V(2).Info("cluster-autoscaler deleted nodes", "nodeset", req.GetId(), "nodes", victims, "registeredSince", stale)
 	return &protos.NodeGroupDeleteNodesResponse{}, nil
+}
+
+// setDeleteList writes listed, sorted, as the set's delete-nodes annotation.
+func setDeleteList(set *nodesetv1alpha1.NodeSet, listed map[string]bool) {
+	names := make([]string, 0, len(listed))
+	for name := range listed {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if set.Annotations == nil {
+		set.Annotations = map[string]string{}
+	}
+	set.Annotations[nodesetv1alpha1.AnnotationDeleteNodes] = strings.Join(names, ",")
 }
 
 // registeredSince reports whether cluster-autoscaler's node names a Node of
@@ -893,6 +898,14 @@ func victim(set *nodesetv1alpha1.NodeSet, nodes []*corev1.Node, want *protos.Ext
 // the instances it has. cluster-autoscaler calls it to take back a
 // scale-up that timed out (--max-node-provision-time after IncreaseSize),
 // and a machine that is booting slowly joins later.
+//
+// Replicas without a Node go first; when the decrease takes Nodes too,
+// the Nodes without a machine that go are named in the delete-nodes
+// annotation in the same write, as NodeGroupDeleteNodes names its
+// victims. Left to the NodeSetController's own choice (plan.Victims), a
+// lower spec.replicas would remove a Node marked nodeset.dev/delete-node
+// first, machine and pods and all, and keep the Node without a machine
+// whose replica the decrease was allowed for.
 func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.NodeGroupDecreaseTargetSizeRequest) (*protos.NodeGroupDecreaseTargetSizeResponse, error) {
 	if req.GetDelta() >= 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "size decrease must be negative, got %d", req.GetDelta())
@@ -906,9 +919,24 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 		// has deleted it: DeleteNodes answers when the name is written down.
 		going := plan.DeleteList(set)
 		made := 0
+		// The Nodes the NodeSetController weighs against spec.replicas
+		// (plan.Staying, not listed), and those of them without a machine.
+		var staying int
+		var unmade []*corev1.Node
 		for _, n := range nodes {
-			if n.DeletionTimestamp == nil && !going[n.Name] && (n.Spec.ProviderID != "" || nodeutil.IsReady(n)) {
+			if n.DeletionTimestamp != nil || going[n.Name] {
+				continue
+			}
+			hasMachine := n.Spec.ProviderID != "" || nodeutil.IsReady(n)
+			if hasMachine {
 				made++
+			}
+			if n.Annotations[nodesetv1alpha1.AnnotationReplace] != "" {
+				continue // going once its replacement is up
+			}
+			staying++
+			if !hasMachine {
+				unmade = append(unmade, n)
 			}
 		}
 		target := plan.Replicas(set) + req.GetDelta() // delta < 0 and replicas >= 0: no overflow
@@ -921,6 +949,15 @@ func (s *Server) NodeGroupDecreaseTargetSize(ctx context.Context, req *protos.No
 		if target < int32(made) {
 			return status.Errorf(codes.FailedPrecondition, "attempt to delete existing nodes: %s has %d nodes with a machine, target size %d + %d would be %d",
 				GroupID(set), made, plan.Replicas(set), req.GetDelta(), target)
+		}
+		// target >= made, so the Nodes past it are at most those without
+		// a machine.
+		if surplus := staying - int(target); surplus > 0 {
+			minReady := time.Duration(set.Spec.MinReadySeconds) * time.Second
+			for _, n := range plan.Victims(unmade, surplus, set.Spec.DeletePolicy, set.Status.TemplateHash, minReady, time.Now()) {
+				going[n.Name] = true
+			}
+			setDeleteList(set, going)
 		}
 		set.Spec.Replicas = &target
 		return nil

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
@@ -273,17 +274,33 @@ func roomFor(n int32) func(*nodesetv1alpha1.NodeClass) {
 // waiting for room, not the older one whose machine is booting, even when
 // the set deletes its oldest Nodes first.
 func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
+	decreaseTakesTheNodeWithNoMachine(t, "roomdecrease", false)
+}
+
+// TestADecreaseKeepsAMarkedNodeWithAMachine: the same when the booting Node
+// is marked nodeset.dev/delete-node, which puts it first in any scale-down
+// of the set. cluster-autoscaler's DecreaseTargetSize never deletes an
+// existing node (cloudprovider.NodeGroup.DecreaseTargetSize): the decrease
+// names the Node without a machine, and the marked one stays.
+func TestADecreaseKeepsAMarkedNodeWithAMachine(t *testing.T) {
+	decreaseTakesTheNodeWithNoMachine(t, "roomdecreasemarked", true)
+}
+
+// decreaseTakesTheNodeWithNoMachine runs the decrease on a set of class
+// name with one booting Node, marked delete-node when mark is set, and one
+// waiting for room.
+func decreaseTakesTheNodeWithNoMachine(t *testing.T, name string, mark bool) {
 	c := startControllers(t)
 	ctx := context.Background()
 	kube, cs := clients(t)
-	ns := createNamespace(t, "roomdecrease")
-	createClass(t, "roomdecrease", func(cl *nodesetv1alpha1.NodeClass) {
+	ns := createNamespace(t, name)
+	createClass(t, name, func(cl *nodesetv1alpha1.NodeClass) {
 		roomFor(1)(cl)
 		cl.Spec.Simulated.BootDelay = &metav1.Duration{Duration: time.Hour} // never Ready in this test
 	})
 	createSetUntilCleanup(t, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: "roomdecrease", Replicas: ptr.To[int32](1),
+		Spec: nodesetv1alpha1.NodeSetSpec{NodeClassName: name, Replicas: ptr.To[int32](1),
 			DeletePolicy: nodesetv1alpha1.DeletePolicyOldest,
 			Autoscaling:  &nodesetv1alpha1.Autoscaling{MinReplicas: 0, MaxReplicas: 3}},
 	})
@@ -314,6 +331,11 @@ func TestADecreaseTakesTheNodeWithNoMachine(t *testing.T) {
 		return ok && booting != "", seen
 	})
 	first := booting
+	if mark {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, nodesetv1alpha1.AnnotationDeleteNode)
+		_, err := kube.CoreV1().Nodes().Patch(ctx, first, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
 
 	ca := autoscalerClient(t, c)
 	id := ns + "/web"
