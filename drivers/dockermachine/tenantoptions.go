@@ -22,22 +22,44 @@ var hostReadWords = []string{
 	"custom-data", "cert", "ssh-key", "private-key", "script",
 }
 
-// readsHostFile reports whether a text option may name a file or URL the
-// plugin reads on the node controller's host, or an address it sends the
-// class's credentials to: its name or usage says so, or its default value
-// is a URL (softlayer-api-endpoint: "https://api.softlayer.com/rest/v3",
-// where the plugin sends the class's API key with every call).
+// readsHostFile reports whether a text option (a string, or a list of
+// them) may name a file or URL the plugin reads on the node controller's
+// host, or an address it sends the class's credentials to: its name or
+// usage says so, or its default value is a URL (softlayer-api-endpoint:
+// "https://api.softlayer.com/rest/v3", where the plugin sends the class's
+// API key with every call). A list is read like a single value: a plugin
+// may take several files in one option, each given as an element.
 func readsHostFile(flag mcnflag.Flag) bool {
-	if !isStringFlag(flag) {
+	if !isTextFlag(flag) {
 		return false
 	}
-	text := strings.ToLower(flag.String() + " " + usage(flag))
+	text := strings.ToLower(flag.String() + " " + textUsage(flag))
 	if slices.ContainsFunc(hostReadWords, func(w string) bool { return strings.Contains(text, w) }) {
 		return true
 	}
-	def, _ := flag.Default().(string)
-	u, err := url.Parse(strings.TrimSpace(def))
-	return err == nil && u.Scheme != "" && u.Host != ""
+	var defaults []string
+	switch def := flag.Default().(type) {
+	case string:
+		defaults = []string{def}
+	case []string:
+		defaults = def
+	}
+	return slices.ContainsFunc(defaults, func(def string) bool {
+		u, err := url.Parse(strings.TrimSpace(def))
+		return err == nil && u.Scheme != "" && u.Host != ""
+	})
+}
+
+// textUsage is what a text option (a string, or a list of them) says it
+// is for.
+func textUsage(flag mcnflag.Flag) string {
+	switch f := flag.(type) {
+	case mcnflag.StringSliceFlag:
+		return f.Usage
+	case *mcnflag.StringSliceFlag:
+		return f.Usage
+	}
+	return usage(flag)
 }
 
 // isTextFlag reports whether an option takes text (a string, or a list of

@@ -43,6 +43,10 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.TenantOverrides = []string{"options.fake-ssh-key"} },
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.DockerMachine.Options["fake-ssh-key"] = secret },
 			[]string{`spec.tenantOverrides[0]: "options.fake-ssh-key"`, "file path or URL"}},
+		{"a list of files named by the tenant",
+			func(s *nodesetv1alpha1.NodeClassSpec) { s.TenantOverrides = []string{"options.fake-copy-files"} },
+			func(s *nodesetv1alpha1.NodeClassSpec) { s.DockerMachine.Options["fake-copy-files"] = secret },
+			[]string{`spec.tenantOverrides[0]: "options.fake-copy-files"`, "file path or URL"}},
 		{"every option, and the class leaves a file option to the tenant",
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.TenantOverrides = []string{"options"} },
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.DockerMachine.Options["fake-userdata"] = secret },
@@ -72,6 +76,9 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 			machines, _ := fakeplugin.Machines(dir)
 			for _, m := range machines {
 				assert.NotContains(t, m.UserData, "service-account-token", "the machine got the node controller's file")
+				for _, data := range m.Files {
+					assert.NotContains(t, data, "service-account-token", "the machine got the node controller's file")
+				}
 				assert.NotContains(t, m.Tags, "s3cret-token", "the machine got the class's credential")
 			}
 			kept, _ := os.ReadFile(filepath.Join(d.machineDir(name), "id_ed25519"))
@@ -94,7 +101,7 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 	// them one by one. The whole options map needs every text option set
 	// by the class or listed by name.
 	dir := t.TempDir()
-	class := fakeClass(dir, map[string]string{"fake-userdata": secret, "fake-ssh-key": secret, "fake-outage": filepath.Join(dir, "no-outage"), "fake-ssh-host": "127.0.0.1"})
+	class := fakeClass(dir, map[string]string{"fake-userdata": secret, "fake-ssh-key": secret, "fake-outage": filepath.Join(dir, "no-outage"), "fake-ssh-host": "127.0.0.1", "fake-copy-files": ""})
 	class.Spec.TenantOverrides = []string{"options", "options.fake-cpus", "options.fake-tags", "options.fake-ssh-user"}
 	require.NoError(t, d.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}))
 	class = fakeClass(dir, map[string]string{"fake-cpus": "8"})

@@ -9,7 +9,9 @@
 // copies the SSH key given by fake-ssh-key there, as generic does, or makes
 // one there, as cloud drivers do, and fails when the directory is missing.
 // With fake-echo it quotes every value it was given in its output and its
-// errors, as drivers do in theirs. Each machine made or removed is also a
+// errors, as drivers do in theirs. fake-copy-files, a list option, names
+// files of the plugin's host that Create copies to the machine, as some
+// plugins take several files in one option. Each machine made or removed is also a
 // line of <fake-dir>/calls.log, which names the node controller (by process
 // ID) that made the call. For the failures of real plugins, fake-chatter
 // prints one line of that many bytes to its stdout and stderr in Create,
@@ -76,13 +78,15 @@ const Name = "fake"
 
 // Machine is what the plugin records for each machine it made.
 type Machine struct {
-	Name      string    `json:"name"`
-	CPUs      int       `json:"cpus"`
-	Tags      []string  `json:"tags,omitempty"`
-	Debug     bool      `json:"debug,omitempty"`
-	UserData  string    `json:"userData,omitempty"`
-	Token     string    `json:"token,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
+	Name     string   `json:"name"`
+	CPUs     int      `json:"cpus"`
+	Tags     []string `json:"tags,omitempty"`
+	Debug    bool     `json:"debug,omitempty"`
+	UserData string   `json:"userData,omitempty"`
+	// Files are the contents of the files fake-copy-files named, by path.
+	Files     map[string]string `json:"files,omitempty"`
+	Token     string            `json:"token,omitempty"`
+	CreatedAt time.Time         `json:"createdAt"`
 }
 
 // Driver is the plugin. Its exported fields are its saved configuration:
@@ -94,8 +98,11 @@ type Driver struct {
 	Tags         []string
 	Debug        bool
 	UserDataFile string
-	Token        string
-	FailCreate   bool
+	// CopyFiles are files of the plugin's host that Create copies to the
+	// machine (fake-copy-files), a list option as some plugins take.
+	CopyFiles  []string
+	Token      string
+	FailCreate bool
 	// FailCreateNoRoom fails every Create as rancher/machine's amazonec2
 	// does when EC2 has no capacity (fake-fail-create-no-room).
 	FailCreateNoRoom bool
@@ -186,6 +193,7 @@ func createFlags() []mcnflag.Flag {
 		mcnflag.StringFlag{Name: "fake-dir", Usage: "directory the machines are recorded in"},
 		mcnflag.IntFlag{Name: "fake-cpus", Usage: "CPUs of a machine", Value: 2},
 		mcnflag.StringSliceFlag{Name: "fake-tags", Usage: "tags of a machine"},
+		mcnflag.StringSliceFlag{Name: "fake-copy-files", Usage: "files copied to the machine"},
 		mcnflag.BoolFlag{Name: "fake-debug", Usage: "debug output"},
 		mcnflag.StringFlag{Name: "fake-userdata", Usage: "file with the machine's user data"},
 		mcnflag.StringFlag{Name: "fake-token", Usage: "an API token, as clouds take", EnvVar: TokenEnvVar},
@@ -254,6 +262,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.Tags = opts.StringSlice("fake-tags")
 	d.Debug = opts.Bool("fake-debug")
 	d.UserDataFile = opts.String("fake-userdata")
+	d.CopyFiles = opts.StringSlice("fake-copy-files")
 	d.Token = opts.String("fake-token")
 	d.IPAddress = opts.String("fake-ssh-host")
 	d.SSHPort = opts.Int("fake-ssh-port")
@@ -371,6 +380,16 @@ func (d *Driver) Create() error {
 			return err
 		}
 		m.UserData = string(data)
+	}
+	for _, f := range d.CopyFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if m.Files == nil {
+			m.Files = map[string]string{}
+		}
+		m.Files[f] = string(data)
 	}
 	data, err := json.Marshal(m)
 	if err != nil {
