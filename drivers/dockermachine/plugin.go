@@ -156,7 +156,8 @@ type pluginProcess struct {
 	binary string
 	cmd    *exec.Cmd
 	rpc    *rpc.Client
-	// exited is closed once the process is reaped, and its output read.
+	// exited is closed once the process is reaped, and its output read
+	// (or let go of: releaseOutput).
 	exited   chan struct{}
 	stopping chan struct{}
 	stopOnce sync.Once
@@ -227,15 +228,29 @@ func startPlugin(ctx context.Context, path, plugin string, env []string) (*plugi
 	p.cmd = exec.Command(path)
 	p.cmd.Env = env
 	ownProcessGroup(p.cmd)
-	stdout, err := p.cmd.StdoutPipe()
+	// Pipes of its own rather than exec's (StdoutPipe), which must be
+	// read to their end before the plugin is waited for: a process the
+	// plugin started that left its process group (a VM process or a
+	// helper daemon in a session of its own) may keep them open for as
+	// long as it runs, and the plugin would stay unreaped.
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	stderr, err := p.cmd.StderrPipe()
+	stderr, stderrW, err := os.Pipe()
 	if err != nil {
+		_ = stdout.Close()
+		_ = stdoutW.Close()
 		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
+	p.cmd.Stdout, p.cmd.Stderr = stdoutW, stderrW
+	err = p.cmd.Start()
+	// The plugin has its own copies of the write ends.
+	_ = stdoutW.Close()
+	_ = stderrW.Close()
+	if err != nil {
+		_ = stdout.Close()
+		_ = stderr.Close()
 		return nil, fmt.Errorf("starting plugin %s: %w", p.binary, err)
 	}
 	addr := make(chan string, 1)
@@ -243,10 +258,12 @@ func startPlugin(ctx context.Context, path, plugin string, env []string) (*plugi
 	output.Add(2)
 	go func() { defer output.Done(); p.readOutput(stdout, addr) }()
 	go func() { defer output.Done(); p.readOutput(stderr, nil) }()
+	outputDone := make(chan struct{})
+	go func() { output.Wait(); close(outputDone) }()
 	var waitErr error
 	go func() {
-		output.Wait()
 		waitErr = p.cmd.Wait()
+		p.releaseOutput(outputDone, stdout, stderr)
 		close(p.exited)
 	}()
 
@@ -372,6 +389,37 @@ func (p *pluginProcess) readOutput(r io.Reader, addr chan<- string) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// outputGrace is how long the output of a plugin that has exited is read
+// on while something else still holds it open, first before the rest of
+// its process group is killed, then before the output is let go of.
+const outputGrace = time.Second
+
+// releaseOutput ends the reading of the output of a plugin that has
+// exited: once it is read to its end, or, while a process the plugin
+// started still holds it open, once the rest of the plugin's process group
+// is killed (as when the plugin is stopped) and the output read for
+// outputGrace more, after which it is closed unread. A process that left
+// the group (a VM process or a daemon in a session of its own) is not the
+// plugin's to stop; it may hold its copy of the output for as long as it
+// runs, and is then only ever written to a closed pipe.
+func (p *pluginProcess) releaseOutput(done <-chan struct{}, pipes ...*os.File) {
+	select {
+	case <-done:
+		return
+	case <-time.After(outputGrace):
+	}
+	killGroup(p.cmd)
+	select {
+	case <-done:
+		return
+	case <-time.After(outputGrace):
+	}
+	for _, f := range pipes {
+		_ = f.Close()
+	}
+	<-done
 }
 
 // tail is the last lines of the plugin's output after its address, to

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,5 +324,34 @@ func TestPluginThatExitsCleanlyBeforeServing(t *testing.T) {
 	assert.Contains(t, err.Error(), "plugin docker-machine-driver-usage exited before serving (exit status 0)")
 	assert.NotContains(t, err.Error(), "<nil>")
 	assert.Contains(t, err.Error(), "usage: docker-machine-driver-usage", "the error says what it printed")
+	assertNothingLeaks(t, goroutines)
+}
+
+// TestAPluginWhoseDaemonKeepsItsOutputIsReaped: a plugin may start a
+// process that leaves its process group and outlives it (a VM process
+// in a session of its own, a helper daemon) with the plugin's stdout and
+// stderr as its own. Once the plugin has exited, or been killed, its output
+// is let go of, so the plugin is reaped: no zombie process, no goroutine
+// left per call for as long as that process runs.
+func TestAPluginWhoseDaemonKeepsItsOutputIsReaped(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := newDriver(t)
+	dir := t.TempDir()
+	class := fakeClass(dir, map[string]string{"fake-daemon": "true"})
+	goroutines := runtime.NumGoroutine()
+	_, err := d.Create(ctx, drivers.Machine{Name: "vm", Class: class})
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(dir, "vm.daemon"))
+	require.NoError(t, err)
+	daemon, err := strconv.Atoi(string(data))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	require.True(t, running(daemon), "the plugin's daemon outlives the plugin, holding its output")
+
+	assertNothingLeaks(t, goroutines)
+	status, err := d.Get(ctx, class, "vm")
+	require.NoError(t, err)
+	assert.Equal(t, drivers.MachineRunning, status.State)
+	require.NoError(t, d.Delete(ctx, class, "vm"))
 	assertNothingLeaks(t, goroutines)
 }

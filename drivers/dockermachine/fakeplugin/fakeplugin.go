@@ -30,7 +30,10 @@
 // machine's network interface (<fake-dir>/<name>.nic) before the machine,
 // as azure does, which GetState does not look at and Remove deletes when it
 // exists (and then takes a machine that does not exist as removed, as
-// azure's does), and fake-outage names a file
+// azure's does), fake-daemon has Create start a process in a session of
+// its own that keeps the plugin's output open and outlives it (a VM
+// process or helper daemon; its process ID in <fake-dir>/<name>.daemon),
+// and fake-outage names a file
 // while which exists every GetState and Remove fails (an API outage), with
 // the file's contents as the error when it has any. A file
 // <StorePath>/fake-crash-flags makes the plugin crash once, asked for its
@@ -123,6 +126,9 @@ type Driver struct {
 	OutageFile      string
 	// NIC: Create makes the machine's network interface first.
 	NIC bool
+	// Daemon: Create starts a process that leaves the plugin's process
+	// group and keeps its output open (fake-daemon).
+	Daemon bool
 }
 
 // New returns an unconfigured plugin driver.
@@ -213,6 +219,7 @@ func createFlags() []mcnflag.Flag {
 		mcnflag.BoolFlag{Name: "fake-fail-after-create", Usage: "fail every Create once the machine exists"},
 		mcnflag.StringFlag{Name: "fake-outage", Usage: "a file while which exists every GetState and Remove fails"},
 		mcnflag.BoolFlag{Name: "fake-nic", Usage: "make a network interface before the machine"},
+		mcnflag.BoolFlag{Name: "fake-daemon", Usage: "start a process in a session of its own that keeps the plugin's output"},
 	}
 }
 
@@ -280,6 +287,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.FailAfterCreate = opts.Bool("fake-fail-after-create")
 	d.OutageFile = opts.String("fake-outage")
 	d.NIC = opts.Bool("fake-nic")
+	d.Daemon = opts.Bool("fake-daemon")
 	return nil
 }
 
@@ -404,7 +412,24 @@ func (d *Driver) Create() error {
 	if d.FailAfterCreate {
 		return fmt.Errorf("fake: machine %s did not come up", d.MachineName)
 	}
+	if d.Daemon {
+		return d.startDaemon()
+	}
 	return nil
+}
+
+// startDaemon starts, for a machine just made, a process in a session of
+// its own that keeps the plugin's stdout and stderr open (a hypervisor's
+// VM process, a helper daemon), and writes its process ID to
+// <fake-dir>/<name>.daemon.
+func (d *Driver) startDaemon() error {
+	daemon := exec.Command("sleep", "3600")
+	daemon.Stdout, daemon.Stderr = os.Stdout, os.Stderr
+	newSession(daemon)
+	if err := daemon.Start(); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(d.Dir, d.MachineName+".daemon"), []byte(strconv.Itoa(daemon.Process.Pid)), 0o600)
 }
 
 // keepSSHKey puts the machine's SSH key in its store directory: a copy of

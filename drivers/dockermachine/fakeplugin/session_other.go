@@ -1,0 +1,7 @@
+//go:build !unix
+
+package fakeplugin
+
+import "os/exec"
+
+func newSession(*exec.Cmd) {}
