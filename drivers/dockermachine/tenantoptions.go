@@ -62,6 +62,31 @@ func textUsage(flag mcnflag.Flag) string {
 	return usage(flag)
 }
 
+// insecureWords are words of a switch's name or usage that say it turns
+// off the checking of the plugin's TLS connections, which carry the class's
+// credentials to its cloud: openstack-insecure ("Disable TLS credential
+// checking."), amazonec2-insecure-transport ("Disable SSL when sending
+// requests").
+var insecureWords = []string{"insecure", "tls", "ssl", "verif"}
+
+// weakensTransport reports whether a switch (a bool option) may turn off
+// the checking of the TLS connections the plugin makes with the class's
+// credentials: its name or usage says so. A tenant that sets it has the
+// class's credentials sent where whoever is on the way reads them.
+func weakensTransport(flag mcnflag.Flag) bool {
+	var u string
+	switch f := flag.(type) {
+	case mcnflag.BoolFlag:
+		u = f.Usage
+	case *mcnflag.BoolFlag:
+		u = f.Usage
+	default:
+		return false
+	}
+	text := strings.ToLower(flag.String() + " " + u)
+	return slices.ContainsFunc(insecureWords, func(w string) bool { return strings.Contains(text, w) })
+}
+
 // isTextFlag reports whether an option takes text (a string, or a list of
 // them), which may be a file path, a URL or a host: only int and bool
 // options cannot.
@@ -103,6 +128,11 @@ func tenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec, flags []mcnflag.F
 						"%q cannot be listed: option %s takes a file path or URL, which the plugin reads on the node controller's host and sends to the machine, "+
 							"or sends the class's credentials to; a NodeSet could name any file there, such as the node controller's service-account token", entry, option)
 				}
+				if flag, ok := byName[option]; ok && weakensTransport(flag) {
+					return drivers.InvalidConfiguration(field,
+						"%q cannot be listed: option %s may turn off the checking of the TLS connections the plugin sends the class's credentials over; "+
+							"set it in the class", entry, option)
+				}
 				continue
 			}
 			// The whole map hands tenants every option the class does
@@ -124,6 +154,19 @@ func tenantOverrideErrors(spec *nodesetv1alpha1.NodeClassSpec, flags []mcnflag.F
 					"%q cannot be listed while the class leaves text options unset (%s): the plugin may read a file or URL such an option names on the node controller's host "+
 						"and send it to the machine, or send the class's credentials to the address it names, and its flags do not say which; "+
 						"set them in the class, or list the ones tenants may set one by one (options.<name>)", entry, strings.Join(open, ", "))
+			}
+			// Nor switches that turn off the checking of the plugin's
+			// TLS connections, which carry the class's credentials.
+			for _, f := range flags {
+				if weakensTransport(f) && !classSets(dm, f.String()) {
+					open = append(open, f.String())
+				}
+			}
+			if len(open) > 0 {
+				slices.Sort(open)
+				return drivers.InvalidConfiguration(field,
+					"%q cannot be listed while the class leaves unset options that may turn off the checking of the TLS connections the plugin sends the class's credentials over (%s): "+
+						"set them in the class", entry, strings.Join(open, ", "))
 			}
 		}
 	}

@@ -51,6 +51,10 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.TenantOverrides = []string{"options"} },
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.DockerMachine.Options["fake-userdata"] = secret },
 			[]string{`spec.tenantOverrides[0]: "options"`, "fake-userdata", "fake-ssh-key"}},
+		{"a switch that turns off TLS checking, named by the tenant",
+			func(s *nodesetv1alpha1.NodeClassSpec) { s.TenantOverrides = []string{"options.fake-insecure"} },
+			func(s *nodesetv1alpha1.NodeClassSpec) { s.DockerMachine.Options["fake-insecure"] = "true" },
+			[]string{`spec.tenantOverrides[0]: "options.fake-insecure"`, "TLS"}},
 		{"which option gets which credential",
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.TenantOverrides = []string{"credentialOptions"} },
 			func(s *nodesetv1alpha1.NodeClassSpec) { s.DockerMachine.CredentialOptions["fake-tags"] = "token" },
@@ -76,6 +80,7 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 			machines, _ := fakeplugin.Machines(dir)
 			for _, m := range machines {
 				assert.NotContains(t, m.UserData, "service-account-token", "the machine got the node controller's file")
+				assert.False(t, m.Insecure, "the machine was made with the cloud's TLS checking off")
 				for _, data := range m.Files {
 					assert.NotContains(t, data, "service-account-token", "the machine got the node controller's file")
 				}
@@ -96,12 +101,28 @@ func TestTenantCannotPointThePluginAtTheControllersFiles(t *testing.T) {
 		})
 	}
 
+	// The whole options map, while the class leaves unset a switch that
+	// turns off the TLS checking of the plugin's connections (which carry
+	// the class's credentials), is refused too, whatever text options the
+	// class sets.
+	class := fakeClass(t.TempDir(), map[string]string{"fake-userdata": "", "fake-ssh-key": "", "fake-outage": "", "fake-copy-files": "",
+		"fake-ssh-host": "127.0.0.1"})
+	class.Spec.TenantOverrides = []string{"options", "options.fake-tags", "options.fake-ssh-user"}
+	for _, err := range []error{d.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}), d.ValidateCloud(ctx, class)} {
+		require.ErrorIs(t, err, drivers.ErrInvalidConfiguration, "the class is invalid")
+		assert.Contains(t, err.Error(), `spec.tenantOverrides[0]: "options" cannot be listed while the class leaves unset options that may turn off the checking of the TLS connections`)
+		assert.Contains(t, err.Error(), "(fake-insecure)")
+	}
+	class.Spec.DockerMachine.Options["fake-insecure"] = "false"
+	require.NoError(t, d.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}), "set by the class, the switch is not the tenant's")
+
 	// Options that take no file stay the tenant's, and so do file options
 	// the class sets itself, which a NodeSet cannot change without listing
 	// them one by one. The whole options map needs every text option set
 	// by the class or listed by name.
 	dir := t.TempDir()
-	class := fakeClass(dir, map[string]string{"fake-userdata": secret, "fake-ssh-key": secret, "fake-outage": filepath.Join(dir, "no-outage"), "fake-ssh-host": "127.0.0.1", "fake-copy-files": ""})
+	class = fakeClass(dir, map[string]string{"fake-userdata": secret, "fake-ssh-key": secret, "fake-outage": filepath.Join(dir, "no-outage"), "fake-ssh-host": "127.0.0.1", "fake-copy-files": "",
+		"fake-insecure": "false"})
 	class.Spec.TenantOverrides = []string{"options", "options.fake-cpus", "options.fake-tags", "options.fake-ssh-user"}
 	require.NoError(t, d.Validate(ctx, drivers.Class{Name: class.Name, Spec: class.Spec}))
 	class = fakeClass(dir, map[string]string{"fake-cpus": "8"})

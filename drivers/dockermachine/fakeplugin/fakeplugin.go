@@ -9,7 +9,9 @@
 // copies the SSH key given by fake-ssh-key there, as generic does, or makes
 // one there, as cloud drivers do, and fails when the directory is missing.
 // With fake-echo it quotes every value it was given in its output and its
-// errors, as drivers do in theirs. fake-copy-files, a list option, names
+// errors, as drivers do in theirs. fake-insecure is recorded on the
+// machine, a switch worded as clouds' switches that turn off the TLS
+// checking of their API are (openstack-insecure). fake-copy-files, a list option, names
 // files of the plugin's host that Create copies to the machine, as some
 // plugins take several files in one option. Each machine made or removed is also a
 // line of <fake-dir>/calls.log, which names the node controller (by process
@@ -81,11 +83,14 @@ const Name = "fake"
 
 // Machine is what the plugin records for each machine it made.
 type Machine struct {
-	Name     string   `json:"name"`
-	CPUs     int      `json:"cpus"`
-	Tags     []string `json:"tags,omitempty"`
-	Debug    bool     `json:"debug,omitempty"`
-	UserData string   `json:"userData,omitempty"`
+	Name  string   `json:"name"`
+	CPUs  int      `json:"cpus"`
+	Tags  []string `json:"tags,omitempty"`
+	Debug bool     `json:"debug,omitempty"`
+	// Insecure: fake-insecure was set, as a switch that turns off the TLS
+	// checking of a cloud's API (openstack-insecure).
+	Insecure bool   `json:"insecure,omitempty"`
+	UserData string `json:"userData,omitempty"`
 	// Files are the contents of the files fake-copy-files named, by path.
 	Files     map[string]string `json:"files,omitempty"`
 	Token     string            `json:"token,omitempty"`
@@ -100,6 +105,7 @@ type Driver struct {
 	CPUs         int
 	Tags         []string
 	Debug        bool
+	Insecure     bool
 	UserDataFile string
 	// CopyFiles are files of the plugin's host that Create copies to the
 	// machine (fake-copy-files), a list option as some plugins take.
@@ -201,6 +207,7 @@ func createFlags() []mcnflag.Flag {
 		mcnflag.StringSliceFlag{Name: "fake-tags", Usage: "tags of a machine"},
 		mcnflag.StringSliceFlag{Name: "fake-copy-files", Usage: "files copied to the machine"},
 		mcnflag.BoolFlag{Name: "fake-debug", Usage: "debug output"},
+		mcnflag.BoolFlag{Name: "fake-insecure", Usage: "Disable TLS certificate checking of the cloud's API."},
 		mcnflag.StringFlag{Name: "fake-userdata", Usage: "file with the machine's user data"},
 		mcnflag.StringFlag{Name: "fake-token", Usage: "an API token, as clouds take", EnvVar: TokenEnvVar},
 		mcnflag.StringFlag{Name: "fake-ssh-host", Usage: "SSH host of every machine", Value: "127.0.0.1"},
@@ -268,6 +275,7 @@ func (d *Driver) SetConfigFromFlags(opts drivers.DriverOptions) error {
 	d.CPUs = opts.Int("fake-cpus")
 	d.Tags = opts.StringSlice("fake-tags")
 	d.Debug = opts.Bool("fake-debug")
+	d.Insecure = opts.Bool("fake-insecure")
 	d.UserDataFile = opts.String("fake-userdata")
 	d.CopyFiles = opts.StringSlice("fake-copy-files")
 	d.Token = opts.String("fake-token")
@@ -381,7 +389,7 @@ func (d *Driver) Create() error {
 	if _, err := os.Stat(d.path()); err == nil {
 		return fmt.Errorf("fake: machine %s already exists", d.MachineName)
 	}
-	m := Machine{Name: d.MachineName, CPUs: d.CPUs, Tags: d.Tags, Debug: d.Debug, Token: d.Token, CreatedAt: time.Now()}
+	m := Machine{Name: d.MachineName, CPUs: d.CPUs, Tags: d.Tags, Debug: d.Debug, Insecure: d.Insecure, Token: d.Token, CreatedAt: time.Now()}
 	if d.UserDataFile != "" {
 		data, err := os.ReadFile(d.UserDataFile)
 		if err != nil {

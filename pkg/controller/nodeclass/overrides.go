@@ -442,7 +442,7 @@ var overrideRisks = map[string]map[string]string{
 	},
 	nodesetv1alpha1.DriverDockerMachine: {
 		"driverName":                "tenants choose which docker-machine plugin on the node controller's PATH makes their machines, and where (another cloud, or SSH to a host of their choosing with the generic driver); the class's options go to that plugin",
-		"options":                   "tenants may set every option of the docker-machine plugin the class does not set, including ones that choose where machines run and who can reach them; allowed only while every text option is set by the class or listed by name (options.<name>)",
+		"options":                   "tenants may set every option of the docker-machine plugin the class does not set, including ones that choose where machines run and who can reach them; allowed only while every text option is set by the class or listed by name (options.<name>), and every switch that turns off TLS checking is set by the class",
 		"provisioning":              "tenants may change the join script run on each machine",
 		"provisioning.script":       "tenants choose the join script, run as root on each machine with its bootstrap token",
 		"provisioning.apiServerURL": "tenants choose the API server their kubelets join and send their bootstrap token to",
