@@ -481,13 +481,28 @@ func usage(flag mcnflag.Flag) string {
 		return f.Usage
 	case *mcnflag.StringFlag:
 		return f.Usage
+	case mcnflag.StringSliceFlag:
+		return f.Usage
+	case *mcnflag.StringSliceFlag:
+		return f.Usage
+	case mcnflag.BoolFlag:
+		return f.Usage
+	case *mcnflag.BoolFlag:
+		return f.Usage
+	case mcnflag.IntFlag:
+		return f.Usage
+	case *mcnflag.IntFlag:
+		return f.Usage
 	}
 	return ""
 }
 
-// takesPath reports whether a text option says it takes a file path (the
-// generic driver's generic-ssh-key: "SSH private key path").
+// takesPath reports whether a string option says it takes a file path
+// (the generic driver's generic-ssh-key: "SSH private key path").
 func takesPath(flag mcnflag.Flag) bool {
+	if !isStringFlag(flag) {
+		return false
+	}
 	u := strings.ToLower(usage(flag))
 	return strings.Contains(u, "path") || strings.Contains(u, "file")
 }

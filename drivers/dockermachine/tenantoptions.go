@@ -33,7 +33,7 @@ func readsHostFile(flag mcnflag.Flag) bool {
 	if !isTextFlag(flag) {
 		return false
 	}
-	text := strings.ToLower(flag.String() + " " + textUsage(flag))
+	text := strings.ToLower(flag.String() + " " + usage(flag))
 	if slices.ContainsFunc(hostReadWords, func(w string) bool { return strings.Contains(text, w) }) {
 		return true
 	}
@@ -50,18 +50,6 @@ func readsHostFile(flag mcnflag.Flag) bool {
 	})
 }
 
-// textUsage is what a text option (a string, or a list of them) says it
-// is for.
-func textUsage(flag mcnflag.Flag) string {
-	switch f := flag.(type) {
-	case mcnflag.StringSliceFlag:
-		return f.Usage
-	case *mcnflag.StringSliceFlag:
-		return f.Usage
-	}
-	return usage(flag)
-}
-
 // insecureWords are words of a switch's name or usage that say it turns
 // off the checking of the plugin's TLS connections, which carry the class's
 // credentials to its cloud: openstack-insecure ("Disable TLS credential
@@ -74,16 +62,12 @@ var insecureWords = []string{"insecure", "tls", "ssl", "verif"}
 // credentials: its name or usage says so. A tenant that sets it has the
 // class's credentials sent where whoever is on the way reads them.
 func weakensTransport(flag mcnflag.Flag) bool {
-	var u string
-	switch f := flag.(type) {
-	case mcnflag.BoolFlag:
-		u = f.Usage
-	case *mcnflag.BoolFlag:
-		u = f.Usage
+	switch flag.(type) {
+	case mcnflag.BoolFlag, *mcnflag.BoolFlag:
 	default:
 		return false
 	}
-	text := strings.ToLower(flag.String() + " " + u)
+	text := strings.ToLower(flag.String() + " " + usage(flag))
 	return slices.ContainsFunc(insecureWords, func(w string) bool { return strings.Contains(text, w) })
 }
 

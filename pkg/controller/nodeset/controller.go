@@ -272,7 +272,7 @@ func NewController(
 				c.stampsChanged(old, obj)
 			},
 			DeleteFunc: func(obj any) {
-				if class, ok := classOfEvent(obj); ok {
+				if class, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeClass](obj); ok {
 					c.classCounts.untrack(class.Name)
 				}
 				c.enqueueClass(obj)
@@ -341,14 +341,8 @@ func (c *Controller) enqueue(obj any) {
 	c.queue.Add(key)
 }
 
-// classOfEvent is the NodeClass of an informer event, a deleted one's too.
-func classOfEvent(obj any) (*nodesetv1alpha1.NodeClass, bool) {
-	class, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeClass](obj)
-	return class, ok
-}
-
 func (c *Controller) enqueueClass(obj any) {
-	class, ok := classOfEvent(obj)
+	class, ok := nodeutil.EventObject[*nodesetv1alpha1.NodeClass](obj)
 	if !ok {
 		return
 	}
