@@ -71,9 +71,10 @@ const (
 
 // eksRefusesLabel says why EKS refuses a node group label, or "".
 func eksRefusesLabel(key, value string) string {
+	if prefix := eksReserved(key); prefix != "" {
+		return "EKS refuses node group labels containing " + prefix
+	}
 	switch {
-	case eksReserved(key) != "":
-		return "EKS refuses node group labels containing " + eksReserved(key)
 	case len(key) > eksMaxLabelKey:
 		return fmt.Sprintf("EKS refuses node group label keys longer than %d characters, prefix included", eksMaxLabelKey)
 	case value == "":
