@@ -255,6 +255,16 @@ func TestKubectl(t *testing.T) {
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
 	assert.Equal(t, []string{"NAME", "CLASS", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}, header)
 	assert.Regexp(t, `db\s+printer-class\s+3\s+`, out)
+	// -o wide adds the strategy, the cloud group and the selector, as
+	// kubectl get deployments -o wide adds its selector.
+	out = kubectl(t, "get", "nds", "-n", ns, "-o", "wide")
+	header = strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	assert.Equal(t, []string{"NAME", "CLASS", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "AGE",
+		"STRATEGY", "GROUP", "SELECTOR"}, header)
+	assert.Regexp(t, `db\s+printer-class\s+3\s+.*RollingUpdate`, out)
+	out = kubectl(t, "get", "nodeclass", "printer-class", "-o", "wide")
+	header = strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	assert.Equal(t, []string{"NAME", "DRIVER", "TENANCY", "VALID", "AGE", "KIND", "MAX-NODES", "MAX-PER-NAMESPACE"}, header)
 
 	// The category lists both kinds.
 	out = kubectl(t, "get", "nodeset-all", "-n", ns)

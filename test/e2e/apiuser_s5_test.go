@@ -129,6 +129,46 @@ func TestTwoAppliersOwnTheirOwnTaints(t *testing.T) {
 	}
 }
 
+// TestTwoAppliersOwnTheirOwnSourceSecurityGroups: the security groups that
+// may reach an EKS managed node group's nodes over SSH are a set, so two
+// appliers each own the groups they applied (an atomic list went to the
+// last applier whole, or conflicted), and a group named twice is refused,
+// naming the field.
+func TestTwoAppliersOwnTheirOwnSourceSecurityGroups(t *testing.T) {
+	ctx := context.Background()
+	client := dynamicClient(t).Resource(nodeClassGVR)
+	class := func(groups string) *unstructured.Unstructured {
+		obj := &unstructured.Unstructured{}
+		require.NoError(t, yaml.Unmarshal([]byte(`{apiVersion: nodeset.dev/v1alpha1, kind: NodeClass, metadata: {name: ssa-ssh},
+			spec: {driver: eks-managed, credentialsSecretRef: {name: aws, namespace: nodeset-system},
+				eksManagedNodeGroup: {region: eu-west-1, clusterName: prod, nodeRole: "arn:aws:iam::123456789012:role/eks-node",
+					subnets: [subnet-0a1b2c3d], instanceTypes: [m6i.large], remoteAccess: {sourceSecurityGroups: `+groups+`}}}}`), &obj.Object))
+		return obj
+	}
+	apply := func(manager, groups string) error {
+		_, err := client.Apply(ctx, "ssa-ssh", class(groups), metav1.ApplyOptions{FieldManager: manager})
+		return err
+	}
+	groups := func() []string {
+		obj, err := client.Get(ctx, "ssa-ssh", metav1.GetOptions{})
+		require.NoError(t, err)
+		list, _, err := unstructured.NestedStringSlice(obj.Object, "spec", "eksManagedNodeGroup", "remoteAccess", "sourceSecurityGroups")
+		require.NoError(t, err)
+		return list
+	}
+	require.NoError(t, apply("gitops", `[sg-0a1b2c3d]`))
+	t.Cleanup(func() { _ = client.Delete(context.Background(), "ssa-ssh", metav1.DeleteOptions{}) })
+	require.NoError(t, apply("bastion", `[sg-0e0e0e0e]`), "a second applier's group conflicts with the first's")
+	assert.ElementsMatch(t, []string{"sg-0a1b2c3d", "sg-0e0e0e0e"}, groups())
+	require.NoError(t, apply("gitops", `[]`))
+	assert.Equal(t, []string{"sg-0e0e0e0e"}, groups(), "the first applier's drop takes only its own group")
+
+	err := apply("gitops", `[sg-0f0f0f0f, sg-0f0f0f0f]`)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.eksManagedNodeGroup.remoteAccess.sourceSecurityGroups")
+	assert.Contains(t, err.Error(), `duplicate entries for key [="sg-0f0f0f0f"]`)
+}
+
 // TestAppliedManifestAndScaleShareReplicas follows docs/getting-started.md
 // on keeping NodeSets in Git: a manifest without spec.replicas, applied
 // server-side again after kubectl scale, keeps the scaled count; one that

@@ -507,6 +507,7 @@ type RemoteAccess struct {
 	EC2SSHKey string `json:"ec2SSHKey,omitempty"`
 	// sourceSecurityGroups may reach the nodes over SSH.
 	// +optional
+	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:Pattern=`^sg-[0-9a-f]{8,17}$`
 	SourceSecurityGroups []string `json:"sourceSecurityGroups,omitempty"`

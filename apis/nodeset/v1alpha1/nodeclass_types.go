@@ -16,6 +16,9 @@ import (
 // +kubebuilder:printcolumn:name="Tenancy",type=string,JSONPath=".spec.tenancy"
 // +kubebuilder:printcolumn:name="Valid",type=string,JSONPath=".status.conditions[?(@.type==\"Valid\")].status"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=".status.driverKind",priority=1
+// +kubebuilder:printcolumn:name="Max-Nodes",type=integer,JSONPath=".spec.limits.maxNodes",priority=1
+// +kubebuilder:printcolumn:name="Max-Per-Namespace",type=integer,JSONPath=".spec.limits.maxNodesPerNamespace",priority=1
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is the value of the nodeset.dev/nodeclass label on the class's Nodes"
 
 // NodeClass is an admin's catalogue entry for nodes, as a StorageClass is for

@@ -21,6 +21,9 @@ import (
 // +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=".status.updatedReplicas"
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=".status.availableReplicas"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=".spec.strategy.type",priority=1
+// +kubebuilder:printcolumn:name="Group",type=string,JSONPath=".status.group.name",priority=1
+// +kubebuilder:printcolumn:name="Selector",type=string,JSONPath=".status.selector",priority=1
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is the value of the nodeset.dev/nodeset label on the set's Nodes"
 
 // NodeSet is a tenant's request for nodes, as a PersistentVolumeClaim is for
