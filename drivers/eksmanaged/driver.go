@@ -290,9 +290,11 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 //     labels, taints and update config through UpdateNodegroupConfig;
 //   - version, release version or launch template version through
 //     UpdateNodegroupVersion, only when the NodeSet's strategy is Managed;
-//   - an update in progress (group.UpdateID, or the one it starts) tracked
-//     with DescribeUpdate. Nothing else is changed while the group is not
-//     ACTIVE or DEGRADED, or while an update runs: EKS refuses it.
+//   - an update in progress (group.UpdateID, or the one it starts, of the
+//     version or of the configuration) tracked with DescribeUpdate. Nothing
+//     else is changed while the group is not ACTIVE or DEGRADED, or while an
+//     update runs: EKS refuses it. A configuration update that failed is
+//     said, with its errors, and asked for again on the next look.
 func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ drivers.GroupStatus, err error) {
 	defer awscloud.Redact(group.Class.Credentials, &err)
 	s, err := section(group.Class)
@@ -374,6 +376,13 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	if !settled {
 		return d.status(ctx, api, ng, update)
 	}
+	if update != nil && update.Type == ekstypes.UpdateTypeConfigUpdate &&
+		(update.Status == ekstypes.UpdateStatusFailed || update.Status == ekstypes.UpdateStatusCancelled) {
+		// A configuration update of ours EKS gave up on is said, with its
+		// errors, before it is asked for again: the next look, to which
+		// the NodeSet's status no longer passes it, asks again.
+		return d.status(ctx, api, ng, update)
+	}
 	if version := versionChanges(ng, s); version != nil && failedBefore(update, version) {
 		// Recorded now: the configuration change below, which waited for
 		// the update's end, answers without it, and the next look no
@@ -394,7 +403,7 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	}
 	if config := configChanges(ng, s, group); config != nil {
 		config.ClusterName, config.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
-		_, err := api.EKS.UpdateNodegroupConfig(ctx, config)
+		out, err := api.EKS.UpdateNodegroupConfig(ctx, config)
 		if awscloud.IsCode(err, "ResourceInUseException") {
 			return d.status(ctx, api, ng, update) // another update runs: this one waits for it
 		}
@@ -408,7 +417,12 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		if err != nil {
 			return drivers.GroupStatus{}, err
 		}
-		return d.status(ctx, api, after, update) // the update tracked still reported: the NodeSet's status keeps it
+		if u := out.Update; u != nil && u.Status != ekstypes.UpdateStatusSuccessful {
+			// Tracked as a version update is: while it runs EKS takes no
+			// other, and should it fail, its errors are said.
+			update = u
+		}
+		return d.status(ctx, api, after, update) // else the update tracked still reported: the NodeSet's status keeps it
 	}
 	if version := versionChanges(ng, s); version != nil {
 		if !group.ManagedRollout {

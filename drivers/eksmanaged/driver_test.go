@@ -217,6 +217,9 @@ type fakeEKS struct {
 	refuses string
 	// tagging, when set, answers TagResource in place of the fake.
 	tagging func(*eks.TagResourceInput) error
+	// configUpdates makes UpdateNodegroupConfig answer with an update in
+	// progress, as EKS does, which DescribeUpdate then reports.
+	configUpdates bool
 }
 
 func resourceInUse() error {
@@ -292,7 +295,14 @@ func (f *fakeEKS) UpdateNodegroupConfig(_ context.Context, in *eks.UpdateNodegro
 		}
 		ng.Labels = labels
 	}
-	return &eks.UpdateNodegroupConfigOutput{}, nil
+	if !f.configUpdates {
+		return &eks.UpdateNodegroupConfigOutput{}, nil
+	}
+	id := fmt.Sprintf("update-%d", len(f.updates)+1)
+	u := &ekstypes.Update{Id: aws.String(id), Status: ekstypes.UpdateStatusInProgress, Type: ekstypes.UpdateTypeConfigUpdate}
+	f.updates[id] = u
+	copied := *u
+	return &eks.UpdateNodegroupConfigOutput{Update: &copied}, nil
 }
 
 func (f *fakeEKS) TagResource(_ context.Context, in *eks.TagResourceInput, _ ...func(*eks.Options)) (*eks.TagResourceOutput, error) {

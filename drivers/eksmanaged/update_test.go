@@ -168,6 +168,55 @@ func TestAFailedUpdateSeenWithAConfigChangeIsKept(t *testing.T) {
 	assert.Contains(t, status.Message, "update update-1 failed: NodeCreationFailure: Instances failed to join")
 }
 
+// TestAFailedConfigurationUpdateIsSaid: EKS answers UpdateNodegroupConfig
+// with an update it runs (DescribeUpdate reports it), which can fail, with
+// errors, as a version update can. It is tracked: while it runs nothing
+// else is asked; once failed, its errors are said (the node controller makes
+// them the NodeSet's status.group.message and a Warning Event) before the
+// change is asked for again, where before the failure was never seen and
+// the change was asked for again on every look.
+func TestAFailedConfigurationUpdateIsSaid(t *testing.T) {
+	ctx := context.Background()
+	w, fake, d := managedWorld(t)
+	fake.configUpdates = true
+	group := drivers.Group{Name: "ng", Owner: ngOwner, Class: w.class(), Replicas: 2, MaxReplicas: 5,
+		Labels: map[string]string{"tier": "web"}}
+	status, err := d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	require.Equal(t, "update-1", status.UpdateID, "the configuration update is tracked")
+	assert.Equal(t, "InProgress", status.UpdateStatus)
+
+	t.Log("while it runs, nothing else is asked")
+	group.UpdateID = status.UpdateID
+	fake.calls = nil
+	status, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Contains(t, fake.calls, "DescribeUpdate update-1")
+	assert.NotContains(t, fake.calls, "UpdateNodegroupConfig")
+	assert.Equal(t, "InProgress", status.UpdateStatus)
+
+	t.Log("EKS gives up on it: its errors are said, and it is not asked for again in the same look")
+	delete(fake.groups["ng"].Labels, "tier")
+	fake.updates["update-1"].Status = ekstypes.UpdateStatusFailed
+	fake.updates["update-1"].Errors = []ekstypes.ErrorDetail{{ErrorCode: ekstypes.ErrorCodeAccessDenied,
+		ErrorMessage: aws.String("The node role is not allowed to describe the cluster")}}
+	fake.calls = nil
+	status, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, "update-1", status.UpdateID)
+	assert.Equal(t, "Failed", status.UpdateStatus)
+	assert.Contains(t, status.Message, "update update-1 failed: AccessDenied: The node role is not allowed to describe the cluster")
+	assert.NotContains(t, fake.calls, "UpdateNodegroupConfig")
+
+	t.Log("the next look, which the status no longer tells of it, asks again")
+	group.UpdateID = ""
+	status, err = d.EnsureGroup(ctx, group)
+	require.NoError(t, err)
+	assert.Equal(t, "update-2", status.UpdateID)
+	assert.Equal(t, "InProgress", status.UpdateStatus)
+	assert.Equal(t, "web", fake.groups["ng"].Labels["tier"])
+}
+
 // TestAVersionEKSRefusesIsARefusedConfiguration: EKS refuses an update to
 // a version above the cluster's outright. The driver says so as
 // ErrInvalidConfiguration (which the node controller records as
