@@ -274,9 +274,16 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 	err := deprovision.remove(ctx)
 	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)
 	if err != nil && !wasDrained {
-		// The machine takes a while: record the drain's end now.
-		if _, updateErr := c.opts.Drain.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); updateErr != nil {
-			logger.V(2).Info("Could not record the end of the drain", "err", updateErr)
+		// The machine takes a while: record the drain's end now. A patch
+		// of that annotation alone, not an update: another writer's change
+		// since the Node was read (the kubelet's status, kube-controller-
+		// manager's taints as the machine goes) would make an update
+		// conflict, and every look until one went through would drain the
+		// Node again.
+		read := node.DeepCopy()
+		delete(read.Annotations, drainedAnnotation)
+		if _, writeErr := c.writeNode(ctx, c.opts.Drain, read, node); writeErr != nil {
+			logger.V(2).Info("Could not record the end of the drain", "err", writeErr)
 		}
 	}
 	if errors.Is(err, drivers.ErrInProgress) {

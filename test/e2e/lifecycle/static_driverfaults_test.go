@@ -37,6 +37,9 @@ type faultyDriver struct {
 	// signalled when a Create waits on it.
 	gate    chan struct{}
 	entered chan string
+	// deleting, when set, is asked before each Delete of a machine; an
+	// error it returns is Delete's, and the machine stays.
+	deleting func(name string) error
 
 	mu       sync.Mutex
 	machines map[string]time.Time
@@ -74,6 +77,11 @@ func (d *faultyDriver) Create(ctx context.Context, m drivers.Machine) (string, e
 }
 
 func (d *faultyDriver) Delete(_ context.Context, _ drivers.Class, name string) error {
+	if d.deleting != nil {
+		if err := d.deleting(name); err != nil {
+			return err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.machines, name)
