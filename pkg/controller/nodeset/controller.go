@@ -100,8 +100,11 @@ type Controller struct {
 	nodesetClient versioned.Interface
 	recorder      record.EventRecorder
 
-	nodeLister       corelisters.NodeLister
-	nodeIndexer      cache.Indexer
+	nodeLister  corelisters.NodeLister
+	nodeIndexer cache.Indexer
+	// nodesSeen is the resourceVersion the Node cache last saw (its
+	// informer's LastSyncResourceVersion).
+	nodesSeen        func() string
 	namespaceLister  corelisters.NamespaceLister
 	nodeSetLister    listers.NodeSetLister
 	nodeClassLister  listers.NodeClassLister
@@ -166,6 +169,7 @@ func NewController(
 		recorder:         recorder,
 		nodeLister:       nodeInformer.Lister(),
 		nodeIndexer:      nodeInformer.Informer().GetIndexer(),
+		nodesSeen:        nodeInformer.Informer().LastSyncResourceVersion,
 		namespaceLister:  namespaceInformer.Lister(),
 		nodeSetLister:    nodeSetInformer.Lister(),
 		nodeClassLister:  nodeClassInformer.Lister(),
@@ -308,6 +312,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("nodeset", ctx.Done(), c.synced...) {
 		return fmt.Errorf("caches did not sync")
 	}
+	c.catchUp(ctx, catchUpTimeout)
 	component.StartWorkers(ctx, c.queue, workers, "nodeset", c.syncNodeSet)
 	component.StartWorkers(ctx, c.classQueue, 1, "nodeclass", c.syncClassProtection)
 	component.StartWorkers(ctx, c.wakeQueue, 1, "nodeclass-wake", c.syncLimitWake)
