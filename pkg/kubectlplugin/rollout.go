@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,8 +46,9 @@ func (o *options) rolloutCommand() *cobra.Command {
 		Long: `kubectl nodeset rollout status waits, as kubectl rollout status does for a Deployment, until the
 NodeSet's controller has seen its latest spec and the set is complete: every node of the current
 template, available (Ready for minReadySeconds), and no old node left. While the set's NodeClass
-waits for its node controller's verdict (NodeClassNotValidated) it waits too. It fails when the set
-is not accepted (DriverNotServed included: no node controller serves the class's driver), misses its
+waits for its node controller's verdict (NodeClassNotValidated) it waits too, and while it waits
+for room in its class's limits (LimitExceeded). It fails when the set is not accepted for another
+reason (DriverNotServed included: no node controller serves the class's driver), misses its
 spec.progressDeadlineSeconds, its cloud group's own update (strategy Managed) failed, or it is
 deleted, and when --timeout passes.`,
 		Args: cobra.ExactArgs(1),
@@ -250,9 +252,26 @@ func rolloutStatus(set *nodesetv1alpha1.NodeSet, classGeneration int64) (string,
 		// serves the driver, and none may ever.
 		return fmt.Sprintf("Waiting for NodeSet %q to be judged: %s...\n", name, accepted.Message), false, nil
 	}
-	if accepted != nil && accepted.Status == metav1.ConditionFalse {
+	// A set waiting for room in its class's limits (LimitExceeded) is no
+	// refused set: it goes on when room comes (another set's machine
+	// gone, a limit raised), and is waited for, as kubectl waits for a
+	// Deployment whose new pods a quota refuses, until its progress
+	// deadline.
+	waitingForRoom := accepted != nil && accepted.Status == metav1.ConditionFalse && accepted.Reason == nodesetv1alpha1.ReasonLimitExceeded
+	if accepted != nil && accepted.Status == metav1.ConditionFalse && !waitingForRoom {
 		return "", false, fmt.Errorf("NodeSet %q is not accepted (%s): %s", name, accepted.Reason, accepted.Message)
 	}
+	msg, done, err := rolloutProgress(set)
+	if err == nil && !done && waitingForRoom && !strings.Contains(msg, accepted.Message) {
+		msg = strings.TrimSuffix(msg, "...\n") + fmt.Sprintf(" (waiting for room: %s)...\n", accepted.Message)
+	}
+	return msg, done, err
+}
+
+// rolloutProgress says where the rollout of an accepted (or limited) set
+// whose latest spec and class the controller observed is.
+func rolloutProgress(set *nodesetv1alpha1.NodeSet) (string, bool, error) {
+	name := set.Name
 	progressing := meta.FindStatusCondition(set.Status.Conditions, nodesetv1alpha1.NodeSetProgressing)
 	if progressing != nil && progressing.Reason == reasonProgressDeadlineExceeded {
 		return "", false, fmt.Errorf("NodeSet %q exceeded its progress deadline: %s", name, progressing.Message)

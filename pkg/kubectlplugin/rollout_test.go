@@ -61,6 +61,27 @@ func TestRolloutStatus(t *testing.T) {
 			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "DriverNotServed",
 				Message: "no node controller serves driver \"simulated\""}
 		}), "", false, `NodeSet "web" is not accepted (DriverNotServed): no node controller serves driver "simulated"`},
+		// A set waiting for room in its class's limits is waited for, as
+		// kubectl waits for a Deployment whose new pods a quota refuses
+		// (its status viewer fails on ProgressDeadlineExceeded alone):
+		// another set's machine gone, or a limit raised, lets it go on.
+		{"waiting for room", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Status.UpdatedReplicas = 0
+			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "LimitExceeded",
+				Message: "NodeClass \"sim\" allows at most 3 nodes (spec.limits.maxNodes) and has 3"}
+			progressing(s, metav1.ConditionTrue, "RollingUpdate", "0 of 3 nodes updated, 3 outdated, 3 available")
+		}), `Waiting for NodeSet "web" rollout to finish: 0 out of 3 new nodes have been updated` +
+			` (waiting for room: NodeClass "sim" allows at most 3 nodes (spec.limits.maxNodes) and has 3)...` + "\n", false, ""},
+		{"waiting for room to scale up", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Spec.Strategy.Type = nodesetv1alpha1.ManagedStrategy
+			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "LimitExceeded",
+				Message: "NodeClass \"sim\" allows at most 3 nodes (spec.limits.maxNodes) and has 3"}
+			progressing(s, metav1.ConditionTrue, "ScalingUp", "3 of 4 nodes created; waiting for room: NodeClass \"sim\" allows at most 3 nodes (spec.limits.maxNodes) and has 3")
+		}), `Waiting for NodeSet "web" rollout to finish: 3 of 4 nodes created; waiting for room: NodeClass "sim" allows at most 3 nodes (spec.limits.maxNodes) and has 3...` + "\n", false, ""},
+		{"done, over a limit lowered since", set(func(s *nodesetv1alpha1.NodeSet) {
+			s.Status.Conditions[0] = metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionFalse, Reason: "LimitExceeded",
+				Message: "NodeClass \"sim\" allows at most 2 nodes (spec.limits.maxNodes) and has 3"}
+		}), `NodeSet "web" successfully rolled out` + "\n", true, ""},
 		{"past its deadline", set(func(s *nodesetv1alpha1.NodeSet) {
 			s.Status.UpdatedReplicas = 1
 			progressing(s, metav1.ConditionFalse, "ProgressDeadlineExceeded", "no progress for 60s")

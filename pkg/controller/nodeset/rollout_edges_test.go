@@ -427,3 +427,45 @@ func accepted(t *testing.T, class *nodesetv1alpha1.NodeClass, set *nodesetv1alph
 	return &resolution{class: class, effective: spec, templateHash: resolve.TemplateHash(&spec, set),
 		accepted: metav1.Condition{Type: nodesetv1alpha1.NodeSetAccepted, Status: metav1.ConditionTrue, Reason: ReasonAccepted}}
 }
+
+// TestARolloutWaitingForRoomIsARollout: a class whose limits leave no
+// room for the surge holds a rollout (maxUnavailable 0) until room comes:
+// another set's machine goes, or the admin raises the limit. The set says
+// LimitExceeded in Accepted, but it is not refused as an invalid set is:
+// Progressing stays the rollout's, names the limit, and runs into the
+// progress deadline, as a Deployment's does when a quota refuses its new
+// pods (kubernetes pkg/controller/deployment/progress.go: a Deployment
+// keeps Progressing until progressDeadlineSeconds passes, then
+// ProgressDeadlineExceeded).
+func TestARolloutWaitingForRoomIsARollout(t *testing.T) {
+	class := validClass("sim")
+	class.Spec.Limits = &nodesetv1alpha1.NodeClassLimits{MaxNodes: ptr.To[int32](2)}
+	set := newSet(2)
+	set.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	nodes := []*corev1.Node{setNode(t, set, class, "web-a", time.Hour, true), setNode(t, set, class, "web-b", time.Hour, true)}
+	set.Spec.Template.Labels["tier"] = "frontend" // both outdated
+	f := newFixture(t, class, set, nodes...)
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.nodeCreates(), "no room for the surge")
+	assert.Empty(t, f.nodeDeletes(), "maxUnavailable 0: no outdated node goes first")
+
+	status := f.status()
+	limit := findCondition(status.Conditions, nodesetv1alpha1.NodeSetAccepted)
+	require.NotNil(t, limit)
+	assert.Equal(t, ReasonLimitExceeded, limit.Reason)
+	progressing := findCondition(status.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, progressing)
+	assert.Equal(t, metav1.ConditionTrue, progressing.Status)
+	assert.Equal(t, ReasonRollingUpdate, progressing.Reason, progressing.Message)
+	assert.Contains(t, progressing.Message, limit.Message, "the rollout says what it waits for")
+	require.NotNil(t, status.LastProgressTime, "the rollout is timed")
+
+	set.Status = status
+	res := accepted(t, class, set)
+	res.accepted = *limit
+	late := computeStatus(set, res, nodes, nil, testNow.Add(11*time.Minute))
+	exceeded := findCondition(late.Conditions, nodesetv1alpha1.NodeSetProgressing)
+	require.NotNil(t, exceeded)
+	assert.Equal(t, ReasonProgressDeadlineExceeded, exceeded.Reason, exceeded.Message)
+	assert.Contains(t, exceeded.Message, limit.Message)
+}

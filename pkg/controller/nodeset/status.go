@@ -93,8 +93,14 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 	if res.accepted.Status == metav1.ConditionTrue && !set.Spec.Paused && plan.Rolling(set, res.templateHash, active) {
 		held = heldForAHuman(set, res, nodes, now)
 	}
+	// A set waiting for room in its class's limits is no refused set: it
+	// works towards its spec with the room there is, and goes on when
+	// room comes (another set's machine gone, a limit raised), as a
+	// Deployment whose new pods a quota refuses keeps progressing until
+	// its deadline. Its Progressing condition is that of its work.
+	waitsForRoom := res.accepted.Reason == ReasonLimitExceeded
 	switch {
-	case res.accepted.Status != metav1.ConditionTrue:
+	case res.accepted.Status != metav1.ConditionTrue && !waitsForRoom:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonNotAccepted, res.accepted.Message
 	case set.Spec.Paused && outdated > 0:
 		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused,
@@ -158,6 +164,9 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 			fmt.Sprintf("%d of %d nodes ready; %d outdated, replaced when deleted (strategy %s)", status.ReadyReplicas, desired, outdated, set.Spec.Strategy.Type)
 	default:
 		progressing.Reason, progressing.Message = ReasonComplete, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
+	}
+	if waitsForRoom && working(progressing) {
+		progressing.Message += "; waiting for room: " + res.accepted.Message
 	}
 	status.LastProgressTime = lastProgress(set, &status, progressing, now)
 	if deadline, ok := progressDeadline(set, status.LastProgressTime); ok && !now.Before(deadline) {
