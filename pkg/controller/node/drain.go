@@ -165,7 +165,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 	now := c.opts.Now()
 	deadline := started.Add(policy.timeout)
 	recheck := min(c.opts.DrainRecheck, deadline.Sub(now)+time.Second)
-	evicted, err := c.evictPods(ctx, node, now)
+	evicted, err := c.evictPods(ctx, node, now, started)
 	if err != nil {
 		return false, err
 	}
@@ -186,13 +186,17 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		return false, nil
 	case remaining == 0 && attached == 0:
 		c.metrics.drains.WithLabelValues(drainDrained).Observe(now.Sub(started).Seconds())
-		if c.drainConditionOf(node) != nil || evicted.abandoned > 0 {
+		if c.drainConditionOf(node) != nil || evicted.abandoned > 0 || evicted.arrived > 0 {
 			// Pods were evicted: say so. A Node that had nothing to drain
 			// goes straight on, with no write for it.
 			gone := "all evictable pods are gone"
 			if evicted.abandoned > 0 {
 				gone = fmt.Sprintf("all evictable pods are gone but %d terminating for over %s past their grace period, "+
 					"not waited for: the Node is not Ready and no kubelet confirms their deletion", evicted.abandoned, longTerminating)
+			}
+			if evicted.arrived > 0 {
+				gone += fmt.Sprintf("; %d pod(s) created after the drain started, placed on the cordoned Node "+
+					"(tolerating node.kubernetes.io/unschedulable or naming the Node), neither evicted nor waited for", evicted.arrived)
 			}
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, strings.ToUpper(gone[:1])+gone[1:])
 			if err := c.setDrainCondition(ctx, node, ReasonDrained, gone+"; deprovisioning the machine"); err != nil {
@@ -398,6 +402,9 @@ type evictions struct {
 	// abandoned are the pods not waited for: terminating for longer than
 	// longTerminating past their grace period on a Node that is not Ready.
 	abandoned int
+	// arrived are the pods created after the drain started: neither
+	// evicted nor waited for (see evictPods).
+	arrived int
 	// blocked are the evictions a PodDisruptionBudget refused (429).
 	blocked int
 	// failed are the evictions refused for another reason; failure names
@@ -415,11 +422,37 @@ type evictions struct {
 // (kubectl drain's --skip-wait-for-delete-timeout).
 const longTerminating = time.Minute
 
+// arrivalMargin is how much later than the drain's start a pod must have
+// been created to be taken for one placed on the cordoned Node. The start is
+// this controller's clock, a pod's creationTimestamp the API server's; the
+// margin covers a skew between them and a scheduler whose cache did not show
+// the cordon yet, so a pod placed just before the cordon is still evicted
+// and waited for. A pod that comes back at each eviction is then waited for
+// at most this long.
+const arrivalMargin = 15 * time.Second
+
 // evictPods asks the Eviction API to evict every pod on the node that a
 // drain should move (not mirror pods, not DaemonSet pods, not finished
-// pods), and says how many are still there and which evictions were
-// refused.
-func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now time.Time) (evictions, error) {
+// pods, not pods created after the drain started), and says how many are
+// still there and which evictions were refused.
+//
+// A pod created after the drain started (its creationTimestamp, set by the
+// API server, more than arrivalMargin later than drain-started) came to a
+// Node already cordoned:
+// the scheduler places there a pod that tolerates
+// node.kubernetes.io/unschedulable:NoSchedule (its NodeUnschedulable
+// filter; a blanket `operator: Exists` toleration does), and no scheduler
+// is asked for a pod that names its Node (spec.nodeName; the kubelet admits
+// it on a cordoned Node). Its controller makes such a pod again in the same
+// place each time it is evicted, so waiting for it would hold the drain to
+// its timeout (and, with onTimeout: Cordon, the machine forever). kubectl
+// drain waits only for the pods it listed once the Node was cordoned
+// (kubectl pkg/drain/drain.go: GetPodsForDeletion once, then
+// waitForDelete on those pods by UID), and cluster-autoscaler only for the
+// pods it evicted (core/scaledown/actuation/drain.go, waitPodsToDisappear):
+// a pod that came later goes with the machine, and the pod garbage
+// collector deletes it once the Node is gone. The same here.
+func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, started time.Time) (evictions, error) {
 	var out evictions
 	pods, err := c.pods.OnNode(ctx, node.Name)
 	if err != nil {
@@ -429,6 +462,10 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now time.
 	for i := range pods {
 		pod := &pods[i]
 		if !shouldEvict(pod) {
+			continue
+		}
+		if pod.CreationTimestamp.After(started.Add(arrivalMargin)) {
+			out.arrived++
 			continue
 		}
 		if !ready && pod.DeletionTimestamp != nil && now.After(pod.DeletionTimestamp.Add(longTerminating)) {

@@ -1,0 +1,73 @@
+package node
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
+
+	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
+)
+
+// TestAPodPlacedOnTheCordonedNodeDoesNotHoldTheDrain: a pod created well
+// after the drain started was placed on the cordoned Node (it tolerates
+// node.kubernetes.io/unschedulable, or its controller names the Node), and
+// its controller would place it there again at each eviction. As kubectl
+// drain, which waits only for the pods it listed after the cordon, the
+// drain neither evicts it nor waits for it. A pod created before the drain,
+// or within the margin after its start (clock skew, a scheduler's cache),
+// is evicted and waited for.
+func TestAPodPlacedOnTheCordonedNodeDoesNotHoldTheDrain(t *testing.T) {
+	started := testNow.Add(-3 * time.Minute) // the drain timeout is 5m
+	pod := func(name string, created time.Time) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.PodSpec{NodeName: "web-a",
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+	}
+	before := pod("before", started.Add(-time.Hour))
+	near := pod("near", started.Add(arrivalMargin))
+	came := pod("came-back", started.Add(arrivalMargin+time.Second))
+	f := deletedNodeFixture(t, before, near, came)
+	node := f.get("web-a")
+	node.Spec.Unschedulable = true
+	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: started.Format(time.RFC3339)}
+	require.NoError(t, f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), node, ""))
+	f.updateCache(node)
+	var evicted []string
+	f.kube.PrependReactor("create", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		evicted = append(evicted, action.(core.CreateAction).GetObject().(*policyv1.Eviction).Name)
+		return true, nil, nil
+	})
+
+	require.NoError(t, f.sync("web-a"))
+	slices.Sort(evicted)
+	assert.Equal(t, []string{"before", "near"}, evicted, "the pod placed on the cordoned Node is not evicted")
+	assert.Empty(t, f.driver.deletes, "the pods from before the cordon are waited for")
+	assert.Contains(t, drainCondition(f.get("web-a")).Message, "2 pod(s) left to evict")
+
+	// The pods from before are gone; the one that came after still runs.
+	for _, name := range []string{"before", "near"} {
+		require.NoError(t, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", name))
+	}
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "drained without waiting for the pod that came after the cordon")
+	cond := drainCondition(f.get("web-a"))
+	require.NotNil(t, cond)
+	assert.Equal(t, ReasonDrained, cond.Reason)
+	assert.Contains(t, cond.Message, "1 pod(s) created after the drain started")
+	events := f.events()
+	assert.Zero(t, countPrefix(events, "Warning "+ReasonDrainTimedOut+" "), "%v", events)
+}
