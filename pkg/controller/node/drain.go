@@ -20,6 +20,7 @@ import (
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // defaultDrainTimeout applies when a class has none (the schema defaults it).
@@ -209,19 +210,22 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 			c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonDrainStarted, "Cordoned; evicting %d pod(s) with a drain timeout of %s", remaining, policy.timeout)
 		}
 		msg := fmt.Sprintf("%d pod(s) left to evict", remaining)
+		// The pod and the budget that hold the drain are told, not only
+		// counted: the tenant who owns them is whom to ask.
+		blocker, failure := c.refusal(evicted.blocker), c.refusal(evicted.failure)
 		if evicted.blocked > 0 {
-			klog.FromContext(ctx).V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", evicted.blocked)
+			klog.FromContext(ctx).V(2).Info("Evictions blocked by disruption budgets; retrying", "pods", remaining, "blocked", evicted.blocked, "first", blocker)
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionBlocked,
-				"%d pod eviction(s) refused by a PodDisruptionBudget; retrying until the drain timeout of %s", evicted.blocked, policy.timeout)
-			msg += fmt.Sprintf(", %d held by a PodDisruptionBudget", evicted.blocked)
+				"%d pod eviction(s) refused by a PodDisruptionBudget (%s); retrying until the drain timeout of %s", evicted.blocked, blocker, policy.timeout)
+			msg += fmt.Sprintf(", %d held by a PodDisruptionBudget (%s)", evicted.blocked, blocker)
 		}
 		if evicted.failed > 0 {
 			// Not a budget: the API server's reason is the only clue to
 			// what holds the drain (two budgets over one pod, a namespace
 			// being deleted, a webhook), so it is told, not only logged.
 			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonEvictionFailed,
-				"%d pod eviction(s) failed (%s); retrying until the drain timeout of %s", evicted.failed, evicted.failure, policy.timeout)
-			msg += fmt.Sprintf(", %d eviction(s) failed (%s)", evicted.failed, evicted.failure)
+				"%d pod eviction(s) failed (%s); retrying until the drain timeout of %s", evicted.failed, failure, policy.timeout)
+			msg += fmt.Sprintf(", %d eviction(s) failed (%s)", evicted.failed, failure)
 		}
 		msg += "; drain timeout at " + deadline.UTC().Format(time.RFC3339)
 		if err := c.setDrainCondition(ctx, node, ReasonDraining, msg); err != nil {
@@ -230,8 +234,8 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		c.queue.AddAfter(node.Name, recheck)
 		return false, nil
 	case policy.onTimeout == nodesetv1alpha1.DrainTimeoutCordon:
-		msg := fmt.Sprintf("%s after the drain timeout of %s; left cordoned for a human (drain.onTimeout: Cordon). "+
-			"The machine is deprovisioned once they are gone.", leftOnNode(remaining, attached), policy.timeout)
+		msg := fmt.Sprintf("%s after the drain timeout of %s%s; left cordoned for a human (drain.onTimeout: Cordon). "+
+			"The machine is deprovisioned once they are gone.", leftOnNode(remaining, attached), policy.timeout, c.holding(evicted))
 		if cond := c.drainConditionOf(node); cond == nil || cond.Reason != ReasonDrainTimedOut {
 			c.metrics.drains.WithLabelValues(drainTimedOutCordoned).Observe(now.Sub(started).Seconds())
 			c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
@@ -243,7 +247,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		c.queue.AddAfter(node.Name, time.Minute)
 		return false, nil
 	default:
-		msg := fmt.Sprintf("%s after the drain timeout of %s; deprovisioning anyway", leftOnNode(remaining, attached), policy.timeout)
+		msg := fmt.Sprintf("%s after the drain timeout of %s%s; deprovisioning anyway", leftOnNode(remaining, attached), policy.timeout, c.holding(evicted))
 		c.metrics.drains.WithLabelValues(drainTimedOut).Observe(now.Sub(started).Seconds())
 		c.recorder.Event(node, corev1.EventTypeWarning, ReasonDrainTimedOut, msg)
 		if err := c.setDrainCondition(ctx, node, ReasonDrainTimedOut, msg); err != nil {
@@ -251,6 +255,22 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		}
 		return true, nil
 	}
+}
+
+// holding names what refused the last evictions of a timed-out drain, if
+// any: the first pod a budget held and the first other refusal.
+func (c *Controller) holding(evicted evictions) string {
+	var held []string
+	if evicted.blocked > 0 {
+		held = append(held, "held by a PodDisruptionBudget: "+c.refusal(evicted.blocker))
+	}
+	if evicted.failed > 0 {
+		held = append(held, "eviction failed: "+c.refusal(evicted.failure))
+	}
+	if len(held) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(held, "; ") + ")"
 }
 
 // leftOnNode says what a timed-out drain left: pods still on the node,
@@ -405,8 +425,11 @@ type evictions struct {
 	// arrived are the pods created after the drain started: neither
 	// evicted nor waited for (see evictPods).
 	arrived int
-	// blocked are the evictions a PodDisruptionBudget refused (429).
+	// blocked are the evictions a PodDisruptionBudget refused (429);
+	// blocker names the first pod and the API server's words on its
+	// budget (which name the budget).
 	blocked int
+	blocker string
 	// failed are the evictions refused for another reason; failure names
 	// the first, with the API server's answer.
 	failed  int
@@ -482,6 +505,9 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 		case refusedByBudget(err):
+			if out.blocked == 0 {
+				out.blocker = fmt.Sprintf("pod %s/%s: %s", pod.Namespace, pod.Name, budgetCause(err))
+			}
 			out.blocked++
 		default:
 			klog.FromContext(ctx).V(2).Info("Eviction failed; will retry", "pod", klog.KObj(pod), "err", err)
@@ -501,6 +527,34 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 // webhook's limit, told with its answer as any other refusal.
 func refusedByBudget(err error) bool {
 	return apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
+}
+
+// budgetCause is what the Eviction API says of the budget that refused an
+// eviction: the message of its DisruptionBudget cause ("The disruption
+// budget web needs 3 healthy pods and has 3 currently", kubernetes
+// pkg/registry/core/pod/storage/eviction.go, checkAndDecrement), which
+// names the budget; else the answer's own message.
+func budgetCause(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
+		for _, cause := range status.Status().Details.Causes {
+			if cause.Type == policyv1.DisruptionBudgetCause && cause.Message != "" {
+				return cause.Message
+			}
+		}
+	}
+	return err.Error()
+}
+
+// refusalLimit bounds the API server's words on a refused eviction as the
+// Draining condition and the Events tell them: they may quote a budget's
+// status condition or an admission webhook's message, of any length.
+const refusalLimit = 512
+
+// refusal is an eviction's refusal as shown: scrubbed of credentials and
+// bounded.
+func (c *Controller) refusal(text string) string {
+	return redact.Cut(c.scrub(text), refusalLimit)
 }
 
 // evictWithoutRetries posts one eviction. A budget that refuses answers 429
