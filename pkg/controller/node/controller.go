@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -69,7 +70,7 @@ type Options struct {
 	// Evict posts one pod eviction; when nil, a POST to the eviction
 	// subresource (on the Drain client) that returns a refusal at once
 	// instead of retrying it.
-	Evict func(ctx context.Context, pod *corev1.Pod) error
+	Evict func(ctx context.Context, pod *corev1.Pod, options *metav1.DeleteOptions) error
 	// Drain is the client of the drains: the cordons, the drains' progress,
 	// their pod lists and evictions. Given its own rate limit, a scale-down's
 	// cordons do not queue behind the releases of Nodes already drained (a

@@ -191,9 +191,9 @@ func newFixture(t *testing.T, classes []*nodesetv1alpha1.NodeClass, objects ...r
 		NewMetrics(prometheus.NewRegistry(), func() corelisters.NodeLister { return f.nodes }),
 		Options{Cluster: "test", Now: func() time.Time { return f.now }, Drain: drain,
 			// The fake clientset has no REST client: evict through the typed client.
-			Evict: func(ctx context.Context, pod *corev1.Pod) error {
+			Evict: func(ctx context.Context, pod *corev1.Pod, options *metav1.DeleteOptions) error {
 				return f.kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
-					ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}})
+					ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}, DeleteOptions: options})
 			}})
 	require.NoError(t, err)
 	for _, o := range objects {

@@ -166,7 +166,11 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 	now := c.opts.Now()
 	deadline := started.Add(policy.timeout)
 	recheck := min(c.opts.DrainRecheck, deadline.Sub(now)+time.Second)
-	evicted, err := c.evictPods(ctx, node, now, started)
+	var graceLeft time.Duration
+	if policy.onTimeout == nodesetv1alpha1.DrainTimeoutDeprovision {
+		graceLeft = deadline.Sub(now)
+	}
+	evicted, err := c.evictPods(ctx, node, now, started, graceLeft)
 	if err != nil {
 		return false, err
 	}
@@ -475,7 +479,12 @@ const arrivalMargin = 15 * time.Second
 // pods it evicted (core/scaledown/actuation/drain.go, waitPodsToDisappear):
 // a pod that came later goes with the machine, and the pod garbage
 // collector deletes it once the Node is gone. The same here.
-func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, started time.Time) (evictions, error) {
+//
+// graceLeft, when positive, is the time left before the machine goes
+// whatever is still on it (onTimeout: Deprovision, an interruption's
+// deadline): an eviction asks for no longer a grace period than that
+// (evictionOptions).
+func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, started time.Time, graceLeft time.Duration) (evictions, error) {
 	var out evictions
 	pods, err := c.pods.OnNode(ctx, node.Name)
 	if err != nil {
@@ -501,7 +510,7 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 		if pod.DeletionTimestamp != nil {
 			continue // already going
 		}
-		err := c.opts.Evict(ctx, pod)
+		err := c.opts.Evict(ctx, pod, evictionOptions(pod, graceLeft))
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 		case refusedByBudget(err):
@@ -557,13 +566,41 @@ func (c *Controller) refusal(text string) string {
 	return redact.Cut(c.scrub(text), refusalLimit)
 }
 
+// evictionOptions are the DeleteOptions of pod's eviction: none, unless
+// the machine goes at a deadline (graceLeft > 0) that the pod's
+// terminationGracePeriodSeconds outlasts; then a grace period that ends by
+// it, at least a second (0 would delete the pod at once, unconfirmed by
+// its kubelet). The Eviction API deletes the pod with these options
+// (kubernetes pkg/registry/core/pod/storage/eviction.go), and a grace
+// period shorter than the pod's own is honoured. A tenant's pod asking
+// for hours would otherwise be stopped by the machine going away, not by
+// its kubelet: no SIGKILL, no volumes unmounted, no deletion confirmed
+// before the instance is terminated, as the drain timed out with it still
+// there. cluster-autoscaler caps the grace period of its evictions the
+// same way (--max-graceful-termination-sec, core/scaledown/actuation/
+// drain.go, evictPod).
+func evictionOptions(pod *corev1.Pod, graceLeft time.Duration) *metav1.DeleteOptions {
+	if graceLeft <= 0 {
+		return nil
+	}
+	left := max(int64(graceLeft/time.Second), 1)
+	own := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		own = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if own <= left {
+		return nil
+	}
+	return &metav1.DeleteOptions{GracePeriodSeconds: &left}
+}
+
 // evictWithoutRetries posts one eviction. A budget that refuses answers 429
 // with a Retry-After, which the typed client would wait out and retry up to
 // ten times inside the call, blocking a worker: here retries are off and the
 // drain requeues instead.
-func evictWithoutRetries(kube kubernetes.Interface) func(context.Context, *corev1.Pod) error {
-	return func(ctx context.Context, pod *corev1.Pod) error {
-		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+func evictWithoutRetries(kube kubernetes.Interface) func(context.Context, *corev1.Pod, *metav1.DeleteOptions) error {
+	return func(ctx context.Context, pod *corev1.Pod, options *metav1.DeleteOptions) error {
+		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}, DeleteOptions: options}
 		return kube.CoreV1().RESTClient().Post().
 			Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
 			MaxRetries(0).
