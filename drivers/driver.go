@@ -514,3 +514,14 @@ type InterruptionSource interface {
 	// the classes that share it, so the class is the machine's.
 	LifecycleHeartbeatTimeout(class Class, heartbeat time.Duration) time.Duration
 }
+
+// InterruptionRedelivery is an InterruptionSource whose queue can give a
+// notice it delivered again sooner than the queue's visibility timeout: a
+// notice whose drain goes on through its deliveries (a lifecycle action
+// heartbeaten on each) must come back before the cloud stops waiting.
+type InterruptionRedelivery interface {
+	// RedeliverInterruption has the notice of receipt, received on the
+	// class's queue and not acknowledged, come again within after; a
+	// queue that gives it again sooner anyway is left as it is.
+	RedeliverInterruption(ctx context.Context, class Class, receipt string, after time.Duration) error
+}

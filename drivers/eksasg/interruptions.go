@@ -40,6 +40,7 @@ const (
 type Queues interface {
 	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 }
 
 // LifecycleActions are the Auto Scaling calls that let an instance in
@@ -57,7 +58,10 @@ type LifecycleHooks interface {
 	DeleteLifecycleHook(context.Context, *autoscaling.DeleteLifecycleHookInput, ...func(*autoscaling.Options)) (*autoscaling.DeleteLifecycleHookOutput, error)
 }
 
-var _ drivers.InterruptionSource = (*Driver)(nil)
+var (
+	_ drivers.InterruptionSource     = (*Driver)(nil)
+	_ drivers.InterruptionRedelivery = (*Driver)(nil)
+)
 
 // interruptionsOf is the class's interruptions section, nil when it has none.
 func interruptionsOf(class drivers.Class) *nodesetv1alpha1.EKSInterruptions {
@@ -490,6 +494,33 @@ func (d *Driver) AckInterruptions(ctx context.Context, class drivers.Class, rece
 		}
 	}
 	return nil
+}
+
+// RedeliverInterruption has a received message come again within after,
+// when that is sooner than the visibility timeout it was received with
+// (Options.VisibilityTimeout): ChangeMessageVisibility counts the new
+// timeout from the call, in whole seconds (at least one here). A receipt
+// SQS no longer takes is not an error: its message comes again anyway.
+func (d *Driver) RedeliverInterruption(ctx context.Context, class drivers.Class, receipt string, after time.Duration) (err error) {
+	defer awscloud.Redact(class.Credentials, &err)
+	if after >= d.opts.VisibilityTimeout {
+		return nil
+	}
+	q, queueURL, err := d.queues(ctx, class)
+	if err != nil {
+		return err
+	}
+	_, err = q.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(queueURL),
+		ReceiptHandle: aws.String(receipt), VisibilityTimeout: int32(max(after/time.Second, 1))})
+	var (
+		invalid  *sqstypes.ReceiptHandleIsInvalid
+		inFlight *sqstypes.MessageNotInflight
+	)
+	if errors.As(err, &invalid) || errors.As(err, &inFlight) ||
+		(awscloud.IsCode(err, "InvalidParameterValue") && strings.Contains(err.Error(), "ReceiptHandle")) {
+		return nil
+	}
+	return awscloud.Classify("changing the visibility of a message of "+queueURL, err)
 }
 
 // receiptGone reports whether a failed delete is for a receipt handle SQS

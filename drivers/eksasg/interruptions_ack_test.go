@@ -40,6 +40,10 @@ func (q *partialDeletes) DeleteMessageBatch(_ context.Context, in *sqs.DeleteMes
 	return out, nil
 }
 
+func (q *partialDeletes) ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return &sqs.ChangeMessageVisibilityOutput{}, nil
+}
+
 // TestAnExpiredReceiptIsNoDeleteError: SQS answers a receipt handle whose
 // visibility timeout ran out (a handling that took longer, a message
 // received again meanwhile) with InvalidParameterValue, "The receipt

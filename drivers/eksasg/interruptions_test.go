@@ -406,3 +406,44 @@ func TestANoticeComesAgainWithItsFirstDeliveryTime(t *testing.T) {
 	assert.True(t, first.Received.Equal(again.Received), "first delivered at %s, then %s", first.Received, again.Received)
 	require.NoError(t, d.AckInterruptions(ctx, class, []string{again.Receipt}))
 }
+
+// TestANoticeIsRedeliveredSoonerOnlyWhenAsked: a notice whose drain goes
+// on through its deliveries (a lifecycle action heartbeaten on each) must
+// come again before its hook's heartbeat timeout runs out, which may be
+// shorter than the visibility timeout (Auto Scaling allows 30 s). Asked
+// to, the queue gives it again within the time asked (moto's SQS, as
+// ChangeMessageVisibility sets it); a time no sooner than the visibility
+// timeout changes nothing, and a receipt already deleted is no error.
+func TestANoticeIsRedeliveredSoonerOnlyWhenAsked(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	q := framework.NewInterruptionQueue(t, w.endpoint, region, "nodeset-sooner")
+	d := New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second, VisibilityTimeout: time.Hour,
+		Queues: func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return q.SQS, nil }})
+	class := w.class()
+	class.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL}
+	q.Put(t, framework.TerminateLifecycleAction(region, "g", HookName, "i-0123456789abcdef0", "token-sooner", time.Now()))
+
+	receive := func(tries int) []drivers.Interruption {
+		t.Helper()
+		for range tries {
+			batch, err := d.ReceiveInterruptions(ctx, class)
+			require.NoError(t, err)
+			if len(batch) > 0 {
+				return batch
+			}
+		}
+		return nil
+	}
+	first := receive(30)
+	require.Len(t, first, 1, "the notice came")
+	require.NoError(t, d.RedeliverInterruption(ctx, class, first[0].Receipt, 2*time.Hour), "no sooner than the visibility timeout")
+	assert.Empty(t, receive(3), "hidden for the visibility timeout (an hour) when not asked for sooner")
+
+	require.NoError(t, d.RedeliverInterruption(ctx, class, first[0].Receipt, time.Second))
+	again := receive(30)
+	require.Len(t, again, 1, "given again within the time asked")
+	assert.Equal(t, "token-sooner", again[0].Lifecycle.Token)
+	require.NoError(t, d.AckInterruptions(ctx, class, []string{again[0].Receipt}))
+	assert.NoError(t, d.RedeliverInterruption(ctx, class, again[0].Receipt, time.Second), "a receipt already deleted")
+}

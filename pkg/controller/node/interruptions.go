@@ -320,6 +320,7 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 		}
 		if errors.Is(err, errDrainingFirst) {
 			logger.V(2).Info("Interruption notice kept until its Node is drained", "id", n.ID, "kind", n.Kind)
+			c.redeliverSooner(ctx, source, queueClass, n, err)
 			continue
 		}
 		if errors.Is(err, errKeptEarly) {
@@ -345,6 +346,26 @@ func (c *Controller) consumeOnce(ctx context.Context, className string, early *e
 		}
 	}
 	return consumeOK
+}
+
+// redeliverSooner has the message of notice n, whose drain goes on
+// through its deliveries (err is a drainingFirst), come again within the
+// time its lifecycle action's next heartbeat needs, when the source can
+// do that. Otherwise, or when the call fails, it comes again after the
+// queue's visibility timeout, as any notice not acknowledged.
+func (c *Controller) redeliverSooner(ctx context.Context, source drivers.InterruptionSource, queueClass drivers.Class, n drivers.Interruption, err error) {
+	var draining drainingFirst
+	redelivery, ok := source.(drivers.InterruptionRedelivery)
+	if !ok || !errors.As(err, &draining) || draining.within <= 0 || n.Receipt == "" {
+		return
+	}
+	if err := c.mayAct(opAckInterruptions); err != nil {
+		return
+	}
+	if err := redelivery.RedeliverInterruption(ctx, queueClass, n.Receipt, draining.within); err != nil {
+		klog.FromContext(ctx).Error(nil, "Could not have a notice of a draining Node come again sooner; it comes again after the queue's visibility timeout",
+			"id", n.ID, "err", c.scrub(err.Error()))
+	}
 }
 
 // errUntilReleased is the answer for a lifecycle notice whose Node was
@@ -376,6 +397,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 	}
 	var errs []error
 	kept, keptEarly, draining, repeats := false, false, false, 0
+	var within time.Duration // the soonest a draining machine's notice must come again
 	for _, id := range n.MachineIDs {
 		node := c.nodeOfMachine(driver, queue, id)
 		if node == nil {
@@ -389,6 +411,10 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 			}
 			if errors.Is(err, errDrainingFirst) {
 				draining = true
+				var d drainingFirst
+				if errors.As(err, &d) && d.within > 0 && (within == 0 || d.within < within) {
+					within = d.within
+				}
 				continue
 			}
 			errs = append(errs, err)
@@ -416,7 +442,7 @@ func (c *Controller) handleInterruption(ctx context.Context, driver, queue strin
 	case kept:
 		return errUntilReleased
 	case draining:
-		return errDrainingFirst
+		return drainingFirst{within: within}
 	case keptEarly:
 		return errKeptEarly
 	}
@@ -663,6 +689,20 @@ func (c *Controller) groupSource(group, queue string) (drivers.GroupDriver, driv
 // look at the drain, and its action is completed once the drain is over.
 var errDrainingFirst = errors.New("lifecycle action of a machine whose Node is draining: the notice is kept until the drain is over")
 
+// drainingFirst is errDrainingFirst with the time within which its notice
+// must come again (0: the queue's visibility timeout will do): the notice's
+// deliveries heartbeat the lifecycle action, and Auto Scaling lets the
+// instance go once its hook's heartbeat timeout passes without one, a
+// timeout that may be shorter than the queue's visibility timeout (30 s
+// at the least, as PutLifecycleHook allows, against the node controller's
+// --interruption-visibility-timeout). A heartbeat is sent once half the
+// timeout has passed since the last; deliveries every quarter of it keep
+// the time between two heartbeats under three quarters of it.
+type drainingFirst struct{ within time.Duration }
+
+func (drainingFirst) Error() string        { return errDrainingFirst.Error() }
+func (drainingFirst) Is(target error) bool { return target == errDrainingFirst }
+
 // anyNodeOfMachine reports whether a Node, whoever made it, has machine
 // id in its providerID.
 func (c *Controller) anyNodeOfMachine(id string) bool {
@@ -812,7 +852,7 @@ func (c *Controller) drainBeforeCompleting(ctx context.Context, queue string, n 
 			return err
 		}
 		logger.V(2).Info("Draining a Node that is no NodeSet's replica before completing its machine's lifecycle action")
-		return errDrainingFirst
+		return drainingFirst{within: rec.Lifecycle.HeartbeatTimeout / 4}
 	}
 	return c.completeLifecycleAction(ctx, source, groupClass, *n.Lifecycle, node)
 }
