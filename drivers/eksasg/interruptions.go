@@ -249,6 +249,7 @@ func (d *Driver) lookAtHook(ctx context.Context, asg awscloud.AutoScaling, group
 // What nodeset's termination hook is, besides its heartbeat timeout.
 const (
 	terminatingTransition = "autoscaling:EC2_INSTANCE_TERMINATING"
+	launchingTransition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
 	hookDefaultResult     = "CONTINUE"
 )
 
@@ -667,6 +668,53 @@ type lifecycleDetail struct {
 	LifecycleTransition  string `json:"LifecycleTransition"`
 }
 
+// autoScalingMessage is what Auto Scaling sends to a lifecycle hook's own
+// notification target (an SQS queue, or an SNS topic the queue is
+// subscribed to), without EventBridge's envelope: the lifecycle action's
+// fields at the top level, or, once when the target is set, a test
+// notification ("Event": "autoscaling:TEST_NOTIFICATION"). nodeset's hook
+// has no target, but a queue may be named as the target of a hook by hand
+// (nodeset's own, until it is put back, or another on the group);
+// aws-node-termination-handler reads both forms the same way.
+type autoScalingMessage struct {
+	Service   string `json:"Service"`
+	Event     string `json:"Event"`
+	RequestID string `json:"RequestId"`
+	Time      string `json:"Time"`
+	lifecycleDetail
+}
+
+// autoScalingService is the Service of Auto Scaling's own notifications.
+const autoScalingService = "AWS Auto Scaling"
+
+// fromAutoScaling reads a message with no EventBridge envelope as Auto
+// Scaling's own notification. A termination's lifecycle action comes
+// back as the EventBridge event it also sends (ok), read the same way
+// from there on; a test notification, or a launch's action (nodeset's
+// hook is for terminations), comes back as a notice with no machine:
+// there is nothing to do. Anything else is not Auto Scaling's, and is
+// unparseable.
+func fromAutoScaling(body []byte) (_ event, _ drivers.Interruption, ok bool) {
+	var m autoScalingMessage
+	if json.Unmarshal(body, &m) != nil || m.Service != autoScalingService {
+		return event{}, drivers.Interruption{Kind: drivers.InterruptionUnparseable, Detail: "not an EventBridge event (no detail-type or detail)"}, false
+	}
+	switch {
+	case m.Event == "autoscaling:TEST_NOTIFICATION" && m.LifecycleTransition == "":
+		return event{}, drivers.Interruption{Kind: drivers.InterruptionTermination, ID: word(m.RequestID), Detail: m.Event}, false
+	case m.Event == "" && m.LifecycleTransition == launchingTransition:
+		return event{}, drivers.Interruption{Kind: drivers.InterruptionTermination, ID: word(m.RequestID), Detail: m.LifecycleTransition}, false
+	case m.Event != "" || m.LifecycleTransition != terminatingTransition:
+		return event{}, drivers.Interruption{Kind: drivers.InterruptionUnparseable,
+			Detail: fmt.Sprintf("an Auto Scaling notification of event %s, transition %s, neither a termination's lifecycle action nor a test", shown(m.Event), shown(m.LifecycleTransition))}, false
+	}
+	detail, err := json.Marshal(m.lifecycleDetail)
+	if err != nil {
+		return event{}, drivers.Interruption{Kind: drivers.InterruptionUnparseable, Detail: err.Error()}, false
+	}
+	return event{ID: m.RequestID, DetailType: "EC2 Instance-terminate Lifecycle Action", Source: "aws.autoscaling", Time: m.Time, Detail: detail}, drivers.Interruption{}, true
+}
+
 // eventSources are the sources of the events nodeset reads, by detail-type:
 // an event of another source (anyone's PutEvents) is not AWS's.
 var eventSources = map[string]string{
@@ -727,6 +775,13 @@ func ParseEvent(body []byte, maxDrain time.Duration) drivers.Interruption {
 	var e event
 	if err := json.Unmarshal(unwrapped(body), &e); err != nil {
 		return unparseable("not JSON: %v", err)
+	}
+	if e.DetailType == "" {
+		direct, n, ok := fromAutoScaling(unwrapped(body))
+		if !ok {
+			return n
+		}
+		e = direct
 	}
 	if e.DetailType == "" || len(e.Detail) == 0 {
 		return unparseable("not an EventBridge event (no detail-type or detail)")

@@ -2,7 +2,9 @@ package eksasg
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,7 +73,26 @@ func TestParseEvent(t *testing.T) {
 			kind: drivers.InterruptionUnparseable},
 		{name: "SNS notification of something else", body: `{"Type":"Notification","MessageId":"m","TopicArn":"` + topic + `","Message":"hello","Timestamp":"2026-11-23T12:00:00.000Z"}`,
 			kind: drivers.InterruptionUnparseable},
+		// Auto Scaling's own notifications, to a hook's notification target
+		// (as aws-node-termination-handler reads them too): the test
+		// notification sent when the target is set is nothing to do, and
+		// no unreadable message; a termination's lifecycle action is read
+		// as the EventBridge event, directly or through SNS.
 		{name: "Auto Scaling test notification", body: `{"AccountId":"123456789012","RequestId":"r","AutoScalingGroupARN":"arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:042cba90:autoScalingGroupName/my-asg","AutoScalingGroupName":"my-asg","Service":"AWS Auto Scaling","Event":"autoscaling:TEST_NOTIFICATION","Time":"2026-11-23T12:00:00.063Z"}`,
+			kind: drivers.InterruptionTermination},
+		{name: "Auto Scaling test notification through SNS", body: snsOf(`{"AccountId":"123456789012","RequestId":"r","AutoScalingGroupARN":"arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:042cba90:autoScalingGroupName/my-asg","AutoScalingGroupName":"my-asg","Service":"AWS Auto Scaling","Event":"autoscaling:TEST_NOTIFICATION","Time":"2026-11-23T12:00:00.063Z"}`),
+			kind: drivers.InterruptionTermination},
+		{name: "lifecycle action sent by Auto Scaling to the hook's target", body: directLifecycleAction,
+			kind: drivers.InterruptionTermination, machines: []string{"i-1234567890abcdef0"}, deadline: at.Add(15*time.Minute + 63*time.Millisecond),
+			lifecycle: &drivers.LifecycleAction{Group: "my-asg", Hook: HookName, Token: "87654321-4321-4321-4321-210987654321", MachineID: "i-1234567890abcdef0"}},
+		{name: "lifecycle action sent by Auto Scaling to the hook's SNS topic", body: snsOf(directLifecycleAction),
+			kind: drivers.InterruptionTermination, machines: []string{"i-1234567890abcdef0"}, deadline: at.Add(15*time.Minute + 63*time.Millisecond),
+			lifecycle: &drivers.LifecycleAction{Group: "my-asg", Hook: HookName, Token: "87654321-4321-4321-4321-210987654321", MachineID: "i-1234567890abcdef0"}},
+		{name: "launch lifecycle action sent by Auto Scaling", body: strings.Replace(directLifecycleAction, "EC2_INSTANCE_TERMINATING", "EC2_INSTANCE_LAUNCHING", 1),
+			kind: drivers.InterruptionTermination},
+		{name: "an Auto Scaling notification of neither kind", body: `{"Service":"AWS Auto Scaling","Event":"autoscaling:EC2_INSTANCE_TERMINATE","AutoScalingGroupName":"my-asg","EC2InstanceId":"i-1234567890abcdef0","Time":"2026-11-23T12:00:00.063Z"}`,
+			kind: drivers.InterruptionUnparseable},
+		{name: "Auto Scaling's form with another time", body: strings.Replace(directLifecycleAction, "2026-11-23T12:00:00.063Z", "noon", 1),
 			kind: drivers.InterruptionUnparseable},
 		{name: "an EC2 detail-type from another source", body: `{"version":"0","id":"x","detail-type":"EC2 Spot Instance Interruption Warning","source":"my.app","account":"123456789012","time":"2026-11-23T12:00:00Z","region":"us-east-2","resources":[],"detail":{"instance-id":"i-0aaa","instance-action":"terminate"}}`,
 			kind: drivers.InterruptionUnparseable},
@@ -96,6 +117,22 @@ func TestParseEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// directLifecycleAction is a termination's lifecycle action as Auto
+// Scaling sends it to the hook's own notification target, without
+// EventBridge's envelope (its time 63 ms after the table's at).
+const directLifecycleAction = `{"Origin":"AutoScalingGroup","LifecycleHookName":"nodeset-termination","Destination":"EC2","AccountId":"123456789012","RequestId":"4e5f6a7b-8c9d-4e0f-a1b2-c3d4e5f6a7b8","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING","AutoScalingGroupName":"my-asg","Service":"AWS Auto Scaling","Time":"2026-11-23T12:00:00.063Z","EC2InstanceId":"i-1234567890abcdef0","LifecycleActionToken":"87654321-4321-4321-4321-210987654321"}`
+
+// snsOf is message in SNS's envelope, as a queue subscribed to a topic
+// receives what is published to it.
+func snsOf(message string) string {
+	raw, err := json.Marshal(map[string]string{"Type": "Notification", "MessageId": "m", "TopicArn": "arn:aws:sns:us-west-2:123456789012:asg", "Message": message,
+		"Timestamp": "2026-11-23T12:00:00.100Z"})
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
 }
 
 // closedScheduledChange is the update AWS Health sends when a scheduled
@@ -446,4 +483,42 @@ func TestANoticeIsRedeliveredSoonerOnlyWhenAsked(t *testing.T) {
 	assert.Equal(t, "token-sooner", again[0].Lifecycle.Token)
 	require.NoError(t, d.AckInterruptions(ctx, class, []string{again[0].Receipt}))
 	assert.NoError(t, d.RedeliverInterruption(ctx, class, again[0].Receipt, time.Second), "a receipt already deleted")
+}
+
+// TestAutoScalingsOwnNotificationsThroughSQS: a lifecycle action Auto
+// Scaling sends to a hook's notification target has no region; it is
+// received as the EventBridge event, its region left to the class's, and
+// its test notification names no machine (nothing to do, not unreadable).
+func TestAutoScalingsOwnNotificationsThroughSQS(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	q := framework.NewInterruptionQueue(t, w.endpoint, region, "nodeset-direct")
+	d := New(Options{Cluster: "prod", Clients: awscloud.SDKClients(w.endpoint), ReceiveWait: time.Second, VisibilityTimeout: time.Minute,
+		Queues: func(ctx context.Context, region string, creds map[string][]byte) (Queues, error) { return q.SQS, nil }})
+	class := w.class()
+	class.Spec.EKSAutoscalingGroup.Interruptions = &nodesetv1alpha1.EKSInterruptions{QueueURL: q.URL}
+	q.Send(t, `{"AccountId":"123456789012","RequestId":"r-test","AutoScalingGroupARN":"arn:aws:autoscaling:`+region+`:123456789012:autoScalingGroup:042cba90:autoScalingGroupName/my-asg","AutoScalingGroupName":"my-asg","Service":"AWS Auto Scaling","Event":"autoscaling:TEST_NOTIFICATION","Time":"2026-11-23T12:00:00.063Z"}`)
+	q.Send(t, directLifecycleAction)
+
+	var got []drivers.Interruption
+	for range 30 {
+		batch, err := d.ReceiveInterruptions(ctx, class)
+		require.NoError(t, err)
+		got = append(got, batch...)
+		if len(got) >= 2 {
+			break
+		}
+	}
+	require.Len(t, got, 2)
+	for _, n := range got {
+		assert.Equal(t, drivers.InterruptionTermination, n.Kind, n.Detail)
+		if n.Lifecycle == nil {
+			assert.Empty(t, n.MachineIDs, "the test notification names no machine")
+			continue
+		}
+		assert.Equal(t, []string{"i-1234567890abcdef0"}, n.MachineIDs)
+		assert.Equal(t, "87654321-4321-4321-4321-210987654321", n.Lifecycle.Token)
+		assert.Empty(t, n.Lifecycle.Region, "no region in Auto Scaling's own form: the class's is used")
+		assert.Equal(t, region, actionRegion(class, *n.Lifecycle))
+	}
 }
