@@ -175,10 +175,23 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 		return false, err
 	}
 	remaining := evicted.remaining
-	attached := 0
+	attached, unwaitedVolumes := 0, 0
 	if policy.waitForDetached {
 		// The attach/detach controller lists what is still attached.
 		attached = len(node.Status.VolumesAttached)
+		if evicted.abandoned > 0 {
+			// It keeps a pod's volumes attached until the pod is
+			// terminated: a terminal phase, or deleted with no container
+			// running in its status (kube-controller-manager
+			// pkg/controller/volume/attachdetach/util DetermineVolumeAction,
+			// pkg/volume/util IsPodTerminated). Only a kubelet reports
+			// that, and none reports for the pods not waited for: their
+			// volumes stay attached until the pods are deleted, which the
+			// pod garbage collector does once the Node is gone. Waiting for
+			// them would hold the drain to its timeout, and with onTimeout:
+			// Cordon keep a dead machine's Node forever.
+			attached, unwaitedVolumes = 0, attached
+		}
 	}
 	switch {
 	case remaining == 0 && attached > 0 && now.Before(deadline):
@@ -198,6 +211,10 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 			if evicted.abandoned > 0 {
 				gone = fmt.Sprintf("all evictable pods are gone but %d terminating for over %s past their grace period, "+
 					"not waited for: the Node is not Ready and no kubelet confirms their deletion", evicted.abandoned, longTerminating)
+			}
+			if unwaitedVolumes > 0 {
+				gone += fmt.Sprintf("; %d volume(s) still attached, not waited for (drain.waitForVolumeDetach): "+
+					"they stay attached while those pods exist", unwaitedVolumes)
 			}
 			if evicted.arrived > 0 {
 				gone += fmt.Sprintf("; %d pod(s) created after the drain started, placed on the cordoned Node "+

@@ -319,3 +319,78 @@ func TestAFailedReleaseIsRetriedAlone(t *testing.T) {
 	}
 	assert.Equal(t, 1, drained, "one Drained Event")
 }
+
+// TestVolumesOfPodsNotWaitedForDoNotHoldTheDrain: kube-controller-manager's
+// attach/detach controller keeps a pod's volumes attached until a kubelet
+// reports the pod terminated (DetermineVolumeAction, IsPodTerminated), so
+// the volumes of a pod left terminating on a Node that is not Ready (its
+// machine dead: reclaimed, or deleted by a cloud controller manager) stay
+// in status.volumesAttached while the pod exists, and the pod exists until
+// the Node is gone. With drain.waitForVolumeDetach the drain does not wait
+// for them: the machine goes at once, not at the drain timeout, and with
+// onTimeout: Cordon not never. A volume on a Node whose pods all went is
+// still waited for.
+func TestVolumesOfPodsNotWaitedForDoNotHoldTheDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		onTimeout nodesetv1alpha1.DrainTimeoutAction
+		pod       bool
+		waits     bool
+	}{
+		{name: "Cordon", onTimeout: nodesetv1alpha1.DrainTimeoutCordon, pod: true},
+		{name: "Deprovision", onTimeout: nodesetv1alpha1.DrainTimeoutDeprovision, pod: true},
+		{name: "no pod left", onTimeout: nodesetv1alpha1.DrainTimeoutCordon, waits: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			class := testClass("sim")
+			class.Spec.Drain.WaitForVolumeDetach = true
+			class.Spec.Drain.OnTimeout = tc.onTimeout
+			node := setNode("web-a", "sim")
+			node.Spec.ProviderID = "test:///web-a"
+			node.DeletionTimestamp = &metav1.Time{Time: testNow.Add(-3 * time.Minute)}
+			node.Spec.Unschedulable = true
+			node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: testNow.Add(-3 * time.Minute).Format(time.RFC3339)}
+			// As kube-controller-manager marks a Node whose kubelet stopped
+			// posting its status.
+			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown"}}
+			node.Status.VolumesAttached = []corev1.AttachedVolume{{Name: "kubernetes.io/csi/ebs.csi.aws.com^vol-1", DevicePath: ""}}
+			objects := []runtime.Object{node}
+			if tc.pod {
+				// Evicted at the drain's start; its kubelet never confirmed it.
+				objects = append(objects, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "team-a", CreationTimestamp: metav1.Time{Time: testNow.Add(-time.Hour)},
+						DeletionTimestamp: &metav1.Time{Time: testNow.Add(-150 * time.Second)}, DeletionGracePeriodSeconds: ptr.To[int64](30)},
+					Spec: corev1.PodSpec{NodeName: "web-a", Volumes: []corev1.Volume{{Name: "data",
+						VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "db",
+						State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+				})
+			}
+			f := newFixture(t, []*nodesetv1alpha1.NodeClass{class}, objects...)
+			f.driver.machines["web-a"] = "test:///web-a"
+			f.onEviction(func() error {
+				t.Error("a terminating pod is not evicted again")
+				return nil
+			})
+
+			require.NoError(t, f.sync("web-a"))
+			if tc.waits {
+				assert.Empty(t, f.driver.deletes, "a volume no pod holds may still detach: waited for within the timeout")
+				cond := drainCondition(f.get("web-a"))
+				require.NotNil(t, cond)
+				assert.Equal(t, ReasonDraining, cond.Reason)
+				assert.Contains(t, cond.Message, "waiting for 1 volume(s) to detach")
+				return
+			}
+			assert.Equal(t, []string{"web-a"}, f.driver.deletes, "deprovisioned two minutes before the drain timeout of 5m")
+			assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination)
+			cond := drainCondition(f.get("web-a"))
+			require.NotNil(t, cond)
+			assert.Equal(t, ReasonDrained, cond.Reason)
+			assert.Contains(t, cond.Message, "1 terminating for over 1m0s past their grace period")
+			assert.Contains(t, cond.Message, "1 volume(s) still attached, not waited for")
+			events := f.events()
+			assert.Zero(t, countPrefix(events, "Warning "+ReasonDrainTimedOut+" "), "%v", events)
+		})
+	}
+}
