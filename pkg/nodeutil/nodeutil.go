@@ -73,6 +73,57 @@ func Phase(node *corev1.Node) string {
 // (upcoming), not as Ready capacity its pods do not fit on.
 const AutoscalerStartupTaint = "startup-taint.cluster-autoscaler.kubernetes.io/nodeset-unregistered"
 
+// LabelExcludeDisruption is the label that keeps a Node out of
+// kube-controller-manager's node lifecycle controller's zone health
+// (pkg/controller/nodelifecycle: isNodeExcludedFromDisruptionChecks,
+// ComputeZoneState).
+const LabelExcludeDisruption = "node.kubernetes.io/exclude-disruption"
+
+// StartupExcludeDisruption is the value of LabelExcludeDisruption on a Node
+// nodeset made before its machine registered, which tells the label apart
+// from one a template asks for: only this value is removed at registration.
+//
+// That controller counts every Node whose Ready condition is not True in its
+// zone's health, a Node no kubelet has reported on yet included. A zone with
+// more than two such Nodes making 55% of it (--unhealthy-zone-threshold) is
+// partially disrupted: the controller taints the zone's unreachable Nodes
+// NoExecute at --secondary-node-eviction-rate, or not at all when the
+// cluster has 50 Nodes or fewer; a zone with none Ready is fully disrupted.
+// Nodes nodeset made for machines still booting are no failure, and a
+// scale-up of many would otherwise stop the eviction of pods from the
+// zone's dead Nodes until the machines registered.
+const StartupExcludeDisruption = "nodeset-unregistered"
+
+// StartupLabels are the labels nodeset gives a Node it makes before its
+// machine registered; they go with the startup taints.
+func StartupLabels() map[string]string {
+	return map[string]string{LabelExcludeDisruption: StartupExcludeDisruption}
+}
+
+// AddStartupLabels gives labels the startup labels it does not have (a
+// template's own exclude-disruption label stays as it is), and returns it.
+func AddStartupLabels(labels map[string]string) map[string]string {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for k, v := range StartupLabels() {
+		if _, ok := labels[k]; !ok {
+			labels[k] = v
+		}
+	}
+	return labels
+}
+
+// RemoveStartupLabels removes from labels the startup labels nodeset gave
+// them (by value: a template's own label stays).
+func RemoveStartupLabels(labels map[string]string) {
+	for k, v := range StartupLabels() {
+		if labels[k] == v {
+			delete(labels, k)
+		}
+	}
+}
+
 // IsStartupTaint reports whether key is one of nodeset's startup taints:
 // nodesetv1alpha1.TaintUnregistered or AutoscalerStartupTaint. Both go on a
 // new Node together and are lifted together.

@@ -403,14 +403,14 @@ func NodeTaints(effective *nodesetv1alpha1.NodeClassSpec, set *nodesetv1alpha1.N
 
 // NewNode is a Node of the set as it is created, without its name: the
 // set's labels, annotations and taints, the driver annotation, the startup
-// taints and the termination finalizer; and, when the set's status.capacity is that of
+// taints and labels and the termination finalizer; and, when the set's status.capacity is that of
 // templateHash, the machine's capacity and allocatable in its status, as a
 // kubelet registers its Node (the API server keeps a Node's status on
 // create), so that nothing reads a new Node as a node of no resources.
 func NewNode(effective *nodesetv1alpha1.NodeClassSpec, class string, set *nodesetv1alpha1.NodeSet, templateHash string) *corev1.Node {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Labels:      NodeLabels(effective, class, set, templateHash),
+			Labels:      nodeutil.AddStartupLabels(NodeLabels(effective, class, set, templateHash)),
 			Annotations: NodeAnnotations(effective, set),
 			Finalizers:  []string{nodesetv1alpha1.FinalizerTermination},
 		},

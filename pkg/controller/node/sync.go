@@ -359,6 +359,7 @@ func (c *Controller) provision(ctx context.Context, node *corev1.Node, nodeClass
 		}
 		if node.Spec.ProviderID == "" && !nodeutil.IsReady(node) && !nodeutil.HasStartupTaint(node) {
 			node.Spec.Taints = append(node.Spec.Taints, resolve.StartupTaints()...)
+			node.Labels = nodeutil.AddStartupLabels(node.Labels)
 		}
 		if node.Spec.ProviderID == "" {
 			// Held before its machine is made: deleted while the driver
@@ -680,7 +681,8 @@ func (c *Controller) register(ctx context.Context, node *corev1.Node, class *nod
 
 // liftStartupTaint tells the driver the machine registered, then removes
 // the startup taints from node, with the condition taints its Ready rules
-// out (nodeutil.RegisteredTaints; in memory, the caller writes it).
+// out (nodeutil.RegisteredTaints), and the startup labels
+// (nodeutil.StartupLabels); in memory, the caller writes it.
 func (c *Controller) liftStartupTaint(ctx context.Context, node *corev1.Node, className string, driver drivers.Driver) error {
 	if observer, ok := driver.(drivers.RegistrationObserver); ok {
 		if err := c.mayAct(opRegistered); err != nil {
@@ -691,6 +693,7 @@ func (c *Controller) liftStartupTaint(ctx context.Context, node *corev1.Node, cl
 		}
 	}
 	node.Spec.Taints = nodeutil.RegisteredTaints(node)
+	nodeutil.RemoveStartupLabels(node.Labels)
 	return nil
 }
 
