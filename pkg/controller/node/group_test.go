@@ -224,6 +224,9 @@ func TestGroupSyncMakesANodePerMachineAndAdoptsTheKubeletsNode(t *testing.T) {
 	assert.Equal(t, "ip-101", adopted.Labels["kubernetes.io/hostname"], "the kubelet's labels stay")
 	assert.Contains(t, adopted.Finalizers, nodesetv1alpha1.FinalizerTermination)
 	assert.False(t, nodeutil.HasStartupTaint(adopted), "a Ready kubelet's Node is not tainted again")
+	assert.NotContains(t, adopted.Labels, nodeutil.LabelExcludeDisruption,
+		"a Ready kubelet's Node is not kept out of the zone's health: no registration write would take the label off")
+	assert.Equal(t, nodeutil.StartupExcludeDisruption, made.Labels[nodeutil.LabelExcludeDisruption], "a Node made before its kubelet is")
 	nodes, err := g.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Len(t, nodes.Items, 2, "one Node per machine")

@@ -191,7 +191,11 @@ func (c *Controller) ensureMachineNode(ctx context.Context, set *nodesetv1alpha1
 	if node.Annotations == nil {
 		node.Annotations = map[string]string{}
 	}
+	startup := nodeutil.StartupLabels()
 	for k, v := range want.Labels {
+		if startup[k] == v && nodeutil.IsReady(node) {
+			continue // registered already: no registration write would take it off
+		}
 		node.Labels[k] = v
 	}
 	for k, v := range want.Annotations {
