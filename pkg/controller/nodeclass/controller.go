@@ -214,7 +214,7 @@ func (c *Controller) validate(ctx context.Context, name string, read *map[string
 		condition.Status, condition.Reason = metav1.ConditionTrue, ReasonValid
 		condition.Message = fmt.Sprintf("driver %s accepts the configuration", class.Spec.Driver)
 	default:
-		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, problem.Error()
+		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, conditionMessage(problem)
 	}
 	status := *class.Status.DeepCopy()
 	status.ObservedGeneration = class.Generation
@@ -233,7 +233,7 @@ func (c *Controller) validate(ctx context.Context, name string, read *map[string
 		case errors.Is(err, drivers.ErrInvalidConfiguration):
 			// The cloud refused the configuration (an unknown instance
 			// type, bad credentials): its word, not a retry.
-			condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, err.Error()
+			condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, ReasonInvalidConfiguration, conditionMessage(err)
 			meta.SetStatusCondition(&status.Conditions, condition)
 		default:
 			return c.undecided(ctx, class, driver, ReasonValidationFailed, fmt.Errorf("reading the capacity of NodeClass %s from driver %s: %w", class.Name, class.Spec.Driver, err))
@@ -270,7 +270,7 @@ func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeC
 	status.SealedSince = SealedSince(class, time.Now())
 	status.Capacity = nil
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: nodesetv1alpha1.NodeClassValid, Status: metav1.ConditionUnknown,
-		ObservedGeneration: class.Generation, Reason: reason, Message: err.Error()})
+		ObservedGeneration: class.Generation, Reason: reason, Message: conditionMessage(err)})
 	if equality.Semantic.DeepEqual(status, class.Status) {
 		return err
 	}
@@ -280,6 +280,19 @@ func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeC
 	}
 	c.enqueueSetsOf(class.Name)
 	return err
+}
+
+// maxConditionMessage is the most bytes of a condition's message the API
+// server takes (metav1.Condition's schema, maxLength 32768). A cloud's or a
+// plugin's error (an HTML error page, a plugin's whole output) may be
+// longer: written whole, the status update would be refused, and the class
+// would never get its verdict.
+const maxConditionMessage = 32768
+
+// conditionMessage is err's text as the Valid condition tells it: cut to
+// maxConditionMessage bytes. Credentials are scrubbed before (redact.Error).
+func conditionMessage(err error) string {
+	return redact.Cut(err.Error(), maxConditionMessage)
 }
 
 // UpgradeGrace is how long after a node controller of this release first

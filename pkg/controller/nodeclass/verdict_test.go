@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,6 +286,37 @@ func TestADriverThatCannotAnswerNowGivesNoVerdict(t *testing.T) {
 			require.NotNil(t, valid)
 			assert.Equal(t, tt.wantStatus, valid.Status)
 			assert.Equal(t, tt.wantReason, valid.Reason)
+		})
+	}
+}
+
+// TestAVerdictOfAnyLengthIsStored: a driver's or a cloud's error may be of
+// any length (a proxy's HTML error page, a plugin's whole output). The Valid
+// condition keeps its beginning, within the schema's maxLength of a
+// condition's message (32768), which would otherwise refuse the status
+// update and leave the class with no verdict.
+func TestAVerdictOfAnyLengthIsStored(t *testing.T) {
+	page := strings.Repeat("<p>upstream error</p>", 5000) // about 100 kB
+	for _, tt := range []struct {
+		name       string
+		err        error
+		wantStatus metav1.ConditionStatus
+	}{
+		{"refused", drivers.InvalidConfiguration("spec.parameters.image", "%s", page), metav1.ConditionFalse},
+		{"could not answer", fmt.Errorf("asking the plugin: %s: %w", page, drivers.ErrUnavailable), metav1.ConditionUnknown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, secondGeneration(nil))
+			f.controller.registry["cloud-group"] = validateGroup{group: group{Driver: simulated.New(nil)}, validateErr: tt.err}
+			_ = f.controller.sync(context.Background(), "sim")
+			got, err := f.client.NodesetV1alpha1().NodeClasses().Get(context.Background(), "sim", metav1.GetOptions{})
+			require.NoError(t, err)
+			valid := meta.FindStatusCondition(got.Status.Conditions, nodesetv1alpha1.NodeClassValid)
+			require.NotNil(t, valid)
+			assert.Equal(t, tt.wantStatus, valid.Status)
+			assert.LessOrEqual(t, len(valid.Message), 32768, "within the schema's maxLength")
+			assert.Contains(t, valid.Message, "upstream error", "its beginning is told")
+			assert.True(t, strings.HasSuffix(valid.Message, "(cut)"), "and that it is cut")
 		})
 	}
 }
