@@ -23,6 +23,7 @@ import (
 	"nodeset.dev/nodeset/drivers"
 	"nodeset.dev/nodeset/pkg/nodeutil"
 	"nodeset.dev/nodeset/pkg/plan"
+	"nodeset.dev/nodeset/pkg/redact"
 	"nodeset.dev/nodeset/pkg/resolve"
 )
 
@@ -237,7 +238,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 		}
 		c.recorder.Eventf(set, eventType, ReasonGroupUpdate, "Update %s of cloud group %s: %s", status.UpdateID, groupName, status.UpdateStatus)
 	}
-	if reported := c.scrub(status.Message); reported != "" && (set.Status.Group == nil || set.Status.Group.Message != reported) {
+	if reported := c.groupMessage(status.Message); reported != "" && (set.Status.Group == nil || set.Status.Group.Message != reported) {
 		// A problem the group reports (a launch AWS could not make, a
 		// health issue), once each time it changes: status.group.message
 		// keeps it, and an alert on Warning Events sees it too.
@@ -606,6 +607,18 @@ func (c *Controller) patchSetFinalizers(ctx context.Context, set *nodesetv1alpha
 	return c.opts.NodeSets.NodesetV1alpha1().NodeSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
+// groupMessageLimit bounds status.group.message: a driver's error or what
+// a cloud says of its group (each health issue of an EKS node group with
+// every instance it names, each error of a failed update) may be of any
+// length, and the NodeSet would keep it whole.
+const groupMessageLimit = 4096
+
+// groupMessage is text from a group driver as status.group.message and
+// the GroupFailed Event tell it: scrubbed of credentials, then bounded.
+func (c *Controller) groupMessage(text string) string {
+	return redact.Cut(c.scrub(text), groupMessageLimit)
+}
+
 // patchGroupStatus writes status.group when it changed (only that field, so
 // it never races the nodeset controller's writes of the rest). keepState
 // leaves the state and size as they were, for errors; refusedTemplateHash
@@ -615,7 +628,7 @@ func (c *Controller) patchGroupStatus(ctx context.Context, set *nodesetv1alpha1.
 		group.State, group.DesiredSize, group.UpdateID, group.UpdateStatus = old.State, old.DesiredSize, old.UpdateID, old.UpdateStatus
 		group.TemplateHash = old.TemplateHash
 	}
-	group.Message = c.scrub(group.Message)
+	group.Message = c.groupMessage(group.Message)
 	if old := set.Status.Group; old != nil && old.Name == group.Name && old.State == group.State && old.Message == group.Message &&
 		old.UpdateID == group.UpdateID && old.UpdateStatus == group.UpdateStatus && old.TemplateHash == group.TemplateHash && old.RefusedTemplateHash == group.RefusedTemplateHash &&
 		(old.DesiredSize == nil) == (group.DesiredSize == nil) && (old.DesiredSize == nil || *old.DesiredSize == *group.DesiredSize) {

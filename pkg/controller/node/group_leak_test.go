@@ -88,3 +88,55 @@ func TestGroupSyncErrorsLogNoCredential(t *testing.T) {
 	require.NotNil(t, set.Status.Group)
 	assertNoEcho(t, set.Status.Group.Message, "status.group.message")
 }
+
+// TestAGroupMessageOfAnyLengthIsBounded: what a cloud says of a group (an
+// EKS node group's health issues with every instance they name, a failed
+// update's errors) and a group driver's error may be of any length, and
+// may quote the class's credentials. status.group.message keeps their
+// beginning, scrubbed, and the GroupFailed Event is still told once.
+func TestAGroupMessageOfAnyLengthIsBounded(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeset-system", Name: "aws"},
+		Data: map[string][]byte{"aws_secret_access_key": []byte(plantedSecretKey)}}
+	g := newGroupFixture(t, 1, secret)
+	obj, exists, err := g.classIndexer.GetByKey("asg")
+	require.NoError(t, err)
+	require.True(t, exists)
+	class := obj.(*nodesetv1alpha1.NodeClass).DeepCopy()
+	class.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "aws"}
+	require.NoError(t, g.classIndexer.Update(class))
+	long := "AsgInstanceLaunchFailures: " + echoes(plantedSecretKey) + " (" + strings.Repeat("i-0123456789abcdef0, ", 5000) + "i-0)"
+	groupFailed := func() (out []string) {
+		for _, e := range g.events() {
+			if strings.Contains(e, ReasonGroupFailed) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	message := func() string {
+		set, err := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotNil(t, set.Status.Group)
+		return set.Status.Group.Message
+	}
+
+	g.group.message = long
+	require.NoError(t, g.syncGroup())
+	got := message()
+	assert.LessOrEqual(t, len(got), 4096, "status.group.message is bounded")
+	assert.True(t, strings.HasPrefix(got, "AsgInstanceLaunchFailures: "), "and keeps the beginning")
+	assert.True(t, strings.HasSuffix(got, "(cut)"), "and says it is cut")
+	assertNoEcho(t, got, "status.group.message")
+	told := groupFailed()
+	require.Len(t, told, 1)
+	assertNoEcho(t, told[0], "the GroupFailed Event")
+
+	require.NoError(t, g.syncGroup())
+	assert.Empty(t, groupFailed(), "the same long problem at the next poll is no news")
+
+	g.group.message, g.group.ensureErr = "", fmt.Errorf("creating Auto Scaling group: %w: %s", drivers.ErrThrottled, long)
+	require.Error(t, g.syncGroup())
+	got = message()
+	assert.LessOrEqual(t, len(got), 4096, "a driver's error in status.group.message is bounded")
+	assertNoEcho(t, got, "status.group.message of an error")
+}
