@@ -536,7 +536,9 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 			}
 			out.blocked++
 		default:
-			klog.FromContext(ctx).V(2).Info("Eviction failed; will retry", "pod", klog.KObj(pod), "err", err)
+			// The API server's answer may quote an admission webhook's
+			// message: logged as it is told, scrubbed and bounded.
+			klog.FromContext(ctx).V(2).Info("Eviction failed; will retry", "pod", klog.KObj(pod), "err", c.refusal(err.Error()))
 			if out.failed == 0 {
 				out.failure = fmt.Sprintf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
 			}

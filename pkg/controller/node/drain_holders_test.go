@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 )
 
 // TestAStuckDrainNamesThePodAndTheBudgetThatHoldIt: a drain held by a
@@ -62,4 +65,28 @@ func TestAnEvictionsRefusalIsBoundedOnTheNode(t *testing.T) {
 	for _, e := range events {
 		assert.Less(t, len(e), 2*refusalLimit, "%.200s", e)
 	}
+}
+
+// TestAnEvictionsRefusalIsLoggedScrubbedAndBounded: the API server's
+// answer to a refused eviction may quote an admission webhook's message,
+// which may echo a credential, at any length. The log line of the failed
+// eviction carries neither the credential nor the whole answer, as the
+// condition and the Events do not.
+func TestAnEvictionsRefusalIsLoggedScrubbedAndBounded(t *testing.T) {
+	const planted = "planted-secret-5c1e9b"
+	long := "admission webhook \"evictions.example.com\" denied the request: token " + planted + " " + strings.Repeat("x", 100_000)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"}, Spec: corev1.PodSpec{NodeName: "web-a"}}
+	f := deletedNodeFixture(t, pod)
+	f.controller.credentialsCache["nodeset-system/creds"] = credentialsRead{data: map[string][]byte{"token": []byte(planted)}, read: testNow}
+	f.onEviction(func() error {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 400, Message: long}}
+	})
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(4)))
+	require.NoError(t, f.controller.syncNode(klog.NewContext(context.Background(), logger), "web-a"))
+	logged := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	assert.Contains(t, logged, "Eviction failed; will retry")
+	assert.Contains(t, logged, "[redacted:token]", "the answer is logged, scrubbed")
+	assert.NotContains(t, logged, planted)
+	assert.Less(t, len(logged), 20*refusalLimit, "the log does not carry the whole answer")
+	assert.NotContains(t, strings.Join(f.events(), "\n"), planted)
 }
