@@ -140,3 +140,26 @@ func TestAGroupMessageOfAnyLengthIsBounded(t *testing.T) {
 	assert.LessOrEqual(t, len(got), 4096, "a driver's error in status.group.message is bounded")
 	assertNoEcho(t, got, "status.group.message of an error")
 }
+
+// TestALongSyncErrorIsLoggedBounded: the worker logs the error a sync
+// returns at every retry; a driver's error carrying a cloud's whole answer
+// (a proxy's HTML page) is logged cut, scrubbed, and keeps its kind.
+func TestALongSyncErrorIsLoggedBounded(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeset-system", Name: "aws"},
+		Data: map[string][]byte{"aws_secret_access_key": []byte(plantedSecretKey)}}
+	g := newGroupFixture(t, 2, secret)
+	obj, exists, err := g.classIndexer.GetByKey("asg")
+	require.NoError(t, err)
+	require.True(t, exists)
+	class := obj.(*nodesetv1alpha1.NodeClass).DeepCopy()
+	class.Spec.CredentialsSecretRef = &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "aws"}
+	require.NoError(t, g.classIndexer.Update(class))
+	g.group.ensureErr = fmt.Errorf("creating Auto Scaling group: %w: %s %s", drivers.ErrThrottled, echoes(plantedSecretKey), strings.Repeat("<p>bad gateway</p>", 6000))
+
+	err = g.controller.syncGroup(context.Background(), "team-a/web")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, drivers.ErrThrottled, "the kind of error stays")
+	assert.LessOrEqual(t, len(err.Error()), 4096, "what the worker logs is bounded")
+	assert.True(t, strings.HasPrefix(err.Error(), "creating Auto Scaling group: "), "and keeps its beginning")
+	assertNoEcho(t, err.Error(), "the error the sync returns")
+}

@@ -723,13 +723,19 @@ func (c *Controller) panicked(ctx context.Context, r any, what string, keysAndVa
 	return err
 }
 
+// errorTextLimit bounds the text of an error a sync returns, which the
+// worker logs at each retry: a driver's error may carry a cloud's whole
+// answer (an HTML error page) or a plugin's output.
+const errorTextLimit = 4096
+
 // scrubbedError is err with the credentials this controller has read
-// removed from its text; it still unwraps to err, so its kind is kept.
+// removed from its text, cut to errorTextLimit bytes; it still unwraps to
+// err, so its kind is kept.
 func (c *Controller) scrubbedError(err error) error {
 	if err == nil {
 		return nil
 	}
-	text := c.scrub(err.Error())
+	text := redact.Cut(c.scrub(err.Error()), errorTextLimit)
 	if text == err.Error() {
 		return err
 	}
