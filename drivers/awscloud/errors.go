@@ -11,14 +11,16 @@ import (
 	"nodeset.dev/nodeset/pkg/redact"
 )
 
-// Redact removes every value of credentials (the class's Secret) from *err:
+// Redact removes every value of credentials (the class's Secret), and
+// whatever has the form of a credential (the SDK's default chain's, in no
+// Secret: redact.Shapes), from *err:
 // AWS answers can quote what a request carried (an access key id in an
 // authorization error, a session token), and the drivers' errors become
 // conditions, Events and log lines. The error keeps the driver errors it
 // wraps (errors.Is). Drivers defer it in each method that returns text from
 // AWS.
 func Redact(credentials map[string][]byte, err *error) {
-	*err = redact.Error(credentials, *err)
+	*err = redact.ShapesOf(redact.Error(credentials, *err))
 }
 
 // IsCode reports whether err is an AWS API error with this code.

@@ -381,6 +381,7 @@ func (p *pluginProcess) readOutput(r io.Reader, addr chan<- string) {
 		if p.secrets != nil {
 			text = p.secrets.String(text)
 		}
+		text = redact.Shapes(text)
 		klog.V(5).InfoS("docker-machine plugin", "plugin", p.binary, "output", text)
 		p.mu.Lock()
 		p.lastLines = append(p.lastLines, text)
@@ -601,7 +602,7 @@ func (c rpcPlugin) GetSSHKeyPath() string {
 type klogWriter struct{}
 
 func (klogWriter) Write(b []byte) (int, error) {
-	klog.V(5).InfoS("docker-machine plugin", "output", credentialValues.String(strings.TrimRight(string(b), "\n")))
+	klog.V(5).InfoS("docker-machine plugin", "output", redact.Shapes(credentialValues.String(strings.TrimRight(string(b), "\n"))))
 	return len(b), nil
 }
 

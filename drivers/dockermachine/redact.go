@@ -46,7 +46,8 @@ const maxErrorText = 4 << 10
 func remember(credentials map[string][]byte) { credentialValues.Add(credentials) }
 
 // scrubbed is err without any credential value this process knows of,
-// including those in the machine's credential files, cut to maxErrorText
+// including those in the machine's credential files, nor anything that has
+// the form of a credential (redact.Shapes), cut to maxErrorText
 // once scrubbed (so the cut leaves no part of a value behind).
 func (d *Driver) scrubbed(machine string, err error) error {
 	if err == nil {
@@ -55,7 +56,7 @@ func (d *Driver) scrubbed(machine string, err error) error {
 	if machine != "" {
 		remember(d.fileCredentials(machine))
 	}
-	err = credentialValues.Error(err)
+	err = redact.ShapesOf(credentialValues.Error(err))
 	msg := err.Error()
 	if len(msg) <= maxErrorText {
 		return err

@@ -9,6 +9,10 @@
 // longer encoded text), or a line at a time. A Set replaces every credential value in each of these
 // forms, and each line of a multi-line value (a PEM key), with
 // [redacted:<key>], naming the credentials Secret key it came from.
+//
+// Shapes replaces what has the form of a credential, whoever's it is; the
+// places text from outside is stored, logged or shown apply it last, after
+// every Set, so a value a Set knows keeps its name.
 package redact
 
 import (

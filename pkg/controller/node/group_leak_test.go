@@ -163,3 +163,31 @@ func TestALongSyncErrorIsLoggedBounded(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), "creating Auto Scaling group: "), "and keeps its beginning")
 	assertNoEcho(t, err.Error(), "the error the sync returns")
 }
+
+// TestCredentialsNodesetNeverReadAppearNowhere: a class with no
+// credentials Secret runs on the SDK's default chain (IRSA, an instance
+// profile); those credentials are in no Secret nodeset read, yet an
+// answer may echo them (a signature mismatch quoting the canonical
+// request with its security token). They are recognised by their form.
+func TestCredentialsNodesetNeverReadAppearNowhere(t *testing.T) {
+	const (
+		keyID   = "ASIAY34FZKBOKMUTVV7A"
+		session = "IQoJb3JpZ2luX2VjEHcaCXVzLWVhc3QtMSJHMEUCIQDexampleexampleexample0123456789"
+	)
+	g := newGroupFixture(t, 2)
+	g.group.ensureErr = fmt.Errorf("creating Auto Scaling group: %w: SignatureDoesNotMatch: canonical request:\nx-amz-security-token:%s\ncredential %s/20260101/us-east-1",
+		drivers.ErrThrottled, session, keyID)
+	err := g.controller.syncGroup(context.Background(), "team-a/web")
+	require.Error(t, err)
+	set, getErr := g.nodesets.NodesetV1alpha1().NodeSets("team-a").Get(context.Background(), "web", metav1.GetOptions{})
+	require.NoError(t, getErr)
+	require.NotNil(t, set.Status.Group)
+	events := strings.Join(g.events(), "\n")
+	assert.Contains(t, set.Status.Group.Message, "[redacted:aws-session-token]")
+	for _, sink := range []struct{ name, text string }{
+		{"the error the worker logs", err.Error()}, {"status.group.message", set.Status.Group.Message}, {"the Events", events},
+	} {
+		assert.NotContains(t, sink.text, session, sink.name)
+		assert.NotContains(t, sink.text, keyID, sink.name)
+	}
+}

@@ -10,7 +10,9 @@ import (
 )
 
 // scrub is text without any value of the credentials Secrets this
-// controller has read. Drivers scrub their own errors; this is the second
+// controller has read, nor anything that has the form of a credential
+// (redact.Shapes: the controller's own, from the SDK's default chain, are
+// in no Secret). Drivers scrub their own errors; this is the second
 // line, at the places text from drivers is kept or shown (Events, the
 // provisioning-error annotation, a NodeSet's status.group.message), so a
 // driver that forgets cannot leak a credential there.
@@ -21,7 +23,7 @@ func (c *Controller) scrub(text string) string {
 		values.Add(read.data)
 	}
 	c.credentialsMu.Unlock()
-	return values.String(text)
+	return redact.Shapes(values.String(text))
 }
 
 // scrubbingRecorder records Events with their messages scrubbed.

@@ -59,7 +59,7 @@ func (c *Controller) syncSetCapacity(ctx context.Context, key string) (err error
 		}
 	}()
 	err = c.publishSetCapacity(ctx, key, &creds)
-	return redact.Error(creds, err)
+	return redact.ShapesOf(redact.Error(creds, err))
 }
 
 // publishSetCapacity is syncSetCapacity, keeping in *read the credentials

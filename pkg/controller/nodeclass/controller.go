@@ -140,7 +140,7 @@ func (c *Controller) sync(ctx context.Context, name string) (err error) {
 		}
 	}()
 	err = c.validate(ctx, name, &creds)
-	return redact.Error(creds, err)
+	return redact.ShapesOf(redact.Error(creds, err))
 }
 
 // panicked turns a panic in the sync of the named class into its error,
@@ -290,9 +290,10 @@ func (c *Controller) undecided(ctx context.Context, class *nodesetv1alpha1.NodeC
 const maxConditionMessage = 32768
 
 // conditionMessage is err's text as the Valid condition tells it: cut to
-// maxConditionMessage bytes. Credentials are scrubbed before (redact.Error).
+// maxConditionMessage bytes, without what has the form of a credential.
+// The class's own credentials are scrubbed before (redact.Error).
 func conditionMessage(err error) string {
-	return redact.Cut(err.Error(), maxConditionMessage)
+	return redact.Cut(redact.Shapes(err.Error()), maxConditionMessage)
 }
 
 // UpgradeGrace is how long after a node controller of this release first
