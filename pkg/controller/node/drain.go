@@ -328,7 +328,7 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 		read := node.DeepCopy()
 		delete(read.Annotations, drainedAnnotation)
 		if _, writeErr := c.writeNode(ctx, c.opts.Drain, read, node); writeErr != nil {
-			logger.V(2).Info("Could not record the end of the drain", "err", writeErr)
+			logger.V(2).Info("Could not record the end of the drain", "err", c.scrubbedError(writeErr))
 		}
 	}
 	if errors.Is(err, drivers.ErrInProgress) {

@@ -220,7 +220,7 @@ func (c *Controller) reconcileGroup(ctx context.Context, key string) error {
 			group.RefusedTemplateHash = groupHash(hash)
 		}
 		if patchErr := c.patchGroupStatus(ctx, set, group, true); patchErr != nil {
-			logger.V(2).Info("Could not record the group error", "err", patchErr)
+			logger.V(2).Info("Could not record the group error", "err", c.scrubbedError(patchErr))
 		}
 		if refused {
 			c.groups.AddAfter(key, time.Minute) // a class or set change comes sooner

@@ -267,7 +267,7 @@ func (c *Controller) sealUnsealed(ctx context.Context) {
 		}
 		if nodeutil.Stranger(node, class, c.opts.Now()) {
 			if err := c.markStranger(ctx, node, class); err != nil {
-				logger.Info("Could not mark a Node nodeset did not make; tried again later", "node", node.Name, "err", err)
+				logger.Info("Could not mark a Node nodeset did not make; tried again later", "node", node.Name, "err", c.scrubbedError(err))
 			}
 			continue
 		}
@@ -279,7 +279,7 @@ func (c *Controller) sealUnsealed(ctx context.Context) {
 			continue
 		}
 		if err := c.patchLabels(ctx, node, want, "sealing"); err != nil {
-			logger.Info("Could not seal a Node; tried again later", "node", node.Name, "err", err)
+			logger.Info("Could not seal a Node; tried again later", "node", node.Name, "err", c.scrubbedError(err))
 		}
 		if ctx.Err() != nil {
 			return

@@ -541,7 +541,7 @@ func (c *Controller) createMachine(ctx context.Context, node *corev1.Node, class
 			c.waiting.forget(node.Name)
 		}
 		if recordErr := c.recordProvisioningError(ctx, node, code+": "+err.Error()); recordErr != nil {
-			logger.V(2).Info("Could not record the provisioning error on the Node", "err", recordErr)
+			logger.V(2).Info("Could not record the provisioning error on the Node", "err", c.scrubbedError(recordErr))
 		}
 		return madeMachine{}, err
 	}
