@@ -218,7 +218,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 			}
 			if evicted.arrived > 0 {
 				gone += fmt.Sprintf("; %d pod(s) created after the drain started, placed on the cordoned Node "+
-					"(tolerating node.kubernetes.io/unschedulable or naming the Node), neither evicted nor waited for", evicted.arrived)
+					"(tolerating node.kubernetes.io/unschedulable), neither evicted nor waited for", evicted.arrived)
 			}
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, strings.ToUpper(gone[:1])+gone[1:])
 			if err := c.setDrainCondition(ctx, node, ReasonDrained, gone+"; deprovisioning the machine"); err != nil {
@@ -497,6 +497,12 @@ const arrivalMargin = 15 * time.Second
 // a pod that came later goes with the machine, and the pod garbage
 // collector deletes it once the Node is gone. The same here.
 //
+// Only a pod that tolerates the cordon's taint is taken for one: a drain's
+// start is kept across a restart and across a human's uncordon (the cordon
+// is put back, the start stays), and a pod the scheduler placed while the
+// Node was uncordoned, or one that names the Node without tolerating the
+// cordon, is an ordinary pod, evicted and waited for.
+//
 // graceLeft, when positive, is the time left before the machine goes
 // whatever is still on it (onTimeout: Deprovision, an interruption's
 // deadline): an eviction asks for no longer a grace period than that
@@ -513,7 +519,7 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 		if !shouldEvict(pod) {
 			continue
 		}
-		if pod.CreationTimestamp.After(started.Add(arrivalMargin)) {
+		if pod.CreationTimestamp.After(started.Add(arrivalMargin)) && toleratesCordon(pod) {
 			out.arrived++
 			continue
 		}
@@ -611,6 +617,20 @@ func evictionOptions(pod *corev1.Pod, graceLeft time.Duration) *metav1.DeleteOpt
 		return nil
 	}
 	return &metav1.DeleteOptions{GracePeriodSeconds: &left}
+}
+
+// toleratesCordon reports whether pod tolerates the taint of a cordoned
+// Node (node.kubernetes.io/unschedulable:NoSchedule), which the scheduler's
+// NodeUnschedulable filter asks of a pod it places on one.
+func toleratesCordon(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool {
+		// The taint has no value: Exists, or Equal to "" (the default
+		// operator), of its key or of every key, of its effect or of all.
+		keyMatches := t.Key == unschedulableTaint.Key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)
+		effectMatches := t.Effect == "" || t.Effect == unschedulableTaint.Effect
+		operatorMatches := t.Operator == corev1.TolerationOpExists || ((t.Operator == "" || t.Operator == corev1.TolerationOpEqual) && t.Value == "")
+		return keyMatches && effectMatches && operatorMatches
+	})
 }
 
 // evictWithoutRetries posts one eviction. A budget that refuses answers 429

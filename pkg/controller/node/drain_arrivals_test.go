@@ -37,7 +37,12 @@ func TestAPodPlacedOnTheCordonedNodeDoesNotHoldTheDrain(t *testing.T) {
 	before := pod("before", started.Add(-time.Hour))
 	near := pod("near", started.Add(arrivalMargin))
 	came := pod("came-back", started.Add(arrivalMargin+time.Second))
-	f := deletedNodeFixture(t, before, near, came)
+	// Scheduled while a human had the Node uncordoned (the drain's start
+	// is kept, the cordon put back): an ordinary pod, which does not
+	// tolerate the cordon.
+	uncordoned := pod("while-uncordoned", started.Add(time.Minute))
+	uncordoned.Spec.Tolerations = []corev1.Toleration{{Key: "example.com/gpu", Operator: corev1.TolerationOpExists}}
+	f := deletedNodeFixture(t, before, near, came, uncordoned)
 	node := f.get("web-a")
 	node.Spec.Unschedulable = true
 	node.Annotations = map[string]string{nodesetv1alpha1.AnnotationDrainStarted: started.Format(time.RFC3339)}
@@ -54,12 +59,12 @@ func TestAPodPlacedOnTheCordonedNodeDoesNotHoldTheDrain(t *testing.T) {
 
 	require.NoError(t, f.sync("web-a"))
 	slices.Sort(evicted)
-	assert.Equal(t, []string{"before", "near"}, evicted, "the pod placed on the cordoned Node is not evicted")
+	assert.Equal(t, []string{"before", "near", "while-uncordoned"}, evicted, "the pod placed on the cordoned Node is not evicted")
 	assert.Empty(t, f.driver.deletes, "the pods from before the cordon are waited for")
-	assert.Contains(t, drainCondition(f.get("web-a")).Message, "2 pod(s) left to evict")
+	assert.Contains(t, drainCondition(f.get("web-a")).Message, "3 pod(s) left to evict")
 
 	// The pods from before are gone; the one that came after still runs.
-	for _, name := range []string{"before", "near"} {
+	for _, name := range []string{"before", "near", "while-uncordoned"} {
 		require.NoError(t, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", name))
 	}
 	require.NoError(t, f.sync("web-a"))

@@ -573,6 +573,11 @@ func setBudgetStatus(t *testing.T, namespace, name string, healthy, allowed int3
 	require.NoError(t, err)
 }
 
+// runPod puts a pod on node by name (no scheduler), tolerating every
+// NoExecute taint (the taints of a Node whose kubelet is simulated) but not
+// the cordon's: an ordinary pod, which a drain evicts and waits for also
+// when it came after the drain's start (a pod that tolerates the cordon is
+// taken for one placed on the cordoned Node).
 func runPod(t *testing.T, namespace, name, node string, labels map[string]string) string {
 	t.Helper()
 	kube, _ := clients(t)
@@ -582,7 +587,7 @@ func runPod(t *testing.T, namespace, name, node string, labels map[string]string
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
