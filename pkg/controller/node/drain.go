@@ -624,12 +624,7 @@ func evictionOptions(pod *corev1.Pod, graceLeft time.Duration) *metav1.DeleteOpt
 // NodeUnschedulable filter asks of a pod it places on one.
 func toleratesCordon(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool {
-		// The taint has no value: Exists, or Equal to "" (the default
-		// operator), of its key or of every key, of its effect or of all.
-		keyMatches := t.Key == unschedulableTaint.Key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)
-		effectMatches := t.Effect == "" || t.Effect == unschedulableTaint.Effect
-		operatorMatches := t.Operator == corev1.TolerationOpExists || ((t.Operator == "" || t.Operator == corev1.TolerationOpEqual) && t.Value == "")
-		return keyMatches && effectMatches && operatorMatches
+		return t.ToleratesTaint(klog.Background(), &unschedulableTaint, false)
 	})
 }
 

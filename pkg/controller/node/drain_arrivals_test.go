@@ -76,3 +76,32 @@ func TestAPodPlacedOnTheCordonedNodeDoesNotHoldTheDrain(t *testing.T) {
 	events := f.events()
 	assert.Zero(t, countPrefix(events, "Warning "+ReasonDrainTimedOut+" "), "%v", events)
 }
+
+// TestWhichTolerationsTakeTheCordon: a pod is taken for one placed on the
+// cordoned Node only when one of its tolerations tolerates
+// node.kubernetes.io/unschedulable:NoSchedule by the scheduler's own rule.
+func TestWhichTolerationsTakeTheCordon(t *testing.T) {
+	key := corev1.TaintNodeUnschedulable
+	for _, c := range []struct {
+		name       string
+		toleration corev1.Toleration
+		tolerates  bool
+	}{
+		{"the key, Exists", corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists}, true},
+		{"the key, Exists, NoSchedule", corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}, true},
+		{"the key, Equal to empty", corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual}, true},
+		{"the key, no operator", corev1.Toleration{Key: key}, true},
+		{"every key, Exists", corev1.Toleration{Operator: corev1.TolerationOpExists}, true},
+		{"the key, Equal to a value", corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: "true"}, false},
+		{"the key, NoExecute", corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
+		{"the key, PreferNoSchedule", corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectPreferNoSchedule}, false},
+		{"every key, NoExecute", corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
+		{"another key", corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{c.toleration}}}
+			assert.Equal(t, c.tolerates, toleratesCordon(pod))
+		})
+	}
+	assert.False(t, toleratesCordon(&corev1.Pod{}), "a pod without tolerations")
+}
