@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"nodeset.dev/nodeset/pkg/autoscaler/protos"
+	"nodeset.dev/nodeset/pkg/redact"
 )
 
 // ServingOptions say where and how the server listens.
@@ -148,7 +149,7 @@ func (o *ServingOptions) Serve(ctx context.Context, server protos.CloudProviderS
 	if err != nil {
 		return fmt.Errorf("autoscaler API: %w", err)
 	}
-	g := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(recoverPanics))...)
+	g := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(boundErrors, recoverPanics))...)
 	protos.RegisterCloudProviderServer(g, server)
 	go func() {
 		<-ctx.Done()
@@ -159,6 +160,23 @@ func (o *ServingOptions) Serve(ctx context.Context, server protos.CloudProviderS
 		return err
 	}
 	return nil
+}
+
+// errorMessageLimit bounds the message of an error the server answers
+// with. cluster-autoscaler logs each failed call's message and may keep it
+// in its status ConfigMap; the messages quote what a caller sent (a node
+// group id, a Node's name and provider ID) and what the API server answered.
+const errorMessageLimit = 2048
+
+// boundErrors answers every failed call with its message rid of anything of
+// a credential's form and cut to errorMessageLimit bytes, its code kept.
+func boundErrors(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err == nil {
+		return resp, nil
+	}
+	answer := status.Convert(err)
+	return resp, status.Error(answer.Code(), redact.Cut(redact.Shapes(answer.Message()), errorMessageLimit))
 }
 
 // recoverPanics answers a call whose handler panicked with Internal, the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +155,40 @@ func TestAPanicFailsItsCallAlone(t *testing.T) {
 	}
 	_, err = client.Refresh(context.Background(), &protos.RefreshRequest{})
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "still serving: %v", err)
+}
+
+// echoing answers NodeGroupTargetSize with an error quoting the id it was
+// asked about, as the server's own answers quote a node group id or a
+// Node's provider ID.
+type echoing struct {
+	protos.UnimplementedCloudProviderServer
+}
+
+func (echoing) NodeGroupTargetSize(_ context.Context, req *protos.NodeGroupTargetSizeRequest) (*protos.NodeGroupTargetSizeResponse, error) {
+	return nil, status.Errorf(codes.NotFound, "node group %q: not found", req.GetId())
+}
+
+// TestAnAnswersErrorIsBoundedAndScrubbed: the message of a failed call
+// (which cluster-autoscaler logs) is cut to errorMessageLimit bytes and rid
+// of what has a credential's form, whatever the caller or the API server
+// put in it; its code is kept.
+func TestAnAnswersErrorIsBoundedAndScrubbed(t *testing.T) {
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	opts := ServingOptions{BindAddress: fmt.Sprintf("127.0.0.1:%d", port)}
+	serve(t, opts, echoing{})
+	conn, err := grpc.NewClient(opts.BindAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := protos.NewCloudProviderClient(conn)
+	callCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := "tenant/AKIAIOSFODNN7EXAMPLE/" + strings.Repeat("x", 100_000)
+	_, err = client.NodeGroupTargetSize(callCtx, &protos.NodeGroupTargetSizeRequest{Id: id}, grpc.WaitForReady(true))
+	require.Error(t, err)
+	answer := status.Convert(err)
+	assert.Equal(t, codes.NotFound, answer.Code())
+	assert.LessOrEqual(t, len(answer.Message()), errorMessageLimit)
+	assert.NotContains(t, answer.Message(), "AKIAIOSFODNN7EXAMPLE")
+	assert.Contains(t, answer.Message(), `node group "tenant/[redacted:aws-access-key-id]/xxx`)
 }
