@@ -288,8 +288,9 @@ func (c *Controllers) Machines(ctx context.Context) ([]Machine, bool) {
 }
 
 // InstallAdmissionPolicy applies deploy/admission: the ValidatingAdmissionPolicies
-// that keep other namespaces' pods off Dedicated nodes and kubelets from
-// claiming nodeset's keys, and their bindings.
+// that keep other namespaces' pods off Dedicated nodes, kubelets from
+// claiming nodeset's keys and a cloud controller manager from deleting Nodes
+// whose machines are being made, and their bindings.
 func InstallAdmissionPolicy(ctx context.Context, cp *ControlPlane) error {
 	files, err := admissionPolicies()
 	if err != nil {
