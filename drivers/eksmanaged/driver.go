@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
@@ -101,11 +102,19 @@ type Options struct {
 	Clients Clients
 	// Scopes are the clusters ListGroups looks in, for orphan collection.
 	Scopes func() []Scope
+	// Now is the clock of the backoff of failed configuration updates;
+	// time.Now when nil.
+	Now func() time.Time
 }
 
 // Driver serves NodeClasses with driver eks-managed.
 type Driver struct {
 	opts Options
+	// asked is, per node group, the configuration update last asked and
+	// the hash of the spec that asked it (configAsk), so that its failure
+	// is recorded against that spec, not one edited while it ran.
+	mu    sync.Mutex
+	asked map[string]configAsk
 }
 
 var (
@@ -114,7 +123,12 @@ var (
 )
 
 // New returns the eks-managed driver.
-func New(opts Options) *Driver { return &Driver{opts: opts} }
+func New(opts Options) *Driver {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Driver{opts: opts, asked: map[string]configAsk{}}
+}
 
 // Name is the value of spec.driver the driver serves.
 func (d *Driver) Name() string { return nodesetv1alpha1.DriverEKSManaged }
@@ -294,7 +308,8 @@ func (d *Driver) Capacity(ctx context.Context, class drivers.Class) (_ drivers.C
 //     version or of the configuration) tracked with DescribeUpdate. Nothing
 //     else is changed while the group is not ACTIVE or DEGRADED, or while an
 //     update runs: EKS refuses it. A configuration update that failed is
-//     said, with its errors, and asked for again on the next look.
+//     said, with its errors, and the same change asked again only after a
+//     growing backoff (configbackoff.go); a changed spec is asked at once.
 func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ drivers.GroupStatus, err error) {
 	defer awscloud.Redact(group.Class.Credentials, &err)
 	s, err := section(group.Class)
@@ -376,12 +391,19 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 	if !settled {
 		return d.status(ctx, api, ng, update)
 	}
+	askKey, specHash := s.Region+"/"+s.ClusterName+"/"+group.Name, configSpecHash(s, group)
 	if update != nil && update.Type == ekstypes.UpdateTypeConfigUpdate &&
 		(update.Status == ekstypes.UpdateStatusFailed || update.Status == ekstypes.UpdateStatusCancelled) {
 		// A configuration update of ours EKS gave up on is said, with its
-		// errors, before it is asked for again: the next look, to which
-		// the NodeSet's status no longer passes it, asks again.
-		return d.status(ctx, api, ng, update)
+		// errors, and recorded on the node group: the same change is asked
+		// again only after a backoff that grows with each failure.
+		record, err := d.recordFailedConfig(ctx, api, ng, update, d.askedHash(askKey, aws.ToString(update.Id), specHash))
+		if err != nil {
+			return drivers.GroupStatus{}, err
+		}
+		status, err := d.status(ctx, api, ng, update)
+		status.Message = joinMessages(status.Message, record.retryMessage())
+		return status, err
 	}
 	if version := versionChanges(ng, s); version != nil && failedBefore(update, version) {
 		// Recorded now: the configuration change below, which waited for
@@ -402,6 +424,18 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 		group.Replicas = max(0, group.Replicas-standby)
 	}
 	if config := configChanges(ng, s, group); config != nil {
+		if record, ok := parseFailedConfig(ng.Tags[failedConfigTag]); ok && record.hash == specHash && d.opts.Now().Before(record.retryAt()) {
+			// The same change failed a moment ago: asked again now it
+			// would most likely fail the same way. It waits for its
+			// backoff, or for a change of the spec that asks it.
+			last, err := describeUpdate(ctx, api.EKS, s.ClusterName, group.Name, record.id)
+			if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+				return drivers.GroupStatus{}, err
+			}
+			status, err := d.status(ctx, api, ng, last)
+			status.Message = joinMessages(status.Message, record.retryMessage())
+			return status, err
+		}
 		config.ClusterName, config.NodegroupName = aws.String(s.ClusterName), aws.String(group.Name)
 		out, err := api.EKS.UpdateNodegroupConfig(ctx, config)
 		if awscloud.IsCode(err, "ResourceInUseException") {
@@ -421,8 +455,13 @@ func (d *Driver) EnsureGroup(ctx context.Context, group drivers.Group) (_ driver
 			// Tracked as a version update is: while it runs EKS takes no
 			// other, and should it fail, its errors are said.
 			update = u
+			d.remember(askKey, configAsk{id: aws.ToString(u.Id), hash: specHash})
 		}
 		return d.status(ctx, api, after, update) // else the update tracked still reported: the NodeSet's status keeps it
+	}
+	// The configuration is in step: a failure recorded before is over.
+	if err := d.forgetFailedConfig(ctx, api, ng); err != nil {
+		return drivers.GroupStatus{}, err
 	}
 	if version := versionChanges(ng, s); version != nil {
 		if !group.ManagedRollout {
