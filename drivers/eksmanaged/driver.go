@@ -964,14 +964,29 @@ func goneMeanwhile(what string, err error) error {
 	return awscloud.Classify(what+" (deleted since it was described)", err)
 }
 
-// classify is awscloud.Classify with EKS's own codes.
+// classify is awscloud.Classify with EKS's own codes, as the EKS API
+// reference means them:
+//   - InvalidParameterException ("the specified parameter is invalid"),
+//     ClientException ("caused by a client action": permissions, an
+//     identifier that is not valid), AccessDeniedException and
+//     ResourceNotFoundException (a cluster that does not exist) need a
+//     human: ErrInvalidConfiguration;
+//   - InvalidRequestException is "invalid given the state of the cluster"
+//     (a cluster or node group not ACTIVE, an operation in progress): a
+//     state that passes, so the call is tried again later, and the spec
+//     that asked it is not refused;
+//   - ResourceLimitExceededException, a service quota: ErrOutOfCapacity;
+//   - ServerException, ThrottlingException: transient and throttled, as
+//     awscloud.Classify has them.
 func classify(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case awscloud.IsCode(err, "InvalidParameterException"), awscloud.IsCode(err, "InvalidRequestException"),
+	case awscloud.IsCode(err, "InvalidParameterException"), awscloud.IsCode(err, "ClientException"),
 		awscloud.IsCode(err, "AccessDeniedException"), awscloud.IsCode(err, "ResourceNotFoundException"):
 		return fmt.Errorf("%s: %w: %v", what, drivers.ErrInvalidConfiguration, err)
+	case awscloud.IsCode(err, "InvalidRequestException"):
+		return fmt.Errorf("%s: EKS refuses it in the current state of the cluster or node group, and it is tried again: %w", what, err)
 	case awscloud.IsCode(err, "ResourceLimitExceededException"):
 		return fmt.Errorf("%s: %w: %v", what, drivers.ErrOutOfCapacity, err)
 	}

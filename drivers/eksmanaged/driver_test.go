@@ -220,6 +220,10 @@ type fakeEKS struct {
 	// configUpdates makes UpdateNodegroupConfig answer with an update in
 	// progress, as EKS does, which DescribeUpdate then reports.
 	configUpdates bool
+	// invalidRequest, when set, is the message of the
+	// InvalidRequestException EKS answers UpdateNodegroupConfig with (a
+	// node group it does not take updates of in its current state).
+	invalidRequest string
 }
 
 func resourceInUse() error {
@@ -279,6 +283,9 @@ func (f *fakeEKS) UpdateNodegroupConfig(_ context.Context, in *eks.UpdateNodegro
 	f.call("UpdateNodegroupConfig")
 	if f.busy {
 		return nil, resourceInUse()
+	}
+	if f.invalidRequest != "" {
+		return nil, &smithy.GenericAPIError{Code: "InvalidRequestException", Message: f.invalidRequest, Fault: smithy.FaultClient}
 	}
 	ng := f.groups[aws.ToString(in.NodegroupName)]
 	if sc := in.ScalingConfig; sc != nil {
