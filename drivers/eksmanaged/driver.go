@@ -179,10 +179,52 @@ func (d *Driver) Validate(_ context.Context, class drivers.Class) error {
 				"%s (set such a label in the NodeClass's nodeTemplate: nodeset puts it on the Nodes)", why)
 		}
 	}
+	if len(s.Taints) > eksMaxTaints {
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.taints", "EKS allows at most %d taints on a node group, and there are %d", eksMaxTaints, len(s.Taints))
+	}
 	for i, t := range s.Taints {
-		if len(t.Key) > eksMaxTaintKey {
-			return drivers.InvalidConfiguration(fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d].key", i),
+		field := fmt.Sprintf("spec.eksManagedNodeGroup.taints[%d]", i)
+		switch {
+		case t.Key == "":
+			return drivers.InvalidConfiguration(field+".key", "is required")
+		case len(t.Key) > eksMaxTaintKey:
+			return drivers.InvalidConfiguration(field+".key",
 				"EKS refuses node group taint keys longer than %d characters, prefix included (set such a taint in the NodeClass's nodeTemplate: nodeset puts it on the Nodes)", eksMaxTaintKey)
+		case len(t.Value) > eksMaxTaintValue:
+			return drivers.InvalidConfiguration(field+".value", "EKS refuses node group taint values longer than %d characters", eksMaxTaintValue)
+		}
+		switch ekstypes.TaintEffect(t.Effect) {
+		case ekstypes.TaintEffectNoSchedule, ekstypes.TaintEffectNoExecute, ekstypes.TaintEffectPreferNoSchedule:
+		default:
+			return drivers.InvalidConfiguration(field+".effect", "must be NO_SCHEDULE, NO_EXECUTE or PREFER_NO_SCHEDULE")
+		}
+	}
+	if u := s.UpdateConfig; u != nil {
+		switch {
+		case (u.MaxUnavailable == nil) == (u.MaxUnavailablePercentage == nil):
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.updateConfig", "set exactly one of maxUnavailable and maxUnavailablePercentage")
+		case u.MaxUnavailable != nil && (*u.MaxUnavailable < 1 || *u.MaxUnavailable > eksMaxUnavailable):
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.updateConfig.maxUnavailable", "EKS allows 1 to %d nodes", eksMaxUnavailable)
+		case u.MaxUnavailablePercentage != nil && (*u.MaxUnavailablePercentage < 1 || *u.MaxUnavailablePercentage > 100):
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.updateConfig.maxUnavailablePercentage", "EKS allows 1 to 100 percent")
+		}
+	}
+	if d := s.DiskSize; d != nil && (*d < 1 || *d > eksMaxDiskSize) {
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.diskSize", "must be 1 to %d GiB, the sizes of the gp2 and gp3 EBS volumes EKS gives a node group", eksMaxDiskSize)
+	}
+	switch c := s.CapacityType; c {
+	case "", "ON_DEMAND", "SPOT", "CAPACITY_BLOCK":
+	default:
+		return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.capacityType", "must be ON_DEMAND, SPOT or CAPACITY_BLOCK")
+	}
+	if lt := s.LaunchTemplate; lt != nil {
+		switch {
+		case (lt.ID == "") == (lt.Name == ""):
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.launchTemplate", "set exactly one of id and name")
+		case lt.Name != "" && (len(lt.Name) < ec2MinTemplateName || len(lt.Name) > ec2MaxTemplateName ||
+			strings.Trim(lt.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789().-/_") != ""):
+			return drivers.InvalidConfiguration("spec.eksManagedNodeGroup.launchTemplate.name",
+				"EC2 allows launch template names of %d to %d letters, digits and ( ) . - / _", ec2MinTemplateName, ec2MaxTemplateName)
 		}
 	}
 	return awscloud.ValidateTags("spec.eksManagedNodeGroup.tags", s.Tags)

@@ -64,9 +64,23 @@ func labels(s *nodesetv1alpha1.EKSManagedNodeGroup, group drivers.Group) map[str
 // value); a taint's key is 1 to 63 characters; a node group has at most 50
 // taints.
 const (
-	eksMaxLabelKey = 63
-	eksMaxTaintKey = 63
-	eksMaxTaints   = 50
+	eksMaxLabelKey   = 63
+	eksMaxLabelValue = 63
+	eksMaxTaintKey   = 63
+	eksMaxTaintValue = 63
+	eksMaxTaints     = 50
+)
+
+// EKS's other limits of a node group's settings: updateConfig's
+// maxUnavailable is 1 to 100 ("the maximum number is 100") and
+// maxUnavailablePercentage a percentage, 1 to 100, exactly one of them
+// set; diskSize is the size of a gp2 or gp3 EBS volume, 1 to 16384 GiB; a
+// launch template's name is EC2's, 3 to 128 letters, digits and ( ) . - / _.
+const (
+	eksMaxUnavailable  = 100
+	eksMaxDiskSize     = 16384
+	ec2MinTemplateName = 3
+	ec2MaxTemplateName = 128
 )
 
 // eksRefusesLabel says why EKS refuses a node group label, or "".
@@ -75,10 +89,14 @@ func eksRefusesLabel(key, value string) string {
 		return "EKS refuses node group labels containing " + prefix
 	}
 	switch {
+	case key == "":
+		return "EKS refuses node group labels with an empty key"
 	case len(key) > eksMaxLabelKey:
 		return fmt.Sprintf("EKS refuses node group label keys longer than %d characters, prefix included", eksMaxLabelKey)
 	case value == "":
 		return "EKS refuses node group labels with an empty value"
+	case len(value) > eksMaxLabelValue:
+		return fmt.Sprintf("EKS refuses node group label values longer than %d characters", eksMaxLabelValue)
 	}
 	return ""
 }

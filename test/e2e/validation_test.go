@@ -148,6 +148,25 @@ func TestInvalidObjectsRejected(t *testing.T) {
 		{"pre-bootstrap command longer than user data", nodeClass("c38", object{"driver": "eks-asg", "eksAutoscalingGroup": object{
 			"clusterName": "prod", "region": "eu-west-1", "bootstrap": object{"preBootstrapCommands": []any{"echo " + strings.Repeat("x", 16380)}}}}),
 			[]string{"spec.eksAutoscalingGroup.bootstrap.preBootstrapCommands[0]", "Too long", "16384"}},
+		{"managed node group label key over EKS's 63", nodeClass("c39", managedClass(object{"labels": object{strings.Repeat("p", 60) + ".io/k": "v"}})),
+			[]string{"spec.eksManagedNodeGroup.labels", "EKS allows keys of 1 to 63 characters, prefix included"}},
+		{"managed node group label with an empty value", nodeClass("c40", managedClass(object{"labels": object{"gpu": ""}})),
+			[]string{"spec.eksManagedNodeGroup.labels", "values of 1 to 63"}},
+		{"managed node group label of a reserved domain", nodeClass("c41", managedClass(object{"labels": object{"node-role.kubernetes.io/web": "v"}})),
+			[]string{"spec.eksManagedNodeGroup.labels", "EKS refuses keys containing kubernetes.io/"}},
+		{"managed node group taint key over EKS's 63", nodeClass("c42", managedClass(object{
+			"taints": []any{object{"key": strings.Repeat("p", 60) + ".io/k", "effect": "NO_SCHEDULE"}}})),
+			[]string{"spec.eksManagedNodeGroup.taints[0].key", "Too long", "63"}},
+		{"managed node group tag key over 128", nodeClass("c43", managedClass(object{"tags": object{strings.Repeat("k", 129): "v"}})),
+			[]string{"spec.eksManagedNodeGroup.tags", "EKS allows keys of 1 to 128 characters and values of at most 256"}},
+		{"managed node group tag value over 256", nodeClass("c44", managedClass(object{"tags": object{"team": strings.Repeat("v", 257)}})),
+			[]string{"spec.eksManagedNodeGroup.tags", "values of at most 256"}},
+		{"managed node group tag under aws:", nodeClass("c45", managedClass(object{"tags": object{"AWS:team": "v"}})),
+			[]string{"spec.eksManagedNodeGroup.tags", "keys under aws: are reserved for AWS"}},
+		{"managed node group disk over gp3's 16384 GiB", nodeClass("c46", managedClass(object{"diskSize": 16385})),
+			[]string{"spec.eksManagedNodeGroup.diskSize", "less than or equal to 16384"}},
+		{"managed node group launch template name of 2", nodeClass("c47", managedClass(object{"launchTemplate": object{"name": "lt"}})),
+			[]string{"spec.eksManagedNodeGroup.launchTemplate.name", "at least 3"}},
 		// NodeSet
 		{"NodeSet name of 64", nodeSet(ns, strings.Repeat("s", 64), setSpec(nil)),
 			[]string{"metadata.name must be at most 63 characters", "nodeset.dev/nodeset label"}},
@@ -217,6 +236,16 @@ func TestInvalidObjectsRejected(t *testing.T) {
 }
 
 // TestNodeClassNameImmutable checks an update may not move a NodeSet to another class.
+// managedClass is an eks-managed NodeClass spec with the section's
+// required fields and extra.
+func managedClass(extra object) object {
+	section := object{"clusterName": "prod", "region": "eu-west-1", "nodeRole": "arn:aws:iam::123456789012:role/x", "subnets": []any{"subnet-0123abcd"}}
+	for k, v := range extra {
+		section[k] = v
+	}
+	return object{"driver": "eks-managed", "eksManagedNodeGroup": section}
+}
+
 func TestNodeClassNameImmutable(t *testing.T) {
 	ctx := context.Background()
 	ns := createNamespace(t, "immutable")

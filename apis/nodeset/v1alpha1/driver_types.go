@@ -423,10 +423,11 @@ type EKSManagedNodeGroup struct {
 	// +optional
 	// +kubebuilder:validation:Enum=ON_DEMAND;SPOT;CAPACITY_BLOCK
 	CapacityType string `json:"capacityType,omitempty"`
-	// diskSize of the root volume in GiB (without a launch template), at most 65536.
+	// diskSize of the root volume in GiB (without a launch template), at most
+	// 16384: the largest gp2 or gp3 EBS volume, the types EKS gives it.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=65536
+	// +kubebuilder:validation:Maximum=16384
 	DiskSize *int32 `json:"diskSize,omitempty"`
 	// version is the Kubernetes minor version, such as "1.37".
 	// +optional
@@ -445,14 +446,23 @@ type EKSManagedNodeGroup struct {
 	// remoteAccess allows SSH to the nodes.
 	// +optional
 	RemoteAccess *RemoteAccess `json:"remoteAccess,omitempty"`
-	// tags are added to the node group, next to the owner tags nodeset sets.
+	// tags are added to the node group, next to the owner tags nodeset sets:
+	// at most 40 (EKS allows 50 on a node group, nodeset's own take up to
+	// ten), keys of 1 to 128 characters, not under aws: (AWS's) or
+	// nodeset.dev/ (nodeset's), values of at most 256.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=40
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() >= 1 && k.size() <= 128 && self[k].size() <= 256)",message="eksManagedNodeGroup.tags: EKS allows keys of 1 to 128 characters and values of at most 256"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.lowerAscii().startsWith('aws:') && !k.lowerAscii().startsWith('nodeset.dev/'))",message="eksManagedNodeGroup.tags: keys under aws: are reserved for AWS, keys under nodeset.dev/ for nodeset"
 	Tags map[string]string `json:"tags,omitempty"`
-	// labels are the node group's Kubernetes labels.
+	// labels are the node group's Kubernetes labels. EKS allows keys of 1
+	// to 63 characters, prefix included, values of 1 to 63, and no key
+	// containing kubernetes.io/, k8s.io/ or eks.amazonaws.com/ (set such a
+	// label in the NodeClass's nodeTemplate: nodeset puts it on the Nodes).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && self[k].size() <= 63)",message="eksManagedNodeGroup.labels: keys must be at most 317 characters and values at most 63"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() >= 1 && k.size() <= 63 && self[k].size() >= 1 && self[k].size() <= 63)",message="eksManagedNodeGroup.labels: EKS allows keys of 1 to 63 characters, prefix included, and values of 1 to 63"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.contains('kubernetes.io/') && !k.contains('k8s.io/') && !k.contains('eks.amazonaws.com/'))",message="eksManagedNodeGroup.labels: EKS refuses keys containing kubernetes.io/, k8s.io/ or eks.amazonaws.com/"
 	Labels map[string]string `json:"labels,omitempty"`
 	// taints are the node group's Kubernetes taints, at most one per key and
 	// effect. Server-side apply merges them by key and effect, so each
@@ -473,9 +483,12 @@ type LaunchTemplateReference struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^lt-[0-9a-f]{8,17}$`
 	ID string `json:"id,omitempty"`
-	// name of the launch template.
+	// name of the launch template: 3 to 128 letters, digits and ( ) . - / _,
+	// as EC2 allows.
 	// +optional
+	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9().\-/_]+$`
 	Name string `json:"name,omitempty"`
 	// version of the launch template; the default version when empty.
 	// +optional
@@ -515,10 +528,11 @@ type RemoteAccess struct {
 
 // ManagedTaint is a taint in the EKS API's spelling.
 type ManagedTaint struct {
-	// key of the taint, with the syntax of a Kubernetes taint key.
+	// key of the taint, with the syntax of a Kubernetes taint key, of at most
+	// 63 characters, prefix included, as EKS allows.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	Key string `json:"key"`
 	// value of the taint.

@@ -26,7 +26,8 @@ type EKSManagedNodeGroupApplyConfiguration struct {
 	AMIType *string `json:"amiType,omitempty"`
 	// capacityType is ON_DEMAND, SPOT or CAPACITY_BLOCK.
 	CapacityType *string `json:"capacityType,omitempty"`
-	// diskSize of the root volume in GiB (without a launch template), at most 65536.
+	// diskSize of the root volume in GiB (without a launch template), at most
+	// 16384: the largest gp2 or gp3 EBS volume, the types EKS gives it.
 	DiskSize *int32 `json:"diskSize,omitempty"`
 	// version is the Kubernetes minor version, such as "1.37".
 	Version *string `json:"version,omitempty"`
@@ -38,9 +39,15 @@ type EKSManagedNodeGroupApplyConfiguration struct {
 	UpdateConfig *ManagedUpdateConfigApplyConfiguration `json:"updateConfig,omitempty"`
 	// remoteAccess allows SSH to the nodes.
 	RemoteAccess *RemoteAccessApplyConfiguration `json:"remoteAccess,omitempty"`
-	// tags are added to the node group, next to the owner tags nodeset sets.
+	// tags are added to the node group, next to the owner tags nodeset sets:
+	// at most 40 (EKS allows 50 on a node group, nodeset's own take up to
+	// ten), keys of 1 to 128 characters, not under aws: (AWS's) or
+	// nodeset.dev/ (nodeset's), values of at most 256.
 	Tags map[string]string `json:"tags,omitempty"`
-	// labels are the node group's Kubernetes labels.
+	// labels are the node group's Kubernetes labels. EKS allows keys of 1
+	// to 63 characters, prefix included, values of 1 to 63, and no key
+	// containing kubernetes.io/, k8s.io/ or eks.amazonaws.com/ (set such a
+	// label in the NodeClass's nodeTemplate: nodeset puts it on the Nodes).
 	Labels map[string]string `json:"labels,omitempty"`
 	// taints are the node group's Kubernetes taints, at most one per key and
 	// effect. Server-side apply merges them by key and effect, so each

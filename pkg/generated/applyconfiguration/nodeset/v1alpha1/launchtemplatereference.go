@@ -14,7 +14,8 @@ package v1alpha1
 type LaunchTemplateReferenceApplyConfiguration struct {
 	// id of the launch template.
 	ID *string `json:"id,omitempty"`
-	// name of the launch template.
+	// name of the launch template: 3 to 128 letters, digits and ( ) . - / _,
+	// as EC2 allows.
 	Name *string `json:"name,omitempty"`
 	// version of the launch template; the default version when empty.
 	Version *string `json:"version,omitempty"`

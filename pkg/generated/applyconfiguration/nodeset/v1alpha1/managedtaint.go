@@ -12,7 +12,8 @@ package v1alpha1
 //
 // ManagedTaint is a taint in the EKS API's spelling.
 type ManagedTaintApplyConfiguration struct {
-	// key of the taint, with the syntax of a Kubernetes taint key.
+	// key of the taint, with the syntax of a Kubernetes taint key, of at most
+	// 63 characters, prefix included, as EKS allows.
 	Key *string `json:"key,omitempty"`
 	// value of the taint.
 	Value *string `json:"value,omitempty"`
