@@ -57,9 +57,19 @@ func driverInputs() []badInput {
 			set("simulated label "+key, on(corpusOpen, fmt.Sprintf(`,"simulated":{"labels":{%q:"x"}}`, key)), "spec.simulated.labels"),
 		)
 	}
+	// EKS reserves label keys with kubernetes.io/, k8s.io/ or
+	// eks.amazonaws.com/ in them, and the schema refuses those; the others
+	// reach the controllers, which refuse nodeset's own.
+	eksLabel := func(name, key string) badInput {
+		spec := on(corpusManaged, fmt.Sprintf(`,"eksManagedNodeGroup":{"labels":{%q:"x"}}`, key))
+		if strings.Contains(key, "kubernetes.io/") {
+			return set(name, spec, "spec.eksManagedNodeGroup.labels")
+		}
+		return set(name, spec, "spec.eksManagedNodeGroup.labels", "InvalidTemplate")
+	}
 	for _, key := range []string{"nodeset.dev/tenant", "node-role.kubernetes.io/worker", "topology.kubernetes.io/region", "kubernetes.io/hostname"} {
 		inputs = append(inputs,
-			set("eksManagedNodeGroup label "+key, on(corpusManaged, fmt.Sprintf(`,"eksManagedNodeGroup":{"labels":{%q:"x"}}`, key)), "spec.eksManagedNodeGroup.labels", "InvalidTemplate"),
+			eksLabel("eksManagedNodeGroup label "+key, key),
 			set("eksManagedNodeGroup taint "+key, on(corpusManaged, fmt.Sprintf(`,"eksManagedNodeGroup":{"taints":[{"key":%q,"value":"x","effect":"NO_SCHEDULE"}]}`, key)), "spec.eksManagedNodeGroup.taints[0].key", "InvalidTemplate"),
 		)
 	}
