@@ -64,7 +64,11 @@ func (c *Controller) catchUp(ctx context.Context, timeout time.Duration) {
 	start := c.now()
 	var behind string
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		was := behind
 		behind = c.cacheBehindList(live, listed)
+		if behind != "" && was == "" {
+			logger.V(2).Info("Waiting for the Node cache to show what the API server has before starting the workers", "behind", behind)
+		}
 		return behind == "", nil
 	})
 	switch {
