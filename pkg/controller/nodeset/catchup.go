@@ -3,6 +3,7 @@ package nodeset
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,21 +63,31 @@ func (c *Controller) catchUp(ctx context.Context, timeout time.Duration) {
 		return
 	}
 	start := c.now()
-	var behind string
+	// The Nodes the cache shows differently are found once, by a pass over
+	// every Node; then only those are looked at again, as the cache only
+	// moves forward: the cost of waiting is that of what changed.
+	behind := c.cacheDifferences(live)
+	if len(behind) > 0 && !atLeast(c.nodesSeen(), listed) {
+		logger.V(2).Info("Waiting for the Node cache to show what the API server has before starting the workers", "behind", len(behind), "first", firstDifference(behind))
+	}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		was := behind
-		behind = c.cacheBehindList(live, listed)
-		if behind != "" && was == "" {
-			logger.V(2).Info("Waiting for the Node cache to show what the API server has before starting the workers", "behind", behind)
+		if atLeast(c.nodesSeen(), listed) {
+			clear(behind)
+			return true, nil
 		}
-		return behind == "", nil
+		for name := range behind {
+			if c.nodeDifference(name, live[name]) == "" {
+				delete(behind, name)
+			}
+		}
+		return len(behind) == 0, nil
 	})
 	switch {
 	case err == nil:
 		logger.V(2).Info("The Node cache shows what the API server has", "nodes", len(live), "waited", c.now().Sub(start))
 	case ctx.Err() != nil:
 	default:
-		logger.Error(nil, "The Node cache is still behind the API server; starting the workers", "waited", timeout, "behind", behind)
+		logger.Error(nil, "The Node cache is still behind the API server; starting the workers", "waited", timeout, "behind", len(behind), "first", firstDifference(behind))
 	}
 }
 
@@ -86,32 +97,76 @@ func (c *Controller) cacheBehindList(live map[string]*corev1.Node, listed string
 	if atLeast(c.nodesSeen(), listed) {
 		return ""
 	}
+	return firstDifference(c.cacheDifferences(live))
+}
+
+// cacheDifferences is, by Node name, how the Node cache differs from live,
+// the NodeSets' Nodes of a list: a Node of live it does not show, or shows
+// at an older version or as another Node, and a Node of a set it shows
+// that live does not have.
+func (c *Controller) cacheDifferences(live map[string]*corev1.Node) map[string]string {
+	behind := map[string]string{}
 	for name, want := range live {
-		have, err := c.nodeLister.Get(name)
-		switch {
-		case apierrors.IsNotFound(err):
-			return fmt.Sprintf("Node %s is not in the cache", name)
-		case err != nil:
-			return err.Error()
-		case have.UID != want.UID:
-			return fmt.Sprintf("Node %s is another Node (UID %s) in the cache", name, have.UID)
-		case have.ResourceVersion != want.ResourceVersion && !atLeast(have.ResourceVersion, want.ResourceVersion):
-			return fmt.Sprintf("Node %s is at resourceVersion %s in the cache, %s in the API server", name, have.ResourceVersion, want.ResourceVersion)
+		if why := c.nodeDifference(name, want); why != "" {
+			behind[name] = why
 		}
 	}
 	cached, err := c.nodeLister.List(labels.Everything())
 	if err != nil {
-		return err.Error()
+		behind[""] = err.Error()
+		return behind
 	}
 	for _, have := range cached {
 		if _, ok := nodeSetKey(have); !ok {
 			continue
 		}
 		if want, ok := live[have.Name]; !ok || want.UID != have.UID {
-			return fmt.Sprintf("Node %s (UID %s) is in the cache, not in the API server", have.Name, have.UID)
+			if why := c.nodeDifference(have.Name, live[have.Name]); why != "" {
+				behind[have.Name] = why
+			}
 		}
 	}
+	return behind
+}
+
+// nodeDifference says how the cache's Node name differs from want, the
+// API server's (nil when it had none of the name in a set), "" when the
+// cache shows it, or shows it gone, or a later version of it.
+func (c *Controller) nodeDifference(name string, want *corev1.Node) string {
+	have, err := c.nodeLister.Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		if want == nil {
+			return ""
+		}
+		return fmt.Sprintf("Node %s is not in the cache", name)
+	case err != nil:
+		return err.Error()
+	case want == nil:
+		if _, ok := nodeSetKey(have); !ok {
+			return ""
+		}
+		return fmt.Sprintf("Node %s (UID %s) is in the cache, not in the API server", name, have.UID)
+	case have.UID != want.UID:
+		return fmt.Sprintf("Node %s is another Node (UID %s) in the cache", name, have.UID)
+	case have.ResourceVersion != want.ResourceVersion && !atLeast(have.ResourceVersion, want.ResourceVersion):
+		return fmt.Sprintf("Node %s is at resourceVersion %s in the cache, %s in the API server", name, have.ResourceVersion, want.ResourceVersion)
+	}
 	return ""
+}
+
+// firstDifference is one of behind's differences, in name order, "" when
+// there is none.
+func firstDifference(behind map[string]string) string {
+	if len(behind) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(behind))
+	for name := range behind {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return behind[names[0]]
 }
 
 // atLeast reports whether resourceVersion a is b or later. Versions that

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -115,4 +116,117 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 		return ok, nil
 	})
 	require.NoError(t, err, "%s: %s", what, last)
+}
+
+// nodeGetCounter counts the Nodes looked up one by one.
+type nodeGetCounter struct {
+	corelisters.NodeLister
+	gets atomic.Int64
+}
+
+func (l *nodeGetCounter) Get(name string) (*corev1.Node, error) {
+	l.gets.Add(1)
+	return l.NodeLister.Get(name)
+}
+
+// TestACatchUpLooksAgainOnlyAtWhatDiffered: a new leader of a fleet of
+// thousands of Nodes whose cache lacks one looks at every Node once, then
+// only at the one it lacks until the cache shows it: the wait costs what
+// changed, not the fleet at every look.
+func TestACatchUpLooksAgainOnlyAtWhatDiffered(t *testing.T) {
+	const fleet = 3000
+	class := validClass("sim")
+	set := newSet(fleet)
+	var nodes []*corev1.Node
+	for i := range fleet {
+		n := setNode(t, set, class, fmt.Sprintf("web-%05d", i), time.Minute, true)
+		n.ResourceVersion = "10"
+		nodes = append(nodes, n)
+	}
+	f := newFixture(t, class, set, nodes...)
+	c := f.controller
+	made := setNode(t, set, class, "web-made", time.Minute, true)
+	made.ResourceVersion = "11"
+	require.NoError(t, f.kube.Tracker().Add(made)) // in the API server, not in the cache
+	counting := &nodeGetCounter{NodeLister: c.nodeLister}
+	c.nodeLister = counting
+	var looks atomic.Int64
+	c.nodesSeen = func() string { looks.Add(1); return "" }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.catchUp(ctx, time.Minute)
+	}()
+	waitFor(t, "ten looks at the cache", func() (bool, string) {
+		return looks.Load() >= 10, fmt.Sprintf("%d looks", looks.Load())
+	})
+	gets, seen := counting.gets.Load(), looks.Load()
+	// One pass over the fleet (and the Node not cached, twice), then the
+	// Node not cached at each look.
+	require.LessOrEqual(t, gets, int64(fleet+2)+seen, "Nodes looked up in %d looks at the cache", seen)
+
+	require.NoError(t, c.nodeIndexer.Add(made))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the catch-up did not end once the cache showed the Node")
+	}
+}
+
+// BenchmarkACatchUpLook is one look of a waiting catch-up at a fleet of
+// 5000 Nodes whose cache lacks one.
+func BenchmarkACatchUpLook(b *testing.B) {
+	t := &testing.T{}
+	const fleet = 5000
+	class := validClass("sim")
+	set := newSet(fleet)
+	live := map[string]*corev1.Node{}
+	var nodes []*corev1.Node
+	for i := range fleet {
+		n := setNode(t, set, class, fmt.Sprintf("web-%05d", i), time.Minute, true)
+		n.ResourceVersion = "10"
+		nodes = append(nodes, n)
+		live[n.Name] = n
+	}
+	made := setNode(t, set, class, "web-made", time.Minute, true)
+	live[made.Name] = made
+	f := newFixture(t, class, set, nodes...)
+	c := f.controller
+	c.nodesSeen = func() string { return "" }
+	behind := c.cacheDifferences(live)
+	b.ResetTimer()
+	for b.Loop() {
+		for name := range behind {
+			_ = c.nodeDifference(name, live[name])
+		}
+	}
+}
+
+// BenchmarkACatchUpFullComparison is the comparison of the whole cache
+// with a list of 5000 Nodes, done once when a catch-up starts.
+func BenchmarkACatchUpFullComparison(b *testing.B) {
+	t := &testing.T{}
+	const fleet = 5000
+	class := validClass("sim")
+	set := newSet(fleet)
+	live := map[string]*corev1.Node{}
+	var nodes []*corev1.Node
+	for i := range fleet {
+		n := setNode(t, set, class, fmt.Sprintf("web-%05d", i), time.Minute, true)
+		n.ResourceVersion = "10"
+		nodes = append(nodes, n)
+		live[n.Name] = n
+	}
+	made := setNode(t, set, class, "web-made", time.Minute, true)
+	live[made.Name] = made
+	f := newFixture(t, class, set, nodes...)
+	c := f.controller
+	c.nodesSeen = func() string { return "" }
+	b.ResetTimer()
+	for b.Loop() {
+		_ = c.cacheBehindList(live, "20")
+	}
 }
