@@ -921,3 +921,30 @@ func TestAnEditNotYetJudgedNeverReachesAMachine(t *testing.T) {
 		})
 	}
 }
+
+// TestAStaleCacheDoesNotDeprovisionANodeMadeAgain: a new leader's cache
+// still shows a Node its predecessor released as drained and deleting,
+// while the API server has a Node of the same name made since, whose
+// machine goes by that name. The stale copy must not take the new Node's
+// machine, nor its finalizer.
+func TestAStaleCacheDoesNotDeprovisionANodeMadeAgain(t *testing.T) {
+	again := setNode("web-a", "sim")
+	again.UID = "uid-web-a-again"
+	again.Spec.ProviderID = "sim://web-a"
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, again)
+	stale := setNode("web-a", "sim")
+	stale.DeletionTimestamp = &metav1.Time{Time: testNow}
+	stale.Spec.Unschedulable = true
+	stale.Annotations = map[string]string{
+		nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339),
+		drainedAnnotation:                      testNow.Format(time.RFC3339),
+	}
+	f.updateCache(stale)
+
+	err := f.controller.syncNode(context.Background(), "web-a")
+	assert.Empty(t, f.driver.deletes, "the machine of the Node made again is not deleted")
+	require.NoError(t, err)
+	live := f.get("web-a")
+	assert.Equal(t, again.UID, live.UID)
+	assert.Contains(t, live.Finalizers, nodesetv1alpha1.FinalizerTermination, "the Node made again keeps its finalizer")
+}

@@ -315,8 +315,20 @@ func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrai
 	if err := c.mayAct(deprovision.op); err != nil {
 		return err
 	}
+	// The machine goes by the Node's name: a cache behind the API server
+	// (a new leader's, whose watch has not shown yet that its predecessor
+	// released this Node and a Node of the name was made again) would
+	// take the new Node's machine. Asked of the API server first.
+	live, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	switch {
+	case err == nil && live.UID != node.UID:
+		logger.Info("Not deprovisioning: the Node of the name is another Node now; the cache is behind", "uid", node.UID, "liveUID", live.UID)
+		return nil // its event brings the Node back
+	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
 	start := c.opts.Now()
-	err := deprovision.remove(ctx)
+	err = deprovision.remove(ctx)
 	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)
 	if err != nil && !wasDrained {
 		// The machine takes a while: record the drain's end now. A patch

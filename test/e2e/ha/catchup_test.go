@@ -47,22 +47,8 @@ type watchGate struct {
 // user.
 func startWatchGate(t *testing.T, cp *framework.ControlPlane, user string) *watchGate {
 	t.Helper()
-	target, err := url.Parse(cp.Host)
-	require.NoError(t, err)
-	roots := x509.NewCertPool()
-	ca, err := os.ReadFile(cp.CAFile)
-	require.NoError(t, err)
-	require.True(t, roots.AppendCertsFromPEM(ca))
 	g := &watchGate{}
-	forward := httputil.NewSingleHostReverseProxy(target)
-	forward.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
-	forward.FlushInterval = -1
-	direct := forward.Director
-	token := cp.Config(user).BearerToken
-	forward.Director = func(r *http.Request) {
-		direct(r)
-		r.Header.Set("Authorization", "Bearer "+token)
-	}
+	forward := apiServerProxy(t, cp, user)
 	forward.ModifyResponse = func(resp *http.Response) error {
 		q := resp.Request.URL.Query()
 		if resp.Request.URL.Path == "/api/v1/nodes" && (q.Get("watch") == "true" || q.Get("watch") == "1") {
@@ -117,12 +103,32 @@ func (b *gatedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// apiServerProxy forwards requests to the API server, as user.
+func apiServerProxy(t *testing.T, cp *framework.ControlPlane, user string) *httputil.ReverseProxy {
+	t.Helper()
+	target, err := url.Parse(cp.Host)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	ca, err := os.ReadFile(cp.CAFile)
+	require.NoError(t, err)
+	require.True(t, roots.AppendCertsFromPEM(ca))
+	token := cp.Config(user).BearerToken
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Header.Set("Authorization", "Bearer "+token)
+		},
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true},
+		FlushInterval: -1, // a watch's events as they come
+	}
+}
+
 // kubeconfigThrough writes a kubeconfig that reaches the API server
-// through the gate, as the gate's user.
-func kubeconfigThrough(t *testing.T, cp *framework.ControlPlane, g *watchGate, user string) string {
+// through proxy (a gate, which speaks as user).
+func kubeconfigThrough(t *testing.T, proxy, user string) string {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["gated"] = &clientcmdapi.Cluster{Server: g.URL}
+	kc.Clusters["gated"] = &clientcmdapi.Cluster{Server: proxy}
 	// The gate adds the user's token.
 	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{}
 	kc.Contexts[user] = &clientcmdapi.Context{Cluster: "gated", AuthInfo: user}
@@ -162,7 +168,7 @@ func TestANewLeaderActsOnlyOnACaughtUpCache(t *testing.T) {
 	gates := map[*framework.Process]*watchGate{}
 	for _, p := range []*framework.Process{c.NodeSet, other} {
 		gates[p] = startWatchGate(t, cp, "nodeset-controller")
-		p.Args = withKubeconfig(p.Args, kubeconfigThrough(t, cp, gates[p], "nodeset-controller"))
+		p.Args = withKubeconfig(p.Args, kubeconfigThrough(t, gates[p].URL, "nodeset-controller"))
 	}
 	sets := &replicas{name: "nodeset-controller", all: [2]*framework.Process{c.NodeSet, other}}
 	startAll(t, cp, c.NodeSet, other, c.Node)
