@@ -218,7 +218,7 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 			}
 			if evicted.arrived > 0 {
 				gone += fmt.Sprintf("; %d pod(s) created after the drain started, placed on the cordoned Node "+
-					"(tolerating node.kubernetes.io/unschedulable), neither evicted nor waited for", evicted.arrived)
+					"(tolerating node.kubernetes.io/unschedulable, or naming it at their creation), neither evicted nor waited for", evicted.arrived)
 			}
 			c.recorder.Event(node, corev1.EventTypeNormal, ReasonDrained, strings.ToUpper(gone[:1])+gone[1:])
 			if err := c.setDrainCondition(ctx, node, ReasonDrained, gone+"; deprovisioning the machine"); err != nil {
@@ -509,11 +509,14 @@ const arrivalMargin = 15 * time.Second
 // a pod that came later goes with the machine, and the pod garbage
 // collector deletes it once the Node is gone. The same here.
 //
-// Only a pod that tolerates the cordon's taint is taken for one: a drain's
-// start is kept across a restart and across a human's uncordon (the cordon
-// is put back, the start stays), and a pod the scheduler placed while the
-// Node was uncordoned, or one that names the Node without tolerating the
-// cordon, is an ordinary pod, evicted and waited for.
+// Only a pod that tolerates the cordon's taint, or whose spec.nodeName was
+// given at its creation (namesItsNode), is taken for one: a drain's start
+// is kept across a restart and across a human's uncordon (the cordon is put
+// back, the start stays), and a pod the scheduler placed while the Node was
+// uncordoned is an ordinary pod, evicted and waited for. A pod that names
+// its Node skips the scheduler, and the kubelet admits it whatever the
+// Node's NoSchedule taints: the cordon never stopped its controller, which
+// puts it back at each eviction whether it tolerates the cordon or not.
 //
 // graceLeft, when positive, is the time left before the machine goes
 // whatever is still on it (onTimeout: Deprovision, an interruption's
@@ -531,7 +534,7 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 		if !shouldEvict(pod) {
 			continue
 		}
-		if pod.CreationTimestamp.After(started.Add(arrivalMargin)) && toleratesCordon(pod) {
+		if pod.CreationTimestamp.After(started.Add(arrivalMargin)) && (toleratesCordon(pod) || namesItsNode(pod)) {
 			out.arrived++
 			continue
 		}
@@ -638,6 +641,31 @@ func toleratesCordon(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool {
 		return t.ToleratesTaint(klog.Background(), &unschedulableTaint, false)
 	})
+}
+
+// namesItsNode reports whether pod's spec.nodeName was given when it was
+// created, rather than set by a binding (the scheduler's pods/binding): one
+// of the pod's managed-fields entries, written by its creator, owns
+// spec.nodeName. A binding sets the field in storage without an entry (the
+// API server's field manager tracks the Binding it was sent, not the pod),
+// and spec.nodeName cannot be set by an update. A pod whose managed fields
+// were cleared is taken for a scheduled one: evicted and waited for.
+func namesItsNode(pod *corev1.Pod) bool {
+	for _, entry := range pod.ManagedFields {
+		if entry.Subresource != "" || entry.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Spec map[string]json.RawMessage `json:"f:spec"`
+		}
+		if json.Unmarshal(entry.FieldsV1.GetRawBytes(), &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Spec["f:nodeName"]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // evictWithoutRetries posts one eviction. A budget that refuses answers 429

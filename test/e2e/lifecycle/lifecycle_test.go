@@ -573,23 +573,37 @@ func setBudgetStatus(t *testing.T, namespace, name string, healthy, allowed int3
 	require.NoError(t, err)
 }
 
-// runPod puts a pod on node by name (no scheduler), tolerating every
-// NoExecute taint (the taints of a Node whose kubelet is simulated) but not
-// the cordon's: an ordinary pod, which a drain evicts and waits for also
-// when it came after the drain's start (a pod that tolerates the cordon is
-// taken for one placed on the cordoned Node).
+// runPod puts a pod on node as the scheduler does (created unscheduled,
+// for a scheduler none serves, then bound through pods/binding),
+// tolerating every NoExecute taint (the taints of a Node whose kubelet is
+// simulated) but not the cordon's: an ordinary pod, which a drain evicts
+// and waits for also when it came after the drain's start (a pod that
+// tolerates the cordon, or whose creator named the Node, is taken for one
+// its controller put on the cordoned Node).
 func runPod(t *testing.T, namespace, name, node string, labels map[string]string) string {
 	t.Helper()
+	bindPod(t, namespace, name, node, labels)
+	return name
+}
+
+// bindPod creates an unscheduled pod and binds it to node as a scheduler
+// would: its spec.nodeName is set by the binding, not by its creator.
+func bindPod(t *testing.T, namespace, name, node string, labels map[string]string) {
+	t.Helper()
 	kube, _ := clients(t)
-	_, err := kube.CoreV1().Pods(namespace).Create(context.Background(), &corev1.Pod{
+	ctx := context.Background()
+	_, err := kube.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
-			NodeName:                      node,
+			SchedulerName:                 "no-scheduler",
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	return name
+	require.NoError(t, kube.CoreV1().Pods(namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}, metav1.CreateOptions{}))
 }
