@@ -248,6 +248,9 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 				"%d pod eviction(s) failed (%s); retrying until the drain timeout of %s", evicted.failed, failure, policy.timeout)
 			msg += fmt.Sprintf(", %d eviction(s) failed (%s)", evicted.failed, failure)
 		}
+		if evicted.terminating > 0 {
+			msg += fmt.Sprintf(", %d terminating (%s)", evicted.terminating, evicted.lingerer)
+		}
 		msg += "; drain timeout at " + deadline.UTC().Format(time.RFC3339)
 		if err := c.setDrainCondition(ctx, node, ReasonDraining, msg); err != nil {
 			return false, err
@@ -278,8 +281,9 @@ func (c *Controller) drain(ctx context.Context, node *corev1.Node, policy drainP
 	}
 }
 
-// holding names what refused the last evictions of a timed-out drain, if
-// any: the first pod a budget held and the first other refusal.
+// holding names what held a timed-out drain, if any: the first pod a
+// budget held, the first other refusal and the first pod already
+// terminating.
 func (c *Controller) holding(evicted evictions) string {
 	var held []string
 	if evicted.blocked > 0 {
@@ -287,6 +291,9 @@ func (c *Controller) holding(evicted evictions) string {
 	}
 	if evicted.failed > 0 {
 		held = append(held, "eviction failed: "+c.refusal(evicted.failure))
+	}
+	if evicted.terminating > 0 {
+		held = append(held, "terminating: "+evicted.lingerer)
 	}
 	if len(held) == 0 {
 		return ""
@@ -467,6 +474,11 @@ type evictions struct {
 	// the first, with the API server's answer.
 	failed  int
 	failure string
+	// terminating are the pods waited for that were already being deleted
+	// (a deletionTimestamp); lingerer names the first and when its grace
+	// period ends.
+	terminating int
+	lingerer    string
 }
 
 // longTerminating is how long past the end of its grace period (its
@@ -546,7 +558,14 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now, star
 		}
 		out.remaining++
 		if pod.DeletionTimestamp != nil {
-			continue // already going
+			// Already going: an eviction cannot shorten its grace period,
+			// which its deleter chose. Named, as it may hold the drain long.
+			if out.terminating == 0 {
+				out.lingerer = fmt.Sprintf("pod %s/%s, its grace period ending at %s",
+					pod.Namespace, pod.Name, pod.DeletionTimestamp.UTC().Format(time.RFC3339))
+			}
+			out.terminating++
+			continue
 		}
 		err := c.opts.Evict(ctx, pod, evictionOptions(pod, graceLeft))
 		switch {

@@ -75,3 +75,39 @@ func TestEvictionOptionsNeverDeleteAtOnce(t *testing.T) {
 	assert.Equal(t, ptr.To[int64](1), options.GracePeriodSeconds, "0 deletes the pod without its kubelet")
 	assert.Nil(t, evictionOptions(pod, 0), "no deadline, no cap")
 }
+
+// TestAPodAlreadyTerminatingIsNamedAndBoundedByTheTimeout: a pod its owner
+// deleted before the drain, with a grace period of hours, is neither
+// evicted (an eviction cannot shorten the grace period its deleter chose)
+// nor waited for past the drain timeout. While the drain waits, and in the
+// DrainTimedOut message, it is named with the end of its grace period, so
+// the admin sees what holds the Node.
+func TestAPodAlreadyTerminatingIsNamedAndBoundedByTheTimeout(t *testing.T) {
+	ending := testNow.Add(2 * time.Hour)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "slow", Namespace: "team-a",
+			DeletionTimestamp: &metav1.Time{Time: ending}, DeletionGracePeriodSeconds: ptr.To[int64](7200),
+			Finalizers: []string{"example.com/keep"}},
+		Spec:   corev1.PodSpec{NodeName: "web-a", TerminationGracePeriodSeconds: ptr.To[int64](7200)},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	f := deletedNodeFixture(t, pod)
+	evictions := 0
+	f.onEviction(func() error { evictions++; return nil })
+
+	require.NoError(t, f.sync("web-a"))
+	assert.Zero(t, evictions, "a pod already terminating is not evicted")
+	cond := drainCondition(f.get("web-a"))
+	require.NotNil(t, cond)
+	assert.Equal(t, ReasonDraining, cond.Reason)
+	named := "1 terminating (pod team-a/slow, its grace period ending at " + ending.UTC().Format(time.RFC3339) + ")"
+	assert.Contains(t, cond.Message, named)
+
+	f.now = testNow.Add(5*time.Minute + time.Second) // the class's drain timeout is 5m
+	require.NoError(t, f.sync("web-a"))
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes, "the drain timeout bounds the wait")
+	cond = drainCondition(f.get("web-a"))
+	require.NotNil(t, cond)
+	assert.Equal(t, ReasonDrainTimedOut, cond.Reason)
+	assert.Contains(t, cond.Message, "(terminating: pod team-a/slow, its grace period ending at "+ending.UTC().Format(time.RFC3339)+")")
+}
