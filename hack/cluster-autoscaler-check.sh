@@ -111,7 +111,11 @@ start_ca() {
     --scale-down-delay-after-delete=10s --balance-similar-node-groups \
     --balancing-ignore-label=nodeset.dev/nodeset --balancing-ignore-label=nodeset.dev/nodeset-namespace \
     --balancing-ignore-label=nodeset.dev/template-hash \
-    --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner --v=4 "$@" >>"${ca_log}" 2>&1 &
+    --balancing-ignore-label=node-restriction.kubernetes.io/nodeset-owner \
+    --balancing-ignore-label=beta.kubernetes.io/os --balancing-ignore-label=beta.kubernetes.io/arch \
+    --balancing-ignore-label=beta.kubernetes.io/instance-type \
+    --balancing-ignore-label=topology.ebs.csi.aws.com/zone --balancing-ignore-label=topology.k8s.aws/zone-id \
+    --v=4 "$@" >>"${ca_log}" 2>&1 &
   ca_pid=$!
 }
 : >"${ca_log}"
