@@ -280,6 +280,15 @@ func TestANewLeaderActsOnlyOnACaughtUpCache(t *testing.T) {
 		}
 		require.False(t, acted, "the new leader started its workers before its cache showed what the API server had")
 	}
+
+	// The machines go with the NodeSet: the node controllers adopt the
+	// simulated machines of the Nodes left, in the tests that run after
+	// this one.
+	require.NoError(t, cs.NodesetV1alpha1().NodeSets(namespace).Delete(ctx, "web", metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "every Node gone with the NodeSet", func(ctx context.Context) (bool, string) {
+		names := nodeNamesOf(ctx, kube, namespace, "web")
+		return len(names) == 0, fmt.Sprintf("Nodes %v", names)
+	})
 }
 
 // writesOf counts the writes of the replica named identity since start,
