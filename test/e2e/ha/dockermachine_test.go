@@ -110,11 +110,7 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 		})
 	}
 
-	require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
-	eventually(t, 2*time.Minute, "every machine and record gone with the NodeSet", func(ctx context.Context) (bool, string) {
-		machines, records := fakeMachines(t, machineDir), machineRecords(ctx, t, kube, ns)
-		return len(machines) == 0 && len(records) == 0, fmt.Sprintf("machines %v, records %v", machines, records)
-	})
+	deleteSetWithItsMachines(ctx, t, kube, cs, ns, machineDir)
 
 	// By the plugin's log, each node-controller process's machine changes
 	// form one unbroken run.
@@ -125,6 +121,18 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 	t.Logf("machines made and removed, by node-controller process runs:\n  %s", strings.Join(runs, "\n  "))
 	assert.Empty(t, again, "node-controller processes that changed machines again after another had")
 	assert.GreaterOrEqual(t, len(runs), 2, "a standby changed machines after a takeover")
+}
+
+// deleteSetWithItsMachines deletes the NodeSet web of namespace ns and
+// waits until the test plugin's machines in machineDir and their records
+// are gone with it.
+func deleteSetWithItsMachines(ctx context.Context, t *testing.T, kube kubernetes.Interface, cs versioned.Interface, ns, machineDir string) {
+	t.Helper()
+	require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
+	eventually(t, 2*time.Minute, "every machine and record gone with the NodeSet", func(ctx context.Context) (bool, string) {
+		machines, records := fakeMachines(t, machineDir), machineRecords(ctx, t, kube, ns)
+		return len(machines) == 0 && len(records) == 0, fmt.Sprintf("machines %v, records %v", machines, records)
+	})
 }
 
 func fakeMachines(t *testing.T, dir string) []string {

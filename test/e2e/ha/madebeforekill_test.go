@@ -219,11 +219,7 @@ func TestANodeControllerKilledBeforeItRecordsTheMachine(t *testing.T) {
 
 	// The machines go with the NodeSet: the node controllers' machine
 	// records are shared with the tests that run after this one.
-	require.NoError(t, cs.NodesetV1alpha1().NodeSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}))
-	eventually(t, 2*time.Minute, "every machine and record gone with the NodeSet", func(ctx context.Context) (bool, string) {
-		machines, records := fakeMachines(t, machineDir), machineRecords(ctx, t, kube, ns)
-		return len(machines) == 0 && len(records) == 0, fmt.Sprintf("machines %v, records %v", machines, records)
-	})
+	deleteSetWithItsMachines(ctx, t, kube, cs, ns, machineDir)
 }
 
 // fieldOf is the value of key="..." in a structured log line.
