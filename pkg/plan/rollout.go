@@ -131,8 +131,12 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 	// Ready costs nothing, a Ready one costs one, also before it has been
 	// Ready for minReadySeconds (it runs pods, and would be available in a
 	// moment); such a Node goes before an available one (Victims), which
-	// keeps serving. Nodes of the new template still coming up are not
-	// available, so they hold removals back.
+	// keeps serving. What a removal costs is what the budget holds: a
+	// candidate Ready for less than minReadySeconds counts among the
+	// available ones, or with maxUnavailable at replicas nothing would go
+	// until every outdated Node had been Ready for minReadySeconds. Nodes of
+	// the new template still coming up are not available, so they hold
+	// removals back.
 	minAvailable := replicas - unavailable
 	candidates := Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash, minReady, now)
 	// New Nodes beyond replicas (the set was scaled down mid-rollout) go
@@ -144,6 +148,11 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 		// The group replaces the outdated Nodes itself in its update (one
 		// started under Managed): the set's own rollout waits for its end.
 		candidates = nil
+	}
+	for _, n := range candidates {
+		if nodeutil.IsReady(n) && !Available(n, minReady, now) {
+			available++
+		}
 	}
 	for _, n := range candidates {
 		if nodeutil.IsReady(n) {

@@ -89,7 +89,7 @@ func TestAScaleDownRemovesNodesNotYetAvailableFirst(t *testing.T) {
 // one: removing it leaves the available one serving. It still costs one
 // of maxUnavailable (it runs pods).
 func TestARolloutRemovesOutdatedNodesNotYetAvailableFirst(t *testing.T) {
-	set := rollingSet(2, intstr.FromInt32(1), intstr.FromInt32(2))
+	set := rollingSet(2, intstr.FromInt32(1), intstr.FromInt32(1))
 	set.Spec.MinReadySeconds = 60
 	available := readyFor(node("x", "team-a", "web", "old", time.Minute*2, true), time.Hour)
 	available.CreationTimestamp = metav1.NewTime(testNow.Add(-time.Minute)) // the newest: first by policy
@@ -97,6 +97,37 @@ func TestARolloutRemovesOutdatedNodesNotYetAvailableFirst(t *testing.T) {
 	p := Decide(set, "new", []*corev1.Node{available, flapped}, testNow)
 	assert.Equal(t, []string{"y"}, names(p.Remove), "the Node not yet available goes, the available one stays")
 	assert.Equal(t, 1, p.Create)
+}
+
+// TestARolloutRightAfterAScaleUpRemovesWhatMaxUnavailableAllows: every
+// outdated Node Ready for less than minReadySeconds (the set was scaled up
+// a moment before its template changed). Each costs one of
+// maxUnavailable, and counts as serving until then: as many go as
+// maxUnavailable allows, all of them at 100 %, as a Deployment scales its
+// old ReplicaSet down by what maxUnavailable allows whether or not its
+// pods are available yet. None going would hold the rollout for
+// minReadySeconds with nothing to wait for.
+func TestARolloutRightAfterAScaleUpRemovesWhatMaxUnavailableAllows(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		surge, unavailable intstr.IntOrString
+		want               int
+	}{
+		{"maxUnavailable 2 of 6", intstr.FromInt32(0), intstr.FromInt32(2), 2},
+		{"maxUnavailable 100%", intstr.FromInt32(0), intstr.FromString("100%"), 6},
+		{"maxUnavailable 0", intstr.FromInt32(1), intstr.FromInt32(0), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			set := rollingSet(6, tt.surge, tt.unavailable)
+			set.Spec.MinReadySeconds = 600
+			var nodes []*corev1.Node
+			for i := range 6 {
+				nodes = append(nodes, readyFor(node(string(rune('a'+i)), "team-a", "web", "old", time.Minute, true), 30*time.Second))
+			}
+			p := Decide(set, "new", nodes, testNow)
+			assert.Len(t, p.Remove, tt.want)
+		})
+	}
 }
 
 func ptr32(v int32) *int32 { return &v }
