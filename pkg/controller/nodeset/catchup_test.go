@@ -176,16 +176,16 @@ func TestACatchUpLooksAgainOnlyAtWhatDiffered(t *testing.T) {
 	}
 }
 
-// BenchmarkACatchUpLook is one look of a waiting catch-up at a fleet of
-// 5000 Nodes whose cache lacks one.
-func BenchmarkACatchUpLook(b *testing.B) {
+// catchUpFleet is a controller whose cache holds a fleet of size Nodes at
+// resourceVersion 10, and the live Nodes: those and one more the cache
+// lacks.
+func catchUpFleet(size int) (*Controller, map[string]*corev1.Node) {
 	t := &testing.T{}
-	const fleet = 5000
 	class := validClass("sim")
-	set := newSet(fleet)
+	set := newSet(int32(size))
 	live := map[string]*corev1.Node{}
 	var nodes []*corev1.Node
-	for i := range fleet {
+	for i := range size {
 		n := setNode(t, set, class, fmt.Sprintf("web-%05d", i), time.Minute, true)
 		n.ResourceVersion = "10"
 		nodes = append(nodes, n)
@@ -193,9 +193,15 @@ func BenchmarkACatchUpLook(b *testing.B) {
 	}
 	made := setNode(t, set, class, "web-made", time.Minute, true)
 	live[made.Name] = made
-	f := newFixture(t, class, set, nodes...)
-	c := f.controller
+	c := newFixture(t, class, set, nodes...).controller
 	c.nodesSeen = func() string { return "" }
+	return c, live
+}
+
+// BenchmarkACatchUpLook is one look of a waiting catch-up at a fleet of
+// 5000 Nodes whose cache lacks one.
+func BenchmarkACatchUpLook(b *testing.B) {
+	c, live := catchUpFleet(5000)
 	behind := c.cacheDifferences(live)
 	b.ResetTimer()
 	for b.Loop() {
@@ -208,23 +214,7 @@ func BenchmarkACatchUpLook(b *testing.B) {
 // BenchmarkACatchUpFullComparison is the comparison of the whole cache
 // with a list of 5000 Nodes, done once when a catch-up starts.
 func BenchmarkACatchUpFullComparison(b *testing.B) {
-	t := &testing.T{}
-	const fleet = 5000
-	class := validClass("sim")
-	set := newSet(fleet)
-	live := map[string]*corev1.Node{}
-	var nodes []*corev1.Node
-	for i := range fleet {
-		n := setNode(t, set, class, fmt.Sprintf("web-%05d", i), time.Minute, true)
-		n.ResourceVersion = "10"
-		nodes = append(nodes, n)
-		live[n.Name] = n
-	}
-	made := setNode(t, set, class, "web-made", time.Minute, true)
-	live[made.Name] = made
-	f := newFixture(t, class, set, nodes...)
-	c := f.controller
-	c.nodesSeen = func() string { return "" }
+	c, live := catchUpFleet(5000)
 	b.ResetTimer()
 	for b.Loop() {
 		_ = c.cacheBehindList(live, "20")

@@ -52,37 +52,11 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
 
 	const ns = "ha-dm"
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "ha-dm-credentials"}, StringData: map[string]string{"token": "ha-dm-token"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	admin, err := cp.WriteKubeconfig(framework.AdminName)
-	require.NoError(t, err)
-	machineDir, joinDir := t.TempDir(), t.TempDir()
-	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "ha-dm"},
-		Spec: nodesetv1alpha1.NodeClassSpec{
-			Driver:               nodesetv1alpha1.DriverDockerMachine,
-			CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "ha-dm-credentials"},
-			DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
-				DriverName: fakeplugin.Name,
-				Options: map[string]string{
-					"fake-dir":      machineDir,
-					"fake-ssh-port": fmt.Sprint(sshd.Port), "fake-ssh-user": sshd.User, "fake-ssh-key": sshd.KeyFile,
-				},
-				CredentialOptions: map[string]string{"fake-token": "token"},
-				Provisioning: &nodesetv1alpha1.MachineProvisioning{
-					Method: nodesetv1alpha1.ProvisioningSSH,
-					Script: framework.JoinScript(joinDir, cp.Kubectl(), admin),
-				},
-			}},
-			// A drain behind a budget that allows no eviction gives up at
-			// this timeout: what keeps a scale-down in flight for the pause.
-			Drain: &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	machineDir := testPluginClass(ctx, t, cp, sshd, ns, "ha-dm", nil, func(spec *nodesetv1alpha1.NodeClassSpec) {
+		// A drain behind a budget that allows no eviction gives up at
+		// this timeout: what keeps a scale-down in flight for the pause.
+		spec.Drain = &nodesetv1alpha1.DrainPolicy{Timeout: &metav1.Duration{Duration: 3 * time.Second}}
+	})
 	_, err = cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec:       nodesetv1alpha1.NodeSetSpec{NodeClassName: "ha-dm", Replicas: ptr.To[int32](0)},
@@ -124,6 +98,53 @@ func TestNeverTwoReplicasChangeTheMachines(t *testing.T) {
 }
 
 // deleteSetWithItsMachines deletes the NodeSet web of namespace ns and
+// testPluginClass creates the namespace ns and a docker-machine NodeClass
+// named class on the test plugin (its credentials in a Secret of
+// nodeset-system), whose machines join the control plane over SSH through
+// sshd. options are added to the plugin's, edit may change the class's
+// spec before it is created. It returns the plugin's machine directory.
+func testPluginClass(ctx context.Context, t *testing.T, cp *framework.ControlPlane, sshd *framework.SSHD, ns, class string,
+	options map[string]string, edit func(*nodesetv1alpha1.NodeClassSpec)) string {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	cs := versioned.NewForConfigOrDie(cp.AdminConfig())
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	secret := class + "-credentials"
+	_, err = kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secret}, StringData: map[string]string{"token": class + "-token"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	admin, err := cp.WriteKubeconfig(framework.AdminName)
+	require.NoError(t, err)
+	machineDir, joinDir := t.TempDir(), t.TempDir()
+	all := map[string]string{
+		"fake-dir":      machineDir,
+		"fake-ssh-port": fmt.Sprint(sshd.Port), "fake-ssh-user": sshd.User, "fake-ssh-key": sshd.KeyFile,
+	}
+	for k, v := range options {
+		all[k] = v
+	}
+	spec := nodesetv1alpha1.NodeClassSpec{
+		Driver:               nodesetv1alpha1.DriverDockerMachine,
+		CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: secret},
+		DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
+			DriverName:        fakeplugin.Name,
+			Options:           all,
+			CredentialOptions: map[string]string{"fake-token": "token"},
+			Provisioning: &nodesetv1alpha1.MachineProvisioning{
+				Method: nodesetv1alpha1.ProvisioningSSH,
+				Script: framework.JoinScript(joinDir, cp.Kubectl(), admin),
+			},
+		}},
+	}
+	if edit != nil {
+		edit(&spec)
+	}
+	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: spec}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return machineDir
+}
+
 // waits until the test plugin's machines in machineDir and their records
 // are gone with it.
 func deleteSetWithItsMachines(ctx context.Context, t *testing.T, kube kubernetes.Interface, cs versioned.Interface, ns, machineDir string) {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -140,34 +139,7 @@ func TestANodeControllerKilledBeforeItRecordsTheMachine(t *testing.T) {
 	t.Cleanup(func() { c.Node.Kill(syscall.SIGTERM) })
 
 	const ns = "made-before-kill"
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = kube.CoreV1().Secrets("nodeset-system").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "mbk-credentials"}, StringData: map[string]string{"token": "mbk-token"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	admin, err := cp.WriteKubeconfig(framework.AdminName)
-	require.NoError(t, err)
-	machineDir, joinDir := t.TempDir(), t.TempDir()
-	_, err = cs.NodesetV1alpha1().NodeClasses().Create(ctx, &nodesetv1alpha1.NodeClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "mbk-dm"},
-		Spec: nodesetv1alpha1.NodeClassSpec{
-			Driver:               nodesetv1alpha1.DriverDockerMachine,
-			CredentialsSecretRef: &nodesetv1alpha1.SecretReference{Namespace: "nodeset-system", Name: "mbk-credentials"},
-			DriverSections: nodesetv1alpha1.DriverSections{DockerMachine: &nodesetv1alpha1.DockerMachine{
-				DriverName: fakeplugin.Name,
-				Options: map[string]string{
-					"fake-dir": machineDir, "fake-cloud-ids": "true",
-					"fake-ssh-port": fmt.Sprint(sshd.Port), "fake-ssh-user": sshd.User, "fake-ssh-key": sshd.KeyFile,
-				},
-				CredentialOptions: map[string]string{"fake-token": "token"},
-				Provisioning: &nodesetv1alpha1.MachineProvisioning{
-					Method: nodesetv1alpha1.ProvisioningSSH,
-					Script: framework.JoinScript(joinDir, cp.Kubectl(), admin),
-				},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	machineDir := testPluginClass(ctx, t, cp, sshd, ns, "mbk-dm", map[string]string{"fake-cloud-ids": "true"}, nil)
 
 	gate.hold()
 	_, err = cs.NodesetV1alpha1().NodeSets(ns).Create(ctx, &nodesetv1alpha1.NodeSet{
