@@ -131,14 +131,21 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 	// Ready costs nothing, a Ready one costs one, also before it has been
 	// Ready for minReadySeconds (it runs pods, and would be available in a
 	// moment); such a Node goes before an available one (Victims), which
-	// keeps serving. What a removal costs is what the budget holds: a
-	// candidate Ready for less than minReadySeconds counts among the
+	// keeps serving. What a removal costs is what the budget holds: an
+	// outdated Node Ready for less than minReadySeconds counts among the
 	// available ones, or with maxUnavailable at replicas nothing would go
-	// until every outdated Node had been Ready for minReadySeconds. Nodes of
-	// the new template still coming up are not available, so they hold
-	// removals back.
+	// until every outdated Node had been Ready for minReadySeconds. Such
+	// Nodes go before the available outdated ones, so each takes back what
+	// it added before an available Node is weighed. New Nodes still coming
+	// up (or Ready for less than minReadySeconds) are not available, so they
+	// hold removals back.
 	minAvailable := replicas - unavailable
 	candidates := Victims(outdated, len(outdated), set.Spec.DeletePolicy, templateHash, minReady, now)
+	for _, n := range candidates {
+		if nodeutil.IsReady(n) && !Available(n, minReady, now) {
+			available++
+		}
+	}
 	// New Nodes beyond replicas (the set was scaled down mid-rollout) go
 	// as well, as a Deployment scales its new ReplicaSet down to replicas:
 	// kept until the outdated ones are gone, new Nodes that never come up
@@ -148,11 +155,6 @@ func decideRest(set *nodesetv1alpha1.NodeSet, templateHash string, nodes []*core
 		// The group replaces the outdated Nodes itself in its update (one
 		// started under Managed): the set's own rollout waits for its end.
 		candidates = nil
-	}
-	for _, n := range candidates {
-		if nodeutil.IsReady(n) && !Available(n, minReady, now) {
-			available++
-		}
 	}
 	for _, n := range candidates {
 		if nodeutil.IsReady(n) {

@@ -131,3 +131,18 @@ func TestARolloutRightAfterAScaleUpRemovesWhatMaxUnavailableAllows(t *testing.T)
 }
 
 func ptr32(v int32) *int32 { return &v }
+
+// TestAScaleDownMidRolloutKeepsTheAvailableOutdatedNode: scaled down to
+// 1 mid-rollout, with two new Nodes Ready for less than minReadySeconds
+// and one available outdated Node. The new Node beyond replicas is not
+// available: it must not count as serving, or the outdated Node would go
+// and leave no available Node where maxUnavailable 0 promises one.
+func TestAScaleDownMidRolloutKeepsTheAvailableOutdatedNode(t *testing.T) {
+	set := rollingSet(1, intstr.FromInt32(1), intstr.FromInt32(0))
+	set.Spec.MinReadySeconds = 60
+	old := readyFor(node("a", "team-a", "web", "old", time.Hour, true), time.Hour)
+	c := readyFor(node("c", "team-a", "web", "new", time.Minute, true), 10*time.Second)
+	d := readyFor(node("d", "team-a", "web", "new", time.Minute, true), 10*time.Second)
+	p := Decide(set, "new", []*corev1.Node{old, c, d}, testNow)
+	assert.Empty(t, names(p.Remove), "no Node goes while the outdated one is the only available one")
+}
