@@ -139,8 +139,10 @@ func computeStatus(set *nodesetv1alpha1.NodeSet, res *resolution, nodes []*corev
 		progressing.Reason, progressing.Message = ReasonScalingUp, fmt.Sprintf("%d of %d nodes created", status.Replicas, desired)
 	case status.Replicas > desired:
 		progressing.Reason, progressing.Message = ReasonScalingDown, fmt.Sprintf("%d nodes, scaling down to %d", status.Replicas, desired)
-	case set.Spec.Paused:
-		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionUnknown, ReasonPaused, "the NodeSet is paused"
+	// A paused set with no outdated node holds no rollout: it says what
+	// it waits for, or Complete, as its status counts do (a paused
+	// Deployment that is rolled out passes kubectl rollout status). It is
+	// not timed while paused (lastProgress).
 	case status.ReadyReplicas < desired:
 		progressing.Reason, progressing.Message = ReasonWaitingForReady, fmt.Sprintf("%d of %d nodes ready", status.ReadyReplicas, desired)
 	case status.AvailableReplicas < desired:
