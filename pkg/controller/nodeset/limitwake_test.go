@@ -397,3 +397,45 @@ func TestMachinesGoneTogetherCountTheClassOnce(t *testing.T) {
 	assert.ElementsMatch(t, []string{"hostile/" + f.waiting[0].Name, "hostile/" + f.waiting[1].Name, "hostile/" + f.waiting[2].Name}, woken,
 		"the three sets that waited longest")
 }
+
+// TestADeletedClassIsNotHeldByANamespaceItRefuses: a NodeSet of a
+// namespace the deleted class does not admit (stored while the webhook was
+// away) gets nothing of the class and does not hold it, unless it has a
+// cloud group the node controller made while the namespace was admitted;
+// a namespace that cannot be read holds the class.
+func TestADeletedClassIsNotHeldByANamespaceItRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		allowed   nodesetv1alpha1.AllowedNamespaces
+		namespace string
+		group     bool
+		holds     bool
+	}{
+		{"a namespace the class admits", nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"team-a"}}, "team-a", false, true},
+		{"a namespace the class refuses", nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"team-b"}}, "team-a", false, false},
+		{"a refused namespace's set with a cloud group", nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromList, Namespaces: []string{"team-b"}}, "team-a", true, true},
+		{"a namespace the selector finds no labels of", nodesetv1alpha1.AllowedNamespaces{From: nodesetv1alpha1.NamespacesFromSelector,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}}, "team-unread", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			class := validClass("sim")
+			class.Spec.AllowedNamespaces = &tt.allowed
+			class.Finalizers = []string{nodesetv1alpha1.FinalizerInUse}
+			class.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+			set := newSet(0)
+			set.Namespace = tt.namespace
+			set.CreationTimestamp = metav1.NewTime(testNow.Add(-time.Hour))
+			if tt.group {
+				set.Status.Group = &nodesetv1alpha1.GroupStatus{Name: "nodeset-prod-team-a-web-0123abcd"}
+			}
+			f := newFixture(t, class, set)
+			patched := false
+			f.nodesets.PrependReactor("patch", "nodeclasses", func(core.Action) (bool, runtime.Object, error) {
+				patched = true
+				return true, class, nil
+			})
+			require.NoError(t, f.controller.syncClassProtection(context.Background(), "sim"))
+			assert.Equal(t, !tt.holds, patched, "the in-use finalizer is removed")
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	nodesetv1alpha1 "nodeset.dev/nodeset/apis/nodeset/v1alpha1"
 	"nodeset.dev/nodeset/pkg/nodeutil"
+	"nodeset.dev/nodeset/pkg/resolve"
 )
 
 // ReasonClassInUse is the Event reason of a NodeClass whose deletion waits
@@ -34,7 +35,8 @@ func (c *Controller) nodeSetDeleted(obj any) {
 // PersistentVolumeClaim protection does: every class carries it, so that a
 // class deleted while NodeSets use it stays (deleting) and its NodeSets go
 // on working; it is removed once no NodeSet names the class but those
-// created after its deletion began, which get no Node, and no Node carries
+// created after its deletion began and those of namespaces it does not
+// admit, which get no Node (holdsClass), and no Node carries
 // its label (static Nodes too: their deletion needs the class).
 func (c *Controller) syncClassProtection(ctx context.Context, name string) error {
 	class, err := c.nodeClassLister.Get(name)
@@ -96,7 +98,8 @@ func (c *Controller) syncClassProtection(ctx context.Context, name string) error
 const classSetsPage = 500
 
 // classSets names the NodeSets that hold the deleted class: those of the
-// class but the ones created after its deletion began. While the cache
+// class but the ones created after its deletion began and those of
+// namespaces it does not admit (holdsClass). While the cache
 // shows one, the class is in use, and that is the answer: the sync is
 // repeated each time one of them goes, and listing every NodeSet of the
 // cluster each time would cost all NodeSets per NodeSet deleted. Once the
@@ -105,7 +108,7 @@ const classSetsPage = 500
 func (c *Controller) classSets(ctx context.Context, class *nodesetv1alpha1.NodeClass) ([]string, error) {
 	var users []string
 	holds := func(set *nodesetv1alpha1.NodeSet) {
-		if set.Spec.NodeClassName == class.Name && !createdAfterDeletion(set, class) {
+		if set.Spec.NodeClassName == class.Name && c.holdsClass(set, class) {
 			users = append(users, "NodeSet "+set.Namespace+"/"+set.Name)
 		}
 	}
@@ -129,6 +132,35 @@ func (c *Controller) classSets(ctx context.Context, class *nodesetv1alpha1.NodeC
 		return nil, fmt.Errorf("listing the NodeSets of NodeClass %s: %w", class.Name, err)
 	}
 	return users, nil
+}
+
+// holdsClass reports whether a NodeSet of the deleted class holds it. One
+// created after the deletion began does not (it gets no Node). Nor does
+// one of a namespace the class does not admit, which gets no Node or
+// cloud group either: any tenant can store such a set while the webhook
+// is away, and it would keep the admin's class from going for as long as
+// the tenant liked. What such a set still has of the class holds it all
+// the same: its Nodes (classNodes), and the cloud group the node
+// controller made for it while the namespace was admitted
+// (status.group, which only nodeset writes). A namespace whose labels
+// cannot be read holds the class.
+func (c *Controller) holdsClass(set *nodesetv1alpha1.NodeSet, class *nodesetv1alpha1.NodeClass) bool {
+	if createdAfterDeletion(set, class) {
+		return false
+	}
+	if set.Status.Group != nil {
+		return true
+	}
+	unread := false
+	refusal := resolve.NamespaceRefusal(class, set.Namespace, func(namespace string) (map[string]string, error) {
+		ns, err := c.namespaceLister.Get(namespace)
+		if err != nil {
+			unread = true
+			return nil, err
+		}
+		return ns.Labels, nil
+	})
+	return refusal == "" || unread
 }
 
 // classNodes lists from the API server the Nodes labelled with the class,
