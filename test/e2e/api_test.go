@@ -243,6 +243,15 @@ func TestKubectl(t *testing.T) {
 	out = kubectl(t, "explain", "nodeclass.spec.tenantOverrides")
 	assert.Contains(t, out, "Every\n    other field is restricted")
 
+	// In a NodeSet a driver section holds overrides of its class's section,
+	// only of the fields the class lists in tenantOverrides: explain tells
+	// the tenant so, not that the NodeSet configures the driver.
+	for _, section := range []string{"simulated", "dockerMachine", "eksAutoscalingGroup", "eksManagedNodeGroup"} {
+		out = kubectl(t, "explain", "nodeset.spec."+section)
+		description := strings.Join(strings.Fields(strings.SplitN(strings.SplitN(out, "DESCRIPTION:", 2)[1], "FIELDS:", 2)[0]), " ")
+		assert.Contains(t, description, "a NodeSet sets only the fields its NodeClass lists in spec.tenantOverrides", "kubectl explain nodeset.spec.%s", section)
+	}
+
 	ns := createNamespace(t, "printer")
 	ensureClass(t, "printer-class")
 	cs := clientset(t)

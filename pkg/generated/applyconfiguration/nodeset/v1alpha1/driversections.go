@@ -16,15 +16,27 @@ package v1alpha1
 type DriverSectionsApplyConfiguration struct {
 	// simulated configures the simulated driver: machines are simulated kubelets
 	// inside the node controller.
+	// A NodeClass sets it when spec.driver is simulated; a NodeSet sets only the
+	// fields its NodeClass lists in spec.tenantOverrides, to override the
+	// class's values.
 	Simulated *SimulatedMachineApplyConfiguration `json:"simulated,omitempty"`
 	// dockerMachine configures the docker-machine driver: machines are made by a
 	// docker-machine-driver-<name> plugin.
+	// A NodeClass sets it when spec.driver is docker-machine; a NodeSet sets only the
+	// fields its NodeClass lists in spec.tenantOverrides, to override the
+	// class's values.
 	DockerMachine *DockerMachineApplyConfiguration `json:"dockerMachine,omitempty"`
 	// eksAutoscalingGroup configures the eks-asg driver: each NodeSet is one EC2
 	// Auto Scaling group of self-managed EKS workers.
+	// A NodeClass sets it when spec.driver is eks-asg; a NodeSet sets only the
+	// fields its NodeClass lists in spec.tenantOverrides, to override the
+	// class's values.
 	EKSAutoscalingGroup *EKSAutoscalingGroupApplyConfiguration `json:"eksAutoscalingGroup,omitempty"`
 	// eksManagedNodeGroup configures the eks-managed driver: each NodeSet is one
 	// EKS managed node group.
+	// A NodeClass sets it when spec.driver is eks-managed; a NodeSet sets only the
+	// fields its NodeClass lists in spec.tenantOverrides, to override the
+	// class's values.
 	EKSManagedNodeGroup *EKSManagedNodeGroupApplyConfiguration `json:"eksManagedNodeGroup,omitempty"`
 }
 
