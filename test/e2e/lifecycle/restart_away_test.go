@@ -94,6 +94,10 @@ func deletedWhileAway(t *testing.T, className string, makeClass func(string), cl
 	require.NoError(t, c.node.Start())
 
 	for _, name := range []string{held, other} {
+		// Orphan collection would remove a machine left behind seconds
+		// after its Node's release: the machine must be gone already
+		// when the Node is seen gone.
+		releasedFirst := false
 		eventually(t, 2*time.Minute, "Node "+name+" released and its machine gone", func(ctx context.Context) (bool, string) {
 			_, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if !apierrors.IsNotFound(err) {
@@ -103,14 +107,14 @@ func deletedWhileAway(t *testing.T, className string, makeClass func(string), cl
 			if !ok {
 				return false, "node controller not answering /debug/machines"
 			}
-			if _, has := setMachines(all, ns, "away")[name]; has {
+			_, has := setMachines(all, ns, "away")[name]
+			if has || slices.Contains(cloudMachines(), name) {
+				releasedFirst = true
 				return false, "its machine still exists"
-			}
-			if slices.Contains(cloudMachines(), name) {
-				return false, "its machine is still in the cloud"
 			}
 			return true, ""
 		})
+		require.False(t, releasedFirst, "Node %s was released while its machine still existed", name)
 	}
 	eventuallyEvent(t, held, nodecontroller.ReasonDrainTimedOut)
 	eventually(t, 2*time.Minute, "made whole again", converged(c, t, ns, "away", 2))
@@ -129,4 +133,68 @@ func setDrainTimeout(t *testing.T, className string, timeout time.Duration) {
 		_, err = cs.NodesetV1alpha1().NodeClasses().Update(context.Background(), class, metav1.UpdateOptions{})
 		return err
 	}))
+}
+
+// TestAMachineMadeButNotRecordedWhenTheControllerDiedGoesWithItsNode: the
+// node controller is SIGKILLed after the docker-machine plugin made a
+// Node's machine and before the controller recorded it on the Node (it
+// waits --provider-id-wait for the kubelet, and this machine never
+// joins); while none runs, the Node is deleted. The next controller
+// deletes the machine by the Node's name, although the Node names no
+// machine, and only then releases the Node: no machine is left in the
+// plugin's store.
+func TestAMachineMadeButNotRecordedWhenTheControllerDiedGoesWithItsNode(t *testing.T) {
+	c := startControllers(t)
+	kube, cs := clients(t)
+	ctx := context.Background()
+	ns := createNamespace(t, "unrecorded")
+	dir := t.TempDir()
+	joinlessDockerMachineClass(t, "unrecorded-dm", dir)
+	createSet(t, ns, "unrecorded", "unrecorded-dm", 1)
+	t.Cleanup(func() {
+		_ = cs.NodesetV1alpha1().NodeSets(ns).Delete(context.Background(), "unrecorded", metav1.DeleteOptions{})
+		eventually(t, 2*time.Minute, "the set's Nodes and machines gone", func(ctx context.Context) (bool, string) {
+			nodes, err := setNodes(ctx, t, ns, "unrecorded")
+			if err != nil {
+				return false, err.Error()
+			}
+			left := pluginMachines(t, dir)
+			return len(nodes) == 0 && len(left) == 0, fmt.Sprintf("%d Nodes and machines %v left", len(nodes), left)
+		})
+	})
+	var node string
+	eventually(t, time.Minute, "a machine made for a Node that does not record it yet", func(ctx context.Context) (bool, string) {
+		nodes, err := setNodes(ctx, t, ns, "unrecorded")
+		if err != nil || len(nodes) != 1 {
+			return false, fmt.Sprint(len(nodes), " nodes ", err)
+		}
+		node = nodes[0].Name
+		if nodes[0].Spec.ProviderID != "" {
+			return false, "recorded already"
+		}
+		return slices.Contains(pluginMachines(t, dir), node), "no machine yet"
+	})
+	c.node.Kill(syscall.SIGKILL)
+	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, n.Spec.ProviderID, "killed before the machine was recorded")
+	require.NoError(t, kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}))
+	require.NoError(t, c.node.Start())
+
+	// Orphan collection would remove the machine too, seconds after the
+	// Node's release: what is checked is that the Node was released only
+	// once its machine was gone, as seen right when the Node is gone.
+	releasedFirst := false
+	eventually(t, 2*time.Minute, "Node "+node+" released and its machine gone", func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Sprint("Node still there: ", err)
+		}
+		if slices.Contains(pluginMachines(t, dir), node) {
+			releasedFirst = true
+			return false, "its machine is still in the plugin's store"
+		}
+		return true, ""
+	})
+	require.False(t, releasedFirst, "the Node was released while its machine was still in the plugin's store")
 }
