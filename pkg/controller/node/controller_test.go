@@ -948,3 +948,41 @@ func TestAStaleCacheDoesNotDeprovisionANodeMadeAgain(t *testing.T) {
 	assert.Equal(t, again.UID, live.UID)
 	assert.Contains(t, live.Finalizers, nodesetv1alpha1.FinalizerTermination, "the Node made again keeps its finalizer")
 }
+
+// TestANodeItCordonsIsDeprovisionedWithoutAnotherRead: a Node deleted with
+// nothing to drain goes from cordon to deprovision in one sync. The
+// cordon's write tested the Node's UID, so the Node need not be read again
+// before its machine goes: that read was a third of the node controller's
+// requests in a scale-down, on the client whose limit paces it.
+func TestANodeItCordonsIsDeprovisionedWithoutAnotherRead(t *testing.T) {
+	f := deletedNodeFixture(t)
+	f.kube.ClearActions()
+	require.NoError(t, f.controller.syncNode(context.Background(), "web-a"))
+	assert.Equal(t, []string{"web-a"}, f.driver.deletes)
+	for _, a := range f.kube.Actions() {
+		assert.False(t, a.GetResource().Resource == "nodes" && a.GetVerb() == "get", "no read of the Node: %v", a)
+	}
+	assert.NotContains(t, f.get("web-a").Finalizers, nodesetv1alpha1.FinalizerTermination, "released")
+}
+
+// TestAStaleUncordonedCopyDoesNotDeprovisionANodeMadeAgain: the cache is
+// further behind than in TestAStaleCacheDoesNotDeprovisionANodeMadeAgain:
+// its copy of the released Node is not even cordoned. The cordon's write
+// tests that copy's UID and is refused, so nothing is deprovisioned and
+// the Node made again keeps its finalizer and stays schedulable.
+func TestAStaleUncordonedCopyDoesNotDeprovisionANodeMadeAgain(t *testing.T) {
+	again := setNode("web-a", "sim")
+	again.UID = "uid-web-a-again"
+	again.Spec.ProviderID = "sim://web-a"
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, again)
+	stale := setNode("web-a", "sim")
+	stale.DeletionTimestamp = &metav1.Time{Time: testNow}
+	f.updateCache(stale)
+
+	_ = f.controller.syncNode(context.Background(), "web-a")
+	assert.Empty(t, f.driver.deletes, "the machine of the Node made again is not deleted")
+	live := f.get("web-a")
+	assert.Equal(t, again.UID, live.UID)
+	assert.False(t, live.Spec.Unschedulable, "the Node made again is not cordoned")
+	assert.Contains(t, live.Finalizers, nodesetv1alpha1.FinalizerTermination, "the Node made again keeps its finalizer")
+}

@@ -64,7 +64,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 	if c.deprovisioned.has(node) {
 		return c.releaseDeprovisioned(ctx, node)
 	}
-	node, started, err := c.cordon(ctx, node)
+	node, started, cordoned, err := c.cordon(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (c *Controller) terminate(ctx context.Context, node *corev1.Node, class *no
 		// a restart does not drain again and the Node shows "deleting".
 		node.Annotations[drainedAnnotation] = c.opts.Now().UTC().Format(time.RFC3339)
 	}
-	return c.deprovision(ctx, node, wasDrained, deprovision)
+	return c.deprovision(ctx, node, wasDrained, cordoned, deprovision)
 }
 
 // drainPolicy is a class's drain settings with their defaults.
@@ -117,11 +117,14 @@ func drainPolicyOf(class *nodesetv1alpha1.NodeClass) drainPolicy {
 }
 
 // cordon marks the Node unschedulable and records when its drain started,
-// in one write when either is missing, and returns the cordoned Node.
-func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Node, time.Time, error) {
+// in one write when either is missing, and returns the cordoned Node, and
+// whether it wrote it: the write tests the Node's UID (ChangePatch), so
+// the Node returned is then the API server's Node of the name, not a
+// cache's copy of one released since.
+func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Node, time.Time, bool, error) {
 	started, err := time.Parse(time.RFC3339, node.Annotations[nodesetv1alpha1.AnnotationDrainStarted])
 	if err == nil && node.Spec.Unschedulable {
-		return node, started, nil
+		return node, started, false, nil
 	}
 	cordoned := node.DeepCopy()
 	if err != nil {
@@ -142,12 +145,12 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) (*corev1.Nod
 	// write since the Node was read does not make the cordon conflict.
 	updated, err := c.writeNode(ctx, c.opts.Drain, node, cordoned)
 	if err != nil {
-		return nil, started, err
+		return nil, started, false, err
 	}
 	// Go on with the cordoned Node in this sync: waiting for the update to
 	// come back through the queue took seconds per Node when hundreds drain
 	// at once.
-	return updated, started, nil
+	return updated, started, true, nil
 }
 
 // unschedulableTaint is the taint kube-controller-manager gives a cordoned
@@ -316,26 +319,34 @@ func leftOnNode(pods, volumes int) string {
 // deprovision removes the drained Node's machine, and once the driver says
 // it is gone, the Node's finalizer. Even a Node that never got a providerID
 // may have a machine (a crash between create and record): the delete is
-// keyed by the name.
-func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrained bool, deprovision deprovisioner) error {
+// keyed by the name. live says the sync's own cordon just wrote the Node,
+// deleting and with its finalizer, under its UID.
+func (c *Controller) deprovision(ctx context.Context, node *corev1.Node, wasDrained, live bool, deprovision deprovisioner) error {
 	logger := klog.FromContext(ctx)
 	if err := c.mayAct(deprovision.op); err != nil {
 		return err
 	}
-	// The machine goes by the Node's name: a cache behind the API server
-	// (a new leader's, whose watch has not shown yet that its predecessor
-	// released this Node and a Node of the name was made again) would
-	// take the new Node's machine. Asked of the API server first.
-	live, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-	switch {
-	case err == nil && live.UID != node.UID:
-		logger.Info("Not deprovisioning: the Node of the name is another Node now; the cache is behind", "uid", node.UID, "liveUID", live.UID)
-		return nil // its event brings the Node back
-	case err != nil && !apierrors.IsNotFound(err):
-		return err
+	if !live {
+		// The machine goes by the Node's name: a cache behind the API
+		// server (a new leader's, whose watch has not shown yet that its
+		// predecessor released this Node and a Node of the name was made
+		// again) would take the new Node's machine. Asked of the API
+		// server first. A Node this sync cordoned needs no such look: the
+		// cordon's write tested its UID, and only its finalizer's release
+		// lets another Node of the name be made. Most scale-downs drain
+		// nothing and go from cordon to deprovision in one sync, so most
+		// Nodes cost no read here.
+		got, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		switch {
+		case err == nil && got.UID != node.UID:
+			logger.Info("Not deprovisioning: the Node of the name is another Node now; the cache is behind", "uid", node.UID, "liveUID", got.UID)
+			return nil // its event brings the Node back
+		case err != nil && !apierrors.IsNotFound(err):
+			return err
+		}
 	}
 	start := c.opts.Now()
-	err = deprovision.remove(ctx)
+	err := deprovision.remove(ctx)
 	c.metrics.driverCall(deprovision.driver, deprovision.op, start, err)
 	if err != nil && !wasDrained {
 		// The machine takes a while: record the drain's end now. A patch

@@ -839,7 +839,7 @@ func (c *Controller) drainBeforeCompleting(ctx context.Context, queue string, n 
 	if err != nil {
 		return err
 	}
-	node, started, err := c.cordon(ctx, node)
+	node, started, _, err := c.cordon(ctx, node)
 	if err != nil {
 		return err
 	}
