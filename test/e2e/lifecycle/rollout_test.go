@@ -449,6 +449,12 @@ func TestNodeClassChangeRollsEveryNodeSet(t *testing.T) {
 	eventually(t, 2*time.Minute, "one ready", rolledOut(c, t, ns1, "one", 2))
 	eventually(t, 2*time.Minute, "two ready", rolledOut(c, t, ns2, "two", 2))
 	before := append(nodeNames(t, ns1, "one"), nodeNames(t, ns2, "two")...)
+	hashes := map[string]string{}
+	for _, ns := range []struct{ namespace, name string }{{ns1, "one"}, {ns2, "two"}} {
+		set, err := cs.NodesetV1alpha1().NodeSets(ns.namespace).Get(ctx, ns.name, metav1.GetOptions{})
+		require.NoError(t, err)
+		hashes[ns.name] = set.Status.TemplateHash
+	}
 
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		class, err := cs.NodesetV1alpha1().NodeClasses().Get(ctx, "classroll-sim", metav1.GetOptions{})
@@ -459,6 +465,17 @@ func TestNodeClassChangeRollsEveryNodeSet(t *testing.T) {
 		_, err = cs.NodesetV1alpha1().NodeClasses().Update(ctx, class, metav1.UpdateOptions{})
 		return err
 	}))
+	// A class's change leaves the sets' generation as it was: until a set's
+	// status shows the new template, its old Nodes look rolled out.
+	for _, ns := range []struct{ namespace, name string }{{ns1, "one"}, {ns2, "two"}} {
+		eventually(t, 2*time.Minute, ns.name+" sees the class change", func(ctx context.Context) (bool, string) {
+			set, err := cs.NodesetV1alpha1().NodeSets(ns.namespace).Get(ctx, ns.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return set.Status.TemplateHash != hashes[ns.name], "template " + set.Status.TemplateHash
+		})
+	}
 	eventually(t, 3*time.Minute, "one rolled", rolledOut(c, t, ns1, "one", 2))
 	eventually(t, 3*time.Minute, "two rolled", rolledOut(c, t, ns2, "two", 2))
 	for _, ns := range []struct{ namespace, name string }{{ns1, "one"}, {ns2, "two"}} {
