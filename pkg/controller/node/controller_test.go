@@ -928,18 +928,13 @@ func TestAnEditNotYetJudgedNeverReachesAMachine(t *testing.T) {
 // machine goes by that name. The stale copy must not take the new Node's
 // machine, nor its finalizer.
 func TestAStaleCacheDoesNotDeprovisionANodeMadeAgain(t *testing.T) {
-	again := setNode("web-a", "sim")
-	again.UID = "uid-web-a-again"
-	again.Spec.ProviderID = "sim://web-a"
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, again)
-	stale := setNode("web-a", "sim")
-	stale.DeletionTimestamp = &metav1.Time{Time: testNow}
-	stale.Spec.Unschedulable = true
-	stale.Annotations = map[string]string{
-		nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339),
-		drainedAnnotation:                      testNow.Format(time.RFC3339),
-	}
-	f.updateCache(stale)
+	f, again := madeAgainFixture(t, func(stale *corev1.Node) {
+		stale.Spec.Unschedulable = true
+		stale.Annotations = map[string]string{
+			nodesetv1alpha1.AnnotationDrainStarted: testNow.Format(time.RFC3339),
+			drainedAnnotation:                      testNow.Format(time.RFC3339),
+		}
+	})
 
 	err := f.controller.syncNode(context.Background(), "web-a")
 	assert.Empty(t, f.driver.deletes, "the machine of the Node made again is not deleted")
@@ -947,6 +942,23 @@ func TestAStaleCacheDoesNotDeprovisionANodeMadeAgain(t *testing.T) {
 	live := f.get("web-a")
 	assert.Equal(t, again.UID, live.UID)
 	assert.Contains(t, live.Finalizers, nodesetv1alpha1.FinalizerTermination, "the Node made again keeps its finalizer")
+}
+
+// madeAgainFixture is a fixture whose API server has Node web-a made
+// again (another UID, its machine recorded), while the cache still has a
+// deleting copy of the web-a released before it, as edit leaves it.
+func madeAgainFixture(t *testing.T, edit func(stale *corev1.Node)) (*fixture, *corev1.Node) {
+	again := setNode("web-a", "sim")
+	again.UID = "uid-web-a-again"
+	again.Spec.ProviderID = "sim://web-a"
+	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, again)
+	stale := setNode("web-a", "sim")
+	stale.DeletionTimestamp = &metav1.Time{Time: testNow}
+	if edit != nil {
+		edit(stale)
+	}
+	f.updateCache(stale)
+	return f, again
 }
 
 // TestANodeItCordonsIsDeprovisionedWithoutAnotherRead: a Node deleted with
@@ -971,13 +983,7 @@ func TestANodeItCordonsIsDeprovisionedWithoutAnotherRead(t *testing.T) {
 // tests that copy's UID and is refused, so nothing is deprovisioned and
 // the Node made again keeps its finalizer and stays schedulable.
 func TestAStaleUncordonedCopyDoesNotDeprovisionANodeMadeAgain(t *testing.T) {
-	again := setNode("web-a", "sim")
-	again.UID = "uid-web-a-again"
-	again.Spec.ProviderID = "sim://web-a"
-	f := newFixture(t, []*nodesetv1alpha1.NodeClass{testClass("sim")}, again)
-	stale := setNode("web-a", "sim")
-	stale.DeletionTimestamp = &metav1.Time{Time: testNow}
-	f.updateCache(stale)
+	f, again := madeAgainFixture(t, nil)
 
 	_ = f.controller.syncNode(context.Background(), "web-a")
 	assert.Empty(t, f.driver.deletes, "the machine of the Node made again is not deleted")

@@ -199,22 +199,25 @@ type generationSeen struct {
 	since      time.Time
 }
 
-// namespaceAllowed is resolve.NamespaceRefusal with the Namespace read
-// from the cache, or from the API server when the cache does not hold it
-// yet.
+// namespaceAllowed is resolve.NamespaceRefusal with the Namespace's
+// labels from namespaceLabels.
 func (c *Controller) namespaceAllowed(class *nodesetv1alpha1.NodeClass, namespace string) (bool, string) {
-	why := resolve.NamespaceRefusal(class, namespace, func(namespace string) (map[string]string, error) {
-		ns, err := c.namespaceLister.Get(namespace)
-		if apierrors.IsNotFound(err) {
-			// Just created, maybe, and not in the cache yet.
-			ns, err = c.kubeClient.CoreV1().Namespaces().Get(context.TODO(), namespace, metav1.GetOptions{})
-		}
-		if err != nil {
-			return nil, err
-		}
-		return ns.Labels, nil
-	})
+	why := resolve.NamespaceRefusal(class, namespace, c.namespaceLabels)
 	return why == "", why
+}
+
+// namespaceLabels reads a Namespace's labels from the cache, or from the
+// API server when the cache does not hold it yet.
+func (c *Controller) namespaceLabels(namespace string) (map[string]string, error) {
+	ns, err := c.namespaceLister.Get(namespace)
+	if apierrors.IsNotFound(err) {
+		// Just created, maybe, and not in the cache yet.
+		ns, err = c.kubeClient.CoreV1().Namespaces().Get(context.TODO(), namespace, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ns.Labels, nil
 }
 
 func findCondition(conditions []metav1.Condition, conditionType string) *metav1.Condition {

@@ -153,12 +153,9 @@ func (c *Controller) holdsClass(set *nodesetv1alpha1.NodeSet, class *nodesetv1al
 	}
 	unread := false
 	refusal := resolve.NamespaceRefusal(class, set.Namespace, func(namespace string) (map[string]string, error) {
-		ns, err := c.namespaceLister.Get(namespace)
-		if err != nil {
-			unread = true
-			return nil, err
-		}
-		return ns.Labels, nil
+		nsLabels, err := c.namespaceLabels(namespace)
+		unread = err != nil
+		return nsLabels, err
 	})
 	return refusal == "" || unread
 }
